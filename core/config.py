@@ -1,0 +1,378 @@
+"""TensorFlow device configuration: the model, its validation, JSON profiles, and export as code.
+
+A configuration is applied by the runtime process before TensorFlow initializes (see
+`core.runtime_main`). Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+SUPPORTED_VERSION = 1
+MAX_CPU_DEVICES = 64
+ALLOCATORS = ("default", "cuda_malloc_async")
+KEYS = (
+    "version",
+    "visible_gpus",
+    "memory_growth",
+    "virtual_gpus",
+    "cpu_devices",
+    "soft_placement",
+    "log_placement",
+    "gpu_allocator",
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a configuration: which field, what was wrong, what to do."""
+
+    field: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.field}: {self.message}"
+        return f"{text} — {self.hint}" if self.hint else text
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What validation needs to know about one physical GPU (from NVML or a runtime's report)."""
+
+    index: int
+    name: str = ""
+    total_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    visible_gpus: tuple[int, ...] | None = None
+    memory_growth: bool = False
+    virtual_gpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    cpu_devices: int = 1
+    soft_placement: bool = True
+    log_placement: bool = True
+    gpu_allocator: str = "default"
+    version: int = SUPPORTED_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "visible_gpus": None if self.visible_gpus is None else list(self.visible_gpus),
+            "memory_growth": self.memory_growth,
+            "virtual_gpus": {str(k): list(v) for k, v in sorted(self.virtual_gpus.items())},
+            "cpu_devices": self.cpu_devices,
+            "soft_placement": self.soft_placement,
+            "log_placement": self.log_placement,
+            "gpu_allocator": self.gpu_allocator,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> DeviceConfig:
+        """Build a configuration, raising `ConfigError` listing every problem found."""
+        config, problems = parse_config(data)
+        if problems or config is None:
+            raise ConfigError(problems)
+        return config
+
+    def with_changes(self, **changes: Any) -> DeviceConfig:
+        return replace(self, **changes)
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables the runtime must have before TensorFlow is imported."""
+        env = {
+            # TF's physical GPU indices then follow PCI order, as NVML's and nvidia-smi's do.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
+        if self.gpu_allocator == "cuda_malloc_async":
+            env["TF_GPU_ALLOCATOR"] = "cuda_malloc_async"
+        return env
+
+    def summary(self) -> str:
+        gpus = "all GPUs" if self.visible_gpus is None else (
+            "no GPU" if not self.visible_gpus else "GPU " + ",".join(map(str, self.visible_gpus))
+        )
+        parts = [gpus]
+        if self.memory_growth:
+            parts.append("memory growth")
+        for index, limits in sorted(self.virtual_gpus.items()):
+            parts.append(f"GPU {index} split {'+'.join(map(str, limits))} MiB")
+        if self.cpu_devices > 1:
+            parts.append(f"{self.cpu_devices} logical CPUs")
+        if not self.soft_placement:
+            parts.append("soft placement off")
+        if self.log_placement:
+            parts.append("placement log")
+        if self.gpu_allocator != "default":
+            parts.append(self.gpu_allocator)
+        return ", ".join(parts)
+
+
+class ConfigError(ValueError):
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems) or "invalid configuration")
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be read, parsed or written; `problems` says why."""
+
+    def __init__(self, path: Path | str, problems: Sequence[Problem]):
+        self.path = Path(path)
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{self.path}:\n{lines}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else {
+        bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+        list: "a list", dict: "an object",
+    }.get(type(value), type(value).__name__)
+
+
+def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
+    """Parse a profile's JSON value. Returns the configuration (None if unusable) and every problem."""
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        return None, [Problem("(profile)", f"expected a JSON object, got {_type_name(data)}",
+                              'start from {"version": 1}')]
+
+    for key in data:
+        if key not in KEYS:
+            problems.append(Problem(str(key), "unknown key", f"remove it; known keys are: {', '.join(KEYS)}"))
+
+    version = data.get("version")
+    if "version" not in data:
+        problems.append(Problem("version", "missing", f'add "version": {SUPPORTED_VERSION}'))
+    elif not _is_int(version) or version != SUPPORTED_VERSION:
+        problems.append(Problem("version", f"unsupported version {version!r}",
+                                f"this release reads version {SUPPORTED_VERSION}"))
+
+    def boolean(key: str, default: bool) -> bool:
+        value = data.get(key, default)
+        if not isinstance(value, bool):
+            problems.append(Problem(key, f"expected true or false, got {_type_name(value)} {value!r}"))
+            return default
+        return value
+
+    visible: tuple[int, ...] | None = None
+    raw_visible = data.get("visible_gpus")
+    if raw_visible is not None:
+        if not isinstance(raw_visible, list):
+            problems.append(Problem("visible_gpus", f"expected a list of GPU indices or null, got "
+                                    f"{_type_name(raw_visible)} {raw_visible!r}", "e.g. [0, 1]"))
+        else:
+            bad = [v for v in raw_visible if not _is_int(v) or v < 0]
+            if bad:
+                problems.append(Problem("visible_gpus", f"GPU indices must be integers ≥ 0, got {bad!r}",
+                                        "use the indices shown by `tf-device-panel devices`"))
+            else:
+                dupes = sorted({v for v in raw_visible if raw_visible.count(v) > 1})
+                if dupes:
+                    problems.append(Problem("visible_gpus", f"GPU {dupes} listed more than once",
+                                            "list each GPU once"))
+                visible = tuple(sorted(set(raw_visible)))
+
+    virtual: dict[int, tuple[int, ...]] = {}
+    raw_virtual = data.get("virtual_gpus", {})
+    if raw_virtual is None:
+        raw_virtual = {}
+    if not isinstance(raw_virtual, dict):
+        problems.append(Problem("virtual_gpus", f"expected an object mapping GPU index to MiB limits, got "
+                                f"{_type_name(raw_virtual)}", 'e.g. {"0": [2048, 2048]}'))
+    else:
+        for key, limits in raw_virtual.items():
+            where = f"virtual_gpus[{key!r}]"
+            try:
+                index = int(key)
+                if index < 0 or str(index) != str(key).strip():
+                    raise ValueError
+            except ValueError:
+                problems.append(Problem(where, f"{key!r} is not a GPU index", 'keys are indices as strings, e.g. "0"'))
+                continue
+            if not isinstance(limits, list) or not limits:
+                problems.append(Problem(where, f"expected a non-empty list of memory limits in MiB, got {limits!r}",
+                                        "give one limit per logical GPU, e.g. [2048, 2048]"))
+                continue
+            bad = [v for v in limits if not _is_int(v) or v <= 0]
+            if bad:
+                problems.append(Problem(where, f"every logical GPU needs a positive memory limit in MiB, got {bad!r}",
+                                        "TensorFlow requires a memory limit for each virtual GPU"))
+                continue
+            virtual[index] = tuple(limits)
+
+    cpu_devices = data.get("cpu_devices", 1)
+    if not _is_int(cpu_devices):
+        problems.append(Problem("cpu_devices", f"expected an integer, got {_type_name(cpu_devices)} {cpu_devices!r}"))
+        cpu_devices = 1
+    elif cpu_devices < 1:
+        problems.append(Problem("cpu_devices", f"{cpu_devices} is less than 1", "use 1 for the unsplit CPU"))
+        cpu_devices = 1
+    elif cpu_devices > MAX_CPU_DEVICES:
+        problems.append(Problem("cpu_devices", f"{cpu_devices} logical CPU devices is too many",
+                                f"use at most {MAX_CPU_DEVICES}; 2–8 are enough to demonstrate distribution"))
+        cpu_devices = MAX_CPU_DEVICES
+
+    allocator = data.get("gpu_allocator", "default")
+    if allocator not in ALLOCATORS:
+        problems.append(Problem("gpu_allocator", f"unknown allocator {allocator!r}",
+                                f"use one of: {', '.join(ALLOCATORS)}"))
+        allocator = "default"
+
+    config = DeviceConfig(
+        version=SUPPORTED_VERSION,
+        visible_gpus=visible,
+        memory_growth=boolean("memory_growth", False),
+        virtual_gpus=virtual,
+        cpu_devices=cpu_devices,
+        soft_placement=boolean("soft_placement", True),
+        log_placement=boolean("log_placement", True),
+        gpu_allocator=str(allocator),
+    )
+    problems.extend(validate(config))
+    return config, problems
+
+
+def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> list[Problem]:
+    """Rules that need the whole configuration and, when known, the machine's GPUs."""
+    problems: list[Problem] = []
+    if config.memory_growth and config.virtual_gpus:
+        problems.append(Problem(
+            "memory_growth", "memory growth cannot be combined with virtual GPUs",
+            "TensorFlow rejects or silently ignores growth on split GPUs: turn memory_growth off "
+            "or remove virtual_gpus"))
+    if config.visible_gpus is not None:
+        for index in sorted(config.virtual_gpus):
+            if index not in config.visible_gpus:
+                problems.append(Problem(f"virtual_gpus[{str(index)!r}]", f"GPU {index} is not visible",
+                                        f"add {index} to visible_gpus or remove its split"))
+    if config.cpu_devices < 1 or config.cpu_devices > MAX_CPU_DEVICES:
+        problems.append(Problem("cpu_devices", f"must be between 1 and {MAX_CPU_DEVICES}"))
+    if gpus is None:
+        return problems
+
+    known = {g.index: g for g in gpus}
+    available = ", ".join(str(i) for i in sorted(known)) or "none"
+    for index in config.visible_gpus or ():
+        if index not in known:
+            problems.append(Problem("visible_gpus", f"GPU {index} does not exist on this machine",
+                                    f"available GPU indices: {available}"))
+    for index, limits in sorted(config.virtual_gpus.items()):
+        where = f"virtual_gpus[{str(index)!r}]"
+        gpu = known.get(index)
+        if gpu is None:
+            problems.append(Problem(where, f"GPU {index} does not exist on this machine",
+                                    f"available GPU indices: {available}"))
+        elif gpu.total_mib is not None and sum(limits) > gpu.total_mib:
+            problems.append(Problem(where, f"limits sum to {sum(limits)} MiB but GPU {index} "
+                                    f"({gpu.name or 'unnamed'}) has {gpu.total_mib} MiB",
+                                    "lower the limits or split into fewer logical GPUs"))
+    return problems
+
+
+def load_profile(path: str | os.PathLike[str]) -> DeviceConfig:
+    """Read a JSON profile. Raises `ProfileError` naming every problem; never modifies the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(path, [Problem("(file)", "no such file", "check the path")]) from None
+    except IsADirectoryError:
+        raise ProfileError(path, [Problem("(file)", "is a folder, not a profile file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(path, [Problem("(file)", f"cannot be read: {exc}")]) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(path, [Problem(
+            "(file)", f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+            "fix the JSON or save a new profile")]) from None
+    config, problems = parse_config(data)
+    if problems or config is None:
+        raise ProfileError(path, problems)
+    return config
+
+
+def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
+    """Write atomically. Refuses to replace an existing file that is not a valid profile."""
+    path = Path(path)
+    if path.exists():
+        try:
+            load_profile(path)
+        except ProfileError as exc:
+            raise ProfileError(path, [Problem(
+                "(file)", "exists and is not a valid profile, so it was left untouched",
+                "save under another name, or move that file away first")] + exc.problems) from None
+    text = json.dumps(config.to_json(), indent=2) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_python_snippet(config: DeviceConfig) -> str:
+    """The configuration as code to paste at the top of a training script, before anything uses TF."""
+    lines = [
+        "# TensorFlow device configuration (exported by TF Device Panel).",
+        "# Paste at the very top of your script: it must run before TensorFlow initializes.",
+        "import os",
+        "",
+    ]
+    for name, value in config.environment().items():
+        lines.append(f"os.environ[{name!r}] = {value!r}")
+    lines += [
+        "",
+        "import tensorflow as tf",
+        "",
+        'gpus = tf.config.list_physical_devices("GPU")',
+    ]
+    body: list[str] = []
+    if config.visible_gpus is not None:
+        indices = ", ".join(map(str, config.visible_gpus)) + ("," if len(config.visible_gpus) == 1 else "")
+        body.append(f'tf.config.set_visible_devices([gpus[i] for i in ({indices}) if i < len(gpus)], "GPU")')
+    if config.memory_growth:
+        body += [
+            'for gpu in tf.config.get_visible_devices("GPU"):',
+            "    tf.config.experimental.set_memory_growth(gpu, True)",
+        ]
+    for index, limits in sorted(config.virtual_gpus.items()):
+        devices = ", ".join(f"tf.config.LogicalDeviceConfiguration(memory_limit={m})" for m in limits)
+        body += [
+            f"if len(gpus) > {index}:",
+            f"    tf.config.set_logical_device_configuration(gpus[{index}], [{devices}])",
+        ]
+    if config.cpu_devices > 1:
+        body += [
+            'cpus = tf.config.list_physical_devices("CPU")',
+            "tf.config.set_logical_device_configuration(",
+            f"    cpus[0], [tf.config.LogicalDeviceConfiguration()] * {config.cpu_devices})",
+        ]
+    if body:
+        lines.append("try:")
+        lines += [f"    {line}" for line in body]
+        lines += [
+            "except RuntimeError as e:",
+            "    # Devices must be configured before the runtime initializes (before the first op).",
+            "    print(e)",
+        ]
+    lines.append(f"tf.config.set_soft_device_placement({config.soft_placement})")
+    if config.log_placement:
+        lines.append("tf.debugging.set_log_device_placement(True)")
+    return "\n".join(lines) + "\n"

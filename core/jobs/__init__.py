@@ -1,0 +1,218 @@
+"""Job catalogue: names, descriptions and declared parameters.
+
+This module is imported by the CLI and the window, so it must not import TensorFlow; each job's
+code lives in a sibling module that imports TensorFlow inside its function, in the runtime process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+INT, FLOAT, BOOL, STR, CHOICE, DEVICE, DEVICES, PATH, ARGS = (
+    "int", "float", "bool", "str", "choice", "device", "devices", "path", "args")
+
+_DEVICE_SPEC = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?(/?(device:)?[A-Za-z_]+:\d+)$")
+
+
+class ParamError(ValueError):
+    """One or more bad job parameters; `problems` lists (parameter, message) pairs."""
+
+    def __init__(self, job: str, problems: list[tuple[str, str]]):
+        self.job = job
+        self.problems = problems
+        super().__init__("; ".join(f"{name}: {msg}" for name, msg in problems))
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "default": self.default, "help": self.help,
+                "choices": list(self.choices), "minimum": self.minimum, "maximum": self.maximum}
+
+    def from_text(self, text: str) -> Any:
+        """Convert a command-line value; raises ValueError with a message naming what was expected."""
+        text = text.strip()
+        if self.type == INT:
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"expected a whole number, got {text!r}") from None
+        if self.type == FLOAT:
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"expected a number, got {text!r}") from None
+        if self.type == BOOL:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text
+
+    def check(self, value: Any) -> Any:
+        """Validate a typed value (from a form, JSON or `from_text`); returns it normalised."""
+        kind = self.type
+        if kind == INT:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"expected a whole number, got {value!r}")
+        elif kind == FLOAT:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"expected a number, got {value!r}")
+            value = float(value)
+        elif kind == BOOL:
+            if not isinstance(value, bool):
+                raise ValueError(f"expected true or false, got {value!r}")
+        elif not isinstance(value, str):
+            raise ValueError(f"expected text, got {value!r}")
+        if kind in (INT, FLOAT):
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{value} is below the minimum {self.minimum:g}")
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError(f"{value} is above the maximum {self.maximum:g}")
+        if kind == CHOICE and value not in self.choices:
+            raise ValueError(f"{value!r} is not one of: {', '.join(self.choices)}")
+        if kind == DEVICE and value.strip() and not _DEVICE_SPEC.match(value.strip()):
+            raise ValueError(f"{value!r} is not a device name; use e.g. /GPU:0, /CPU:1 or "
+                             "/job:localhost/replica:0/task:0/device:GPU:1")
+        if kind == DEVICES:
+            for item in split_devices(value):
+                if not _DEVICE_SPEC.match(item):
+                    raise ValueError(f"{item!r} is not a device name; list devices like /CPU:0,/CPU:1")
+        if kind == PATH and self.default == "" and not value.strip():
+            raise ValueError("a file is required")
+        if kind == ARGS:
+            try:
+                shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"cannot split arguments: {exc}") from None
+        return value
+
+
+def split_devices(text: str) -> list[str]:
+    return [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    title: str
+    description: str
+    entry: str                      # "module:function", run inside the runtime process
+    params: tuple[Param, ...] = ()
+
+    def param(self, name: str) -> Param:
+        for param in self.params:
+            if param.name == name:
+                return param
+        raise KeyError(name)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def function(self) -> Callable[..., Any]:
+        module, _, attr = self.entry.partition(":")
+        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+
+    def source(self) -> str:
+        return inspect.getsource(self.function())
+
+    def resolve(self, values: Mapping[str, Any] | None = None, *,
+                texts: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Defaults overlaid with typed `values` and command-line `texts`; every problem at once."""
+        known = {p.name: p for p in self.params}
+        resolved = self.defaults()
+        problems: list[tuple[str, str]] = []
+        merged: list[tuple[str, Any, bool]] = [(k, v, False) for k, v in (values or {}).items()]
+        merged += [(k, v, True) for k, v in (texts or {}).items()]
+        for name, raw, is_text in merged:
+            param = known.get(name)
+            if param is None:
+                choices = ", ".join(known) or "none"
+                problems.append((name, f"unknown parameter for job {self.name!r} (parameters: {choices})"))
+                continue
+            try:
+                resolved[name] = param.check(param.from_text(raw) if is_text else raw)
+            except ValueError as exc:
+                problems.append((name, str(exc)))
+        already_reported = {name for name, _ in problems}
+        for name, value in resolved.items():
+            if name in already_reported:
+                continue
+            try:  # defaults too: a required path left empty is reported here
+                known[name].check(value)
+            except ValueError as exc:
+                problems.append((name, str(exc)))
+        if problems:
+            raise ParamError(self.name, problems)
+        return resolved
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "description": self.description,
+                "params": [p.to_json() for p in self.params]}
+
+
+JOBS: dict[str, JobSpec] = {
+    spec.name: spec
+    for spec in (
+        JobSpec(
+            "matmul", "Matrix multiply",
+            "The seed example [[1,2,3],[4,5,6]] @ [[1,2],[3,4],[5,6]], optionally pinned with tf.device; "
+            "shows where it ran and whether soft placement moved it.",
+            "core.jobs.basic:matmul",
+            (Param("device", DEVICE, "", "Device to pin the op to with tf.device (e.g. /GPU:0, /CPU:1). "
+                   "Empty: let TensorFlow choose. A device that does not exist shows soft placement."),),
+        ),
+        JobSpec(
+            "replicate", "Manual replication",
+            "The same matmul on every logical device of one type, then tf.add_n on one device — "
+            "replication by hand, as in the seeds.",
+            "core.jobs.basic:replicate",
+            (Param("device_type", CHOICE, "auto", "Which logical devices to replicate on; auto: GPUs if any, "
+                   "else CPUs.", choices=("auto", "GPU", "CPU")),
+             Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.")),
+        ),
+        JobSpec(
+            "fit", "Keras fit (MirroredStrategy)",
+            "Keras model.fit under tf.distribute.MirroredStrategy over the chosen logical devices, with "
+            "the seeds' one-unit Dense model; the global batch grows with the number of replicas.",
+            "core.jobs.training:fit",
+            (Param("epochs", INT, 2, "Training epochs.", minimum=1, maximum=10_000),
+             Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
+                   minimum=1, maximum=1_000_000),
+             Param("samples", INT, 100, "Number of training samples.", minimum=1, maximum=100_000_000),
+             Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over "
+                   "(e.g. /CPU:0,/CPU:1). Empty: all GPUs, or all CPUs if there is no GPU.")),
+        ),
+        JobSpec(
+            "script", "Your script",
+            "Run your own Python file inside the configured runtime and stream its output, to watch your "
+            "training under this device configuration.",
+            "core.jobs.script:script",
+            (Param("path", PATH, "", "The Python file to run (as __main__)."),
+             Param("args", ARGS, "", "Command-line arguments for the script (shell quoting).")),
+        ),
+    )
+}
+
+
+def get_job(name: str) -> JobSpec:
+    try:
+        return JOBS[name]
+    except KeyError:
+        raise ParamError(name, [("job", f"unknown job {name!r}; jobs: {', '.join(JOBS)}")]) from None

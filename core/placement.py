@@ -1,0 +1,93 @@
+"""Parse TensorFlow's placement log and classify the runtime's raw output lines.
+
+Formats (TF 2.21, see TF-RUNTIME-NOTES.md):
+  I0000 00:00:1795270979.856254  5908 placer.cc:162] MatMul: (MatMul): /job:localhost/.../device:CPU:0
+  I0000 00:00:1795270979.856597  5908 execute.cc:1775] Executing op MatMul in device /job:localhost/...
+The placer line is echoed, unprefixed, on stdout; those echoes are kept as raw lines but are not
+counted again as placements.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_CPP_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:[\d.]+\s+\d+ ([\w.]+):\d+\] ")
+_EAGER = re.compile(r"Executing op (\S+) in device (\S+)")
+_GRAPH = re.compile(r"^(\S.*?): \((\w+)\): (/job:\S+)$")
+_DEVICE = re.compile(r"/device:([A-Za-z_]+):(\d+)$")
+_ONEDNN_PREFIXES = ("_MklNative", "_Mkl")
+
+PLACEMENT = "placement"
+TF_INFO = "tf-info"
+WARNING = "warning"
+ERROR = "error"
+OUTPUT = "output"
+KINDS = (PLACEMENT, TF_INFO, WARNING, ERROR, OUTPUT)
+
+
+@dataclass(frozen=True)
+class Placement:
+    op: str           # node name for graph lines; op type for eager lines
+    op_type: str      # the op, with oneDNN's kernel prefix removed (_MklMatMul -> MatMul)
+    kernel: str       # the name TF logged
+    device: str       # full name, /job:localhost/replica:0/task:0/device:CPU:0
+    mode: str         # "eager" or "graph"
+
+    @property
+    def short_device(self) -> str:
+        return short_device_name(self.device)
+
+    def to_json(self) -> dict[str, str]:
+        return {"op": self.op, "op_type": self.op_type, "kernel": self.kernel,
+                "device": self.device, "short_device": self.short_device, "mode": self.mode}
+
+
+def short_device_name(device: str) -> str:
+    """'/job:localhost/replica:0/task:0/device:GPU:1' -> '/GPU:1' (unchanged if not a device name)."""
+    match = _DEVICE.search(device)
+    return f"/{match.group(1).upper()}:{match.group(2)}" if match else device
+
+
+def canonical_device(spec: str) -> str:
+    """Normalise a user's device spec ('gpu:1', '/device:GPU:1', full name) to '/GPU:1'."""
+    text = spec.strip()
+    match = re.search(r"(?:^|/)(?:device:)?([A-Za-z_]+):(\d+)$", text)
+    return f"/{match.group(1).upper()}:{match.group(2)}" if match else text
+
+
+def _op_type(kernel: str) -> str:
+    for prefix in _ONEDNN_PREFIXES:
+        if kernel.startswith(prefix) and len(kernel) > len(prefix):
+            return kernel[len(prefix):]
+    return kernel
+
+
+def parse_line(line: str, stream: str) -> tuple[str, Placement | None]:
+    """Return (kind, placement) for one raw line from the runtime's stdout or stderr."""
+    prefix = _CPP_PREFIX.match(line)
+    if prefix:
+        severity, source = prefix.group(1), prefix.group(2)
+        body = line[prefix.end():]
+        if source == "execute.cc":
+            eager = _EAGER.match(body)
+            if eager:
+                kernel = eager.group(1)
+                return PLACEMENT, Placement(kernel, _op_type(kernel), kernel, eager.group(2), "eager")
+        if source == "placer.cc":
+            graph = _GRAPH.match(body)
+            if graph:
+                kernel = graph.group(2)
+                return PLACEMENT, Placement(graph.group(1), _op_type(kernel), kernel, graph.group(3), "graph")
+        return {"I": TF_INFO, "W": WARNING}.get(severity, ERROR), None
+    if stream == "stdout" and _GRAPH.match(line):
+        return PLACEMENT, None
+    if line.startswith(("INFO:tensorflow:", "INFO:absl:")):
+        return TF_INFO, None
+    if line.startswith(("WARNING:tensorflow:", "WARNING:absl:", "WARNING: All log messages")):
+        return WARNING, None
+    if line.startswith(("ERROR:tensorflow:", "Traceback (most recent call last)")):
+        return ERROR, None
+    if stream == "stderr" and re.match(r"^\S*(Error|Exception|Warning): ", line):
+        return WARNING if "Warning: " in line else ERROR, None
+    return OUTPUT, None

@@ -1,0 +1,1 @@
+"""The PySide6 window over `core`. Never imports TensorFlow."""
