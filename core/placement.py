@@ -24,6 +24,12 @@ WARNING = "warning"
 ERROR = "error"
 OUTPUT = "output"
 KINDS = (PLACEMENT, TF_INFO, WARNING, ERROR, OUTPUT)
+CONTINUED_KINDS = (TF_INFO, WARNING, ERROR)
+
+
+def starts_tf_message(line: str) -> bool:
+    """True for the first line of a C++ log message (continuation lines follow unprefixed)."""
+    return bool(_CPP_PREFIX.match(line))
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,7 @@ class RuntimeProcess:
         fences_seen: dict[str, set[str]] = {}
         held: list[tuple[float, str | None, Event]] = []  # (since, fence tag, event), in arrival order
         closed_streams: set[str] = set()
+        last_stderr_kind = [""]
         selector = selectors.DefaultSelector()
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
@@ -331,6 +332,14 @@ class RuntimeProcess:
                 return
             self.last_lines.append(line)
             kind, placed = placement.parse_line(line, stream)
+            if stream == "stderr":
+                # TF's multi-line C++ messages continue on unprefixed lines.
+                if kind == placement.OUTPUT and last_stderr_kind[0] in placement.CONTINUED_KINDS:
+                    kind = last_stderr_kind[0]
+                elif placement.starts_tf_message(line):
+                    last_stderr_kind[0] = kind
+                else:
+                    last_stderr_kind[0] = kind if kind != placement.OUTPUT else ""
             job_id = self.running_job
             if placed is not None:
                 event = Event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line}, job_id=job_id)
@@ -357,6 +366,8 @@ class RuntimeProcess:
                         continue
                     data = partial[fd] + chunk
                     *lines, partial[fd] = data.split(b"\n")
+                    if streams[fd] == "stderr":
+                        last_stderr_kind[0] = ""  # a C++ message and its continuation come in one write
                     for raw in lines:
                         self._dispatch_line(fd, streams, raw, on_event_line, on_output_line)
                 release()

@@ -1,0 +1,342 @@
+"""`tf-device-panel`: the command line over the same engine the window uses.
+
+Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from core import events
+from core.config import ConfigError, DeviceConfig, GpuInfo, ProfileError, load_profile, to_python_snippet, validate
+from core.events import Event
+from core.history import RunHistory
+from core.jobs import JOBS, ParamError, get_job
+from core.nvml import shared as shared_nvml
+from core.session import JobOutcome, run_job_once
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one clear message, exit code 2."""
+
+
+class ConfigRejected(Exception):
+    """TensorFlow refused the configuration when the runtime applied it (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(message)
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def nvml_gpu_inventory() -> list[GpuInfo] | None:
+    """The GPUs NVML sees, for validation; None when unknown (no driver)."""
+    nvml = shared_nvml()
+    if not nvml.init():
+        return None
+    return [GpuInfo(g.index, g.name or "", g.memory_total_mib) for g in nvml.gpus()]
+
+
+def load_config(path: str | None) -> DeviceConfig:
+    config = DeviceConfig() if path is None else load_profile(path)
+    problems = validate(config, nvml_gpu_inventory())
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        config = load_profile(args.file)
+    except ProfileError as exc:
+        print(f"{args.file}: {len(exc.problems)} problem(s)")
+        for problem in exc.problems:
+            print(f"  - {problem}")
+        return EXIT_USAGE
+    problems = validate(config, nvml_gpu_inventory())
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s) on this machine")
+        for problem in problems:
+            print(f"  - {problem}")
+        return EXIT_USAGE
+    print(f"{args.file}: valid — {config.summary()}")
+    return EXIT_OK
+
+
+def cmd_snippet(args: argparse.Namespace) -> int:
+    config = load_profile(args.config) if args.config else DeviceConfig()
+    sys.stdout.write(to_python_snippet(config))
+    return EXIT_OK
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.json:
+        _emit_json([spec.to_json() for spec in JOBS.values()])
+        return EXIT_OK
+    for spec in JOBS.values():
+        print(f"{spec.name:<10} {spec.title}\n           {spec.description}")
+        for param in spec.params:
+            extra = f" (one of: {', '.join(param.choices)})" if param.choices else ""
+            print(f"           --param {param.name}=<{param.type}>  default {param.default!r}{extra}")
+            print(f"               {param.help}")
+        print()
+    return EXIT_OK
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from core.runtime import RuntimeProcess, RuntimeUnavailable
+
+    config = load_config(args.config)
+    nvml = shared_nvml()
+    nvml_info = {"available": nvml.init(), "message": nvml.message, "driver_version": nvml.driver_version(),
+                 "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
+    runtime = RuntimeProcess(config)
+    runtime.start()
+    try:
+        info = runtime.wait_ready()
+    except RuntimeUnavailable as exc:
+        if runtime.startup_error:
+            raise ConfigRejected(str(exc)) from None
+        raise
+    finally:
+        runtime.stop()
+    tf_messages = [line for line in runtime.last_lines if "cuda" in line.lower() or "gpu" in line.lower()]
+    if args.json:
+        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_messages})
+        return EXIT_OK
+    build = info.get("build", {})
+    cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}" if build.get("is_cuda_build") else "no CUDA"
+    print(f"TensorFlow {info['tf_version']} ({cuda} build), Python {info['python']}")
+    print(f"Configuration: {config.summary()}")
+    print("\nPhysical devices:")
+    for device in info["physical"]:
+        extra = ""
+        if device["device_type"] == "GPU":
+            extra = f"  {device.get('device_name', '')}  compute {device.get('compute_capability') or '?'}"
+            extra += "" if device.get("visible") else "  (hidden by visible_gpus)"
+        print(f"  {device['name']}{extra}")
+    print("\nLogical devices (created by the runtime):")
+    for device in info["logical"]:
+        limit = f"  limit {device['memory_limit_mib']} MiB" if "memory_limit_mib" in device else ""
+        print(f"  {device['short_name']:<8} {device['name']}{limit}")
+    if not any(d["device_type"] == "GPU" for d in info["physical"]):
+        print("\nTensorFlow sees no GPU.")
+        for line in tf_messages[-4:]:
+            print(f"  TensorFlow said: {line.split('] ', 1)[-1]}")
+    print("\nNVML:", end=" ")
+    if not nvml_info["available"]:
+        print(nvml_info["message"] or "unavailable")
+    else:
+        print(f"driver {nvml_info['driver_version']} (CUDA {nvml_info['cuda_driver_version']})")
+        for gpu in nvml_info["gpus"]:
+            memory = f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB" if gpu["memory_total_mib"] else "memory N/A"
+            print(f"  GPU {gpu['index']}: {gpu['name'] or 'N/A'}  {gpu['pci_bus_id'] or ''}  {memory}"
+                  + (f"  ({gpu['error']})" if gpu["error"] else ""))
+    return EXIT_OK
+
+
+class _RunPrinter:
+    """Streams a run to the terminal: progress, placements, fallbacks, the job's own output."""
+
+    def __init__(self, verbose: bool, stream: Any):
+        self.verbose = verbose
+        self.out = stream
+        self.last_message = ""
+
+    def __call__(self, event: Event) -> None:
+        data, out = event.data, self.out
+        if event.type == events.READY:
+            names = ", ".join(d["short_name"] for d in data["logical"])
+            print(f"runtime ready: TensorFlow {data['tf_version']}, logical devices {names} "
+                  f"[pid {data['pid']}]", file=out)
+        elif event.type == events.PROGRESS and data.get("message") and data["message"] != self.last_message:
+            self.last_message = data["message"]
+            print(f"… {data['message']}", file=out)
+        elif event.type == events.PLACEMENT:
+            print(f"  placed {data['op_type']:<16} {data['op']:<28} → {data['short_device']}"
+                  f"  ({data['mode']})", file=out)
+        elif event.type == events.FALLBACK:
+            print(f"  ⚠ soft-placement fallback: {data['op']} asked for {data['requested']}, "
+                  f"ran on {data['actual_short']}", file=out)
+        elif event.type == events.LOG:
+            if data["kind"] == "output" or (self.verbose and data["kind"] != "placement"):
+                print(f"  | {data['text']}", file=out)
+        elif event.type == events.STARTUP_ERROR:
+            print(f"TensorFlow rejected the configuration at {data['stage']}: {data['type']}: "
+                  f"{data['message']}", file=out)
+        elif event.type == events.RUNTIME_EXITED and not data.get("expected"):
+            print(f"runtime {data['description']}", file=out)
+            for line in data.get("last_lines", [])[-10:]:
+                print(f"  last output | {line}", file=out)
+
+
+def _format_result(outcome: JobOutcome) -> list[str]:
+    result = outcome.result
+    lines: list[str] = []
+    if not isinstance(result, dict):
+        return [f"result: {result!r}"] if result is not None else []
+    if "matrix" in result:
+        rows = result["matrix"]
+        width = max(len(f"{v:g}") for row in rows for v in row)
+        lines.append("result:")
+        lines += ["  [" + " ".join(f"{v:>{width}g}" for v in row) + "]" for row in rows]
+        lines.append(f"  on {result.get('device')}")
+        for device, actual in (result.get("replicas") or {}).items():
+            lines.append(f"  replica MatMul on {device} → ran on {actual}")
+    if result.get("kind") == "training":
+        lines.append(f"result: {result['replicas_in_sync']} replicas in sync over {', '.join(result['devices'])}")
+        lines.append(f"  global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)")
+        lines += [f"  epoch {i}: loss {v:.6f}" for i, v in enumerate(result["loss"], 1)]
+    if result.get("kind") == "script":
+        lines.append(f"result: {' '.join(result['argv'])} finished (exit 0)")
+    return lines
+
+
+def _placement_summary(outcome: JobOutcome) -> list[str]:
+    if not outcome.placement_counts:
+        return []
+    per_device: Counter[str] = Counter()
+    for (_, device), count in outcome.placement_counts.items():
+        per_device[device] += count
+    summary = ", ".join(f"{device}: {count}" for device, count in sorted(per_device.items()))
+    return [f"placements: {sum(per_device.values())} ({summary})"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = get_job(args.job)
+    texts: dict[str, str] = {}
+    for item in args.param or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param device=/GPU:0")
+        texts[name.strip()] = value
+    params = spec.resolve(texts=texts)
+    config = load_config(args.config)
+    printer = None if args.json else _RunPrinter(args.verbose, sys.stdout)
+    if args.json and args.verbose:
+        printer = _RunPrinter(True, sys.stderr)
+    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory())
+    if outcome.error and outcome.error.get("type") == "ConfigRejected":
+        if args.json:
+            _emit_json(outcome.to_json())
+        else:
+            print(f"error: {outcome.error['message']}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        _emit_json(outcome.to_json())
+    else:
+        for line in _format_result(outcome) + _placement_summary(outcome):
+            print(line)
+        if outcome.error:
+            print(f"error: {outcome.error['type']}: {outcome.error['message']}", file=sys.stderr)
+            if args.verbose and outcome.error.get("traceback"):
+                print(outcome.error["traceback"], file=sys.stderr)
+        duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
+        print(f"status: {outcome.status}{duration} — run {outcome.run_id}")
+    return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = RunHistory().list(limit=args.limit)
+    if args.json:
+        _emit_json(runs)
+        return EXIT_OK
+    if not runs:
+        print(f"no runs yet (history folder: {RunHistory().root})")
+    for run in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
+        duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), (int, float)) else ""
+        error = (run.get("error") or {}).get("message", "")
+        print(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error[:60]}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tf-device-panel", description="See and configure the devices TensorFlow uses.")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's log lines and tracebacks")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("devices", help="physical and logical devices after the configuration")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile (JSON)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_devices)
+
+    p = sub.add_parser("jobs", help="the jobs and their parameters")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("run", help="run a job in a fresh runtime, streaming placements")
+    p.add_argument("job", help=f"one of: {', '.join(JOBS)}")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile (JSON)")
+    p.add_argument("--param", "-p", action="append", metavar="NAME=VALUE", help="job parameter (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("snippet", help="the configuration as Python code for your own script")
+    p.add_argument("--config", metavar="FILE", required=True)
+    p.set_defaults(func=cmd_snippet)
+
+    p = sub.add_parser("validate", help="every problem in a profile")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("runs", help="past runs")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_runs)
+    for name in ("devices", "jobs", "run", "snippet", "validate", "runs"):
+        sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                                       help="show TensorFlow's log lines and tracebacks")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args: argparse.Namespace | None = None
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_OK
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ProfileError as exc:
+        print(f"error: invalid profile {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print("error: invalid configuration:\n" + "\n".join(f"  - {p}" for p in exc.problems), file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigRejected as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ParamError as exc:
+        print(f"error: job {exc.job!r}: " + "; ".join(f"{n}: {m}" for n, m in exc.problems), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_JOB_FAILED
+    except Exception as exc:
+        if getattr(args, "verbose", False):
+            raise
+        print(f"error: {type(exc).__name__}: {exc} (run with --verbose for details)", file=sys.stderr)
+        return EXIT_JOB_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Follow one job from submission to outcome, recording it; and the one-shot run used by the CLI."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import events
+from core.config import DeviceConfig
+from core.events import Event
+from core.history import RunHistory, RunRecorder
+from core.runtime import RuntimeProcess
+
+MAX_KEPT_PLACEMENTS = 100_000
+
+
+@dataclass
+class JobOutcome:
+    job: str
+    params: dict[str, Any]
+    config: dict[str, Any]
+    devices: dict[str, Any] | None = None
+    status: str = "running"          # running, ok, error, cancelled, crashed
+    result: Any = None
+    error: dict[str, Any] | None = None
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    placement_counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op_type, device)
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float | None = None
+    run_id: str | None = None
+    job_id: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "running"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job, "status": self.status, "result": self.result, "params": self.params,
+            "placements": self.placements, "fallbacks": self.fallbacks, "error": self.error,
+            "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
+            "run_id": self.run_id,
+        }
+
+
+class JobRun:
+    """Consumes the events of one job (and runtime-wide ones meanwhile) into a `JobOutcome`."""
+
+    def __init__(self, job: str, params: Mapping[str, Any], config: DeviceConfig,
+                 devices: dict[str, Any] | None, history: RunHistory | None = None):
+        self.outcome = JobOutcome(job=job, params=dict(params), config=config.to_json(), devices=devices)
+        self.recorder: RunRecorder | None = None
+        self._started = time.monotonic()
+        if history is not None:
+            self.recorder = history.new_run(job, dict(params), config.to_json(), devices)
+            self.outcome.run_id = self.recorder.run_id
+
+    def attach(self, job_id: str) -> None:
+        self.outcome.job_id = job_id
+        if self.recorder is not None:
+            self.recorder.summary["job_id"] = job_id
+
+    def feed(self, event: Event) -> bool:
+        """Take one event; returns True once the job has finished. Other jobs' events are ignored."""
+        outcome = self.outcome
+        if event.job_id is not None and event.job_id != outcome.job_id:
+            return outcome.finished
+        if self.recorder is not None:
+            self.recorder.append(event)
+        kind, data = event.type, event.data
+        if kind == events.PLACEMENT:
+            outcome.placement_counts[(data["op_type"], data["short_device"])] += 1
+            if len(outcome.placements) < MAX_KEPT_PLACEMENTS:
+                outcome.placements.append({k: data[k] for k in ("op", "op_type", "device", "short_device", "mode")})
+        elif kind == events.FALLBACK:
+            outcome.fallbacks.append(data)
+        elif kind == events.METRIC:
+            outcome.metrics.append(data)
+        elif kind == events.RESULT:
+            outcome.result = data.get("result")
+        elif kind == events.ERROR and event.job_id is not None:
+            outcome.error = {"type": data.get("type", "Error"), "message": data.get("message", "")}
+            if data.get("traceback"):
+                outcome.error["traceback"] = data["traceback"]
+        elif kind == events.JOB_FINISHED:
+            outcome.status = str(data.get("status", "error"))
+            outcome.duration_s = data.get("duration_s") or (time.monotonic() - self._started)
+            self._finish()
+        elif kind == events.RUNTIME_EXITED and not outcome.finished:
+            outcome.status = "crashed"
+            outcome.error = outcome.error or {"type": "RuntimeExited", "message": data.get("description", "")}
+            self._finish()
+        return outcome.finished
+
+    def fail(self, error_type: str, message: str, status: str = "error") -> None:
+        """End a run that never reached the runtime (e.g. the configuration was rejected)."""
+        self.outcome.status = status
+        self.outcome.error = {"type": error_type, "message": message}
+        self.outcome.duration_s = time.monotonic() - self._started
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.recorder is not None:
+            o = self.outcome
+            self.recorder.finish(status=o.status, result=o.result, error=o.error, duration_s=o.duration_s,
+                                 fallbacks=o.fallbacks,
+                                 placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()])
+
+
+def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
+                 on_event: Callable[[Event], None] | None = None, history: RunHistory | None = None,
+                 cancel: threading.Event | None = None, grace_s: float = 5.0,
+                 ready_timeout_s: float = 180.0) -> JobOutcome:
+    """Start a runtime with `config`, run one job, stop the runtime. Ctrl+C cancels the job."""
+    inbox: queue.Queue[Event] = queue.Queue()
+    runtime = RuntimeProcess(config, on_event=inbox.put)
+    run: JobRun | None = None
+    started = time.monotonic()
+    cancel_sent = False
+    runtime.start()
+    try:
+        while True:
+            try:
+                event = inbox.get(timeout=0.1)
+            except queue.Empty:
+                event = None
+            except KeyboardInterrupt:
+                event = None
+                if cancel_sent:
+                    runtime.kill(reason="interrupted twice")
+                cancel = cancel or threading.Event()
+                cancel.set()
+            if cancel is not None and cancel.is_set() and not cancel_sent:
+                cancel_sent = True
+                if run is None:
+                    runtime.kill(reason="cancelled before the job started")
+                else:
+                    runtime.cancel(grace_s)
+            if event is None:
+                if run is None and time.monotonic() - started > ready_timeout_s:
+                    runtime.kill(reason=f"not ready after {ready_timeout_s:.0f} s")
+                continue
+            if on_event is not None:
+                on_event(event)
+            if run is None and event.type == events.READY:
+                run = JobRun(job, params, config, event.data, history)
+                run.attach(runtime.submit(job, params))
+            elif run is None and event.type == events.RUNTIME_EXITED:
+                run = JobRun(job, params, config, None, history)
+                if runtime.startup_error:
+                    run.fail("ConfigRejected", runtime.failure_message())
+                else:
+                    run.fail("RuntimeExited", runtime.failure_message(),
+                             status="cancelled" if cancel_sent else "crashed")
+                return run.outcome
+            elif run is not None and run.feed(event):
+                return run.outcome
+    finally:
+        runtime.stop()
