@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from core import events
-from core.config import ConfigError, DeviceConfig, GpuInfo, ProfileError, load_profile, to_python_snippet, validate
+from core.config import (
+    ConfigError,
+    DeviceConfig,
+    GpuInfo,
+    ProfileError,
+    load_profile,
+    to_python_snippet,
+    validate,
+)
 from core.events import Event
 from core.history import RunHistory
 from core.jobs import JOBS, ParamError, get_job
@@ -102,8 +110,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     nvml = shared_nvml()
-    nvml_info = {"available": nvml.init(), "message": nvml.message, "driver_version": nvml.driver_version(),
-                 "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
+    nvml_info: dict[str, Any] = {
+        "available": nvml.init(), "message": nvml.message, "driver_version": nvml.driver_version(),
+        "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
     runtime = RuntimeProcess(config)
     runtime.start()
     try:
@@ -114,12 +123,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
         raise
     finally:
         runtime.stop()
-    tf_messages = [line for line in runtime.last_lines if "cuda" in line.lower() or "gpu" in line.lower()]
+    tf_messages: list[str] = [line for line in runtime.last_lines if "cuda" in line.lower() or "gpu" in line.lower()]
     if args.json:
         _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_messages})
         return EXIT_OK
     build = info.get("build", {})
-    cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}" if build.get("is_cuda_build") else "no CUDA"
+    cuda = "no CUDA"
+    if build.get("is_cuda_build"):
+        cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
     print(f"TensorFlow {info['tf_version']} ({cuda} build), Python {info['python']}")
     print(f"Configuration: {config.summary()}")
     print("\nPhysical devices:")
@@ -143,7 +154,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     else:
         print(f"driver {nvml_info['driver_version']} (CUDA {nvml_info['cuda_driver_version']})")
         for gpu in nvml_info["gpus"]:
-            memory = f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB" if gpu["memory_total_mib"] else "memory N/A"
+            memory = "memory N/A"
+            if gpu["memory_total_mib"]:
+                memory = f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB"
             print(f"  GPU {gpu['index']}: {gpu['name'] or 'N/A'}  {gpu['pci_bus_id'] or ''}  {memory}"
                   + (f"  ({gpu['error']})" if gpu["error"] else ""))
     return EXIT_OK
@@ -251,7 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = RunHistory().list(limit=args.limit)
+    runs = RunHistory().summaries(limit=args.limit)
     if args.json:
         _emit_json(runs)
         return EXIT_OK

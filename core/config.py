@@ -312,9 +312,9 @@ def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
         try:
             load_profile(path)
         except ProfileError as exc:
-            raise ProfileError(path, [Problem(
-                "(file)", "exists and is not a valid profile, so it was left untouched",
-                "save under another name, or move that file away first")] + exc.problems) from None
+            refusal = Problem("(file)", "exists and is not a valid profile, so it was left untouched",
+                              "save under another name, or move that file away first")
+            raise ProfileError(path, [refusal, *exc.problems]) from None
     text = json.dumps(config.to_json(), indent=2) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -64,7 +64,7 @@ class RunHistory:
                    "status": "running", "started": time.time(), "client_pid": os.getpid()}
         return RunRecorder(self.root / run_id, summary)
 
-    def list(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def summaries(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Summaries, newest first; a run whose client died mid-run shows as 'interrupted'."""
         if not self.root.is_dir():
             return []

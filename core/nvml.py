@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -103,15 +104,15 @@ class Nvml:
                 continue
             except pynvml.NVMLError:
                 pass
-            uuid = self._read(lambda h=handle: pynvml.nvmlDeviceGetUUID(h))
+            uuid = self._read(partial(pynvml.nvmlDeviceGetUUID, handle))
             snap.uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-            pci = self._read(lambda h=handle: pynvml.nvmlDeviceGetPciInfo(h))
+            pci = self._read(partial(pynvml.nvmlDeviceGetPciInfo, handle))
             if pci is not None:
                 bus = pci.busId
                 snap.pci_bus_id = bus.decode() if isinstance(bus, bytes) else str(bus)
-            memory = self._read(lambda h=handle: pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2))
-            if memory is None:
-                memory = self._read(lambda h=handle: pynvml.nvmlDeviceGetMemoryInfo(h))
+            memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2))
+            if memory is None:  # drivers older than R510 have no v2 query
+                memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle))
             if memory is not None:
                 snap.memory_total_mib = int(memory.total) // (1024 * 1024)
                 snap.memory_used_mib = int(memory.used) // (1024 * 1024)

@@ -98,6 +98,7 @@ class RuntimeProcess:
         self._reader: threading.Thread | None = None
         self._stop_requested = False
         self._killed_reason: str | None = None
+        self._killed_for_cancel = False
         self._write_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -160,7 +161,8 @@ class RuntimeProcess:
     def failure_message(self) -> str:
         if self.startup_error:
             err = self.startup_error
-            return f"TensorFlow rejected the configuration at {err.get('stage')}: {err.get('type')}: {err.get('message')}"
+            return (f"TensorFlow rejected the configuration at {err.get('stage')}: "
+                    f"{err.get('type')}: {err.get('message')}")
         if self.exit_info:
             tail = "\n".join(self.exit_info.get("last_lines", [])[-8:])
             return f"the runtime {self.exit_info['description']}" + (f"; last output:\n{tail}" if tail else "")
@@ -186,6 +188,7 @@ class RuntimeProcess:
 
         def enforce() -> None:
             if self.running_job == job_id and self.state == BUSY:
+                self._killed_for_cancel = True
                 self.kill(reason=f"the job did not stop within {grace:g} s of being cancelled, "
                                  "so its runtime was killed")
 
@@ -306,8 +309,8 @@ class RuntimeProcess:
             now = time.monotonic()
             while held:
                 since, tag, event = held[0]
-                arrived = fences_seen.get(tag, set()) | closed_streams
-                if not (force or tag is None or arrived >= {"stdout", "stderr"} or now - since > FENCE_WAIT_S):
+                if not (force or tag is None or now - since > FENCE_WAIT_S
+                        or fences_seen.get(tag, set()) | closed_streams >= {"stdout", "stderr"}):
                     return
                 held.pop(0)
                 self._deliver(event)
@@ -414,12 +417,13 @@ class RuntimeProcess:
         description = describe_exit(returncode)
         if self._killed_reason:
             description = f"{description}: {self._killed_reason}"
-        info = {"returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-                "description": description, "expected": expected, "last_lines": list(self.last_lines)}
+        info: dict[str, Any] = {
+            "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+            "description": description, "expected": expected, "last_lines": list(self.last_lines)}
         self.exit_info = info
         job_id = self.running_job
         if job_id is not None:
-            cancelled = self._killed_reason is not None and "cancel" in self._killed_reason
+            cancelled = self._killed_for_cancel
             message = f"the runtime {description} while the job was running"
             self._deliver(Event(events.ERROR, {"type": "RuntimeExited", "message": message,
                                                "last_lines": info["last_lines"][-12:]}, job_id=job_id))

@@ -9,6 +9,7 @@ gone, and the process exits at once so it never outlives its client.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -50,17 +51,13 @@ class EventWriter:
 def fence(tag: str) -> None:
     """Mark both output streams so the client knows every earlier line of `tag` has arrived."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     _libc.fflush(None)  # C and C++ stdio buffers, where TF's stdout copies of placer lines wait
     marker = f"{FENCE_PREFIX}{tag}\n".encode()
     for fd in (1, 2):
-        try:
+        with contextlib.suppress(OSError):
             os.write(fd, marker)
-        except OSError:
-            pass
 
 
 def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
@@ -146,7 +143,7 @@ def describe_devices(tf: Any, config: DeviceConfig) -> dict[str, Any]:
         logical.append(entry)
     split_gpus = [d for d in logical if d["device_type"] == "GPU"]
     if config.virtual_gpus and len(gpu_limits) == len(split_gpus):
-        for device, limit in zip(split_gpus, gpu_limits):
+        for device, limit in zip(split_gpus, gpu_limits, strict=False):
             device["memory_limit_mib"] = limit
 
     try:

@@ -27,7 +27,7 @@ def test_eager_line() -> None:
 
 
 def test_graph_line_keeps_node_name() -> None:
-    kind, placed = parse_line(GRAPH, "stderr")
+    _kind, placed = parse_line(GRAPH, "stderr")
     assert placed is not None
     assert (placed.op, placed.op_type, placed.device) == (
         "replica_1/mul", "Mul", "/job:localhost/replica:0/task:0/device:GPU:1")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import ROOT, collect_job, of_type
+
 from core import events
 from core.config import DeviceConfig
 from core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable

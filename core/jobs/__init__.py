@@ -127,7 +127,7 @@ class JobSpec:
 
     def function(self) -> Callable[..., Any]:
         module, _, attr = self.entry.partition(":")
-        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module(module), attr)
 
     def source(self) -> str:
         return inspect.getsource(self.function())
