@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -67,6 +68,12 @@ def load_config(path: str | None) -> DeviceConfig:
 
 
 # -- commands ------------------------------------------------------------------------------------
+def cmd_gui(args: argparse.Namespace) -> int:
+    # Imported by name: core stays free of Qt unless the window is asked for.
+    launcher = importlib.import_module("gui.app")
+    return int(launcher.main(args.config))
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
         config = load_profile(args.file)
@@ -283,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's log lines and tracebacks")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
+    p = sub.add_parser("gui", help="open the window (the default with no command)")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile to open")
+    p.set_defaults(func=cmd_gui)
+
     p = sub.add_parser("devices", help="physical and logical devices after the configuration")
     p.add_argument("--config", metavar="FILE", help="device configuration profile (JSON)")
     p.add_argument("--json", action="store_true")
@@ -323,8 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            parser.print_help()
-            return EXIT_OK
+            return cmd_gui(argparse.Namespace(config=None))
         return int(args.func(args))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

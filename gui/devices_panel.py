@@ -1,0 +1,75 @@
+"""Physical devices and the logical devices the running runtime actually created."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtGui import QBrush
+from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+
+from gui.colors import device_color
+
+
+def gpu_messages(last_lines: list[str]) -> list[str]:
+    """TensorFlow's own lines explaining why it has no GPU (driver, cuInit, dlopen…)."""
+    keys = ("cuda", "gpu", "cuinit", "dlopen", "driver")
+    return [line.split("] ", 1)[-1] for line in last_lines if any(k in line.lower() for k in keys)]
+
+
+class DevicesPanel(QWidget):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["Device", "Details"])
+        self.tree.setColumnWidth(0, 220)
+        self.tree.setMinimumHeight(160)
+        self.note = QLabel("Starting the TensorFlow runtime…")
+        self.note.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.note)
+        layout.addWidget(self.tree, 1)
+
+    def show_devices(self, info: dict[str, Any], nvml_gpus: list[dict[str, Any]], tf_lines: list[str]) -> None:
+        self.tree.clear()
+        build = info.get("build", {})
+        cuda = (f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
+                if build.get("is_cuda_build") else "no CUDA")
+        physical = QTreeWidgetItem([f"Physical ({len(info['physical'])})", f"TensorFlow {info['tf_version']}, {cuda}"])
+        nvml_by_index = {g["index"]: g for g in nvml_gpus}
+        for device in info["physical"]:
+            details = ""
+            if device["device_type"] == "GPU":
+                nv = nvml_by_index.get(device["index"], {})
+                parts = [device.get("device_name") or nv.get("name") or "",
+                         f"{nv['memory_total_mib']} MiB" if nv.get("memory_total_mib") else "",
+                         f"compute {device['compute_capability']}" if device.get("compute_capability") else "",
+                         f"PCI {nv['pci_bus_id']}" if nv.get("pci_bus_id") else "",
+                         "" if device.get("visible", True) else "hidden"]
+                details = ", ".join(p for p in parts if p)
+            item = QTreeWidgetItem([device["name"].replace("/physical_device:", ""), details])
+            item.setToolTip(0, device["name"])
+            physical.addChild(item)
+        logical = QTreeWidgetItem([f"Logical ({len(info['logical'])})", "created by the running runtime"])
+        for device in info["logical"]:
+            limit = f"limit {device['memory_limit_mib']} MiB — " if "memory_limit_mib" in device else ""
+            item = QTreeWidgetItem([device["short_name"], limit + device["name"]])
+            item.setForeground(0, QBrush(device_color(device["short_name"])))
+            item.setToolTip(1, device["name"])
+            logical.addChild(item)
+        self.tree.addTopLevelItems([physical, logical])
+        self.tree.expandAll()
+        self.tree.resizeColumnToContents(0)
+        if not any(d["device_type"] == "GPU" for d in info["physical"]):
+            reasons = gpu_messages(tf_lines)[-3:]
+            self.note.setText("<b>TensorFlow sees no GPU.</b>" + (
+                "<br>TensorFlow said: " + "<br>".join(f"<i>{_esc(r)}</i>" for r in reasons) if reasons else ""))
+        else:
+            self.note.setText(f"Runtime pid {info['pid']}, Python {info['python']}")
+
+    def show_message(self, html: str) -> None:
+        self.note.setText(html)
+
+
+def _esc(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -1,0 +1,298 @@
+"""Placement log: the raw output (filterable, bounded) and a placement table with a per-device summary."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import events, placement
+from core.events import Event
+from gui.colors import device_color
+from gui.notice import show_notice
+
+MAX_LOG_LINES = 20_000
+KIND_LABELS = {placement.PLACEMENT: "Placement", placement.TF_INFO: "TF info", placement.WARNING: "Warnings",
+               placement.ERROR: "Errors", placement.OUTPUT: "Job output"}
+_Index = QModelIndex | QPersistentModelIndex
+
+
+def event_log_entry(event: Event) -> tuple[str, str] | None:
+    """(kind, text) for events that belong in the raw log."""
+    data = event.data
+    if event.type == events.LOG:
+        return str(data.get("kind", placement.OUTPUT)), str(data.get("text", ""))
+    if event.type == events.PLACEMENT:
+        return placement.PLACEMENT, str(data.get("line", ""))
+    if event.type == events.FALLBACK:
+        return placement.WARNING, (f"[panel] soft-placement fallback: {data['op']} asked for {data['requested']}, "
+                                   f"ran on {data['actual_short']}")
+    if event.type == events.ERROR:
+        return placement.ERROR, f"[panel] {data.get('type')}: {data.get('message')}"
+    if event.type == events.STARTUP_ERROR:
+        return placement.ERROR, f"[panel] configuration rejected at {data.get('stage')}: {data.get('type')}: " \
+                                f"{data.get('message')}"
+    if event.type == events.RUNTIME_EXITED:
+        kind = placement.TF_INFO if data.get("expected") else placement.ERROR
+        return kind, f"[panel] runtime {data['description']}"
+    if event.type == events.JOB_STARTED:
+        return placement.TF_INFO, f"[panel] job {data.get('job')} started"
+    return None
+
+
+class PlacementModel(QAbstractTableModel):
+    HEADERS = ("Op", "Op type", "Device", "Count")
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.rows: list[list[Any]] = []          # [op, op_type, short_device, count, fallback]
+        self._index: dict[tuple[str, str, str], int] = {}
+        self.fallback_ops: set[tuple[str, str]] = set()   # (op_type, actual device)
+
+    def clear(self) -> None:
+        self.beginResetModel()
+        self.rows, self._index, self.fallback_ops = [], {}, set()
+        self.endResetModel()
+
+    def add(self, placements: list[dict[str, Any]]) -> None:
+        new_rows: list[list[Any]] = []
+        changed: set[int] = set()
+        for data in placements:
+            key = (data["op"], data["op_type"], data["short_device"])
+            row = self._index.get(key)
+            if row is None:
+                self._index[key] = len(self.rows) + len(new_rows)
+                new_rows.append([key[0], key[1], key[2], 1, False])
+            elif row < len(self.rows):
+                self.rows[row][3] += 1
+                changed.add(row)
+            else:
+                new_rows[row - len(self.rows)][3] += 1
+        if changed:
+            self.dataChanged.emit(self.index(min(changed), 3), self.index(max(changed), 3))
+        if new_rows:
+            self.beginInsertRows(QModelIndex(), len(self.rows), len(self.rows) + len(new_rows) - 1)
+            self.rows.extend(new_rows)
+            self.endInsertRows()
+        self._mark_fallbacks()
+
+    def mark_fallback(self, op_type: str, device: str) -> None:
+        self.fallback_ops.add((op_type, device))
+        self._mark_fallbacks()
+
+    def _mark_fallbacks(self) -> None:
+        for number, row in enumerate(self.rows):
+            flagged = (row[1], row[2]) in self.fallback_ops
+            if flagged != row[4]:
+                row[4] = flagged
+                self.dataChanged.emit(self.index(number, 0), self.index(number, 3))
+
+    def per_device(self) -> Counter[str]:
+        totals: Counter[str] = Counter()
+        for row in self.rows:
+            totals[row[2]] += row[3]
+        return totals
+
+    def rowCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008 (Qt's signature)
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: _Index = QModelIndex()) -> int:  # noqa: B008
+        return 4
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: _Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        column = index.column()
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            value = row[column]
+            return value if column == 3 or role == Qt.ItemDataRole.EditRole else str(value)
+        if role == Qt.ItemDataRole.ForegroundRole and column == 2:
+            return QBrush(device_color(row[2]))
+        if role == Qt.ItemDataRole.BackgroundRole and row[4]:
+            return QBrush(QColor(255, 170, 0, 90))
+        if role == Qt.ItemDataRole.ToolTipRole and row[4]:
+            return "Soft placement moved this op: it was pinned to a device that does not exist"
+        if role == Qt.ItemDataRole.FontRole and column == 2:
+            font = QFont()
+            font.setBold(True)
+            return font
+        return None
+
+
+class LogPanel(QWidget):
+    """Bounded, batched raw log with filters, and the placement table."""
+
+    fallbackSeen = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.entries: deque[tuple[str, str]] = deque(maxlen=MAX_LOG_LINES)
+        self.total_lines = 0
+
+        self.filter_text = QLineEdit(placeholderText="Filter log…")
+        self.filter_text.setClearButtonEnabled(True)
+        self.kind_boxes: dict[str, QCheckBox] = {}
+        filters = QHBoxLayout()
+        filters.addWidget(self.filter_text, 1)
+        for kind, label in KIND_LABELS.items():
+            box = QCheckBox(label)
+            box.setChecked(True)
+            box.toggled.connect(self._refilter)
+            self.kind_boxes[kind] = box
+            filters.addWidget(box)
+        self.save_button = QPushButton("Save log…")
+        self.save_button.clicked.connect(self._save_dialog)
+        self.clear_button = QPushButton("Clear")
+        self.clear_button.clicked.connect(self.clear)
+        filters.addWidget(self.save_button)
+        filters.addWidget(self.clear_button)
+        self.filter_text.textChanged.connect(self._refilter)
+
+        self.view = QPlainTextEdit(readOnly=True)
+        self.view.setMaximumBlockCount(MAX_LOG_LINES)
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.view.setFont(mono)
+        self.view.setMinimumHeight(120)
+
+        self.model = PlacementModel(self)
+        proxy = QSortFilterProxyModel(self)
+        proxy.setSourceModel(self.model)
+        proxy.setSortRole(Qt.ItemDataRole.EditRole)
+        self.table = QTableView()
+        self.table.setModel(proxy)
+        self.table.setSortingEnabled(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.setMinimumWidth(280)
+        self.summary = QLabel("No placements yet.")
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setWordWrap(True)
+        self.fallback_banner = QLabel()
+        self.fallback_banner.setStyleSheet("background: rgba(255,170,0,0.35); padding: 4px; border-radius: 3px;")
+        self.fallback_banner.setWordWrap(True)
+        self.fallback_banner.hide()
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.fallback_banner)
+        right_layout.addWidget(self.summary)
+        right_layout.addWidget(self.table, 1)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addLayout(filters)
+        left_layout.addWidget(self.view, 1)
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(splitter)
+
+    # -- feeding -------------------------------------------------------------------------------
+    def add_events(self, batch: list[Event]) -> None:
+        """One batch from the controller: a single text append and a single table update."""
+        lines: list[tuple[str, str]] = []
+        placements: list[dict[str, Any]] = []
+        for event in batch:
+            entry = event_log_entry(event)
+            if entry is not None:
+                lines.append(entry)
+            if event.type == events.PLACEMENT:
+                placements.append(event.data)
+            elif event.type == events.FALLBACK:
+                self.model.mark_fallback(event.data["op"], event.data["actual_short"])
+                self._show_fallback(event.data)
+        if placements:
+            self.model.add(placements)
+            self._update_summary()
+        if lines:
+            self.total_lines += len(lines)
+            self.entries.extend(lines[-MAX_LOG_LINES:])
+            visible = [text for kind, text in lines[-MAX_LOG_LINES:] if self._passes(kind, text)]
+            if visible:
+                self.view.appendPlainText("\n".join(visible))
+
+    def start_job(self) -> None:
+        """A new job: fresh placement table; the raw log keeps its history."""
+        self.model.clear()
+        self.fallback_banner.hide()
+        self._update_summary()
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.view.clear()
+        self.start_job()
+
+    def _show_fallback(self, data: dict[str, Any]) -> None:
+        self.fallback_banner.setText(
+            f"⚠ Soft placement: <b>{data['op']}</b> was pinned to <b>{data['requested']}</b>, which does not "
+            f"exist here, and ran on <b>{data['actual_short']}</b> instead.")
+        self.fallback_banner.show()
+        self.fallbackSeen.emit(data["actual_short"])
+
+    def _update_summary(self) -> None:
+        totals = self.model.per_device()
+        if not totals:
+            self.summary.setText("No placements yet.")
+            return
+        parts = [f'<span style="color:{device_color(d).name()}"><b>{d}</b></span>: {n}'
+                 for d, n in sorted(totals.items())]
+        self.summary.setText(f"{sum(totals.values())} placements — " + " · ".join(parts))
+
+    # -- filtering and saving ----------------------------------------------------------------
+    def _passes(self, kind: str, text: str) -> bool:
+        box = self.kind_boxes.get(kind)
+        if box is not None and not box.isChecked():
+            return False
+        needle = self.filter_text.text()
+        return not needle or needle.lower() in text.lower()
+
+    def _refilter(self) -> None:
+        visible = [text for kind, text in self.entries if self._passes(kind, text)]
+        self.view.setPlainText("\n".join(visible))
+        self.view.moveCursor(self.view.textCursor().MoveOperation.End)
+
+    def visible_text(self) -> str:
+        return self.view.toPlainText()
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text("\n".join(text for _, text in self.entries) + "\n", encoding="utf-8")
+
+    def _save_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save log", "placement-log.txt", "Text files (*.txt)")
+        if path:
+            try:
+                self.save(path)
+            except OSError as exc:
+                show_notice(self, "Save log", f"Could not save the log to {path}:\n{exc.strerror}")

@@ -1,0 +1,336 @@
+"""The main window: devices, configuration, runs, placement log, history, runtime status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QDialog,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import events
+from core.config import DeviceConfig, GpuInfo, ProfileError, load_profile, save_profile, to_python_snippet
+from core.events import Event
+from core.history import RunHistory
+from core.nvml import shared as shared_nvml
+from core.session import JobOutcome
+from gui.config_panel import ConfigPanel
+from gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
+from gui.devices_panel import DevicesPanel, gpu_messages
+from gui.history_panel import HistoryPanel
+from gui.log_panel import LogPanel
+from gui.notice import show_notice
+from gui.runs_panel import RunsPanel
+
+ORGANIZATION, APPLICATION = "TF Device Panel", "tf-device-panel"
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, profile: str | None = None, *, settings: QSettings | None = None,
+                 history: RunHistory | None = None, start_runtime: bool = True):
+        super().__init__()
+        self.setWindowTitle("TF Device Panel")
+        self.setMinimumSize(900, 600)
+        self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
+        self.history = history or RunHistory()
+        self.profile_path: Path | None = None
+        self.profile_is_broken = False
+        self.nvml_gpus: list[dict[str, Any]] = []
+        self.closing = False
+        self.notices: list[str] = []  # every message shown to the user, newest last
+
+        self.controller = RuntimeController(self.history, self)
+        self.devices = DevicesPanel()
+        self.config_panel = ConfigPanel()
+        self.runs = RunsPanel()
+        self.log = LogPanel()
+        self.history_panel = HistoryPanel(self.history)
+
+        self.setCentralWidget(self.runs)
+        config_scroll = QScrollArea()
+        config_scroll.setWidgetResizable(True)
+        config_scroll.setWidget(self.config_panel)
+        config_scroll.setMinimumWidth(300)
+        self.docks = {
+            "devices": self._dock("Devices", self.devices, Qt.DockWidgetArea.LeftDockWidgetArea),
+            "config": self._dock("Configuration (before TF initializes)", config_scroll,
+                                 Qt.DockWidgetArea.LeftDockWidgetArea),
+            "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
+            "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+        }
+        self.tabifyDockWidget(self.docks["devices"], self.docks["config"])
+        self.docks["config"].raise_()
+        self.docks["history"].hide()
+
+        self.runtime_label = QLabel("Runtime: not started")
+        self.restart_button = QPushButton("Start runtime")
+        self.restart_button.clicked.connect(self.apply_current)
+        self.restart_button.hide()
+        self.statusBar().addWidget(self.runtime_label, 1)
+        self.statusBar().addPermanentWidget(self.restart_button)
+        self._build_menus()
+
+        self.controller.eventsArrived.connect(self._on_events)
+        self.controller.stateChanged.connect(self._on_state)
+        self.controller.jobFinished.connect(self._on_job_finished)
+        self.controller.problem.connect(self._show_problem)
+        self.config_panel.applyRequested.connect(self.apply)
+        self.config_panel.changed.connect(self._refresh_status)
+        self.config_panel.snippet_button.clicked.connect(self.show_snippet)
+        self.runs.runRequested.connect(self.run_job)
+        self.runs.stopRequested.connect(self.controller.cancel)
+        self.history_panel.refresh()
+
+        self._restore_settings()
+        self._read_nvml()
+        if profile is not None:
+            self.open_profile(profile)
+        elif self.settings.value("last_profile"):
+            last = str(self.settings.value("last_profile"))
+            if Path(last).is_file():
+                self.open_profile(last, quiet=True)
+        if start_runtime:
+            self.apply(self.config_panel.config())
+
+    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(title.split()[0].lower() + "-dock")
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self._action(file_menu, "&Open profile…", self._open_dialog, QKeySequence.StandardKey.Open)
+        self._action(file_menu, "&Save profile", self.save_profile, QKeySequence.StandardKey.Save)
+        self._action(file_menu, "Save profile &as…", self._save_as_dialog, QKeySequence.StandardKey.SaveAs)
+        file_menu.addSeparator()
+        self._action(file_menu, "Copy configuration as &Python…", self.show_snippet)
+        self._action(file_menu, "Save &log…", self.log._save_dialog)
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+        runtime_menu = self.menuBar().addMenu("&Runtime")
+        self._action(runtime_menu, "&Apply configuration (restart runtime)", self.apply_current, "Ctrl+Shift+A")
+        self._action(runtime_menu, "&Kill runtime", self.controller.kill_runtime)
+        view_menu = self.menuBar().addMenu("&View")
+        for dock in self.docks.values():
+            view_menu.addAction(dock.toggleViewAction())
+
+    def _action(self, menu: Any, text: str, slot: Any, shortcut: Any = None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    # -- configuration and runtime -----------------------------------------------------------------
+    def _read_nvml(self) -> None:
+        nvml = shared_nvml()
+        self.nvml_gpus = [g.to_json() for g in nvml.gpus()] if nvml.init() else []
+
+    def apply_current(self) -> None:
+        if self.config_panel.problems:
+            self._show_problem("Fix the configuration problems shown in red before applying.")
+            return
+        self.apply(self.config_panel.config())
+
+    def apply(self, config: DeviceConfig) -> None:
+        if self.controller.state == BUSY:
+            answer = QMessageBox.question(
+                self, "Restart the runtime?",
+                "A job is running. Applying the configuration stops it and starts a fresh runtime. Continue?")
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.log.start_job()
+        self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
+        self.controller.apply(config)
+        self.config_panel.mark_applied(config)
+        self._refresh_status()
+
+    def run_job(self, job: str, params: dict[str, Any]) -> None:
+        if self.controller.run(job, params):
+            self.log.start_job()
+            self.runs.job_started(job)
+        self._refresh_status()
+
+    def _on_events(self, batch: list[Event]) -> None:
+        try:
+            self._handle_events(batch)
+        finally:
+            self.controller.batch_done()
+
+    def _handle_events(self, batch: list[Event]) -> None:
+        self.log.add_events(batch)
+        for event in batch:
+            if event.type == events.READY:
+                self._on_ready(event.data)
+            elif event.type == events.PROGRESS:
+                self.runs.show_progress(event.data["done"], event.data["total"], event.data.get("message", ""))
+            elif event.type == events.METRIC and event.data.get("name") == "loss":
+                self.runs.result.add_live_loss(int(event.data.get("step") or 0), float(event.data["value"]))
+            elif event.type == events.STARTUP_ERROR:
+                data = event.data
+                self.devices.show_message(
+                    f"<b style='color:#d33'>TensorFlow rejected the configuration</b> at "
+                    f"<i>{data.get('stage')}</i>:<br>{data.get('type')}: {data.get('message')}")
+            elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
+                self._runtime_died(event.data)
+
+    def _on_ready(self, info: dict[str, Any]) -> None:
+        runtime = self.controller.runtime
+        tf_lines = list(runtime.last_lines) if runtime is not None else []
+        self.devices.show_devices(info, self.nvml_gpus, tf_lines)
+        nvml_by_index = {g["index"]: g for g in self.nvml_gpus}
+        gpus = [GpuInfo(d["index"], d.get("device_name") or nvml_by_index.get(d["index"], {}).get("name") or "",
+                        nvml_by_index.get(d["index"], {}).get("memory_total_mib"))
+                for d in info["physical"] if d["device_type"] == "GPU"]
+        reasons = gpu_messages(tf_lines)[-2:]
+        self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
+        self.runs.set_devices([d["short_name"] for d in info["logical"]])
+
+    def _runtime_died(self, info: dict[str, Any]) -> None:
+        tail = "\n".join(info.get("last_lines", [])[-8:])
+        self.devices.show_message(f"<b style='color:#d33'>The runtime {info['description']}.</b>")
+        if not self.closing:
+            self.statusBar().showMessage(f"Runtime {info['description']}", 10_000)
+            self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
+
+    def _on_job_finished(self, outcome: JobOutcome) -> None:
+        self.runs.job_finished(outcome)
+        self.history_panel.refresh()
+        self._refresh_status()
+
+    def _on_state(self, _state: str) -> None:
+        self._refresh_status()
+
+    def _refresh_status(self) -> None:
+        state = self.controller.state
+        runtime = self.controller.runtime
+        applied = self.controller.applied
+        summary = applied.summary() if applied else ""
+        stale = self.config_panel.is_stale and state not in (EXITED, "not started")
+        if state in (READY, BUSY):
+            info = self.controller.ready_info or {}
+            text = (f"Runtime {'busy' if state == BUSY else 'ready'} — pid {info.get('pid')}, "
+                    f"TensorFlow {info.get('tf_version')}, {summary}")
+        elif state == STARTING:
+            text = f"Runtime starting… ({summary})"
+        elif state == EXITED and runtime is not None and runtime.exit_info is not None:
+            text = f"Runtime exited: {runtime.exit_info['description']}"
+            if runtime.startup_error:
+                text = "Runtime exited: " + runtime.failure_message()
+        else:
+            text = f"Runtime {state}"
+        if stale:
+            text = "⟳ STALE (configuration changed; Apply to restart) — " + text
+        self.runtime_label.setText(text)
+        self.restart_button.setVisible(state in (EXITED, "not started"))
+        self.restart_button.setText("Restart runtime" if state == EXITED else "Start runtime")
+        can_run = state == READY
+        self.runs.set_can_run(can_run and not self.runs.stop_button.isEnabled(),
+                              "" if can_run else f"The runtime is {state}")
+        if state != BUSY and self.runs.stop_button.isEnabled() and self.controller.job_run is not None \
+                and self.controller.job_run.outcome.finished:
+            self.runs.stop_button.setEnabled(False)
+
+    def notify(self, title: str, message: str) -> None:
+        self.notices.append(f"{title}: {message}")
+        self.statusBar().showMessage(message.splitlines()[0] if message else title, 10_000)
+        if not self.closing:
+            show_notice(self, title, message)
+
+    def _show_problem(self, message: str) -> None:
+        self.notify("TF Device Panel", message)
+
+    # -- profiles ----------------------------------------------------------------------------------
+    def open_profile(self, path: str | Path, quiet: bool = False) -> bool:
+        try:
+            config = load_profile(path)
+        except ProfileError as exc:
+            if not quiet:
+                self._profile_error("Cannot open profile", exc)
+            return False
+        self.profile_path = Path(path)
+        self.config_panel.set_config(config)
+        self.settings.setValue("last_profile", str(self.profile_path))
+        self.setWindowTitle(f"TF Device Panel — {self.profile_path.name}")
+        return True
+
+    def _profile_error(self, title: str, exc: ProfileError) -> None:
+        details = "\n".join(f"• {p}" for p in exc.problems)
+        self.notify(title, f"{exc.path}\n\n{details}")
+
+    def _open_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open profile", str(self.profile_path or ""), "Profiles (*.json)")
+        if path:
+            self.open_profile(path)
+
+    def save_profile(self, path: str | Path | None = None) -> bool:
+        target = Path(path) if path else self.profile_path
+        if target is None:
+            return self._save_as_dialog()
+        try:
+            save_profile(self.config_panel.config(), target)
+        except ProfileError as exc:
+            self._profile_error("Profile not saved", exc)
+            return False
+        except OSError as exc:
+            self.notify("Profile not saved", f"{target}: {exc.strerror}")
+            return False
+        self.profile_path = target
+        self.settings.setValue("last_profile", str(target))
+        self.statusBar().showMessage(f"Saved {target}", 5000)
+        return True
+
+    def _save_as_dialog(self) -> bool:
+        path, _ = QFileDialog.getSaveFileName(self, "Save profile as", str(self.profile_path or "profile.json"),
+                                              "Profiles (*.json)")
+        return self.save_profile(path) if path else False
+
+    def show_snippet(self) -> QDialog:
+        dialog = QDialog(self)
+        dialog.setWindowTitle("Configuration as Python")
+        text = QPlainTextEdit(to_python_snippet(self.config_panel.config()))
+        text.setReadOnly(True)
+        text.setMinimumSize(640, 320)
+        copy = QPushButton("Copy to clipboard")
+        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(text.toPlainText()))
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(QLabel("Paste this at the very top of your training script:"))
+        layout.addWidget(text)
+        layout.addWidget(copy)
+        dialog.setObjectName("snippet-dialog")
+        dialog.show()
+        return dialog
+
+    # -- settings and closing ----------------------------------------------------------------------
+    def _restore_settings(self) -> None:
+        geometry = self.settings.value("geometry")
+        state = self.settings.value("window_state")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1280, 820)
+        if isinstance(state, QByteArray):
+            self.restoreState(state)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.closing = True
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.settings.setValue("window_state", self.saveState())
+        self.controller.shutdown()
+        super().closeEvent(event)

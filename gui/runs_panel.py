@@ -1,0 +1,410 @@
+"""Jobs: pick one, fill its declared parameters, run it in the background, see its result."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import jobs
+from core.jobs import JOBS, JobSpec, Param, ParamError
+from core.session import JobOutcome
+from gui.colors import device_color
+
+
+def _int_bound(value: float | None, fallback: int) -> int:
+    return int(value) if value is not None else fallback
+
+
+class ParamForm(QWidget):
+    """A form generated from a job's declared parameters."""
+
+    def __init__(self, spec: JobSpec, devices: list[str], parent: QWidget | None = None):
+        super().__init__(parent)
+        self.spec = spec
+        self.getters: dict[str, Any] = {}
+        self.widgets: dict[str, QWidget] = {}
+        layout = QFormLayout(self)
+        for param in spec.params:
+            widget, getter = self._make(param, devices)
+            widget.setToolTip(param.help)
+            widget.setAccessibleName(param.name)
+            label = QLabel(param.name.replace("_", " ").capitalize() + ":")
+            label.setToolTip(param.help)
+            label.setBuddy(widget)
+            layout.addRow(label, widget)
+            self.getters[param.name] = getter
+            self.widgets[param.name] = widget
+        if not spec.params:
+            layout.addRow(QLabel("This job has no parameters."))
+
+    def _make(self, param: Param, devices: list[str]) -> tuple[QWidget, Any]:
+        kind = param.type
+        if kind == jobs.INT:
+            spin = QSpinBox()
+            spin.setRange(_int_bound(param.minimum, -(2**31)), min(_int_bound(param.maximum, 2**31 - 1), 2**31 - 1))
+            spin.setValue(int(param.default))
+            return spin, spin.value
+        if kind == jobs.FLOAT:
+            dspin = QDoubleSpinBox()
+            dspin.setDecimals(4)
+            dspin.setRange(param.minimum if param.minimum is not None else -1e12,
+                           param.maximum if param.maximum is not None else 1e12)
+            dspin.setValue(float(param.default))
+            return dspin, dspin.value
+        if kind == jobs.BOOL:
+            box = QCheckBox()
+            box.setChecked(bool(param.default))
+            return box, box.isChecked
+        if kind == jobs.CHOICE:
+            combo = QComboBox()
+            combo.addItems(list(param.choices))
+            combo.setCurrentText(str(param.default))
+            return combo, combo.currentText
+        if kind in (jobs.DEVICE, jobs.DEVICES):
+            combo = QComboBox()
+            combo.setEditable(True)
+            options = [str(param.default)] if param.default == "" else []
+            options += devices
+            if kind == jobs.DEVICES and len(devices) > 1:
+                options.append(",".join(devices))
+            if kind == jobs.DEVICE:
+                options.append("/GPU:2")  # the seeds' example of a device that may not exist
+            seen: list[str] = []
+            for option in options:
+                if option not in seen:
+                    seen.append(option)
+            combo.addItems(seen)
+            combo.setCurrentText(str(param.default))
+            line = combo.lineEdit()
+            if line is not None:
+                line.setPlaceholderText("default" if kind == jobs.DEVICE else "all devices of one type")
+            return combo, combo.currentText
+        if kind == jobs.PATH:
+            holder = QWidget()
+            row = QHBoxLayout(holder)
+            row.setContentsMargins(0, 0, 0, 0)
+            edit = QLineEdit(str(param.default))
+            browse = QPushButton("Browse…")
+            browse.clicked.connect(lambda: self._browse(edit))
+            row.addWidget(edit, 1)
+            row.addWidget(browse)
+            return holder, edit.text
+        edit = QLineEdit(str(param.default))
+        return edit, edit.text
+
+    def _browse(self, edit: QLineEdit) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a Python file", edit.text(), "Python files (*.py)")
+        if path:
+            edit.setText(path)
+
+    def values(self) -> dict[str, Any]:
+        return {name: getter() for name, getter in self.getters.items()}
+
+    def set_value(self, name: str, value: Any) -> None:
+        widget = self.widgets[name]
+        if isinstance(widget, QComboBox):
+            widget.setCurrentText(str(value))
+        elif isinstance(widget, QSpinBox | QDoubleSpinBox):
+            widget.setValue(value)
+        elif isinstance(widget, QCheckBox):
+            widget.setChecked(bool(value))
+        elif isinstance(widget, QLineEdit):
+            widget.setText(str(value))
+        else:
+            edit = widget.findChild(QLineEdit)
+            if edit is not None:
+                edit.setText(str(value))
+
+
+class ResultView(QStackedWidget):
+    """Shows a result for its kind: a matrix as a table, training as a loss plot, errors plainly."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.message = QLabel("Run a job to see its result here.")
+        self.message.setWordWrap(True)
+        self.message.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.matrix = QTableWidget()
+        self.matrix_caption = QLabel()
+        self.matrix_caption.setWordWrap(True)
+        matrix_page = QWidget()
+        matrix_layout = QVBoxLayout(matrix_page)
+        matrix_layout.setContentsMargins(0, 0, 0, 0)
+        matrix_layout.addWidget(self.matrix_caption)
+        matrix_layout.addWidget(self.matrix, 1)
+        self.plot = pg.PlotWidget()
+        self.plot.setLabel("bottom", "epoch")
+        self.plot.setLabel("left", "loss")
+        self.plot.showGrid(x=True, y=True, alpha=0.3)
+        self.plot.setMinimumHeight(120)
+        self.training_caption = QLabel()
+        self.training_caption.setWordWrap(True)
+        training_page = QWidget()
+        training_layout = QVBoxLayout(training_page)
+        training_layout.setContentsMargins(0, 0, 0, 0)
+        training_layout.addWidget(self.training_caption)
+        training_layout.addWidget(self.plot, 1)
+        for page in (self.message, matrix_page, training_page):
+            self.addWidget(page)
+        self.live_losses: list[float] = []
+
+    def show_message(self, html: str) -> None:
+        self.message.setText(html)
+        self.setCurrentIndex(0)
+
+    def show_outcome(self, outcome: JobOutcome) -> None:
+        if outcome.status != "ok" or not isinstance(outcome.result, dict):
+            error = outcome.error or {}
+            title = {"cancelled": "Cancelled", "crashed": "The runtime died"}.get(outcome.status, "Failed")
+            self.show_message(f"<b>{title}</b> — {_escape(error.get('type', ''))}<br>"
+                              f"<pre style='white-space: pre-wrap'>{_escape(error.get('message', ''))}</pre>")
+            return
+        result = outcome.result
+        if "matrix" in result:
+            self._show_matrix(result)
+        elif result.get("kind") == "training":
+            self._show_training(result)
+        elif result.get("kind") == "script":
+            self.show_message(f"<b>{_escape(' '.join(result['argv']))}</b> finished (exit code 0).")
+        else:
+            self.show_message(f"<pre>{_escape(str(result))}</pre>")
+
+    def _show_matrix(self, result: dict[str, Any]) -> None:
+        rows = result["matrix"]
+        self.matrix.clear()
+        self.matrix.setRowCount(len(rows))
+        self.matrix.setColumnCount(len(rows[0]) if rows else 0)
+        for r, row in enumerate(rows):
+            for c, value in enumerate(row):
+                item = QTableWidgetItem(f"{value:g}")
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+                self.matrix.setItem(r, c, item)
+        self.matrix.resizeColumnsToContents()
+        device = str(result.get("device", ""))
+        color = device_color(device).name()
+        caption = f"Result on <b style='color:{color}'>{_escape(device)}</b>"
+        if result.get("fallback"):
+            caption += (f" — <b>soft-placement fallback</b>: asked for {_escape(str(result.get('requested_device')))}")
+        replicas = result.get("replicas") or {}
+        if replicas:
+            caption += "<br>Replicas: " + ", ".join(
+                f"<span style='color:{device_color(actual).name()}'>{_escape(actual.split('/')[-1])}</span>"
+                for actual in replicas.values())
+        self.matrix_caption.setText(caption)
+        self.setCurrentIndex(1)
+
+    def _show_training(self, result: dict[str, Any]) -> None:
+        self.training_caption.setText(
+            f"{result['replicas_in_sync']} replicas in sync over {_escape(', '.join(result['devices']))}; "
+            f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)")
+        self._plot_losses(result["loss"])
+        self.setCurrentIndex(2)
+
+    def add_live_loss(self, step: int, value: float) -> None:
+        self.live_losses.append(value)
+        self.training_caption.setText(f"Training… epoch {step}: loss {value:.5f}")
+        self._plot_losses(self.live_losses)
+        self.setCurrentIndex(2)
+
+    def _plot_losses(self, losses: list[float]) -> None:
+        self.plot.clear()
+        self.plot.plot(list(range(1, len(losses) + 1)), losses, pen=pg.mkPen("#e4572e", width=2), symbol="o",
+                       symbolSize=6)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class RunsPanel(QWidget):
+    runRequested = Signal(str, dict)
+    stopRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.devices: list[str] = []
+        self.forms: dict[str, ParamForm] = {}
+        self.job_list = QListWidget()
+        for spec in JOBS.values():
+            item = QListWidgetItem(f"{spec.title}\n{spec.description}")
+            item.setData(Qt.ItemDataRole.UserRole, spec.name)
+            item.setToolTip(spec.description)
+            self.job_list.addItem(item)
+        self.job_list.setWordWrap(True)
+        self.job_list.setMinimumWidth(220)
+        self.form_stack = QStackedWidget()
+        self.form_error = QLabel()
+        self.form_error.setStyleSheet("color: #d33;")
+        self.form_error.setWordWrap(True)
+        self.form_error.hide()
+        self.run_button = QPushButton("Run")
+        self.run_button.setToolTip("Run the job in the background (Ctrl+R)")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Cancel the running job (Esc)")
+        self.stop_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(0)
+        self.elapsed = QLabel("")
+        self.status = QLabel("Idle")
+        self.result = ResultView()
+        self._started_at: float | None = None
+        self._timer = QTimer(self)
+        self._timer.setInterval(100)
+        self._timer.timeout.connect(self._tick)
+
+        form_group = QGroupBox("Parameters")
+        form_layout = QVBoxLayout(form_group)
+        form_layout.addWidget(self.form_stack)
+        form_layout.addWidget(self.form_error)
+        controls = QHBoxLayout()
+        controls.addWidget(self.run_button)
+        controls.addWidget(self.stop_button)
+        controls.addWidget(self.progress, 1)
+        controls.addWidget(self.elapsed)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(form_group)
+        right_layout.addLayout(controls)
+        right_layout.addWidget(self.status)
+        right_layout.addWidget(self.result, 1)
+        splitter = QSplitter()
+        splitter.addWidget(self.job_list)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 3)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(splitter)
+
+        self.job_list.currentRowChanged.connect(self._show_form)
+        self.run_button.clicked.connect(self._request_run)
+        self.stop_button.clicked.connect(self.stopRequested)
+        run_shortcut = QShortcut(QKeySequence("Ctrl+R"), self)
+        run_shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
+        run_shortcut.activated.connect(self._request_run)
+        stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        stop_shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
+        stop_shortcut.activated.connect(self._request_stop)
+        self.set_devices([])
+        self.job_list.setCurrentRow(0)
+
+    @property
+    def current_job(self) -> str:
+        item = self.job_list.currentItem()
+        return str(item.data(Qt.ItemDataRole.UserRole)) if item else next(iter(JOBS))
+
+    def select_job(self, name: str) -> None:
+        for row in range(self.job_list.count()):
+            if self.job_list.item(row).data(Qt.ItemDataRole.UserRole) == name:
+                self.job_list.setCurrentRow(row)
+                return
+
+    def form(self) -> ParamForm:
+        return self.forms[self.current_job]
+
+    def set_devices(self, devices: list[str]) -> None:
+        """Rebuild the forms so device pickers list the running runtime's logical devices."""
+        old_values = {name: form.values() for name, form in self.forms.items()}
+        self.devices = devices
+        while self.form_stack.count():
+            widget = self.form_stack.widget(0)
+            if widget is not None:
+                self.form_stack.removeWidget(widget)
+                widget.deleteLater()
+        self.forms = {}
+        for spec in JOBS.values():
+            form = ParamForm(spec, devices)
+            for name, value in old_values.get(spec.name, {}).items():
+                form.set_value(name, value)
+            self.forms[spec.name] = form
+            self.form_stack.addWidget(form)
+        self._show_form(self.job_list.currentRow())
+
+    def _show_form(self, row: int) -> None:
+        if row >= 0:
+            self.form_stack.setCurrentWidget(self.forms[self.current_job])
+        self.form_error.hide()
+
+    def _request_run(self) -> None:
+        if not self.run_button.isEnabled():
+            return
+        spec = JOBS[self.current_job]
+        try:
+            params = spec.resolve(self.form().values())
+        except ParamError as exc:
+            self.form_error.setText("\n".join(f"{name}: {message}" for name, message in exc.problems))
+            self.form_error.show()
+            return
+        self.form_error.hide()
+        self.runRequested.emit(spec.name, params)
+
+    def _request_stop(self) -> None:
+        if self.stop_button.isEnabled():
+            self.stopRequested.emit()
+
+    # -- run state -------------------------------------------------------------------------------
+    def set_can_run(self, can_run: bool, reason: str = "") -> None:
+        self.run_button.setEnabled(can_run)
+        self.run_button.setToolTip("Run the job in the background (Ctrl+R)" if can_run else reason)
+
+    def job_started(self, job: str) -> None:
+        self._started_at = time.monotonic()
+        self._timer.start()
+        self.progress.setRange(0, 0)  # busy until the first progress report
+        self.status.setText(f"Running {job}…")
+        self.stop_button.setEnabled(True)
+        self.run_button.setEnabled(False)
+        self.result.live_losses = []
+        self.result.show_message(f"Running <b>{job}</b>…")
+
+    def show_progress(self, done: float, total: float, message: str) -> None:
+        if total > 0:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(done / total, 1.0)))
+        if message:
+            self.status.setText(message)
+
+    def job_finished(self, outcome: JobOutcome) -> None:
+        self._timer.stop()
+        self._tick()
+        self.stop_button.setEnabled(False)
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(1000 if outcome.status == "ok" else self.progress.value())
+        duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s else ""
+        words = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "Runtime died"}
+        self.status.setText(f"{words.get(outcome.status, outcome.status)}{duration}"
+                            + (f" — {outcome.error['message'][:200]}" if outcome.error else ""))
+        self.result.show_outcome(outcome)
+
+    def _tick(self) -> None:
+        if self._started_at is not None:
+            self.elapsed.setText(f"{time.monotonic() - self._started_at:6.1f} s")

@@ -1,0 +1,225 @@
+"""The window under pytest-qt (offscreen) with real TensorFlow runtimes behind it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
+
+from core import events  # noqa: E402
+from core.config import DeviceConfig  # noqa: E402
+from core.events import Event  # noqa: E402
+from core.history import RunHistory  # noqa: E402
+from gui.log_panel import MAX_LOG_LINES  # noqa: E402
+from gui.main_window import MainWindow  # noqa: E402
+
+READY_TIMEOUT_MS = 120_000
+
+
+def children_alive() -> list[psutil.Process]:
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    threads_before = set(threading.enumerate())
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    if not win.closing:
+        win.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        leaked = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()
+                  and not t.name.startswith("Dummy")]
+        if not leaked:
+            break
+        time.sleep(0.05)
+    assert not leaked, f"threads left running: {[t.name for t in leaked]}"
+    assert children_alive() == []
+
+
+def apply_and_wait(qtbot, win: MainWindow, **changes) -> None:
+    win.config_panel.set_config(win.config_panel.config().with_changes(**changes))
+    qtbot.mouseClick(win.config_panel.apply_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: win.controller.state == "ready" and win.runs.run_button.isEnabled(),
+                    timeout=READY_TIMEOUT_MS)
+
+
+def run_and_wait(qtbot, win: MainWindow, job: str, timeout: int = 120_000, **params) -> None:
+    win.runs.select_job(job)
+    for name, value in params.items():
+        win.runs.form().set_value(name, value)
+    with qtbot.waitSignal(win.controller.jobFinished, timeout=timeout):
+        qtbot.mouseClick(win.runs.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not win.runs.stop_button.isEnabled(), timeout=5000)
+
+
+def table_values(win: MainWindow) -> list[list[str]]:
+    table = win.runs.result.matrix
+    return [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
+
+
+def placements(win: MainWindow) -> set[tuple[str, str]]:
+    return {(row[1], row[2]) for row in win.log.model.rows}
+
+
+def test_replicate_on_two_logical_cpus_end_to_end(qtbot, window: MainWindow) -> None:
+    apply_and_wait(qtbot, window, cpu_devices=2)
+    logical = window.devices.tree.topLevelItem(1)
+    assert [logical.child(i).text(0) for i in range(logical.childCount())] == ["/CPU:0", "/CPU:1"]
+    assert "TensorFlow sees no GPU" in window.devices.note.text()
+    run_and_wait(qtbot, window, "replicate")
+    assert table_values(window) == [["44", "56"], ["98", "128"]]
+    assert {("MatMul", "/CPU:0"), ("MatMul", "/CPU:1"), ("AddN", "/CPU:0")} <= placements(window)
+    assert "/CPU:1" in window.log.summary.text()
+    window.history_panel.refresh()
+    assert window.history_panel.table.item(0, 1).text() == "replicate"
+    dialog = window.history_panel.open_run(window.history_panel.table.item(0, 4).text())
+    assert ("MatMul", "/CPU:1") in {(row[1], row[2]) for row in dialog.log.model.rows}
+    dialog.close()
+
+
+def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_error(qtbot, window: MainWindow) -> None:
+    apply_and_wait(qtbot, window)
+    run_and_wait(qtbot, window, "matmul", device="/GPU:2")
+    assert table_values(window) == [["22", "28"], ["49", "64"]]
+    assert window.log.fallback_banner.isVisible() and "/GPU:2" in window.log.fallback_banner.text()
+    assert any(row[4] for row in window.log.model.rows if row[1] == "MatMul")
+    assert "soft-placement fallback" in window.runs.result.matrix_caption.text()
+
+    apply_and_wait(qtbot, window, soft_placement=False)
+    run_and_wait(qtbot, window, "matmul", device="/GPU:2")
+    assert "InvalidArgumentError" in window.runs.result.message.text()
+    assert window.runs.status.text().startswith("Failed")
+
+
+def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window: MainWindow) -> None:
+    apply_and_wait(qtbot, window)
+    panel = window.config_panel
+    assert not panel.is_stale and "STALE" not in window.runtime_label.text()
+    panel.cpu_devices.setValue(3)
+    assert panel.is_stale and "STALE" in window.runtime_label.text()
+    assert "Apply" in panel.stale_label.text()
+    apply_and_wait(qtbot, window)
+    assert not panel.is_stale and "STALE" not in window.runtime_label.text()
+
+    panel.set_config(DeviceConfig(memory_growth=True, virtual_gpus={0: (1024,)}))
+    growth = panel.field_problems["memory_growth"]
+    assert growth.isVisible() and "virtual GPUs" in growth.text()
+    assert "GPU 0 does not exist" in panel.field_problems["visible_gpus"].text()
+    assert not panel.apply_button.isEnabled()
+    pid = window.controller.runtime.pid
+    window.apply_current()  # the menu action too refuses, without starting a runtime
+    assert window.controller.runtime.pid == pid
+
+
+def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
+    apply_and_wait(qtbot, window, cpu_devices=2)
+    window.runs.select_job("fit")
+    window.runs.form().set_value("epochs", 10_000)
+    window.runs.form().set_value("samples", 2000)
+    qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.runs.progress.maximum() > 0 and window.runs.progress.value() > 0, timeout=60_000)
+    assert window.runs.stop_button.isEnabled() and not window.runs.run_button.isEnabled()
+    with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
+        qtbot.keyClick(window, Qt.Key.Key_Escape)
+    assert finished.args[0].status == "cancelled"
+    assert window.runs.status.text().startswith("Cancelled")
+    qtbot.waitUntil(lambda: window.runs.run_button.isEnabled(), timeout=5000)
+
+
+def test_killed_runtime_is_reported_and_restartable(qtbot, window: MainWindow) -> None:
+    apply_and_wait(qtbot, window)
+    os.kill(window.controller.runtime.pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: "SIGKILL" in window.runtime_label.text(), timeout=20_000)
+    assert window.restart_button.isVisible() and not window.runs.run_button.isEnabled()
+    qtbot.mouseClick(window.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.controller.state == "ready", timeout=READY_TIMEOUT_MS)
+    assert not window.restart_button.isVisible()
+
+
+def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) -> None:
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start(5)
+    window.controller._generation = 1
+    line = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
+            "/job:localhost/replica:0/task:0/device:CPU:0")
+
+    def flood() -> None:
+        for number in range(100_000):
+            if number % 2:
+                data = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/CPU:0",
+                        "device": "/job:localhost/replica:0/task:0/device:CPU:0", "mode": "eager", "line": line}
+                window.controller._on_event(1, Event(events.PLACEMENT, data))
+            else:
+                window.controller._on_event(1, Event(events.LOG, {"stream": "stderr", "kind": "tf-info",
+                                                                  "text": f"line {number}"}))
+
+    thread = threading.Thread(target=flood)
+    ticks_before = len(ticks)
+    thread.start()
+    qtbot.waitUntil(lambda: window.log.total_lines >= 100_000, timeout=60_000)
+    thread.join()
+    timer.stop()
+    assert len(ticks) - ticks_before >= 5, "the event loop did not run while the flood arrived"
+    assert window.log.view.blockCount() <= MAX_LOG_LINES
+    assert len(window.log.entries) == MAX_LOG_LINES
+    assert window.log.model.rows[0][3] == 50_000
+
+
+def test_closing_mid_run_stops_job_and_runtime(qtbot, window: MainWindow) -> None:
+    apply_and_wait(qtbot, window)
+    window.runs.select_job("fit")
+    window.runs.form().set_value("epochs", 10_000)
+    qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.controller.state == "busy", timeout=10_000)
+    runtime_pid = window.controller.runtime.pid
+    window.close()
+    assert not psutil.pid_exists(runtime_pid) or psutil.Process(runtime_pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Path, monkeypatch) -> None:
+    warnings = window.notices
+    broken = tmp_path / "broken.json"
+    broken.write_text("{oops")
+    assert not window.open_profile(broken)
+    assert "not valid JSON" in warnings[-1]
+    assert not window.save_profile(broken)
+    assert broken.read_text() == "{oops" and "left untouched" in warnings[-1]
+    good = tmp_path / "good.json"
+    good.write_text('{"version": 1, "cpu_devices": 4, "soft_placement": false}')
+    assert window.open_profile(good)
+    assert window.config_panel.cpu_devices.value() == 4 and not window.config_panel.soft_placement.isChecked()
+    window.config_panel.cpu_devices.setValue(2)
+    assert window.save_profile()
+    assert '"cpu_devices": 2' in good.read_text()
+    dialog = window.show_snippet()
+    text = dialog.findChild(type(window.log.view)).toPlainText()
+    assert "LogicalDeviceConfiguration()] * 2" in text and "set_soft_device_placement(False)" in text
+    dialog.close()
+
+
+def test_the_gui_process_never_imports_tensorflow() -> None:
+    assert "tensorflow" not in sys.modules and "keras" not in sys.modules
