@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from core import events
+from core.cluster import cluster_commands
 from core.config import (
     ConfigError,
     DeviceConfig,
@@ -99,11 +100,16 @@ def cmd_snippet(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.code:
+        spec = get_job(args.code)
+        print(f"# {spec.title}: runs in the TensorFlow runtime process as {spec.entry}")
+        sys.stdout.write(spec.source())
+        return EXIT_OK
     if args.json:
         _emit_json([spec.to_json() for spec in JOBS.values()])
         return EXIT_OK
     for spec in JOBS.values():
-        print(f"{spec.name:<10} {spec.title}\n           {spec.description}")
+        print(f"{spec.name:<16} {spec.title}\n           {spec.description}")
         for param in spec.params:
             extra = f" (one of: {', '.join(param.choices)})" if param.choices else ""
             print(f"           --param {param.name}=<{param.type}>  default {param.default!r}{extra}")
@@ -218,12 +224,49 @@ def _format_result(outcome: JobOutcome) -> list[str]:
         for device, actual in (result.get("replicas") or {}).items():
             lines.append(f"  replica MatMul on {device} → ran on {actual}")
     if result.get("kind") == "training":
-        lines.append(f"result: {result['replicas_in_sync']} replicas in sync over {', '.join(result['devices'])}")
+        unit = "step" if result.get("loop") == "custom" else "epoch"
+        lines.append(f"result: {result['replicas_in_sync']} replicas in sync over {', '.join(result['devices'])}"
+                     + (f" ({result['model']} model, {result['parameters']} parameters)" if "parameters" in result
+                        else ""))
         lines.append(f"  global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)")
-        lines += [f"  epoch {i}: loss {v:.6f}" for i, v in enumerate(result["loss"], 1)]
+        lines += [f"  {unit} {i}: loss {v:.6f}" for i, v in enumerate(result["loss"], 1)]
     if result.get("kind") == "script":
         lines.append(f"result: {' '.join(result['argv'])} finished (exit 0)")
+    if result.get("kind") == "memory":
+        lines.append(f"result: memory on {result['short_device']}, {result['step_mib']} MiB per step")
+        for row in result["rows"]:
+            figures = (f"TF current {row['current_mib']:.0f} MiB, peak {row['peak_mib']:.0f} MiB"
+                       if row["current_mib"] is not None else f"process RSS {row['rss_mib']:.0f} MiB")
+            lines.append(f"  step {row['step']:>3} {row['label']:<9} held {row['allocated_mib']:>6} MiB  {figures}")
+        lines += [f"  note: {note}" for note in result.get("notes", [])]
+    if result.get("kind") == "table":
+        lines.append(f"result: {result.get('title', '')}")
+        columns = result["columns"]
+        cells = [[_cell(row.get(c), row) for c in columns] for row in result["rows"]]
+        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
+        lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    if result.get("kind") == "cluster":
+        lines.append(f"result: {result['strategy']} with {result['workers']} workers on "
+                     + "; ".join(f"{k} {', '.join(v)}" for k, v in result["addresses"].items()))
+        for name, where in (result.get("variables") or {}).items():
+            lines.append(f"  variable {name} lives on {where}")
+        if "losses" in result:
+            lines.append(f"  losses agree across workers: {'yes' if result['losses_agree'] else 'NO'}")
+        if "steps_per_s" in result:
+            lines.append(f"  {result['steps']} steps, {result['steps_per_s']:.1f} steps/s")
+        loss = result.get("loss") or []
+        if loss:
+            lines.append(f"  loss: {loss[0]:.6f} → {loss[-1]:.6f} over {len(loss)} steps")
     return lines
+
+
+def _cell(value: Any, row: dict[str, Any]) -> str:
+    if value is None:
+        return "unsupported" if row.get("unsupported") is not None else "—"
+    if isinstance(value, float):
+        return f"{value:.4g}" if value < 1 else f"{value:.1f}"
+    return str(value)
 
 
 def _placement_summary(outcome: JobOutcome) -> list[str]:
@@ -270,6 +313,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
 
 
+def cmd_cluster_config(args: argparse.Namespace) -> int:
+    try:
+        tasks = cluster_commands(args.worker, args.ps or (), chief=args.chief)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.ps and not args.chief:
+        raise UsageError("a parameter-server cluster needs a coordinator: add --chief HOST:PORT")
+    if args.json:
+        _emit_json(tasks)
+        return EXIT_OK
+    kind = "ParameterServerStrategy" if args.ps else "MultiWorkerMirroredStrategy"
+    print(f"# {kind} cluster of {len(tasks)} tasks. On each machine, from a checkout of this project with its")
+    print("# virtualenv active, start the task for that machine's address (servers first, then the rest):")
+    for task in tasks:
+        print(f"\n# {task['task']} on {task['address']}")
+        print(task["command"])
+    print("\n# Each task's port must be reachable from every other task (open it in the firewall).")
+    return EXIT_OK
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = RunHistory().summaries(limit=args.limit)
     if args.json:
@@ -301,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("jobs", help="the jobs and their parameters")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--code", metavar="JOB", help="print the code a job runs")
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("run", help="run a job in a fresh runtime, streaming placements")
@@ -318,11 +382,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(func=cmd_validate)
 
+    p = sub.add_parser("cluster-config", help="TF_CONFIG and start command for each task of a real cluster")
+    p.add_argument("--worker", action="append", required=True, metavar="HOST:PORT", help="a worker (repeatable)")
+    p.add_argument("--ps", action="append", metavar="HOST:PORT", help="a parameter server (repeatable)")
+    p.add_argument("--chief", metavar="HOST:PORT", help="the coordinator, for a parameter-server cluster")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cluster_config)
+
     p = sub.add_parser("runs", help="past runs")
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=cmd_runs)
-    for name in ("devices", "jobs", "run", "snippet", "validate", "runs"):
+    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config"):
         sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                                        help="show TensorFlow's log lines and tracebacks")
     return parser

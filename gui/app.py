@@ -2,9 +2,48 @@
 
 from __future__ import annotations
 
-import ctypes.util
+import importlib.util
 import os
+import re
+import shutil
+import subprocess
 import sys
+from pathlib import Path
+
+CLI_HINT = "Meanwhile the command line works: tf-device-panel devices | run JOB | doctor | --help"
+
+
+def debian_package(soname: str) -> str:
+    """'libxcb-icccm.so.4' -> 'libxcb-icccm4', 'libxkbcommon-x11.so.0' -> 'libxkbcommon-x11-0' (Debian's rule)."""
+    match = re.match(r"^(lib[\w+.-]+?)\.so\.(\d+)", soname)
+    if not match:
+        return soname
+    name, major = match.group(1).lower(), match.group(2)
+    return f"{name}-{major}" if name[-1].isdigit() else f"{name}{major}"
+
+
+def missing_xcb_libraries() -> list[str]:
+    """Shared libraries Qt's X11 plugin needs that this system lacks (via ldd, without loading Qt)."""
+    spec = importlib.util.find_spec("PySide6")
+    ldd = shutil.which("ldd")
+    if spec is None or not spec.submodule_search_locations or ldd is None:
+        return []
+    qt = Path(next(iter(spec.submodule_search_locations))) / "Qt"
+    candidates = [qt / "plugins" / "platforms" / "libqxcb.so", *sorted((qt / "lib").glob("libQt6XcbQpa.so*"))[:1]]
+    missing: list[str] = []
+    for library in candidates:
+        if not library.is_file():
+            continue
+        try:
+            output = subprocess.run([ldd, str(library)], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+        for line in output.splitlines():
+            if "=> not found" in line:
+                name = line.split("=>")[0].strip()
+                if name not in missing:
+                    missing.append(name)
+    return missing
 
 
 def display_problem() -> str | None:
@@ -14,12 +53,15 @@ def display_problem() -> str | None:
         return None
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         return ("No display found (neither DISPLAY nor WAYLAND_DISPLAY is set), so the window cannot open.\n"
-                "Over SSH, use `ssh -X`, or use the command line: tf-device-panel devices | run JOB | --help")
-    if (platform in ("", "xcb") and not os.environ.get("WAYLAND_DISPLAY")
-            and ctypes.util.find_library("xcb-cursor") is None):
-        return ("Qt's X11 platform plugin needs the system library libxcb-cursor0, which is not installed.\n"
-                "Install it with: sudo apt-get install libxcb-cursor0   (Fedora: sudo dnf install xcb-util-cursor)\n"
-                "Meanwhile the command line works: tf-device-panel devices | run JOB | --help")
+                "Over SSH, use `ssh -X`. " + CLI_HINT)
+    if platform in ("", "xcb") and not os.environ.get("WAYLAND_DISPLAY"):
+        missing = missing_xcb_libraries()
+        if missing:
+            packages = " ".join(debian_package(name) for name in missing)
+            return (f"Qt's X11 platform plugin needs system libraries that are not installed: {', '.join(missing)}.\n"
+                    f"Install them with: sudo apt-get install {packages}\n"
+                    "(Fedora: sudo dnf install xcb-util-cursor xcb-util-wm xcb-util-keysyms xcb-util-image "
+                    "xcb-util-renderutil libxkbcommon-x11)\n" + CLI_HINT)
     return None
 
 
@@ -32,8 +74,7 @@ def main(profile: str | None = None) -> int:
         from PySide6.QtWidgets import QApplication
     except ImportError as exc:
         print(f"tf-device-panel: the window needs PySide6, which failed to load ({exc}).\n"
-              "Reinstall with: pip install -e .   — or use the command line: tf-device-panel --help",
-              file=sys.stderr)
+              "Reinstall with: pip install -e .   — " + CLI_HINT, file=sys.stderr)
         return 2
     from gui.main_window import APPLICATION, ORGANIZATION, MainWindow
 

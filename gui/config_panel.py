@@ -134,7 +134,7 @@ class GpuEditor(QGroupBox):
 def _problem_label() -> QLabel:
     label = QLabel()
     label.setWordWrap(True)
-    label.setStyleSheet("color: #d33;")
+    label.setObjectName("problem")
     label.hide()
     return label
 
@@ -187,8 +187,10 @@ class ConfigPanel(QWidget):
         general.addRow("GPU allocator:", self.allocator)
 
         self.stale_label = QLabel()
+        self.stale_label.setObjectName("stale")
         self.stale_label.setWordWrap(True)
         self.apply_button = QPushButton("Apply (restart runtime)")
+        self.apply_button.setObjectName("primary")
         self.apply_button.setToolTip("Start a fresh TensorFlow runtime with this configuration")
         self.apply_button.clicked.connect(self._request_apply)
         self.snippet_button = QPushButton("Copy as Python…")
@@ -325,7 +327,6 @@ class ConfigPanel(QWidget):
         if self.is_stale:
             self.stale_label.setText("⟳ Changed since the runtime started: press Apply to restart it with "
                                      "this configuration.")
-            self.stale_label.setStyleSheet("color: #c77700; font-weight: bold;")
         else:
             self.stale_label.setText("")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import resources
 from core import events
 from core.config import DeviceConfig, GpuInfo, ProfileError, load_profile, save_profile, to_python_snippet
 from core.events import Event
@@ -44,6 +45,8 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("TF Device Panel")
         self.setMinimumSize(900, 600)
+        self.setWindowIcon(QIcon(str(resources.path("icons/tf-device-panel.svg"))))
+        self.setStyleSheet(resources.path("style.qss").read_text(encoding="utf-8"))
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
         self.profile_path: Path | None = None

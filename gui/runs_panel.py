@@ -7,10 +7,11 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QFont, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDialog,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
@@ -171,7 +173,23 @@ class ResultView(QStackedWidget):
         training_layout.setContentsMargins(0, 0, 0, 0)
         training_layout.addWidget(self.training_caption)
         training_layout.addWidget(self.plot, 1)
-        for page in (self.message, matrix_page, training_page):
+        self.rows_caption = QLabel()
+        self.rows_caption.setWordWrap(True)
+        self.rows_table = QTableWidget()
+        self.rows_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.rows_plot = pg.PlotWidget()
+        self.rows_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.rows_plot.addLegend(offset=(10, 10))
+        self.rows_plot.setMinimumHeight(120)
+        rows_split = QSplitter()
+        rows_split.addWidget(self.rows_table)
+        rows_split.addWidget(self.rows_plot)
+        rows_page = QWidget()
+        rows_layout = QVBoxLayout(rows_page)
+        rows_layout.setContentsMargins(0, 0, 0, 0)
+        rows_layout.addWidget(self.rows_caption)
+        rows_layout.addWidget(rows_split, 1)
+        for page in (self.message, matrix_page, training_page, rows_page):
             self.addWidget(page)
         self.live_losses: list[float] = []
 
@@ -193,6 +211,12 @@ class ResultView(QStackedWidget):
             self._show_training(result)
         elif result.get("kind") == "script":
             self.show_message(f"<b>{_escape(' '.join(result['argv']))}</b> finished (exit code 0).")
+        elif result.get("kind") == "table":
+            self._show_benchmark(result)
+        elif result.get("kind") == "memory":
+            self._show_memory(result)
+        elif result.get("kind") == "cluster":
+            self._show_cluster(result)
         else:
             self.show_message(f"<pre>{_escape(str(result))}</pre>")
 
@@ -222,11 +246,92 @@ class ResultView(QStackedWidget):
         self.setCurrentIndex(1)
 
     def _show_training(self, result: dict[str, Any]) -> None:
+        model = (f" — {result['model']} model, {result['parameters']:,} parameters" if "parameters" in result else "")
         self.training_caption.setText(
             f"{result['replicas_in_sync']} replicas in sync over {_escape(', '.join(result['devices']))}; "
-            f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)")
+            f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica){model}")
+        self.plot.setLabel("bottom", "step" if result.get("loop") == "custom" else "epoch")
         self._plot_losses(result["loss"])
         self.setCurrentIndex(2)
+
+    def _fill_rows(self, caption: str, columns: list[str], rows: list[list[Any]]) -> None:
+        self.rows_caption.setText(caption)
+        self.rows_table.clear()
+        self.rows_table.setColumnCount(len(columns))
+        self.rows_table.setHorizontalHeaderLabels(columns)
+        self.rows_table.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, value in enumerate(row):
+                text = "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+                item = QTableWidgetItem(text)
+                if isinstance(value, (int, float)):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if isinstance(value, str) and value.startswith("/"):
+                    item.setForeground(device_color(value))
+                self.rows_table.setItem(r, c, item)
+        self.rows_table.resizeColumnsToContents()
+        self.rows_plot.clear()
+        self.setCurrentIndex(3)
+
+    def _plot_series(self, series: dict[str, tuple[list[float], list[float]]], x_label: str, y_label: str) -> None:
+        self.rows_plot.setLabel("bottom", x_label)
+        self.rows_plot.setLabel("left", y_label)
+        for number, (name, (xs, ys)) in enumerate(series.items()):
+            device = name.split()[0]
+            color = device_color(device) if device.startswith("/") else pg.intColor(number, hues=9)
+            style = [Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine][number % 3]
+            self.rows_plot.plot(xs, ys, name=name, pen=pg.mkPen(color, width=2, style=style), symbol="o",
+                                symbolSize=5, symbolBrush=color)
+
+    def _show_benchmark(self, result: dict[str, Any]) -> None:
+        rows = result["rows"]
+        self._fill_rows(f"<b>{_escape(result.get('title', ''))}</b> — {result.get('repeats')} matmuls per figure; "
+                        "unsupported: the device has no kernel for that dtype",
+                        ["Device", "dtype", "Size", "GFLOP/s", "Seconds"],
+                        [[r["device"], r["dtype"], r["size"], r.get("gflops"), r.get("seconds")] for r in rows])
+        series: dict[str, tuple[list[float], list[float]]] = {}
+        for row in rows:
+            if row.get("gflops") is not None:
+                xs, ys = series.setdefault(f"{row['device']} {row['dtype']}", ([], []))
+                xs.append(row["size"])
+                ys.append(row["gflops"])
+        self._plot_series(series, "matrix size n", "GFLOP/s")
+
+    def _show_memory(self, result: dict[str, Any]) -> None:
+        rows = result["rows"]
+        gpu = rows and rows[0].get("current_mib") is not None
+        notes = "<br>".join(_escape(n) for n in result.get("notes", []))
+        self._fill_rows(f"Memory on <b>{_escape(result['short_device'])}</b>, {result['step_mib']} MiB per step"
+                        f"<br><small>{notes}</small>",
+                        ["Step", "What", "Held (MiB)", "TF current (MiB)", "TF peak (MiB)", "Process RSS (MiB)"],
+                        [[r["step"], r["label"], r["allocated_mib"], r.get("current_mib"), r.get("peak_mib"),
+                          r.get("rss_mib")] for r in rows])
+        steps = [float(r["step"]) for r in rows]
+        series = {"held by the job": (steps, [float(r["allocated_mib"]) for r in rows])}
+        if gpu:
+            series["TF current"] = (steps, [float(r["current_mib"]) for r in rows])
+            series["TF peak"] = (steps, [float(r["peak_mib"]) for r in rows])
+        else:
+            series["process RSS"] = (steps, [float(r["rss_mib"]) for r in rows])
+        self._plot_series(series, "step", "MiB")
+
+    def _show_cluster(self, result: dict[str, Any]) -> None:
+        addresses = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["addresses"].items())
+        caption = f"<b>{_escape(result['strategy'])}</b>, {result['workers']} workers — {_escape(addresses)}"
+        if "losses_agree" in result:
+            agree = "agree" if result["losses_agree"] else "<b style='color:#d33'>DISAGREE</b>"
+            caption += f"<br>Per-worker losses {agree} (each worker reduces over all replicas)."
+        if "steps_per_s" in result:
+            caption += f"<br>{result['steps']} steps at {result['steps_per_s']:.1f} steps/s."
+        rows: list[list[Any]] = []
+        for name, where in (result.get("variables") or {}).items():
+            rows.append([f"variable {name}", where, result.get("values", {}).get(name)])
+        for name, timing in result.get("timings", {}).items():
+            rows.append([name, f"connected in {timing['connect_s']:.2f} s", round(timing["train_s"], 3)])
+        self._fill_rows(caption, ["Task / variable", "Where / timing", "Value / train s"], rows)
+        per_worker = result.get("losses") or {"coordinator": result.get("loss", [])}
+        self._plot_series({name: ([float(i) for i in range(1, len(v) + 1)], [float(x) for x in v])
+                           for name, v in per_worker.items()}, "step", "loss")
 
     def add_live_loss(self, step: int, value: float) -> None:
         self.live_losses.append(value)
@@ -254,18 +359,27 @@ class RunsPanel(QWidget):
         self.forms: dict[str, ParamForm] = {}
         self.job_list = QListWidget()
         for spec in JOBS.values():
-            item = QListWidgetItem(f"{spec.title}\n{spec.description}")
+            item = QListWidgetItem(spec.title)
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             item.setToolTip(spec.description)
             self.job_list.addItem(item)
-        self.job_list.setWordWrap(True)
-        self.job_list.setMinimumWidth(220)
+        self.job_list.setMinimumWidth(180)
+        self.job_list.setAccessibleName("Jobs")
+        self.job_list.setObjectName("jobs")
+        self.description = QLabel()
+        self.description.setWordWrap(True)
+        self.description.setTextFormat(Qt.TextFormat.RichText)
+        self.code_button = QPushButton("Show code…")
+        self.code_button.setToolTip("The code this job runs inside the TensorFlow runtime")
+        self.code_button.clicked.connect(self.show_code)
+        self.code_dialogs: list[QDialog] = []
         self.form_stack = QStackedWidget()
         self.form_error = QLabel()
-        self.form_error.setStyleSheet("color: #d33;")
+        self.form_error.setObjectName("problem")
         self.form_error.setWordWrap(True)
         self.form_error.hide()
         self.run_button = QPushButton("Run")
+        self.run_button.setObjectName("primary")
         self.run_button.setToolTip("Run the job in the background (Ctrl+R)")
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Cancel the running job (Esc)")
@@ -283,6 +397,10 @@ class RunsPanel(QWidget):
 
         form_group = QGroupBox("Parameters")
         form_layout = QVBoxLayout(form_group)
+        about = QHBoxLayout()
+        about.addWidget(self.description, 1)
+        about.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
+        form_layout.addLayout(about)
         form_layout.addWidget(self.form_stack)
         form_layout.addWidget(self.form_error)
         controls = QHBoxLayout()
@@ -351,8 +469,32 @@ class RunsPanel(QWidget):
 
     def _show_form(self, row: int) -> None:
         if row >= 0:
-            self.form_stack.setCurrentWidget(self.forms[self.current_job])
+            spec = JOBS[self.current_job]
+            self.form_stack.setCurrentWidget(self.forms[spec.name])
+            self.description.setText(f"<b>{_escape(spec.title)}</b> — {_escape(spec.description)}")
         self.form_error.hide()
+
+    def show_code(self) -> QDialog:
+        """A read-only view of the job's source, for teaching (the same text as `jobs --code`)."""
+        spec = JOBS[self.current_job]
+        dialog = QDialog(self)
+        dialog.setWindowTitle(f"Code of {spec.name}")
+        dialog.setObjectName("code-dialog")
+        view = QPlainTextEdit(spec.source())
+        view.setReadOnly(True)
+        view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        view.setFont(mono)
+        view.setMinimumSize(720, 480)
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(QLabel(f"<b>{_escape(spec.title)}</b>: runs in the TensorFlow runtime process as "
+                                f"<code>{_escape(spec.entry)}</code>"))
+        layout.addWidget(view)
+        dialog.finished.connect(lambda _: self.code_dialogs.remove(dialog))
+        self.code_dialogs.append(dialog)
+        dialog.show()
+        return dialog
 
     def _request_run(self) -> None:
         if not self.run_button.isEnabled():

@@ -14,14 +14,14 @@ import psutil
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
+from PySide6.QtCore import QSettings, Qt, QTimer
 
-from core import events  # noqa: E402
-from core.config import DeviceConfig  # noqa: E402
-from core.events import Event  # noqa: E402
-from core.history import RunHistory  # noqa: E402
-from gui.log_panel import MAX_LOG_LINES  # noqa: E402
-from gui.main_window import MainWindow  # noqa: E402
+from core import events
+from core.config import DeviceConfig
+from core.events import Event
+from core.history import RunHistory
+from gui.log_panel import MAX_LOG_LINES
+from gui.main_window import MainWindow
 
 READY_TIMEOUT_MS = 120_000
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-INT, FLOAT, BOOL, STR, CHOICE, DEVICE, DEVICES, PATH, ARGS = (
-    "int", "float", "bool", "str", "choice", "device", "devices", "path", "args")
+INT, FLOAT, BOOL, STR, CHOICE, DEVICE, DEVICES, PATH, ARGS, INTS, MULTI = (
+    "int", "float", "bool", "str", "choice", "device", "devices", "path", "args", "ints", "multi")
 
 _DEVICE_SPEC = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?(/?(device:)?[A-Za-z_]+:\d+)$")
 
@@ -94,6 +94,20 @@ class Param:
             for item in split_devices(value):
                 if not _DEVICE_SPEC.match(item):
                     raise ValueError(f"{item!r} is not a device name; list devices like /CPU:0,/CPU:1")
+        if kind == INTS:
+            items = split_devices(value)
+            if not items:
+                raise ValueError("give at least one number, e.g. 256,512")
+            for item in items:
+                if not item.isdigit() or int(item) <= 0:
+                    raise ValueError(f"{item!r} is not a whole number above 0; write e.g. 256,512,1024")
+                if self.maximum is not None and int(item) > self.maximum:
+                    raise ValueError(f"{item} is above the maximum {self.maximum:g}")
+        if kind == MULTI:
+            items = split_devices(value)
+            unknown = [item for item in items if item not in self.choices]
+            if unknown or not items:
+                raise ValueError(f"{', '.join(unknown) or 'nothing'} chosen; use some of: {', '.join(self.choices)}")
         if kind == PATH and self.default == "" and not value.strip():
             raise ValueError("a file is required")
         if kind == ARGS:
@@ -197,7 +211,72 @@ JOBS: dict[str, JobSpec] = {
                    minimum=1, maximum=1_000_000),
              Param("samples", INT, 100, "Number of training samples.", minimum=1, maximum=100_000_000),
              Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over "
-                   "(e.g. /CPU:0,/CPU:1). Empty: all GPUs, or all CPUs if there is no GPU.")),
+                   "(e.g. /CPU:0,/CPU:1). Empty: all GPUs, or all CPUs if there is no GPU."),
+             Param("model", CHOICE, "dense", "dense: the seeds' one-unit Dense model; cnn: the seeds' small CNN "
+                   "(Conv2D/MaxPooling, dropout, sigmoid) on synthetic images, to put visible load on the devices.",
+                   choices=("dense", "cnn")),
+             Param("image_size", INT, 32, "Image side in pixels for the cnn model (the seed used 150).",
+                   minimum=8, maximum=512)),
+        ),
+        JobSpec(
+            "custom-loop", "Custom training loop (MirroredStrategy)",
+            "The seeds' custom loop: a distributed dataset, per-example loss averaged over the global batch "
+            "with tf.nn.compute_average_loss, strategy.run and strategy.reduce(SUM) inside a tf.function.",
+            "core.jobs.training:custom_loop",
+            (Param("steps", INT, 20, "Training steps.", minimum=1, maximum=1_000_000),
+             Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
+                   minimum=1, maximum=1_000_000),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
+             Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over. Empty: all GPUs, "
+                   "or all CPUs if there is no GPU.")),
+        ),
+        JobSpec(
+            "memory", "Memory behaviour",
+            "Allocates tensors step by step on one device and reports TF's allocator figures (GPU) or the "
+            "process's memory (CPU): see memory growth, memory limits and virtual splits at work, and the "
+            "out-of-memory error past a logical device's limit.",
+            "core.jobs.memory:memory",
+            (Param("device", DEVICE, "", "Device to allocate on. Empty: the first GPU, else the CPU."),
+             Param("step_mib", INT, 64, "MiB allocated per step.", minimum=1, maximum=65_536),
+             Param("steps", INT, 8, "Number of allocation steps.", minimum=1, maximum=1000),
+             Param("release", BOOL, True, "Free everything at the end and report once more.")),
+        ),
+        JobSpec(
+            "benchmark", "Matmul benchmark",
+            "Matrix-multiply throughput (GFLOP/s) on each logical device over sizes and dtypes, with warm-up "
+            "and synchronisation, and NumPy's matmul on the same CPU as a reference row.",
+            "core.jobs.benchmark:benchmark",
+            (Param("sizes", INTS, "256,512,1024", "Comma-separated matrix sizes (n for n×n).", maximum=16_384),
+             Param("dtypes", MULTI, "float32,float16,bfloat16", "Comma-separated dtypes; a device that lacks "
+                   "one shows it as unsupported.", choices=("float32", "float16", "bfloat16", "float64")),
+             Param("repeats", INT, 5, "Matmuls timed per measurement.", minimum=1, maximum=10_000),
+             Param("devices", DEVICES, "", "Comma-separated logical devices. Empty: every logical device.")),
+        ),
+        JobSpec(
+            "multi-worker", "Multi-worker (MultiWorkerMirroredStrategy)",
+            "N worker processes on 127.0.0.1, each with its own TF_CONFIG, run a custom training loop under "
+            "MultiWorkerMirroredStrategy; their losses must agree. (Keras 3's fit fails under this strategy.)",
+            "core.jobs.cluster_jobs:multi_worker",
+            (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16),
+             Param("steps", INT, 10, "Training steps.", minimum=1, maximum=100_000),
+             Param("batch_per_replica", INT, 5, "Batch per replica.", minimum=1, maximum=1_000_000),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
+             Param("log_placement", BOOL, True, "Log the workers' op placement."),
+             Param("timeout_s", INT, 180, "Give up (and stop every worker) after this many seconds.",
+                   minimum=10, maximum=86_400)),
+        ),
+        JobSpec(
+            "parameter-server", "Parameter server (ParameterServerStrategy)",
+            "A coordinator, one parameter server and N workers as local processes; a custom loop scheduled "
+            "through ClusterCoordinator. Shows where the variables live (/job:ps/...).",
+            "core.jobs.cluster_jobs:parameter_server",
+            (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16),
+             Param("steps", INT, 20, "Training steps scheduled on the workers.", minimum=1, maximum=100_000),
+             Param("batch_per_replica", INT, 5, "Batch per worker step.", minimum=1, maximum=1_000_000),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
+             Param("log_placement", BOOL, False, "Log op placement in every task (many lines)."),
+             Param("timeout_s", INT, 180, "Give up (and stop every process) after this many seconds.",
+                   minimum=10, maximum=86_400)),
         ),
         JobSpec(
             "script", "Your script",

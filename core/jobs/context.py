@@ -26,8 +26,8 @@ class JobContext:
         self.cancel_requested = threading.Event()
         self._last_progress = 0.0
 
-    def emit(self, kind: str, **data: Any) -> None:
-        self._emit(events.Event(kind, data, job_id=self.job_id))
+    def emit(self, event_type: str, /, **data: Any) -> None:
+        self._emit(events.Event(event_type, data, job_id=self.job_id))
 
     def progress(self, done: float, total: float, message: str = "", *, force: bool = False) -> None:
         """Report progress; rate-limited to 20 per second unless `force` (e.g. the last step)."""

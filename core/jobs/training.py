@@ -27,8 +27,39 @@ def pick_devices(requested: str) -> list[str]:
     return [by_short[canonical_device(n)] for n in names]
 
 
+def seed_cnn(image_size: int) -> Any:
+    """The seeds' small CNN: Conv2D/MaxPooling stack, dropout, a sigmoid output for two classes."""
+    import tensorflow as tf
+
+    layers = tf.keras.layers
+    model = tf.keras.Sequential([tf.keras.Input(shape=(image_size, image_size, 3))])
+    size = image_size
+    for filters in (32, 64, 128, 128):
+        if size < 4:  # small images: stop pooling before the feature map vanishes
+            break
+        model.add(layers.Conv2D(filters, (3, 3), activation="relu", padding="same"))
+        model.add(layers.MaxPooling2D((2, 2)))
+        size //= 2
+    model.add(layers.Flatten())
+    model.add(layers.Dropout(0.5))
+    model.add(layers.Dense(512, activation="relu"))
+    model.add(layers.Dense(1, activation="sigmoid"))
+    return model
+
+
+def synthetic_images(samples: int, image_size: int) -> Any:
+    """Two learnable classes: bright images are labelled 1, dark ones 0."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, size=(samples, 1)).astype("float32")
+    images = rng.random((samples, image_size, image_size, 3), dtype=np.float32) * 0.5
+    images += labels[:, :, None, None] * 0.5
+    return images, labels
+
+
 def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: int = 100,
-        devices: str = "") -> dict[str, Any]:
+        devices: str = "", model: str = "dense", image_size: int = 32) -> dict[str, Any]:
     import tensorflow as tf
 
     names = pick_devices(devices)
@@ -37,10 +68,18 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
     global_batch = batch_per_replica * replicas
     steps_per_epoch = -(-samples // global_batch)
 
-    with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
-        model.compile(loss="mse", optimizer="sgd")
-    dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(samples).batch(global_batch)
+    with strategy.scope():  # the model must be built and compiled inside the scope to be replicated
+        if model == "cnn":
+            keras_model = seed_cnn(image_size)
+            keras_model.compile(loss="binary_crossentropy", optimizer=tf.keras.optimizers.Adam(1e-4),
+                                metrics=["acc"])
+        else:
+            keras_model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
+            keras_model.compile(loss="mse", optimizer="sgd")
+    if model == "cnn":
+        dataset = tf.data.Dataset.from_tensor_slices(synthetic_images(samples, image_size)).batch(global_batch)
+    else:
+        dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(samples).batch(global_batch)
 
     class Progress(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -59,15 +98,77 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
 
     print(f"MirroredStrategy over {', '.join(names)}: {replicas} replicas in sync, "
           f"global batch {global_batch} ({batch_per_replica} per replica)", flush=True)
-    history = model.fit(dataset, epochs=epochs, verbose=0, callbacks=[Progress()])
+    history = keras_model.fit(dataset, epochs=epochs, verbose=0, callbacks=[Progress()])
     if ctx.cancel_requested.is_set():
         raise JobCancelled("training stopped by the user")
     return {
         "kind": "training",
+        "model": model,
+        "parameters": int(keras_model.count_params()),
         "devices": names,
         "replicas_in_sync": replicas,
         "global_batch_size": global_batch,
         "batch_per_replica": batch_per_replica,
         "steps_per_epoch": steps_per_epoch,
         "loss": [float(v) for v in history.history.get("loss", [])],
+    }
+
+
+def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, learning_rate: float = 0.1,
+                devices: str = "") -> dict[str, Any]:
+    """The seeds' custom training loop under MirroredStrategy."""
+    import tensorflow as tf
+
+    names = pick_devices(devices)
+    strategy = tf.distribute.MirroredStrategy(devices=names)
+    replicas = strategy.num_replicas_in_sync
+    global_batch_size = batch_per_replica * replicas  # the global batch grows with the replicas
+
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
+        optimizer = tf.keras.optimizers.SGD(learning_rate)
+
+    dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(steps * global_batch_size).batch(
+        global_batch_size)
+    dist_dataset = strategy.experimental_distribute_dataset(dataset)
+    loss_object = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+
+    def compute_loss(labels: Any, predictions: Any) -> Any:
+        per_example_loss = loss_object(labels, predictions)
+        return tf.nn.compute_average_loss(per_example_loss, global_batch_size=global_batch_size)
+
+    def train_step(inputs: Any) -> Any:
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            predictions = model(features, training=True)
+            loss = compute_loss(labels, predictions)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def distributed_train_step(dist_inputs: Any) -> Any:
+        per_replica_losses = strategy.run(train_step, args=(dist_inputs,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+
+    print(f"MirroredStrategy over {', '.join(names)}: {replicas} replicas, "
+          f"global batch {global_batch_size} ({batch_per_replica} per replica)", flush=True)
+    losses: list[float] = []
+    for step, dist_inputs in enumerate(dist_dataset, 1):
+        ctx.check_cancelled()
+        loss = float(distributed_train_step(dist_inputs))
+        losses.append(loss)
+        ctx.metric("loss", loss, step=step)
+        ctx.progress(step, steps, f"step {step}/{steps}: loss {loss:.5f}")
+        print(f"step {step}: loss {loss:.6f}", flush=True)
+    return {
+        "kind": "training",
+        "model": "dense",
+        "loop": "custom",
+        "devices": names,
+        "replicas_in_sync": replicas,
+        "global_batch_size": global_batch_size,
+        "batch_per_replica": batch_per_replica,
+        "steps": len(losses),
+        "loss": losses,
     }

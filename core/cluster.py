@@ -1,0 +1,186 @@
+"""Local TensorFlow clusters for the multi-worker and parameter-server demos, and TF_CONFIG for real ones.
+
+Every task is a `python -m core.cluster_task` child in its own process group, bound to 127.0.0.1 on a
+free port. A task's output lines are read on threads and handed to a callback, tagged with the task.
+Waits are bounded everywhere: a task that dies ends the run with an error naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RESULT_PREFIX = "\x1eTFDP-RESULT "
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Ports free right now on `host` (held open together, so they are distinct)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> dict[str, Any]:
+    return {"cluster": {k: list(v) for k, v in cluster.items()}, "task": {"type": task_type, "index": index}}
+
+
+def parse_address(text: str) -> str:
+    """Check HOST:PORT; raises ValueError with what to write instead."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 10.0.0.5:12345)")
+    return f"{host}:{int(port)}"
+
+
+def cluster_commands(workers: Sequence[str], ps: Sequence[str] = (), *, chief: str | None = None,
+                     job: str | None = None) -> list[dict[str, Any]]:
+    """TF_CONFIG and the start command of every task of a real cluster, for `cluster-config`."""
+    cluster: dict[str, list[str]] = {"worker": [parse_address(w) for w in workers]}
+    if ps:
+        cluster["ps"] = [parse_address(p) for p in ps]
+        cluster["chief"] = [parse_address(chief)] if chief else []
+    every = [a for addresses in cluster.values() for a in addresses]
+    duplicates = sorted({a for a in every if every.count(a) > 1})
+    if duplicates:
+        raise ValueError(f"address used by more than one task: {', '.join(duplicates)}")
+    job = job or ("parameter-server" if ps else "multi-worker")
+    tasks = []
+    for task_type, addresses in cluster.items():
+        for index, address in enumerate(addresses):
+            config = tf_config({k: v for k, v in cluster.items() if v}, task_type, index)
+            roles = {"worker": "server" if ps else "mwms-worker", "ps": "server", "chief": "ps-coordinator"}
+            role = roles[task_type]
+            tasks.append({"task": f"{task_type}:{index}", "address": address, "tf_config": config,
+                          "command": f"TF_CONFIG='{json.dumps(config)}' python -m core.cluster_task {role}"})
+    return tasks
+
+
+@dataclass
+class Task:
+    name: str              # "worker:0"
+    role: str              # the core.cluster_task role it runs
+    config: dict[str, Any]
+    process: subprocess.Popen[bytes] | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    last_lines: list[str] = field(default_factory=list)
+    readers: list[threading.Thread] = field(default_factory=list)
+
+
+class TaskFailed(RuntimeError):
+    def __init__(self, task: Task, description: str):
+        self.task = task
+        tail = "\n".join(task.last_lines[-6:])
+        super().__init__(f"{task.name} {description}" + (f"; its last output:\n{tail}" if tail else ""))
+
+
+def describe_returncode(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class LocalCluster:
+    """Start tasks, stream their output, collect their results, and always clean up."""
+
+    def __init__(self, on_line: Callable[[Task, str, str], None], *, env: Mapping[str, str] | None = None):
+        self.on_line = on_line
+        self.tasks: list[Task] = []
+        self.env = dict(env or {})
+        self._lock = threading.Lock()
+
+    def start(self, name: str, role: str, config: dict[str, Any], args: Sequence[str] = ()) -> Task:
+        task = Task(name, role, config)
+        env = dict(os.environ)
+        env.update(self.env)
+        env.update({"TF_CONFIG": json.dumps(config), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "0",
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))})
+        task.process = subprocess.Popen(
+            [sys.executable, "-m", "core.cluster_task", role, *args], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self.tasks.append(task)
+        for stream, handle in (("stdout", task.process.stdout), ("stderr", task.process.stderr)):
+            reader = threading.Thread(target=self._read, args=(task, stream, handle), daemon=True,
+                                      name=f"cluster-{name}-{stream}")
+            reader.start()
+            task.readers.append(reader)
+        return task
+
+    def _read(self, task: Task, stream: str, handle: Any) -> None:
+        for raw in iter(handle.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if line.startswith(RESULT_PREFIX):
+                with contextlib.suppress(ValueError):
+                    task.results.append(json.loads(line[len(RESULT_PREFIX):]))
+                continue
+            task.last_lines = [*task.last_lines[-39:], line]
+            try:
+                self.on_line(task, stream, line)
+            except Exception as exc:  # a display problem must not stop the reading, or the task blocks
+                print(f"tf-device-panel: cannot forward {task.name}'s output: {exc!r}", file=sys.stderr)
+
+    def wait(self, tasks: Sequence[Task], timeout: float, should_stop: Callable[[], bool],
+             watch: Sequence[Task] = ()) -> None:
+        """Wait until `tasks` exit successfully. Raises TaskFailed if one of them, or of `watch`, dies."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for task in [*tasks, *watch]:
+                assert task.process is not None
+                code = task.process.poll()
+                if code is not None and (code != 0 or task in watch):
+                    for reader in task.readers:
+                        reader.join(2)
+                    raise TaskFailed(task, describe_returncode(code))
+            if all(t.process is not None and t.process.poll() == 0 for t in tasks):
+                for task in tasks:
+                    for reader in task.readers:
+                        reader.join(5)
+                return
+            if should_stop():
+                return
+            if time.monotonic() > deadline:
+                waiting = [t.name for t in tasks if t.process is not None and t.process.poll() is None]
+                raise TimeoutError(f"{', '.join(waiting)} did not finish within {timeout:.0f} s")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        """Kill every task's whole process group and reap it."""
+        for task in self.tasks:
+            process = task.process
+            if process is None:
+                continue
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+            for handle in (process.stdout, process.stderr):
+                with contextlib.suppress(OSError):
+                    if handle is not None:
+                        handle.close()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,146 @@
+"""One task of a local TensorFlow cluster, started by `core.cluster.LocalCluster` with TF_CONFIG set.
+
+Roles: `mwms-worker` (a custom training loop under MultiWorkerMirroredStrategy), `server` (a parameter
+server or a parameter-server worker: a tf.distribute.Server), `ps-coordinator` (a custom loop through
+ClusterCoordinator). Results are printed as one line prefixed with RESULT_PREFIX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from core.cluster import RESULT_PREFIX
+
+
+def report(result: dict[str, Any]) -> None:
+    sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def mwms_worker(tf: Any, args: argparse.Namespace) -> None:
+    config = json.loads(os.environ["TF_CONFIG"])
+    workers = len(config["cluster"]["worker"])
+    started = time.monotonic()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    connected = time.monotonic()
+    replicas = strategy.num_replicas_in_sync
+    global_batch_size = args.batch_per_replica * replicas
+
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
+        optimizer = tf.keras.optimizers.SGD(args.learning_rate)
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(args.steps * global_batch_size)
+    dataset = dataset.batch(global_batch_size).with_options(options)
+    dist_dataset = strategy.experimental_distribute_dataset(dataset)
+    loss_object = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+
+    def train_step(inputs: Any) -> Any:
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            per_example = loss_object(labels, model(features, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        return loss
+
+    @tf.function
+    def distributed_step(inputs: Any) -> Any:
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(train_step, args=(inputs,)), axis=None)
+
+    losses = []
+    for step, inputs in enumerate(dist_dataset, 1):
+        losses.append(float(distributed_step(inputs)))
+        print(f"step {step}: loss {losses[-1]:.6f}", flush=True)
+    finished = time.monotonic()
+    report({"workers": workers, "replicas_in_sync": replicas, "global_batch_size": global_batch_size,
+            "losses": losses, "connect_s": connected - started, "train_s": finished - connected,
+            "task": config["task"]})
+
+
+def server(tf: Any, args: argparse.Namespace) -> None:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    workers = len(resolver.cluster_spec().as_dict().get("worker", []))
+    # TF's PS tutorial: on small machines a worker needs more inter-op threads than workers, or it hangs.
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
+    tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+                         protocol=resolver.rpc_layer or "grpc", config=config, start=True).join()
+
+
+def ps_coordinator(tf: Any, args: argparse.Namespace) -> None:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    started = time.monotonic()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    connected = time.monotonic()
+    with strategy.scope():
+        weight = tf.Variable(0.5, name="weight")
+        bias = tf.Variable(0.0, name="bias")
+
+    def dataset_fn() -> Any:
+        return tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat().batch(args.batch_per_replica)
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    loss_object = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+    learning_rate = args.learning_rate
+
+    @tf.function
+    def step_fn(iterator: Any) -> Any:
+        def replica_fn(batch: Any) -> Any:
+            features, labels = batch
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(loss_object(labels, features * weight + bias))
+            grad_w, grad_b = tape.gradient(loss, [weight, bias])
+            weight.assign_sub(learning_rate * grad_w)
+            bias.assign_sub(learning_rate * grad_b)
+            return loss
+
+        losses = strategy.run(replica_fn, args=(next(iterator),))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    scheduled = [coordinator.schedule(step_fn, args=(iterator,)) for _ in range(args.steps)]
+    coordinator.join()
+    finished = time.monotonic()
+    losses = [float(remote.fetch()) for remote in scheduled]
+    for step, loss in enumerate(losses, 1):
+        print(f"step {step}: loss {loss:.6f}", flush=True)
+    report({"variables": {v.name: v.device for v in (weight, bias)},
+            "values": {v.name: float(v.numpy()) for v in (weight, bias)},
+            "losses": losses, "steps": len(losses), "connect_s": connected - started,
+            "train_s": finished - connected, "steps_per_s": len(losses) / max(finished - connected, 1e-9),
+            "workers": len(resolver.cluster_spec().as_dict().get("worker", []))})
+
+
+ROLES = {"mwms-worker": mwms_worker, "server": server, "ps-coordinator": ps_coordinator}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m core.cluster_task")
+    parser.add_argument("role", choices=sorted(ROLES))
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch-per-replica", type=int, default=5)
+    parser.add_argument("--learning-rate", type=float, default=0.1)
+    parser.add_argument("--log-placement", action="store_true")
+    args = parser.parse_args(argv)
+    if "TF_CONFIG" not in os.environ:
+        parser.error("TF_CONFIG is not set; `tf-device-panel cluster-config` prints it for each task")
+    import tensorflow as tf
+
+    if args.log_placement:
+        tf.debugging.set_log_device_placement(True)  # before the runtime initializes, or it does nothing
+    ROLES[args.role](tf, args)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # TensorFlow's teardown can hang with gRPC servers still connected

@@ -1,0 +1,117 @@
+"""Multi-worker and parameter-server training on a local cluster of processes bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from core import events, placement
+from core.cluster import LocalCluster, Task, TaskFailed, free_ports, tf_config
+from core.jobs.context import JobCancelled, JobContext, JobError
+
+HOST = "127.0.0.1"
+
+
+def _forwarder(ctx: JobContext) -> Any:
+    """Turn a task's output line into a placement or log event tagged with the task."""
+
+    def forward(task: Task, stream: str, line: str) -> None:
+        kind, placed = placement.parse_line(line, stream)
+        if placed is not None:
+            ctx.emit(events.PLACEMENT, **placed.to_json(), stream=stream, line=line, task=task.name)
+        elif kind != placement.PLACEMENT:  # stdout echoes of placer lines are not shown twice
+            ctx.emit(events.LOG, stream=stream, kind=kind, text=f"[{task.name}] {line}", task=task.name)
+
+    return forward
+
+
+def _run_cluster(ctx: JobContext, cluster: LocalCluster, waited: list[Task], watched: list[Task],
+                 timeout_s: int, what: str) -> None:
+    try:
+        cluster.wait(waited, timeout_s, ctx.cancel_requested.is_set, watch=watched)
+    except TaskFailed as exc:
+        raise JobError(f"{what} failed: {exc}") from None
+    except TimeoutError as exc:
+        raise JobError(f"{what} timed out: {exc}. Raise timeout_s on a slow machine.") from None
+    if ctx.cancel_requested.is_set():
+        raise JobCancelled("cancelled by the user; every cluster process was stopped")
+
+
+def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_replica: int = 5,
+                 learning_rate: float = 0.1, log_placement: bool = True, timeout_s: int = 180) -> dict[str, Any]:
+    addresses = [f"{HOST}:{port}" for port in free_ports(workers)]
+    cluster_spec = {"worker": addresses}
+    args = ["--steps", str(steps), "--batch-per-replica", str(batch_per_replica),
+            "--learning-rate", str(learning_rate)] + (["--log-placement"] if log_placement else [])
+    started = time.monotonic()
+    ctx.progress(0, 2, f"starting {workers} workers on {', '.join(addresses)}")
+    print(f"MultiWorkerMirroredStrategy: {workers} worker processes on {', '.join(addresses)}", flush=True)
+    with LocalCluster(_forwarder(ctx)) as cluster:
+        tasks = [cluster.start(f"worker:{i}", "mwms-worker", tf_config(cluster_spec, "worker", i), args)
+                 for i in range(workers)]
+        ctx.progress(1, 2, "training (each worker imports TensorFlow and joins the cluster)")
+        _run_cluster(ctx, cluster, tasks, [], timeout_s, "multi-worker training")
+    missing = [t.name for t in tasks if not t.results]
+    if missing:
+        raise JobError(f"{', '.join(missing)} finished without reporting a result")
+    per_worker = {t.name: t.results[-1] for t in tasks}
+    losses = {name: r["losses"] for name, r in per_worker.items()}
+    reference = next(iter(losses.values()))
+    agree = all(len(v) == len(reference) and all(abs(a - b) < 1e-5 for a, b in zip(v, reference, strict=True))
+                for v in losses.values())
+    first = next(iter(per_worker.values()))
+    ctx.progress(2, 2, "done", force=True)
+    return {
+        "kind": "cluster",
+        "strategy": "MultiWorkerMirroredStrategy",
+        "addresses": cluster_spec,
+        "workers": workers,
+        "replicas_in_sync": first["replicas_in_sync"],
+        "global_batch_size": first["global_batch_size"],
+        "losses": losses,
+        "loss": reference,
+        "losses_agree": agree,
+        "timings": {name: {"connect_s": r["connect_s"], "train_s": r["train_s"]} for name, r in per_worker.items()},
+        "wall_s": time.monotonic() - started,
+    }
+
+
+def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_per_replica: int = 5,
+                     learning_rate: float = 0.1, log_placement: bool = False,
+                     timeout_s: int = 180) -> dict[str, Any]:
+    ports = free_ports(workers + 2)
+    cluster_spec = {"chief": [f"{HOST}:{ports[0]}"], "ps": [f"{HOST}:{ports[1]}"],
+                    "worker": [f"{HOST}:{port}" for port in ports[2:]]}
+    placement_flag = ["--log-placement"] if log_placement else []
+    started = time.monotonic()
+    ctx.progress(0, 2, "starting 1 parameter server, "
+                       f"{workers} workers and a coordinator on {HOST}")
+    print("ParameterServerStrategy cluster: " + "; ".join(f"{k} {', '.join(v)}" for k, v in cluster_spec.items()),
+          flush=True)
+    with LocalCluster(_forwarder(ctx)) as cluster:
+        servers = [cluster.start("ps:0", "server", tf_config(cluster_spec, "ps", 0), placement_flag)]
+        servers += [cluster.start(f"worker:{i}", "server", tf_config(cluster_spec, "worker", i), placement_flag)
+                    for i in range(workers)]
+        coordinator = cluster.start("chief:0", "ps-coordinator", tf_config(cluster_spec, "chief", 0),
+                                    ["--steps", str(steps), "--batch-per-replica", str(batch_per_replica),
+                                     "--learning-rate", str(learning_rate), *placement_flag])
+        ctx.progress(1, 2, "training through ClusterCoordinator")
+        # Servers never exit by themselves: one that does has died, and that ends the run.
+        _run_cluster(ctx, cluster, [coordinator], servers, timeout_s, "parameter-server training")
+    if not coordinator.results:
+        raise JobError("the coordinator finished without reporting a result")
+    result = coordinator.results[-1]
+    ctx.progress(2, 2, "done", force=True)
+    return {
+        "kind": "cluster",
+        "strategy": "ParameterServerStrategy",
+        "addresses": cluster_spec,
+        "workers": workers,
+        "variables": result["variables"],
+        "values": result["values"],
+        "loss": result["losses"],
+        "steps": result["steps"],
+        "steps_per_s": result["steps_per_s"],
+        "timings": {"coordinator": {"connect_s": result["connect_s"], "train_s": result["train_s"]}},
+        "wall_s": time.monotonic() - started,
+    }

@@ -1,0 +1,76 @@
+"""Open the real window, apply a configuration, run a job, and save a screenshot of the X screen.
+
+Run under a display, e.g.: xvfb-run -s "-screen 0 1400x900x24" .venv/bin/python scripts/screenshot.py OUT.png
+Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QApplication
+
+from core.config import DeviceConfig
+from core.history import RunHistory
+from gui.main_window import MainWindow
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--job", default="replicate")
+    parser.add_argument("--param", action="append", default=[])
+    parser.add_argument("--dock", action="append", default=[])
+    parser.add_argument("--during", action="store_true", help="shoot while the job runs, not after")
+    parser.add_argument("--delay", type=float, default=1.0)
+    args = parser.parse_args()
+
+    app = QApplication(sys.argv[:1])
+    settings = QSettings(str(Path(tempfile.mkdtemp()) / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    window.resize(1400, 900)
+    window.move(0, 0)
+    window.show()
+    for name in args.dock:
+        window.docks[name].show()
+        window.docks[name].raise_()
+    window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
+    window.apply(window.config_panel.config())
+    state = {"submitted": False, "since": 0.0}
+
+    def tick() -> None:
+        if not state["submitted"] and window.controller.state == "ready":
+            window.runs.select_job(args.job)
+            for item in args.param:
+                name, _, value = item.partition("=")
+                window.runs.form().set_value(name, type(window.runs.form().values()[name])(value))
+            window.run_job(args.job, window.runs.form().values())
+            state["submitted"], state["since"] = True, time.monotonic()
+        elif state["submitted"]:
+            done = window.controller.job_run is not None and window.controller.job_run.outcome.finished
+            if (done or (args.during and time.monotonic() - state["since"] > args.delay + 3)) and \
+                    time.monotonic() - state["since"] > args.delay:
+                shot = app.primaryScreen().grabWindow(0)  # the whole X screen, as a person sees it
+                shot.save(args.out)
+                print(f"saved {args.out} ({shot.width()}x{shot.height()})")
+                window.close()
+                app.quit()
+
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    timer.start(200)
+    QTimer.singleShot(240_000, app.quit)
+    app.exec()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
