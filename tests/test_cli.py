@@ -135,3 +135,15 @@ def test_ctrl_c_cancels_the_job_cleanly(tmp_path: Path) -> None:
     assert json.loads(out)["status"] == "cancelled"
     assert "Traceback" not in err
     assert not runtime.is_running() or runtime.status() == psutil.STATUS_ZOMBIE
+
+
+def test_jobs_code_and_cluster_config() -> None:
+    done = cli("jobs", "--code", "custom-loop")
+    assert done.returncode == 0 and "compute_average_loss" in done.stdout and "strategy.reduce" in done.stdout
+    done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--worker", "10.0.0.2:2222", "--json")
+    tasks = json.loads(done.stdout)
+    assert [t["tf_config"]["task"]["index"] for t in tasks] == [0, 1]
+    done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--ps", "10.0.0.3:2222")
+    assert done.returncode == 2 and "--chief" in done.stderr
+    done = cli("cluster-config", "--worker", "nohost")
+    assert done.returncode == 2 and "HOST:PORT" in done.stderr

@@ -223,3 +223,38 @@ def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Pat
 
 def test_the_gui_process_never_imports_tensorflow() -> None:
     assert "tensorflow" not in sys.modules and "keras" not in sys.modules
+
+
+def test_result_views_for_every_result_kind(qtbot) -> None:
+    from core.session import JobOutcome
+    from gui.runs_panel import ResultView
+
+    view = ResultView()
+    qtbot.addWidget(view)
+    benchmark = {"kind": "table", "title": "Matmul throughput (GFLOP/s)", "repeats": 2, "rows": [
+        {"device": "/CPU:0", "dtype": "float32", "size": 64, "gflops": 3.5, "seconds": 0.01},
+        {"device": "/CPU:0", "dtype": "float16", "size": 64, "gflops": None, "seconds": None, "unsupported": "x"},
+        {"device": "NumPy (CPU)", "dtype": "float32", "size": 64, "gflops": 4.0, "seconds": 0.01}]}
+    view.show_outcome(JobOutcome("benchmark", {}, {}, status="ok", result=benchmark))
+    assert view.rows_table.rowCount() == 3 and view.rows_table.item(1, 3).text() == "—"
+    assert len(view.rows_plot.listDataItems()) == 2
+    memory = {"kind": "memory", "short_device": "/CPU:1", "step_mib": 8, "notes": ["n"], "rows": [
+        {"step": 0, "label": "before", "allocated_mib": 0, "current_mib": None, "peak_mib": None, "rss_mib": 500.0},
+        {"step": 1, "label": "allocated", "allocated_mib": 8, "current_mib": None, "peak_mib": None,
+         "rss_mib": 508.0}]}
+    view.show_outcome(JobOutcome("memory", {}, {}, status="ok", result=memory))
+    assert view.rows_table.rowCount() == 2 and "/CPU:1" in view.rows_caption.text()
+    cluster = {"kind": "cluster", "strategy": "ParameterServerStrategy", "workers": 2,
+               "addresses": {"ps": ["127.0.0.1:1"]}, "variables": {"weight:0": "/job:ps/replica:0/task:0/device:CPU:0"},
+               "values": {"weight:0": 0.6}, "loss": [0.5, 0.4], "steps": 2, "steps_per_s": 9.0,
+               "timings": {"coordinator": {"connect_s": 0.1, "train_s": 0.2}}}
+    view.show_outcome(JobOutcome("parameter-server", {}, {}, status="ok", result=cluster))
+    assert view.rows_table.item(0, 1).text().startswith("/job:ps/")
+
+
+def test_show_code_dialog(qtbot, window: MainWindow) -> None:
+    window.runs.select_job("custom-loop")
+    assert "Custom training loop" in window.runs.description.text()
+    dialog = window.runs.show_code()
+    assert "compute_average_loss" in dialog.findChild(type(window.log.view)).toPlainText()
+    dialog.close()

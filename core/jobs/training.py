@@ -27,6 +27,30 @@ def pick_devices(requested: str) -> list[str]:
     return [by_short[canonical_device(n)] for n in names]
 
 
+_collective_devices: tuple[str, ...] | None = None  # the first MirroredStrategy's devices in this runtime
+
+
+def mirrored_strategy(names: list[str]) -> Any:
+    """MirroredStrategy over `names`, working around TF's one-group-per-process collectives.
+
+    TensorFlow keys collective all-reduce groups per process: after a strategy over 3 devices, one over
+    2 fails with "joining a group with size2, but that group has size 3". So a later strategy over
+    other devices reduces through one device instead, and says so.
+    """
+    import tensorflow as tf
+
+    global _collective_devices
+    if _collective_devices is None:
+        _collective_devices = tuple(names)
+    if tuple(names) == _collective_devices:
+        return tf.distribute.MirroredStrategy(devices=names)
+    print(f"note: this runtime already all-reduced over {', '.join(_collective_devices)}; TensorFlow cannot "
+          "form collective groups over other devices in the same process, so this run reduces through one "
+          "device (ReductionToOneDevice). Apply the configuration again for a fresh runtime with all-reduce.",
+          flush=True)
+    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
 def seed_cnn(image_size: int) -> Any:
     """The seeds' small CNN: Conv2D/MaxPooling stack, dropout, a sigmoid output for two classes."""
     import tensorflow as tf
@@ -63,7 +87,7 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
     import tensorflow as tf
 
     names = pick_devices(devices)
-    strategy = tf.distribute.MirroredStrategy(devices=names)
+    strategy = mirrored_strategy(names)
     replicas = strategy.num_replicas_in_sync
     global_batch = batch_per_replica * replicas
     steps_per_epoch = -(-samples // global_batch)
@@ -120,7 +144,7 @@ def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, le
     import tensorflow as tf
 
     names = pick_devices(devices)
-    strategy = tf.distribute.MirroredStrategy(devices=names)
+    strategy = mirrored_strategy(names)
     replicas = strategy.num_replicas_in_sync
     global_batch_size = batch_per_replica * replicas  # the global batch grows with the replicas
 

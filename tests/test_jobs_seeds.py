@@ -1,0 +1,194 @@
+"""The seed examples as jobs, with real TensorFlow on logical CPUs and real cluster processes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+
+import psutil
+import pytest
+from conftest import collect_job, of_type
+
+from core import events
+from core.cluster import cluster_commands
+from core.jobs import JOBS, ParamError
+from core.runtime import RuntimeProcess
+
+
+def result_of(seen: list) -> dict:
+    results = of_type(seen, events.RESULT)
+    assert results, f"no result; errors: {[e.data for e in of_type(seen, events.ERROR)]}"
+    return results[0].data["result"]
+
+
+def error_of(seen: list) -> dict:
+    (error,) = of_type(seen, events.ERROR)
+    return error.data
+
+
+def cluster_processes(runtime: RuntimeProcess) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(runtime.pid).children(recursive=True):
+        try:
+            if "core.cluster_task" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def listening_ports(processes: list[psutil.Process]) -> set[int]:
+    ports = set()
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            ports |= {c.laddr.port for c in process.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    return ports
+
+
+def assert_port_free(port: int) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        # SO_REUSEADDR: connections in TIME_WAIT do not count, a socket still listening does
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+
+
+def test_custom_loop_loss_decreases_and_global_batch_scales(three_cpus: RuntimeProcess) -> None:
+    seen = collect_job(three_cpus, three_cpus.submit("custom-loop", {"steps": 6, "batch_per_replica": 4}))
+    result = result_of(seen)
+    assert result["replicas_in_sync"] == 3 and result["global_batch_size"] == 12
+    assert len(result["loss"]) == 6 and result["loss"][-1] < result["loss"][0]
+    assert [m.data["step"] for m in of_type(seen, events.METRIC)] == list(range(1, 7))
+    # the distributed step ran on every replica
+    assert {"/CPU:0", "/CPU:1", "/CPU:2"} <= {e.data["short_device"] for e in of_type(seen, events.PLACEMENT)}
+
+
+def test_fit_with_the_seed_cnn(three_cpus: RuntimeProcess) -> None:
+    params = {"model": "cnn", "image_size": 16, "samples": 24, "epochs": 1, "devices": "/CPU:0,/CPU:1"}
+    result = result_of(collect_job(three_cpus, three_cpus.submit("fit", params)))
+    assert result["model"] == "cnn" and result["replicas_in_sync"] == 2 and result["global_batch_size"] == 10
+    assert result["parameters"] > 10_000 and len(result["loss"]) == 1
+
+
+def test_memory_steps_on_a_logical_cpu(three_cpus: RuntimeProcess) -> None:
+    seen = collect_job(three_cpus, three_cpus.submit("memory", {"device": "/CPU:1", "step_mib": 8, "steps": 3}))
+    result = result_of(seen)
+    assert result["short_device"] == "/CPU:1"
+    assert [r["label"] for r in result["rows"]] == ["before", "allocated", "allocated", "allocated", "released"]
+    assert [r["allocated_mib"] for r in result["rows"]] == [0, 8, 16, 24, 0]
+    assert all(r["rss_mib"] > 0 for r in result["rows"])
+    assert len([m for m in of_type(seen, events.METRIC) if m.data["name"] == "memory"]) == 5
+
+
+def test_memory_on_a_device_that_does_not_exist_is_refused(three_cpus: RuntimeProcess) -> None:
+    error = error_of(collect_job(three_cpus, three_cpus.submit("memory", {"device": "/GPU:0", "steps": 1})))
+    assert "/GPU:0 is not a logical device" in error["message"] and "/CPU:2" in error["message"]
+
+
+def test_benchmark_has_a_row_per_device_size_and_dtype(three_cpus: RuntimeProcess) -> None:
+    params = {"sizes": "32,64", "dtypes": "float32,bfloat16", "repeats": 2, "devices": "/CPU:0,/CPU:2"}
+    result = result_of(collect_job(three_cpus, three_cpus.submit("benchmark", params)))
+    tf_rows = {(r["device"], r["dtype"], r["size"]) for r in result["rows"] if r["device"] != "NumPy (CPU)"}
+    assert tf_rows == {(d, t, s) for d in ("/CPU:0", "/CPU:2") for t in ("float32", "bfloat16") for s in (32, 64)}
+    numpy_rows = [r for r in result["rows"] if r["device"] == "NumPy (CPU)"]
+    assert [r["size"] for r in numpy_rows] == [32, 64]
+    assert all(r["gflops"] is None or r["gflops"] > 0 for r in result["rows"])
+
+
+@pytest.mark.parametrize(("job", "params", "problem"), [
+    ("multi-worker", {"workers": 0}, "workers"),
+    ("benchmark", {"sizes": "0,abc"}, "sizes"),
+    ("benchmark", {"dtypes": "float8"}, "dtypes"),
+    ("memory", {"step_mib": -1}, "step_mib"),
+])
+def test_parameters_are_validated_before_the_job_starts(job: str, params: dict, problem: str) -> None:
+    with pytest.raises(ParamError) as caught:
+        JOBS[job].resolve(params)
+    assert [name for name, _ in caught.value.problems] == [problem]
+
+
+def test_cancelling_a_benchmark(three_cpus: RuntimeProcess) -> None:
+    job_id = three_cpus.submit("benchmark", {"sizes": "512,1024,2048", "repeats": 50})
+    threading.Timer(1.0, three_cpus.cancel).start()
+    seen = collect_job(three_cpus, job_id)
+    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert three_cpus.state == "ready"
+
+
+@pytest.mark.slow
+def test_multi_worker_losses_agree_and_nothing_is_left(three_cpus: RuntimeProcess) -> None:
+    seen = collect_job(three_cpus, three_cpus.submit("multi-worker", {"workers": 2, "steps": 4}), timeout=240)
+    result = result_of(seen)
+    assert result["workers"] == 2 and result["replicas_in_sync"] == 2 and result["losses_agree"]
+    assert set(result["losses"]) == {"worker:0", "worker:1"} and len(result["loss"]) == 4
+    assert result["loss"][-1] < result["loss"][0]
+    assert all(a.startswith("127.0.0.1:") for a in result["addresses"]["worker"])
+    tagged = {e.data.get("task") for e in of_type(seen, events.PLACEMENT)}
+    assert {"worker:0", "worker:1"} <= tagged
+    assert cluster_processes(three_cpus) == []
+    for address in result["addresses"]["worker"]:
+        assert_port_free(int(address.rsplit(":", 1)[1]))
+
+
+@pytest.mark.slow
+def test_parameter_server_variables_live_on_ps(three_cpus: RuntimeProcess) -> None:
+    seen = collect_job(three_cpus, three_cpus.submit("parameter-server", {"workers": 2, "steps": 8}), timeout=240)
+    result = result_of(seen)
+    assert result["variables"] and all(d.startswith("/job:ps/") for d in result["variables"].values())
+    assert result["steps"] == 8 and result["steps_per_s"] > 0
+    assert result["loss"][-1] < result["loss"][0]
+    assert cluster_processes(three_cpus) == []
+
+
+@pytest.mark.slow
+def test_a_killed_worker_ends_the_job_with_an_error_naming_it(three_cpus: RuntimeProcess) -> None:
+    job_id = three_cpus.submit("multi-worker", {"workers": 2, "steps": 100_000, "log_placement": False})
+    deadline = time.monotonic() + 120
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        for process in cluster_processes(three_cpus):
+            try:
+                if json.loads(process.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1:
+                    victim = process
+            except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+                pass
+        time.sleep(0.2)
+    assert victim is not None, "worker 1 never started"
+    time.sleep(3)  # let it join the cluster and start training
+    ports = listening_ports(cluster_processes(three_cpus))
+    victim.kill()
+    seen = collect_job(three_cpus, job_id, timeout=60)
+    message = error_of(seen)["message"]
+    assert "worker:1" in message and "SIGKILL" in message
+    assert cluster_processes(three_cpus) == []
+    for port in ports:
+        assert_port_free(port)
+
+
+@pytest.mark.slow
+def test_cancelling_a_multi_worker_run_stops_every_worker(three_cpus: RuntimeProcess) -> None:
+    job_id = three_cpus.submit("multi-worker", {"workers": 2, "steps": 100_000, "log_placement": False})
+    deadline = time.monotonic() + 60
+    while len(cluster_processes(three_cpus)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    three_cpus.cancel(grace=20)
+    seen = collect_job(three_cpus, job_id, timeout=60)
+    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert cluster_processes(three_cpus) == []
+
+
+def test_cluster_config_for_real_machines() -> None:
+    tasks = cluster_commands(["10.0.0.1:2222", "10.0.0.2:2222"], ["10.0.0.3:2222"], chief="10.0.0.4:2222")
+    by_task = {t["task"]: t for t in tasks}
+    assert set(by_task) == {"worker:0", "worker:1", "ps:0", "chief:0"}
+    config = by_task["worker:1"]["tf_config"]
+    assert config["task"] == {"type": "worker", "index": 1}
+    assert config["cluster"]["ps"] == ["10.0.0.3:2222"] and config["cluster"]["chief"] == ["10.0.0.4:2222"]
+    assert "ps-coordinator" in by_task["chief:0"]["command"]
+    with pytest.raises(ValueError, match="more than one task"):
+        cluster_commands(["10.0.0.1:2222", "10.0.0.1:2222"])
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        cluster_commands(["nohost"])
