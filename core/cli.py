@@ -313,6 +313,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from core import doctor
+
+    config = load_profile(args.config) if args.config else None
+    if not args.json:
+        print("Examining this machine (TensorFlow is imported in a probe process; this takes a few seconds)…",
+              file=sys.stderr)
+    facts = doctor.gather(config)
+    checks = doctor.diagnose(facts)
+    if args.json:
+        _emit_json({"checks": [c.to_json() for c in checks], "facts": facts.to_json(),
+                    "exit_code": doctor.exit_code(checks)})
+    elif args.markdown:
+        sys.stdout.write(doctor.to_markdown(checks, facts))
+    else:
+        sys.stdout.write(doctor.to_text(checks, facts))
+    return doctor.exit_code(checks)
+
+
 def cmd_cluster_config(args: argparse.Namespace) -> int:
     try:
         tasks = cluster_commands(args.worker, args.ps or (), chief=args.chief)
@@ -382,6 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.set_defaults(func=cmd_validate)
 
+    p = sub.add_parser("doctor", help="why TensorFlow does not see or use a GPU: checks, evidence, fixes")
+    p.add_argument("--config", metavar="FILE", help="also check this device configuration profile")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="for scripts")
+    output.add_argument("--markdown", action="store_true", help="for a bug report")
+    p.set_defaults(func=cmd_doctor)
+
     p = sub.add_parser("cluster-config", help="TF_CONFIG and start command for each task of a real cluster")
     p.add_argument("--worker", action="append", required=True, metavar="HOST:PORT", help="a worker (repeatable)")
     p.add_argument("--ps", action="append", metavar="HOST:PORT", help="a parameter server (repeatable)")
@@ -393,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=cmd_runs)
-    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config"):
+    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor"):
         sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                                        help="show TensorFlow's log lines and tracebacks")
     return parser

@@ -14,6 +14,17 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 NO_DRIVER = "no NVIDIA driver found"
+UNAVAILABLE = 2**64 - 1  # usedGpuMemory when the driver cannot tell (WDDM, MIG)
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    used_mib: int | None  # None: the driver does not report it
+    name: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -24,6 +35,7 @@ class GpuSnapshot:
     pci_bus_id: str | None = None
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
+    compute_capability: str | None = None
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -110,6 +122,9 @@ class Nvml:
             if pci is not None:
                 bus = pci.busId
                 snap.pci_bus_id = bus.decode() if isinstance(bus, bytes) else str(bus)
+            capability = self._read(partial(pynvml.nvmlDeviceGetCudaComputeCapability, handle))
+            if capability is not None:
+                snap.compute_capability = f"{capability[0]}.{capability[1]}"
             memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2))
             if memory is None:  # drivers older than R510 have no v2 query
                 memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle))
@@ -118,6 +133,41 @@ class Nvml:
                 snap.memory_used_mib = int(memory.used) // (1024 * 1024)
             snapshots.append(snap)
         return snapshots
+
+
+    def processes(self, index: int) -> list[GpuProcess] | None:
+        """Compute processes on GPU `index` (v3, then v2, then v1 of NVML's query); None if unreadable."""
+        if not self.init() or index >= len(self._handles):
+            return None
+        import psutil
+        import pynvml
+
+        handle = self._handles[index]
+        found = None
+        for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                     "nvmlDeviceGetComputeRunningProcesses"):
+            query = getattr(pynvml, name, None)
+            if query is None:
+                continue
+            try:
+                found = query(handle)
+                break
+            except pynvml.NVMLError_FunctionNotFound:
+                continue
+            except pynvml.NVMLError:
+                return None
+        if found is None:
+            return None
+        processes = []
+        for item in found:
+            used = getattr(item, "usedGpuMemory", None)
+            try:
+                process_name = psutil.Process(int(item.pid)).name()
+            except (psutil.Error, ValueError):
+                process_name = ""  # in a container NVML reports host PIDs
+            processes.append(GpuProcess(int(item.pid), None if used in (None, UNAVAILABLE) else int(used) // 2**20,
+                                        process_name))
+        return processes
 
 
 _shared: Nvml | None = None

@@ -1,0 +1,583 @@
+"""Why doesn't TensorFlow see (or use) my GPU? Checks with evidence and fixes.
+
+`gather()` collects facts: the platform, environment variables, installed packages, NVML, and a
+probe subprocess that imports TensorFlow (its stderr kept for TF's own hints). `diagnose(facts)` runs
+every check as a pure function of those facts, so each check can be tested against simulated
+machines; a check that raises becomes a skipped check, never a crash of the report.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.config import DeviceConfig, GpuInfo, validate
+from core.doctor_probe import PROBE_PREFIX
+from core.nvml import Nvml
+
+PASS, WARN, FAIL, SKIPPED = "pass", "warn", "fail", "skipped"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROBE_TIMEOUT_S = 180
+TF_GPU_HINTS = ("could not find cuda drivers", "failed call to cuinit", "cannot dlopen", "could not load dynamic",
+                "skipping registering gpu", "driver version is insufficient", "ignoring visible gpu",
+                "cuda_error", "unable to register", "cudnn", "dso loader")
+CUDA_PACKAGES_EXTRA = "and-cuda"
+
+
+@dataclass
+class Check:
+    id: str
+    title: str
+    status: str = PASS
+    summary: str = ""
+    evidence: list[str] = field(default_factory=list)
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Facts:
+    system: str = ""                       # platform.system(): Linux, Windows, Darwin
+    release: str = ""
+    machine: str = ""
+    wsl: bool = False
+    python: str = ""
+    env: dict[str, str | None] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)        # normalised name -> version
+    cuda_requirements: list[str] = field(default_factory=list)    # tensorflow's [and-cuda] requirements
+    nvml: dict[str, Any] = field(default_factory=dict)            # available, message, driver, cuda, gpus
+    probe: dict[str, Any] = field(default_factory=dict)
+    tf_stderr: list[str] = field(default_factory=list)
+    verbose_stderr: list[str] = field(default_factory=list)       # re-probe with TF's verbose logging
+    torch: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- gathering -----------------------------------------------------------------------------------------
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_packages() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(_normalise(name), dist.version)
+    return found
+
+
+def tensorflow_cuda_requirements() -> list[str]:
+    for name in ("tensorflow", "tensorflow-cpu"):
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return [r.split(";")[0].strip() for r in requires if f'extra == "{CUDA_PACKAGES_EXTRA}"' in r]
+    return []
+
+
+def run_probe(env_extra: dict[str, str] | None = None, place: bool = True,
+              timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any], list[str]]:
+    env = dict(os.environ)
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))})
+    env.update(env_extra or {})
+    command = [sys.executable, "-m", "core.doctor_probe"] + ([] if place else ["--no-placement"])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {"imported": False, "import_error": f"the probe did not finish within {timeout:.0f} s"}, []
+    facts: dict[str, Any] = {"imported": False, "import_error": f"the probe exited with code {done.returncode}"}
+    for line in done.stdout.split("\n"):  # not splitlines(): it also splits at the prefix's \x1e
+        if line.startswith(PROBE_PREFIX):
+            facts = json.loads(line[len(PROBE_PREFIX):])
+    return facts, done.stderr.splitlines()
+
+
+def probe_torch() -> dict[str, Any]:
+    code = ("import json, torch; ok = torch.cuda.is_available(); print(json.dumps({'version': torch.__version__, "
+            "'cuda': torch.version.cuda, 'available': ok, 'count': torch.cuda.device_count() if ok else 0, "
+            "'names': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if ok else []}))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError) as exc:
+        return {"error": f"could not ask PyTorch: {exc}"}
+
+
+def nvml_facts(nvml: Nvml) -> dict[str, Any]:
+    if not nvml.init():
+        return {"available": False, "message": nvml.message}
+    gpus = []
+    for gpu in nvml.gpus():
+        entry = gpu.to_json()
+        processes = nvml.processes(gpu.index)
+        entry["processes"] = None if processes is None else [p.to_json() for p in processes]
+        gpus.append(entry)
+    return {"available": True, "driver_version": nvml.driver_version(),
+            "cuda_driver_version": nvml.cuda_driver_version(), "gpus": gpus}
+
+
+def gather(config: DeviceConfig | None = None, nvml: Nvml | None = None) -> Facts:
+    packages = installed_packages()
+    facts = Facts(
+        system=platform.system(), release=platform.release(), machine=platform.machine(),
+        wsl="microsoft" in platform.release().lower(), python=platform.python_version(),
+        env={k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                                            "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR", "LD_LIBRARY_PATH")},
+        packages=packages, cuda_requirements=tensorflow_cuda_requirements(),
+        nvml=nvml_facts(nvml or Nvml()), config=config.to_json() if config else None)
+    facts.probe, stderr = run_probe()
+    relevant = [line for line in stderr if any(h in line.lower() for h in TF_GPU_HINTS) or "Created device" in line]
+    by_message = {line.split("] ", 1)[-1]: line for line in relevant}  # TF repeats some lines; keep one each
+    facts.tf_stderr = list(by_message.values())[-40:]
+    libraries_missing = any("dlopen" in line.lower() or "could not load dynamic" in line.lower()
+                            for line in facts.tf_stderr)
+    if libraries_missing:  # verbose logging names the library that failed to load
+        _, verbose = run_probe({"TF_CPP_MAX_VLOG_LEVEL": "3"}, place=False)
+        facts.verbose_stderr = [line for line in verbose
+                                if re.search(r"(could not load|cannot open|dlopen|No such file).*\.so", line,
+                                             re.IGNORECASE)][-20:]
+    if "torch" in packages:
+        facts.torch = probe_torch()
+    return facts
+
+
+# -- checks --------------------------------------------------------------------------------------------
+def _tf_gpus(facts: Facts) -> list[dict[str, Any]]:
+    return [d for d in facts.probe.get("physical", []) if d.get("device_type") == "GPU"]
+
+
+def _nvml_gpus(facts: Facts) -> list[dict[str, Any]]:
+    return list(facts.nvml.get("gpus") or []) if facts.nvml.get("available") else []
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text or "")[:2])
+
+
+def tf_bus_ids(lines: list[str]) -> dict[int, str]:
+    """TF's physical GPU index -> PCI bus id, from its 'Created device ... pci bus id: ...' lines."""
+    found = {}
+    for line in lines:
+        match = re.search(r"-> device: (\d+), name: .*?, pci bus id: ([0-9a-fA-F:.]+)", line)
+        if match:
+            found[int(match.group(1))] = match.group(2).lower()
+    return found
+
+
+def _same_bus(a: str | None, b: str | None) -> bool:
+    """NVML says 00000000:01:00.0, TF says 0000:01:00.0: compare bus:device.function and domain value."""
+    if not a or not b:
+        return False
+    pa, pb = a.lower().split(":"), b.lower().split(":")
+    return len(pa) == len(pb) == 3 and int(pa[0], 16) == int(pb[0], 16) and pa[1:] == pb[1:]
+
+
+def check_tensorflow(facts: Facts) -> Check:
+    check = Check("tensorflow", "TensorFlow imports, and its build")
+    probe = facts.probe
+    if not probe.get("imported"):
+        check.status, check.summary = FAIL, "TensorFlow cannot be imported"
+        check.evidence = [probe.get("import_error", ""), *probe.get("import_traceback", "").splitlines()[-4:]]
+        check.fix = "pip install 'tensorflow[and-cuda]'   (Linux with an NVIDIA GPU) or pip install tensorflow"
+        return check
+    build = probe.get("build", {})
+    check.evidence = [f"TensorFlow {probe.get('version')}, Python {facts.python}"]
+    if build.get("is_cuda_build"):
+        check.summary = f"TensorFlow {probe.get('version')}, built for CUDA {build.get('cuda_version')}"
+        check.evidence.append(f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}, "
+                              f"architectures {', '.join(build.get('cuda_compute_capabilities', []))}")
+    elif build.get("is_rocm_build"):
+        check.summary = f"TensorFlow {probe.get('version')}, built for ROCm"
+    else:
+        check.status, check.summary = WARN, f"TensorFlow {probe.get('version')} is a CPU-only build"
+        check.fix = ("This TensorFlow can never use a GPU. On Linux: pip uninstall tensorflow-cpu; "
+                     "pip install 'tensorflow[and-cuda]'")
+    return check
+
+
+def check_platform(facts: Facts) -> Check:
+    check = Check("platform", "Platform", summary=f"{facts.system} {facts.release} ({facts.machine})")
+    check.evidence = [check.summary + (" under WSL2" if facts.wsl else "")]
+    version = _version_tuple(facts.probe.get("version"))
+    if facts.system == "Windows" and version and version >= (2, 11):
+        check.status = FAIL
+        check.summary = "native Windows: TensorFlow ≥ 2.11 has no GPU support there"
+        check.fix = "Use WSL2 (Ubuntu) with the Windows NVIDIA driver and pip install 'tensorflow[and-cuda]' inside it"
+    elif facts.system == "Darwin":
+        check.status = WARN
+        check.summary = "macOS: no CUDA; Apple GPUs need the Metal plugin"
+        check.fix = "pip install tensorflow-metal (Apple silicon)"
+    return check
+
+
+def check_driver(facts: Facts) -> Check:
+    check = Check("driver", "NVIDIA driver")
+    nvml = facts.nvml
+    if not nvml.get("available"):
+        check.status, check.summary = FAIL, nvml.get("message") or "NVML is unavailable"
+        driver_lines = [ln for ln in facts.tf_stderr if "cuinit" in ln.lower() or "cuda drivers" in ln.lower()]
+        check.evidence = [f"NVML: {nvml.get('message')}", *driver_lines[:3]]
+        check.fix = ("Install the NVIDIA driver for your GPU (Ubuntu: sudo ubuntu-drivers install; then reboot) and "
+                     "check that `nvidia-smi` lists the GPU. In a container, run it with --gpus all.")
+        return check
+    driver_cuda = nvml.get("cuda_driver_version")
+    tf_cuda = facts.probe.get("build", {}).get("cuda_version")
+    check.summary = f"driver {nvml.get('driver_version')}, supports CUDA up to {driver_cuda}"
+    check.evidence = [check.summary] + ([f"TensorFlow was built with CUDA {tf_cuda}"] if tf_cuda else [])
+    if tf_cuda and driver_cuda and _version_tuple(driver_cuda) < _version_tuple(tf_cuda):
+        check.status = FAIL
+        check.summary = f"driver too old: it supports CUDA {driver_cuda}, TensorFlow needs CUDA {tf_cuda}"
+        check.fix = f"Update the NVIDIA driver to one that supports CUDA {tf_cuda} or newer"
+    return check
+
+
+def check_gpu_match(facts: Facts) -> Check:
+    check = Check("gpus", "GPUs seen by the driver versus by TensorFlow")
+    nvml_gpus, tf_gpus = _nvml_gpus(facts), _tf_gpus(facts)
+    if not facts.nvml.get("available"):
+        check.status, check.summary = SKIPPED, "no NVIDIA driver, so nothing to compare"
+        check.evidence = [f"TensorFlow sees {len(tf_gpus)} GPU(s)"]
+        return check
+    buses = tf_bus_ids(facts.tf_stderr)
+    check.evidence = [f"driver: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus]
+    check.evidence += [f"TensorFlow: {d['name']} {d.get('device_name', '')}"
+                       + (f" at {buses[i]}" if i in buses else "") for i, d in enumerate(tf_gpus)]
+    unmatched = [g for g in nvml_gpus if not any(_same_bus(g.get("pci_bus_id"), bus) for bus in buses.values())]
+    check.summary = f"driver sees {len(nvml_gpus)}, TensorFlow sees {len(tf_gpus)}"
+    if len(tf_gpus) < len(nvml_gpus):
+        check.status = FAIL if not tf_gpus else WARN
+        missing = ", ".join(f"GPU {g['index']} ({g.get('name')}, {g.get('pci_bus_id')})" for g in unmatched) \
+            if buses else f"{len(nvml_gpus) - len(tf_gpus)} GPU(s)"
+        check.summary += f": TensorFlow is missing {missing}"
+        check.fix = ("The other checks say why: CUDA_VISIBLE_DEVICES, missing CUDA libraries, a driver too old, or a "
+                     "compute capability the build lacks")
+    return check
+
+
+def check_visible_devices(facts: Facts) -> Check:
+    check = Check("cuda-visible-devices", "CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER")
+    value = facts.env.get("CUDA_VISIBLE_DEVICES")
+    order = facts.env.get("CUDA_DEVICE_ORDER")
+    nvml_gpus = _nvml_gpus(facts)
+    check.evidence = [f"CUDA_VISIBLE_DEVICES={value!r}" if value is not None else "CUDA_VISIBLE_DEVICES is not set",
+                      f"CUDA_DEVICE_ORDER={order!r}" if order else "CUDA_DEVICE_ORDER is not set (CUDA: fastest first)"]
+    check.summary = "not restricting GPUs" if value is None else f"CUDA_VISIBLE_DEVICES={value}"
+    if value is not None and value.strip() in ("", "-1"):
+        check.status, check.summary = FAIL, f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU"
+        check.fix = "unset CUDA_VISIBLE_DEVICES   (or set it to the GPUs to use, e.g. export CUDA_VISIBLE_DEVICES=0)"
+        return check
+    if value is not None and nvml_gpus:
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        known_uuids = {str(g.get("uuid")) for g in nvml_gpus}
+        bad = [v for v in items if (v.isdigit() and int(v) >= len(nvml_gpus))
+               or (not v.isdigit() and not any(u.startswith(v) for u in known_uuids))]
+        if bad:
+            check.status = FAIL
+            check.summary = f"CUDA_VISIBLE_DEVICES names GPUs that do not exist: {', '.join(bad)}"
+            check.fix = (f"This machine has GPUs 0–{len(nvml_gpus) - 1}; CUDA stops at the first bad entry. "
+                         f"Fix it, e.g. export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(len(nvml_gpus)))}")
+            return check
+    if len({g.get("name") for g in nvml_gpus}) > 1 and order != "PCI_BUS_ID":
+        check.status = WARN
+        check.summary = "different GPU models, and CUDA numbers them fastest-first, unlike nvidia-smi"
+        check.fix = "export CUDA_DEVICE_ORDER=PCI_BUS_ID so TensorFlow's GPU indices match nvidia-smi's"
+    return check
+
+
+def _satisfies(version: str, requirement: str) -> bool | None:
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:
+        return None
+    return Requirement(requirement).specifier.contains(version, prereleases=True)
+
+
+def check_cuda_libraries(facts: Facts) -> Check:
+    check = Check("cuda-libraries", "CUDA libraries for TensorFlow")
+    build = facts.probe.get("build", {})
+    if not facts.probe.get("imported") or not build.get("is_cuda_build"):
+        check.status, check.summary = SKIPPED, "not a CUDA build of TensorFlow"
+        return check
+    missing, wrong = [], []
+    for requirement in facts.cuda_requirements:
+        name = _normalise(re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0])
+        version = facts.packages.get(name)
+        if version is None:
+            missing.append(name)
+        elif _satisfies(version, requirement) is False:
+            wrong.append(f"{name} {version} (TensorFlow asks {requirement[len(name):]})")
+    messages = [ln for ln in facts.tf_stderr if "dlopen" in ln.lower() or "could not load dynamic" in ln.lower()
+                or "skipping registering gpu" in ln.lower()]
+    check.evidence = messages[:6] + facts.verbose_stderr[:8]
+    if wrong:
+        check.evidence += [f"version mismatch: {w}" for w in wrong]
+    if missing:
+        check.evidence.append(f"not installed: {', '.join(missing)}")
+    if messages or (missing and _nvml_gpus(facts)):
+        check.status = FAIL
+        check.summary = "TensorFlow could not load its CUDA libraries" if messages else \
+            f"{len(missing)} of TensorFlow's CUDA packages are not installed"
+        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version')}'"
+    elif wrong:
+        check.status, check.summary = WARN, "some CUDA packages are not at the versions TensorFlow asks for"
+        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version')}'"
+    elif missing:
+        check.status = WARN
+        check.summary = "TensorFlow's CUDA packages are not installed (it would need them to use a GPU)"
+        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version')}'"
+    else:
+        check.summary = f"all {len(facts.cuda_requirements)} CUDA packages present at the versions TensorFlow asks"
+    return check
+
+
+def check_compute_capability(facts: Facts) -> Check:
+    check = Check("compute-capability", "GPU compute capability versus TensorFlow's build")
+    archs = facts.probe.get("build", {}).get("cuda_compute_capabilities") or []
+    gpus = [(g.get("name"), g.get("compute_capability")) for g in _nvml_gpus(facts) if g.get("compute_capability")]
+    if not gpus:
+        gpus = [(g.get("device_name"), g.get("compute_capability")) for g in _tf_gpus(facts)
+                if g.get("compute_capability")]
+    if not gpus or not archs:
+        check.status, check.summary = SKIPPED, "no GPU capability or build architectures to compare"
+        return check
+    cubins = {int(a[3:]) for a in archs if a.startswith("sm_")}
+    ptx = [int(a[8:]) for a in archs if a.startswith("compute_")]
+    check.evidence = [f"build: {', '.join(archs)}"]
+    unsupported = []
+    for name, capability in gpus:
+        value = int(str(capability).replace(".", ""))
+        ok = value in cubins or any(p <= value for p in ptx) or any(c <= value and c // 10 == value // 10
+                                                                    for c in cubins)
+        check.evidence.append(f"{name}: compute {capability}" + ("" if ok else " — not in the build"))
+        if not ok:
+            unsupported.append(f"{name} ({capability})")
+    ignored = [ln for ln in facts.tf_stderr if "ignoring visible gpu" in ln.lower()]
+    check.evidence += ignored[:3]
+    if unsupported or ignored:
+        check.status = FAIL
+        check.summary = f"TensorFlow was not built for {', '.join(unsupported) or 'a GPU here'}"
+        check.fix = ("Use a TensorFlow release built for this GPU's architecture (older GPUs: an older TensorFlow), "
+                     "or build TensorFlow from source with TF_CUDA_COMPUTE_CAPABILITIES including it")
+    else:
+        check.summary = "every GPU's architecture is in the build"
+    return check
+
+
+def check_packages(facts: Facts) -> Check:
+    check = Check("packages", "Conflicting TensorFlow and Keras packages")
+    packages = facts.packages
+    present = {n: packages[n] for n in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
+                                       "keras", "tf-keras", "tensorflow-metal") if n in packages}
+    check.evidence = [f"{n} {v}" for n, v in present.items()]
+    problems, fixes = [], []
+    if "tensorflow-gpu" in present:
+        problems.append("the retired tensorflow-gpu package is installed")
+        fixes.append("pip uninstall tensorflow-gpu")
+    if "tensorflow" in present and "tensorflow-cpu" in present:
+        problems.append("both tensorflow and tensorflow-cpu are installed (one overwrites the other's files)")
+        fixes.append("pip uninstall tensorflow-cpu tensorflow; pip install 'tensorflow[and-cuda]'")
+    tf_version = _version_tuple(present.get("tensorflow") or present.get("tensorflow-cpu"))
+    keras = _version_tuple(present.get("keras"))
+    if tf_version >= (2, 16) and keras and keras[0] < 3:
+        problems.append(f"TensorFlow {'.'.join(map(str, tf_version))} expects Keras 3, but keras "
+                        f"{present['keras']} is installed")
+        fixes.append("pip install -U 'keras>=3'")
+    tf_keras = _version_tuple(present.get("tf-keras"))
+    if tf_keras and tf_version and tf_keras[:2] != tf_version[:2]:
+        problems.append(f"tf-keras {present['tf-keras']} does not match TensorFlow "
+                        f"{'.'.join(map(str, tf_version))} (they are released in step)")
+        fixes.append(f"pip install 'tf-keras~={tf_version[0]}.{tf_version[1]}.0'")
+    if problems:
+        check.status, check.summary, check.fix = WARN, "; ".join(problems), " && ".join(fixes)
+    else:
+        check.summary = "no conflicting packages"
+    return check
+
+
+def check_gpu_memory(facts: Facts) -> Check:
+    check = Check("gpu-memory", "Other processes holding GPU memory")
+    gpus = _nvml_gpus(facts)
+    if not gpus:
+        check.status, check.summary = SKIPPED, "no GPU readable through NVML"
+        return check
+    holders = []
+    for gpu in gpus:
+        for process in gpu.get("processes") or []:
+            used = f"{process['used_mib']} MiB" if process.get("used_mib") is not None else "memory N/A"
+            holders.append(f"GPU {gpu['index']}: pid {process['pid']} {process.get('name') or '(other container)'}"
+                           f" holds {used}")
+        if gpu.get("processes") is None:
+            check.evidence.append(f"GPU {gpu['index']}: process list not readable")
+        if gpu.get("memory_total_mib"):
+            check.evidence.append(f"GPU {gpu['index']}: {gpu.get('memory_used_mib')} of {gpu['memory_total_mib']} "
+                                  "MiB in use")
+    check.evidence += holders
+    if holders:
+        check.status = WARN
+        check.summary = f"{len(holders)} process(es) already hold GPU memory"
+        check.fix = ("TensorFlow reserves nearly all free GPU memory at start: stop those processes, or enable memory "
+                     "growth / set memory limits in the configuration")
+    else:
+        check.summary = "no other process holds GPU memory"
+    return check
+
+
+def check_configuration(facts: Facts) -> Check:
+    check = Check("configuration", "The device configuration")
+    if facts.config is None:
+        check.status, check.summary = SKIPPED, "no configuration given (use --config FILE)"
+        return check
+    config = DeviceConfig.from_json(facts.config)
+    gpus = [GpuInfo(g["index"], g.get("name") or "", g.get("memory_total_mib")) for g in _nvml_gpus(facts)]
+    problems = validate(config, gpus if facts.nvml.get("available") else None)
+    check.evidence = [config.summary()] + [str(p) for p in problems]
+    growth_env = (facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"
+    if growth_env and config.virtual_gpus:
+        problems_text = "TF_FORCE_GPU_ALLOW_GROWTH=true is set together with virtual GPUs"
+        check.evidence.append(problems_text)
+        check.status, check.summary = WARN, problems_text + " (TensorFlow rejects growth on split GPUs)"
+        check.fix = "unset TF_FORCE_GPU_ALLOW_GROWTH, or remove the virtual GPU split"
+    if problems:
+        check.status = FAIL
+        check.summary = f"{len(problems)} problem(s): {problems[0]}"
+        check.fix = problems[0].hint or "fix the configuration"
+    elif check.status == PASS:
+        check.summary = config.summary()
+    return check
+
+
+def check_placement(facts: Facts) -> Check:
+    check = Check("placement", "Ops really run on each GPU")
+    results = facts.probe.get("placement") or []
+    if not _tf_gpus(facts):
+        check.status, check.summary = SKIPPED, "TensorFlow has no GPU to place ops on"
+        return check
+    if facts.probe.get("runtime_error"):
+        check.status, check.summary = FAIL, f"TensorFlow failed to start: {facts.probe['runtime_error']}"
+        check.fix = "read the evidence of the other checks; this is usually a CUDA library or driver problem"
+        return check
+    moved = []
+    for item in results:
+        landed = item["actual"].split("device:")[-1] == item["requested"].split("device:")[-1]
+        check.evidence.append(f"MatMul on {item['requested']} → ran on {item['actual']}")
+        if not landed:
+            moved.append(item["requested"])
+    if moved:
+        check.status = WARN
+        check.summary = f"soft placement silently moved ops off {', '.join(moved)} to another device"
+        check.fix = "turn soft placement off to get TensorFlow's error, and read it"
+    else:
+        check.summary = f"a MatMul ran on each of {len(results)} logical GPU(s)"
+    return check
+
+
+def check_torch(facts: Facts) -> Check:
+    check = Check("pytorch", "PyTorch's view of the GPU")
+    if facts.torch is None:
+        check.status, check.summary = SKIPPED, "PyTorch is not installed"
+        return check
+    torch = facts.torch
+    if "error" in torch:
+        check.status, check.summary = SKIPPED, torch["error"]
+        return check
+    check.evidence = [f"torch {torch.get('version')} (CUDA {torch.get('cuda')}): "
+                      f"{torch.get('count')} GPU(s) {', '.join(torch.get('names', []))}"]
+    tf_count = len(_tf_gpus(facts))
+    if torch.get("available") and tf_count == 0:
+        check.status = WARN
+        check.summary = "PyTorch uses the GPU but TensorFlow does not: the driver works, TensorFlow's setup does not"
+        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version', '')}' (see cuda-libraries)"
+    elif not torch.get("available"):
+        check.summary = "PyTorch does not see a GPU either: look at the driver first"
+    else:
+        check.summary = f"PyTorch and TensorFlow both see GPUs ({torch.get('count')} / {tf_count})"
+    return check
+
+
+def check_xla_only(facts: Facts) -> Check:
+    check = Check("xla-devices", "XLA-only GPU devices (old TensorFlow)")
+    kinds = [d.get("device_type") for d in facts.probe.get("physical", [])]
+    if "XLA_GPU" in kinds and "GPU" not in kinds:
+        check.status = FAIL
+        check.summary = "TensorFlow lists XLA_GPU but no GPU: the CUDA libraries failed to load in an old release"
+        check.fix = "upgrade TensorFlow (pip install -U 'tensorflow[and-cuda]') and check cuda-libraries"
+    else:
+        check.summary = "no XLA-only devices"
+    return check
+
+
+CHECKS: list[Callable[[Facts], Check]] = [
+    check_tensorflow, check_platform, check_driver, check_gpu_match, check_visible_devices, check_cuda_libraries,
+    check_compute_capability, check_packages, check_gpu_memory, check_configuration, check_placement,
+    check_torch, check_xla_only,
+]
+
+
+def diagnose(facts: Facts) -> list[Check]:
+    results = []
+    for function in CHECKS:
+        try:
+            results.append(function(facts))
+        except Exception as exc:  # one broken check must not cost the whole report
+            name = function.__name__.removeprefix("check_").replace("_", "-")
+            results.append(Check(name, name, SKIPPED, f"the check itself failed: {type(exc).__name__}: {exc}"))
+    return results
+
+
+def exit_code(checks: list[Check]) -> int:
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+ICONS = {PASS: "✔", WARN: "▲", FAIL: "✘", SKIPPED: "–"}
+
+
+def to_text(checks: list[Check], facts: Facts) -> str:
+    lines = [f"TF Device Panel doctor — {facts.system} {facts.release}, Python {facts.python}", ""]
+    for check in checks:
+        lines.append(f"{ICONS[check.status]} {check.status.upper():<7} {check.title}: {check.summary}")
+        if check.status in (WARN, FAIL):
+            lines += [f"      · {e}" for e in check.evidence if e]
+            if check.fix:
+                lines.append(f"      fix: {check.fix}")
+    counts = {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL, SKIPPED)}
+    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items())]
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(checks: list[Check], facts: Facts) -> str:
+    probe = facts.probe
+    lines = ["## TensorFlow GPU diagnosis (TF Device Panel doctor)", "",
+             f"- System: {facts.system} {facts.release} ({facts.machine}), Python {facts.python}",
+             f"- TensorFlow: {probe.get('version', 'not importable')}"
+             + (f", CUDA {probe.get('build', {}).get('cuda_version')}" if probe.get("build", {}).get("cuda_version")
+                else ""),
+             f"- Driver: {facts.nvml.get('driver_version') or facts.nvml.get('message')}",
+             "", "| | Check | Result |", "|---|---|---|"]
+    for check in checks:
+        lines.append(f"| {ICONS[check.status]} | {check.title} | {check.summary.replace('|', '/')} |")
+    for check in checks:
+        if check.status in (WARN, FAIL):
+            lines += ["", f"### {check.title}", "", "```"] + [e for e in check.evidence if e] + ["```"]
+            if check.fix:
+                lines.append(f"**Fix:** `{check.fix}`")
+    if facts.tf_stderr:
+        lines += ["", "### TensorFlow's own messages", "", "```", *facts.tf_stderr[-12:], "```"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,258 @@
+"""Every doctor check against simulated machines, plus one real run on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from conftest import ROOT
+
+from core import doctor
+from core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
+from core.nvml import Nvml
+
+CUDA_BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
+              "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
+REQUIREMENTS = ["nvidia-cublas-cu12<13.0,>=12.5.3.2", "nvidia-cudnn-cu12<10.0,>=9.3.0.75"]
+CUDA_PACKAGES = {"nvidia-cublas-cu12": "12.5.3.2", "nvidia-cudnn-cu12": "9.3.0.75"}
+CREATED = ("I0000 00:00:1.0 1 gpu_device.cc:2020] Created device /job:localhost/replica:0/task:0/device:GPU:{i} "
+           "with 22000 MB memory:  -> device: {i}, name: NVIDIA L4, pci bus id: 0000:0{b}:00.0, "
+           "compute capability: 8.9")
+
+
+def nvml_gpu(index: int, bus: int, name: str = "NVIDIA L4", processes: list | None = None) -> dict:
+    return {"index": index, "name": name, "uuid": f"GPU-{index}aaa", "pci_bus_id": f"00000000:0{bus}:00.0",
+            "memory_total_mib": 23034, "memory_used_mib": 300, "compute_capability": "8.9",
+            "error": None, "processes": processes if processes is not None else []}
+
+
+def tf_gpu(index: int) -> dict:
+    return {"name": f"/physical_device:GPU:{index}", "device_type": "GPU", "device_name": "NVIDIA L4",
+            "compute_capability": "8.9"}
+
+
+def healthy(gpus: int = 2) -> Facts:
+    """A Linux machine where everything works, with `gpus` L4s."""
+    return Facts(
+        system="Linux", release="6.8.0", machine="x86_64", python="3.11.7",
+        env={"CUDA_VISIBLE_DEVICES": None, "CUDA_DEVICE_ORDER": None, "TF_FORCE_GPU_ALLOW_GROWTH": None},
+        packages={"tensorflow": "2.21.0", "keras": "3.15.1", **CUDA_PACKAGES},
+        cuda_requirements=REQUIREMENTS,
+        nvml={"available": True, "driver_version": "570.1", "cuda_driver_version": "12.8",
+              "gpus": [nvml_gpu(i, i + 1) for i in range(gpus)]},
+        probe={"imported": True, "version": "2.21.0", "build": CUDA_BUILD,
+               "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU"}, *[tf_gpu(i) for i in range(gpus)]],
+               "placement": [{"requested": f"/device:GPU:{i}", "actual": f"/job:localhost/replica:0/task:0/device:GPU:{i}",
+                              "value": 11.0} for i in range(gpus)]},
+        tf_stderr=[CREATED.format(i=i, b=i + 1) for i in range(gpus)],
+    )
+
+
+def by_id(facts: Facts) -> dict[str, doctor.Check]:
+    return {c.id: c for c in doctor.diagnose(facts)}
+
+
+def test_a_healthy_two_gpu_machine_passes_everything() -> None:
+    checks = by_id(healthy())
+    assert {k: c.status for k, c in checks.items() if c.status not in (PASS, SKIPPED)} == {}
+    assert checks["configuration"].status == SKIPPED and checks["pytorch"].status == SKIPPED
+    assert "driver sees 2, TensorFlow sees 2" in checks["gpus"].summary
+    assert doctor.exit_code(list(checks.values())) == 0
+
+
+def test_no_driver_fails_with_a_fix_and_tf_hint() -> None:
+    facts = replace(healthy(0), nvml={"available": False, "message": "no NVIDIA driver found"},
+                    tf_stderr=["E0000 00:00:1 1 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR (303)"])
+    check = by_id(facts)["driver"]
+    assert check.status == FAIL and "no NVIDIA driver" in check.summary and "nvidia-smi" in check.fix
+    assert any("cuInit" in e for e in check.evidence)
+
+
+def test_old_driver_is_too_old_for_tensorflows_cuda() -> None:
+    facts = healthy(1)
+    facts.nvml["cuda_driver_version"] = "11.4"
+    check = by_id(facts)["driver"]
+    assert check.status == FAIL and "too old" in check.summary and "12.5.1" in check.fix
+
+
+def test_gpu_gap_names_the_missing_gpu_by_bus_id() -> None:
+    facts = healthy(2)
+    facts.probe["physical"] = facts.probe["physical"][:2]       # TF sees only GPU 0
+    facts.tf_stderr = facts.tf_stderr[:1]
+    check = by_id(facts)["gpus"]
+    assert check.status == WARN and "GPU 1" in check.summary and "00000000:02:00.0" in check.summary
+
+
+@pytest.mark.parametrize(("value", "status", "words"), [
+    ("", FAIL, "hides every GPU"), ("-1", FAIL, "hides every GPU"), ("0,5", FAIL, "do not exist: 5"),
+    ("1", PASS, "CUDA_VISIBLE_DEVICES=1"), ("GPU-1a", PASS, "CUDA_VISIBLE_DEVICES=GPU-1a"),
+    ("GPU-zz", FAIL, "do not exist: GPU-zz"),
+])
+def test_cuda_visible_devices(value: str, status: str, words: str) -> None:
+    facts = healthy(2)
+    facts.env["CUDA_VISIBLE_DEVICES"] = value
+    check = by_id(facts)["cuda-visible-devices"]
+    assert check.status == status and words in check.summary
+
+
+def test_device_order_advice_for_mixed_gpus() -> None:
+    facts = healthy(2)
+    facts.nvml["gpus"][1]["name"] = "NVIDIA A100"
+    check = by_id(facts)["cuda-visible-devices"]
+    assert check.status == WARN and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in check.fix
+
+
+def test_missing_cuda_libraries_are_named_from_verbose_logs() -> None:
+    facts = healthy(0)
+    facts.packages = {"tensorflow": "2.21.0"}
+    facts.tf_stderr = ["W0000 00:00:1 1 gpu_device.cc:2342] Cannot dlopen some GPU libraries. Please make sure the "
+                       "missing libraries mentioned above are installed properly. Skipping registering GPU devices..."]
+    facts.verbose_stderr = ["I0000 dso_loader.cc:77] Could not load dynamic library 'libcudnn.so.9'; dlerror: "
+                            "libcudnn.so.9: cannot open shared object file: No such file or directory"]
+    check = by_id(facts)["cuda-libraries"]
+    assert check.status == FAIL and "tensorflow[and-cuda]==2.21.0" in check.fix
+    assert any("libcudnn.so.9" in e for e in check.evidence)
+    assert any("nvidia-cudnn-cu12" in e for e in check.evidence)
+
+
+def test_cuda_package_at_the_wrong_version_warns() -> None:
+    facts = healthy(1)
+    facts.packages["nvidia-cudnn-cu12"] = "8.9.0"
+    check = by_id(facts)["cuda-libraries"]
+    assert check.status == WARN and any("nvidia-cudnn-cu12 8.9.0" in e for e in check.evidence)
+
+
+def test_cpu_only_build_warns() -> None:
+    facts = healthy(0)
+    facts.probe["build"] = {"is_cuda_build": False}
+    assert by_id(facts)["tensorflow"].status == WARN
+    assert by_id(facts)["cuda-libraries"].status == SKIPPED
+
+
+def test_tensorflow_not_importable() -> None:
+    facts = replace(healthy(0), probe={"imported": False, "import_error": "ModuleNotFoundError: No module named 'tf'"})
+    check = by_id(facts)["tensorflow"]
+    assert check.status == FAIL and "pip install" in check.fix
+
+
+@pytest.mark.parametrize(("capability", "status"), [("8.9", PASS), ("9.0", PASS), ("8.6", PASS), ("5.2", FAIL)])
+def test_compute_capability_against_the_build(capability: str, status: str) -> None:
+    facts = healthy(1)
+    facts.nvml["gpus"][0]["compute_capability"] = capability
+    assert by_id(facts)["compute-capability"].status == status
+
+
+@pytest.mark.parametrize(("packages", "words"), [
+    ({"tensorflow": "2.21.0", "tensorflow-gpu": "2.10.0"}, "tensorflow-gpu"),
+    ({"tensorflow": "2.21.0", "tensorflow-cpu": "2.21.0"}, "both tensorflow and tensorflow-cpu"),
+    ({"tensorflow": "2.21.0", "keras": "2.15.0"}, "expects Keras 3"),
+    ({"tensorflow": "2.21.0", "tf-keras": "2.19.0"}, "tf-keras 2.19.0 does not match"),
+])
+def test_conflicting_packages(packages: dict, words: str) -> None:
+    facts = replace(healthy(0), packages=packages)
+    check = by_id(facts)["packages"]
+    assert check.status == WARN and words in check.summary
+
+
+def test_other_processes_holding_gpu_memory() -> None:
+    facts = healthy(1)
+    facts.nvml["gpus"][0]["processes"] = [{"pid": 4242, "used_mib": 18000, "name": "python"},
+                                          {"pid": 99, "used_mib": None, "name": ""}]
+    check = by_id(facts)["gpu-memory"]
+    assert check.status == WARN and any("pid 4242 python holds 18000 MiB" in e for e in check.evidence)
+    assert any("memory N/A" in e for e in check.evidence)
+
+
+def test_configuration_problems_and_growth_variable() -> None:
+    facts = healthy(1)
+    facts.config = {"version": 1, "virtual_gpus": {"0": [30000]}, "visible_gpus": [0, 3]}
+    check = by_id(facts)["configuration"]
+    assert check.status == FAIL and any("GPU 3 does not exist" in e for e in check.evidence)
+    assert any("limits sum to 30000" in e for e in check.evidence)
+    facts.config = {"version": 1, "virtual_gpus": {"0": [1024, 1024]}}
+    facts.env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    check = by_id(facts)["configuration"]
+    assert check.status == WARN and "TF_FORCE_GPU_ALLOW_GROWTH" in check.summary
+
+
+def test_silent_soft_placement_fallback_warns() -> None:
+    facts = healthy(1)
+    facts.probe["placement"][0]["actual"] = "/job:localhost/replica:0/task:0/device:CPU:0"
+    check = by_id(facts)["placement"]
+    assert check.status == WARN and "moved ops off" in check.summary
+
+
+def test_pytorch_sees_the_gpu_but_tensorflow_does_not() -> None:
+    facts = healthy(0)
+    facts.torch = {"version": "2.5.0", "cuda": "12.4", "available": True, "count": 1, "names": ["NVIDIA L4"]}
+    check = by_id(facts)["pytorch"]
+    assert check.status == WARN and "driver works" in check.summary
+
+
+def test_xla_only_devices_and_platform_traps() -> None:
+    facts = healthy(0)
+    facts.probe["physical"] = [{"name": "/physical_device:XLA_GPU:0", "device_type": "XLA_GPU"}]
+    assert by_id(facts)["xla-devices"].status == FAIL
+    windows = replace(healthy(0), system="Windows")
+    assert by_id(windows)["platform"].status == FAIL and "WSL2" in by_id(windows)["platform"].fix
+    assert by_id(replace(healthy(0), system="Darwin"))["platform"].status == WARN
+
+
+def test_a_broken_check_is_skipped_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(facts: Facts) -> doctor.Check:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(doctor, "CHECKS", [broken, doctor.check_platform])
+    checks = doctor.diagnose(healthy(0))
+    assert checks[0].status == SKIPPED and "surprise" in checks[0].summary and checks[1].status == PASS
+
+
+def test_reports_render() -> None:
+    facts = healthy(0)
+    facts.nvml = {"available": False, "message": "no NVIDIA driver found"}
+    checks = doctor.diagnose(facts)
+    markdown = doctor.to_markdown(checks, facts)
+    assert "| ✘ | NVIDIA driver | no NVIDIA driver found |" in markdown and "**Fix:**" in markdown
+    assert "fix: Install the NVIDIA driver" in doctor.to_text(checks, facts)
+
+
+def test_fake_nvml_feeds_the_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML with one GPU and an old driver, through the real helper with pynvml's functions patched."""
+    import pynvml
+
+    process = SimpleNamespace(pid=os.getpid(), usedGpuMemory=pynvml.__dict__.get("UNAVAILABLE", 2**64 - 1))
+    fakes = {
+        "nvmlInit": lambda: None, "nvmlDeviceGetCount": lambda: 1, "nvmlDeviceGetHandleByIndex": lambda i: f"h{i}",
+        "nvmlSystemGetDriverVersion": lambda: "470.57", "nvmlSystemGetCudaDriverVersion_v2": lambda: 11040,
+        "nvmlDeviceGetName": lambda h: "Tesla T4", "nvmlDeviceGetUUID": lambda h: "GPU-abc",
+        "nvmlDeviceGetPciInfo": lambda h: SimpleNamespace(busId=b"00000000:00:04.0"),
+        "nvmlDeviceGetCudaComputeCapability": lambda h: (7, 5),
+        "nvmlDeviceGetMemoryInfo": lambda h, version=None: SimpleNamespace(total=16 * 2**30, used=2**30),
+        "nvmlDeviceGetComputeRunningProcesses_v3": lambda h: [process],
+    }
+    for name, fake in fakes.items():
+        monkeypatch.setattr(pynvml, name, fake)
+    facts = replace(healthy(0), nvml=doctor.nvml_facts(Nvml()))
+    assert facts.nvml["cuda_driver_version"] == "11.4"
+    assert facts.nvml["gpus"][0]["processes"][0]["used_mib"] is None
+    checks = by_id(facts)
+    assert checks["driver"].status == FAIL and "too old" in checks["driver"].summary
+    assert checks["gpus"].status == FAIL and "TensorFlow sees 0" in checks["gpus"].summary
+
+
+def test_real_run_on_this_machine() -> None:
+    done = subprocess.run([sys.executable, "-m", "core.cli", "doctor", "--json"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert "Traceback" not in done.stderr
+    report = json.loads(done.stdout)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert len(checks) == 13
+    assert checks["tensorflow"]["status"] == PASS
+    if not report["facts"]["nvml"]["available"]:  # CI and this machine: no driver
+        assert checks["driver"]["status"] == FAIL and checks["driver"]["fix"]
+        assert done.returncode == 1
