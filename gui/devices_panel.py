@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtGui import QBrush
-from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from gui.colors import device_color
 
@@ -27,7 +27,11 @@ class DevicesPanel(QWidget):
         self.note.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        self.doctor_button = QPushButton("Why? Ask the Doctor…")
+        self.doctor_button.setToolTip("Check the driver, CUDA libraries, packages and environment (Ctrl+D)")
+        self.doctor_button.hide()
         layout.addWidget(self.note)
+        layout.addWidget(self.doctor_button)
         layout.addWidget(self.tree, 1)
 
     def show_devices(self, info: dict[str, Any], nvml_gpus: list[dict[str, Any]], tf_lines: list[str]) -> None:
@@ -60,7 +64,9 @@ class DevicesPanel(QWidget):
         self.tree.addTopLevelItems([physical, logical])
         self.tree.expandAll()
         self.tree.resizeColumnToContents(0)
-        if not any(d["device_type"] == "GPU" for d in info["physical"]):
+        no_gpu = not any(d["device_type"] == "GPU" for d in info["physical"])
+        self.doctor_button.setVisible(no_gpu)
+        if no_gpu:
             reasons = gpu_messages(tf_lines)[-3:]
             self.note.setText("<b>TensorFlow sees no GPU.</b>" + (
                 "<br>TensorFlow said: " + "<br>".join(f"<i>{_esc(r)}</i>" for r in reasons) if reasons else ""))

@@ -31,6 +31,7 @@ from core.session import JobOutcome
 from gui.config_panel import ConfigPanel
 from gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
 from gui.devices_panel import DevicesPanel, gpu_messages
+from gui.doctor_panel import DoctorPanel
 from gui.history_panel import HistoryPanel
 from gui.log_panel import LogPanel
 from gui.notice import show_notice
@@ -61,6 +62,7 @@ class MainWindow(QMainWindow):
         self.runs = RunsPanel()
         self.log = LogPanel()
         self.history_panel = HistoryPanel(self.history)
+        self.doctor = DoctorPanel(self.config_panel.config)
 
         self.setCentralWidget(self.runs)
         config_scroll = QScrollArea()
@@ -73,10 +75,13 @@ class MainWindow(QMainWindow):
                                  Qt.DockWidgetArea.LeftDockWidgetArea),
             "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
+            "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
         }
+        self.tabifyDockWidget(self.docks["history"], self.docks["doctor"])
         self.tabifyDockWidget(self.docks["devices"], self.docks["config"])
         self.docks["config"].raise_()
         self.docks["history"].hide()
+        self.docks["doctor"].hide()
 
         self.runtime_label = QLabel("Runtime: not started")
         self.restart_button = QPushButton("Start runtime")
@@ -96,6 +101,7 @@ class MainWindow(QMainWindow):
         self.runs.runRequested.connect(self.run_job)
         self.runs.stopRequested.connect(self.controller.cancel)
         self.history_panel.refresh()
+        self.devices.doctor_button.clicked.connect(self.open_doctor)
 
         self._restore_settings()
         self._read_nvml()
@@ -107,6 +113,12 @@ class MainWindow(QMainWindow):
                 self.open_profile(last, quiet=True)
         if start_runtime:
             self.apply(self.config_panel.config())
+
+    def open_doctor(self) -> None:
+        self.docks["doctor"].show()
+        self.docks["doctor"].raise_()
+        if not self.doctor.checks and not self.doctor.running:
+            self.doctor.run()
 
     def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -128,6 +140,7 @@ class MainWindow(QMainWindow):
         runtime_menu = self.menuBar().addMenu("&Runtime")
         self._action(runtime_menu, "&Apply configuration (restart runtime)", self.apply_current, "Ctrl+Shift+A")
         self._action(runtime_menu, "&Kill runtime", self.controller.kill_runtime)
+        self._action(runtime_menu, "&Doctor: why no GPU?", self.open_doctor, "Ctrl+D")
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
@@ -336,4 +349,5 @@ class MainWindow(QMainWindow):
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState())
         self.controller.shutdown()
+        self.doctor.wait(30)
         super().closeEvent(event)

@@ -46,9 +46,10 @@ def healthy(gpus: int = 2) -> Facts:
         nvml={"available": True, "driver_version": "570.1", "cuda_driver_version": "12.8",
               "gpus": [nvml_gpu(i, i + 1) for i in range(gpus)]},
         probe={"imported": True, "version": "2.21.0", "build": CUDA_BUILD,
-               "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU"}, *[tf_gpu(i) for i in range(gpus)]],
-               "placement": [{"requested": f"/device:GPU:{i}", "actual": f"/job:localhost/replica:0/task:0/device:GPU:{i}",
-                              "value": 11.0} for i in range(gpus)]},
+               "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU"},
+                            *[tf_gpu(i) for i in range(gpus)]],
+               "placement": [{"requested": f"/device:GPU:{i}", "value": 11.0,
+                              "actual": f"/job:localhost/replica:0/task:0/device:GPU:{i}"} for i in range(gpus)]},
         tf_stderr=[CREATED.format(i=i, b=i + 1) for i in range(gpus)],
     )
 

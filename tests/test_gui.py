@@ -258,3 +258,21 @@ def test_show_code_dialog(qtbot, window: MainWindow) -> None:
     dialog = window.runs.show_code()
     assert "compute_average_loss" in dialog.findChild(type(window.log.view)).toPlainText()
     dialog.close()
+
+
+def test_doctor_panel_runs_in_the_background_and_copies_a_report(qtbot, window: MainWindow) -> None:
+    with qtbot.waitSignal(window.doctor.finished, timeout=240_000):
+        window.open_doctor()
+        assert window.doctor.running and not window.doctor.run_button.isEnabled()
+    tree = window.doctor.tree
+    assert tree.topLevelItemCount() == 13
+    items = {tree.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole): tree.topLevelItem(i)
+             for i in range(tree.topLevelItemCount())}
+    assert "TensorFlow 2." in items["tensorflow"].text(1)
+    if not window.doctor.facts.nvml.get("available"):
+        driver = items["driver"]
+        assert driver.isExpanded() and any(driver.child(i).text(0) == "fix" for i in range(driver.childCount()))
+    window.doctor.copy_report()
+    from PySide6.QtGui import QGuiApplication
+
+    assert QGuiApplication.clipboard().text().startswith("## TensorFlow GPU diagnosis")
