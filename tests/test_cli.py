@@ -106,7 +106,8 @@ def test_jobs_snippet_and_runs(two_cpus: str) -> None:
     jobs = json.loads(cli("jobs", "--json").stdout)
     assert {job["name"] for job in jobs} >= {"matmul", "replicate", "fit", "script"}
     fit = next(job for job in jobs if job["name"] == "fit")
-    assert {p["name"] for p in fit["params"]} == {"epochs", "batch_per_replica", "samples", "devices"}
+    assert {p["name"] for p in fit["params"]} == {"epochs", "batch_per_replica", "samples", "devices", "model",
+                                                  "image_size"}
     snippet = cli("snippet", "--config", two_cpus).stdout
     assert "LogicalDeviceConfiguration()] * 2" in snippet
     cli("run", "matmul")
