@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from PySide6.QtGui import QColor
 
@@ -22,3 +23,18 @@ def device_color(device: str) -> QColor:
     if kind == "GPU":
         return QColor(_GPU[index % len(_GPU)])
     return QColor(_OTHER)
+
+
+def themed_plot() -> Any:
+    """A pyqtgraph plot drawn in the application's palette, so it follows light and dark themes."""
+    import pyqtgraph as pg
+    from PySide6.QtGui import QGuiApplication, QPalette
+
+    palette = QGuiApplication.palette()
+    plot = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base))
+    text = palette.color(QPalette.ColorRole.Text)
+    for name in ("left", "bottom"):
+        axis = plot.getAxis(name)
+        axis.setPen(text)
+        axis.setTextPen(text)
+    return plot

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 from core import jobs
 from core.jobs import JOBS, JobSpec, Param, ParamError
 from core.session import JobOutcome
-from gui.colors import device_color
+from gui.colors import device_color, themed_plot
 
 
 def _int_bound(value: float | None, fallback: int) -> int:
@@ -105,7 +105,7 @@ class ParamForm(QWidget):
             combo.setCurrentText(str(param.default))
             line = combo.lineEdit()
             if line is not None:
-                line.setPlaceholderText("default" if kind == jobs.DEVICE else "all devices of one type")
+                line.setPlaceholderText("default (see the tooltip)")
             return combo, combo.currentText
         if kind == jobs.PATH:
             holder = QWidget()
@@ -161,7 +161,7 @@ class ResultView(QStackedWidget):
         matrix_layout.setContentsMargins(0, 0, 0, 0)
         matrix_layout.addWidget(self.matrix_caption)
         matrix_layout.addWidget(self.matrix, 1)
-        self.plot = pg.PlotWidget()
+        self.plot = themed_plot()
         self.plot.setLabel("bottom", "epoch")
         self.plot.setLabel("left", "loss")
         self.plot.showGrid(x=True, y=True, alpha=0.3)
@@ -177,13 +177,15 @@ class ResultView(QStackedWidget):
         self.rows_caption.setWordWrap(True)
         self.rows_table = QTableWidget()
         self.rows_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.rows_plot = pg.PlotWidget()
+        self.rows_plot = themed_plot()
         self.rows_plot.showGrid(x=True, y=True, alpha=0.3)
         self.rows_plot.addLegend(offset=(10, 10))
         self.rows_plot.setMinimumHeight(120)
         rows_split = QSplitter()
         rows_split.addWidget(self.rows_table)
         rows_split.addWidget(self.rows_plot)
+        rows_split.setStretchFactor(0, 3)
+        rows_split.setStretchFactor(1, 2)
         rows_page = QWidget()
         rows_layout = QVBoxLayout(rows_page)
         rows_layout.setContentsMargins(0, 0, 0, 0)

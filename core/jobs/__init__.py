@@ -202,7 +202,7 @@ JOBS: dict[str, JobSpec] = {
              Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.")),
         ),
         JobSpec(
-            "fit", "Keras fit (MirroredStrategy)",
+            "fit", "Keras fit",
             "Keras model.fit under tf.distribute.MirroredStrategy over the chosen logical devices, with "
             "the seeds' one-unit Dense model; the global batch grows with the number of replicas.",
             "core.jobs.training:fit",
@@ -219,7 +219,7 @@ JOBS: dict[str, JobSpec] = {
                    minimum=8, maximum=512)),
         ),
         JobSpec(
-            "custom-loop", "Custom training loop (MirroredStrategy)",
+            "custom-loop", "Custom training loop",
             "The seeds' custom loop: a distributed dataset, per-example loss averaged over the global batch "
             "with tf.nn.compute_average_loss, strategy.run and strategy.reduce(SUM) inside a tf.function.",
             "core.jobs.training:custom_loop",
@@ -253,7 +253,7 @@ JOBS: dict[str, JobSpec] = {
              Param("devices", DEVICES, "", "Comma-separated logical devices. Empty: every logical device.")),
         ),
         JobSpec(
-            "multi-worker", "Multi-worker (MultiWorkerMirroredStrategy)",
+            "multi-worker", "Multi-worker cluster",
             "N worker processes on 127.0.0.1, each with its own TF_CONFIG, run a custom training loop under "
             "MultiWorkerMirroredStrategy; their losses must agree. (Keras 3's fit fails under this strategy.)",
             "core.jobs.cluster_jobs:multi_worker",
@@ -266,7 +266,7 @@ JOBS: dict[str, JobSpec] = {
                    minimum=10, maximum=86_400)),
         ),
         JobSpec(
-            "parameter-server", "Parameter server (ParameterServerStrategy)",
+            "parameter-server", "Parameter-server cluster",
             "A coordinator, one parameter server and N workers as local processes; a custom loop scheduled "
             "through ClusterCoordinator. Shows where the variables live (/job:ps/...).",
             "core.jobs.cluster_jobs:parameter_server",
