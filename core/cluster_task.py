@@ -83,6 +83,8 @@ def ps_coordinator(tf: Any, args: argparse.Namespace) -> None:
     with strategy.scope():
         weight = tf.Variable(0.5, name="weight")
         bias = tf.Variable(0.0, name="bias")
+        # Steps run asynchronously on the workers, in any order: number them as they execute.
+        executed = tf.Variable(0, dtype=tf.int64, name="executed_steps")
 
     def dataset_fn() -> Any:
         return tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat().batch(args.batch_per_replica)
@@ -100,18 +102,18 @@ def ps_coordinator(tf: Any, args: argparse.Namespace) -> None:
             grad_w, grad_b = tape.gradient(loss, [weight, bias])
             weight.assign_sub(learning_rate * grad_w)
             bias.assign_sub(learning_rate * grad_b)
-            return loss
+            return loss, executed.assign_add(1)
 
-        losses = strategy.run(replica_fn, args=(next(iterator),))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+        return strategy.run(replica_fn, args=(next(iterator),))
 
     scheduled = [coordinator.schedule(step_fn, args=(iterator,)) for _ in range(args.steps)]
     coordinator.join()
     finished = time.monotonic()
-    losses = [float(remote.fetch()) for remote in scheduled]
+    fetched = [remote.fetch() for remote in scheduled]
+    losses = [float(loss) for loss, _ in sorted(fetched, key=lambda pair: int(pair[1]))]
     for step, loss in enumerate(losses, 1):
         print(f"step {step}: loss {loss:.6f}", flush=True)
-    report({"variables": {v.name: v.device for v in (weight, bias)},
+    report({"variables": {v.name: v.device for v in (weight, bias, executed)},
             "values": {v.name: float(v.numpy()) for v in (weight, bias)},
             "losses": losses, "steps": len(losses), "connect_s": connected - started,
             "train_s": finished - connected, "steps_per_s": len(losses) / max(finished - connected, 1e-9),

@@ -22,6 +22,7 @@ from typing import Any
 
 from core.config import DeviceConfig, GpuInfo, validate
 from core.doctor_probe import PROBE_PREFIX
+from core.gpus import created_gpus, same_bus
 from core.nvml import Nvml
 
 PASS, WARN, FAIL, SKIPPED = "pass", "warn", "fail", "skipped"
@@ -173,21 +174,8 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
 
 
 def tf_bus_ids(lines: list[str]) -> dict[int, str]:
-    """TF's physical GPU index -> PCI bus id, from its 'Created device ... pci bus id: ...' lines."""
-    found = {}
-    for line in lines:
-        match = re.search(r"-> device: (\d+), name: .*?, pci bus id: ([0-9a-fA-F:.]+)", line)
-        if match:
-            found[int(match.group(1))] = match.group(2).lower()
-    return found
-
-
-def _same_bus(a: str | None, b: str | None) -> bool:
-    """NVML says 00000000:01:00.0, TF says 0000:01:00.0: compare bus:device.function and domain value."""
-    if not a or not b:
-        return False
-    pa, pb = a.lower().split(":"), b.lower().split(":")
-    return len(pa) == len(pb) == 3 and int(pa[0], 16) == int(pb[0], 16) and pa[1:] == pb[1:]
+    """TF's physical GPU index -> PCI bus id, from its 'Created device' lines."""
+    return {gpu["physical"]: gpu["pci_bus_id"] for gpu in created_gpus(lines)}
 
 
 def check_tensorflow(facts: Facts) -> Check:
@@ -260,7 +248,7 @@ def check_gpu_match(facts: Facts) -> Check:
     check.evidence = [f"driver: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus]
     check.evidence += [f"TensorFlow: {d['name']} {d.get('device_name', '')}"
                        + (f" at {buses[i]}" if i in buses else "") for i, d in enumerate(tf_gpus)]
-    unmatched = [g for g in nvml_gpus if not any(_same_bus(g.get("pci_bus_id"), bus) for bus in buses.values())]
+    unmatched = [g for g in nvml_gpus if not any(same_bus(g.get("pci_bus_id"), bus) for bus in buses.values())]
     check.summary = f"driver sees {len(nvml_gpus)}, TensorFlow sees {len(tf_gpus)}"
     if len(tf_gpus) < len(nvml_gpus):
         check.status = FAIL if not tf_gpus else WARN

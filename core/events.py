@@ -19,6 +19,7 @@ LOG = "log"
 PLACEMENT = "placement"
 FALLBACK = "fallback"
 METRIC = "metric"
+TF_MEMORY = "tf_memory"          # TensorFlow's allocator figures for one logical GPU while a job runs
 RESULT = "result"
 ERROR = "error"
 JOB_FINISHED = "job_finished"

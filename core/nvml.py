@@ -79,6 +79,8 @@ class Nvml:
 
         try:
             return fn()
+        except pynvml.NVMLError_GpuIsLost:
+            raise
         except pynvml.NVMLError:
             return None
 
@@ -108,32 +110,32 @@ class Nvml:
         for index, handle in enumerate(self._handles):
             snap = GpuSnapshot(index)
             try:
-                name = pynvml.nvmlDeviceGetName(handle)
-                snap.name = name.decode() if isinstance(name, bytes) else name
+                self._describe(snap, handle)
             except pynvml.NVMLError_GpuIsLost:
                 snap.error = "GPU is lost (fell off the bus)"
-                snapshots.append(snap)
-                continue
-            except pynvml.NVMLError:
-                pass
-            uuid = self._read(partial(pynvml.nvmlDeviceGetUUID, handle))
-            snap.uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-            pci = self._read(partial(pynvml.nvmlDeviceGetPciInfo, handle))
-            if pci is not None:
-                bus = pci.busId
-                snap.pci_bus_id = bus.decode() if isinstance(bus, bytes) else str(bus)
-            capability = self._read(partial(pynvml.nvmlDeviceGetCudaComputeCapability, handle))
-            if capability is not None:
-                snap.compute_capability = f"{capability[0]}.{capability[1]}"
-            memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2))
-            if memory is None:  # drivers older than R510 have no v2 query
-                memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle))
-            if memory is not None:
-                snap.memory_total_mib = int(memory.total) // (1024 * 1024)
-                snap.memory_used_mib = int(memory.used) // (1024 * 1024)
             snapshots.append(snap)
         return snapshots
 
+    def _describe(self, snap: GpuSnapshot, handle: Any) -> None:
+        import pynvml
+
+        name = self._read(partial(pynvml.nvmlDeviceGetName, handle))
+        snap.name = name.decode() if isinstance(name, bytes) else name
+        uuid = self._read(partial(pynvml.nvmlDeviceGetUUID, handle))
+        snap.uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        pci = self._read(partial(pynvml.nvmlDeviceGetPciInfo, handle))
+        if pci is not None:
+            bus = pci.busId
+            snap.pci_bus_id = bus.decode() if isinstance(bus, bytes) else str(bus)
+        capability = self._read(partial(pynvml.nvmlDeviceGetCudaComputeCapability, handle))
+        if capability is not None:
+            snap.compute_capability = f"{capability[0]}.{capability[1]}"
+        memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2))
+        if memory is None:  # drivers older than R510 have no v2 query
+            memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle))
+        if memory is not None:
+            snap.memory_total_mib = int(memory.total) // (1024 * 1024)
+            snap.memory_used_mib = int(memory.used) // (1024 * 1024)
 
     def processes(self, index: int) -> list[GpuProcess] | None:
         """Compute processes on GPU `index` (v3, then v2, then v1 of NVML's query); None if unreadable."""
@@ -168,6 +170,65 @@ class Nvml:
             processes.append(GpuProcess(int(item.pid), None if used in (None, UNAVAILABLE) else int(used) // 2**20,
                                         process_name))
         return processes
+
+
+    def sample(self, index: int) -> GpuSample:
+        """Live values of GPU `index`; each unreadable field is None, a lost GPU is one row with `error`."""
+        import pynvml
+
+        handle = self._handles[index]
+        sample = GpuSample(index)
+        try:
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        except pynvml.NVMLError_GpuIsLost:
+            sample.error = "GPU is lost (fell off the bus)"
+            return sample
+        except pynvml.NVMLError:
+            memory = self._read(partial(pynvml.nvmlDeviceGetMemoryInfo, handle))
+        if memory is not None:
+            sample.memory_used_mib = int(memory.used) / 2**20
+            sample.memory_total_mib = int(memory.total) / 2**20
+        try:
+            rates = self._read(partial(pynvml.nvmlDeviceGetUtilizationRates, handle))
+            sample.utilization = None if rates is None else float(rates.gpu)
+            sample.temperature_c = self._float(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+            power = self._float(pynvml.nvmlDeviceGetPowerUsage, handle)
+            sample.power_w = None if power is None else power / 1000.0
+            sample.sm_clock_mhz = self._float(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+            sample.memory_clock_mhz = self._float(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM)
+        except pynvml.NVMLError_GpuIsLost:
+            sample.error = "GPU is lost (fell off the bus)"
+            return sample
+        sample.processes = self.processes(index)
+        return sample
+
+    def _float(self, fn: Callable[..., Any], *args: Any) -> float | None:
+        import pynvml
+
+        try:
+            return float(fn(*args))
+        except pynvml.NVMLError_GpuIsLost:
+            raise
+        except pynvml.NVMLError:
+            return None
+
+    @property
+    def count(self) -> int:
+        return len(self._handles) if self.init() else 0
+
+
+@dataclass
+class GpuSample:
+    index: int
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    utilization: float | None = None      # percent
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    processes: list[GpuProcess] | None = None
+    error: str | None = None
 
 
 _shared: Nvml | None = None

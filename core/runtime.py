@@ -28,6 +28,7 @@ from typing import Any
 from core import events, placement
 from core.config import DeviceConfig
 from core.events import Event
+from core.gpus import created_gpu
 from core.runtime_main import FENCE_PREFIX
 
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
@@ -89,6 +90,7 @@ class RuntimeProcess:
         self.exit_info: dict[str, Any] | None = None
         self.running_job: str | None = None
         self.last_lines: deque[str] = deque(maxlen=LAST_LINES)
+        self.tf_gpus: list[dict[str, Any]] = []  # from TF's "Created device" lines: logical GPU -> bus id
         self._on_event = on_event
         self._queue: deque[Event] = deque()
         self._queue_ready = threading.Condition()
@@ -249,6 +251,7 @@ class RuntimeProcess:
 
     def _deliver(self, event: Event) -> None:
         if event.type == events.READY:
+            event.data["gpu_devices"] = list(self.tf_gpus)
             self.ready_info = event.data
             self._set_state(READY)
         elif event.type == events.STARTUP_ERROR:
@@ -334,6 +337,10 @@ class RuntimeProcess:
                 release()
                 return
             self.last_lines.append(line)
+            if self.state == STARTING and "Created device" in line:
+                created = created_gpu(line)
+                if created is not None:
+                    self.tf_gpus.append(created)
             kind, placed = placement.parse_line(line, stream)
             if stream == "stderr":
                 # TF's multi-line C++ messages continue on unprefixed lines.

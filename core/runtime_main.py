@@ -30,6 +30,8 @@ FENCE_PREFIX = "\x1eTFDP-FENCE:"
 EXIT_CONFIG_REJECTED = 3
 EXIT_CLIENT_GONE = 4
 CANCEL_INTERRUPT_AFTER_S = 1.0
+MEMORY_REPORT_S = 0.5
+MIB = 1024 * 1024
 
 _libc = ctypes.CDLL(None)
 
@@ -162,11 +164,30 @@ def describe_devices(tf: Any, config: DeviceConfig) -> dict[str, Any]:
 
 
 class Runtime:
-    def __init__(self, emit: EventWriter, commands_fd: int):
+    def __init__(self, emit: EventWriter, commands_fd: int, tf: Any = None, gpus: list[str] | None = None):
         self.emit = emit
         self.commands = os.fdopen(commands_fd, "rb", buffering=0)
         self.job_thread: threading.Thread | None = None
         self.job_context: JobContext | None = None
+        self.tf = tf
+        self.gpus = gpus or []
+        if tf is not None and self.gpus:
+            threading.Thread(target=self.report_memory, name="tf-memory", daemon=True).start()
+
+    def report_memory(self) -> None:
+        """While a job runs, TensorFlow's allocator figures (current, peak) for each logical GPU."""
+        while True:
+            time.sleep(MEMORY_REPORT_S)
+            context = self.job_context
+            if context is None:
+                continue
+            for name in self.gpus:
+                try:
+                    info = self.tf.config.experimental.get_memory_info(name)
+                except Exception:  # a device without allocator stats is simply not reported
+                    continue
+                self.emit(events.Event(events.TF_MEMORY, {"device": f"/{name}", "current_mib": info["current"] / MIB,
+                                                          "peak_mib": info["peak"] / MIB}, job_id=context.job_id))
 
     def serve(self) -> int:
         buffer = b""
@@ -298,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     devices["config"] = config.to_json()
     fence("ready")
     emit(events.Event(events.READY, devices))
-    return Runtime(emit, args.commands_fd).serve()
+    gpus = [d["short_name"].lstrip("/") for d in devices["logical"] if d["device_type"] == "GPU"]
+    return Runtime(emit, args.commands_fd, tf, gpus).serve()
 
 
 if __name__ == "__main__":

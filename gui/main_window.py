@@ -34,6 +34,7 @@ from gui.devices_panel import DevicesPanel, gpu_messages
 from gui.doctor_panel import DoctorPanel
 from gui.history_panel import HistoryPanel
 from gui.log_panel import LogPanel
+from gui.memory_panel import MemoryPanel
 from gui.notice import show_notice
 from gui.runs_panel import RunsPanel
 
@@ -63,6 +64,7 @@ class MainWindow(QMainWindow):
         self.log = LogPanel()
         self.history_panel = HistoryPanel(self.history)
         self.doctor = DoctorPanel(self.config_panel.config)
+        self.memory = MemoryPanel(shared_nvml())
 
         self.setCentralWidget(self.runs)
         config_scroll = QScrollArea()
@@ -76,7 +78,10 @@ class MainWindow(QMainWindow):
             "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
+            "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.RightDockWidgetArea),
         }
+        self.tabifyDockWidget(self.docks["doctor"], self.docks["memory"])
+        self.docks["memory"].raise_()
         self.tabifyDockWidget(self.docks["history"], self.docks["doctor"])
         self.tabifyDockWidget(self.docks["devices"], self.docks["config"])
         self.docks["config"].raise_()
@@ -191,6 +196,7 @@ class MainWindow(QMainWindow):
 
     def _handle_events(self, batch: list[Event]) -> None:
         self.log.add_events(batch)
+        self.memory.on_events(batch)
         for event in batch:
             if event.type == events.READY:
                 self._on_ready(event.data)
@@ -349,5 +355,6 @@ class MainWindow(QMainWindow):
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState())
         self.controller.shutdown()
+        self.memory.stop()
         self.doctor.wait(30)
         super().closeEvent(event)

@@ -166,6 +166,7 @@ class ResultView(QStackedWidget):
         self.plot.setLabel("left", "loss")
         self.plot.showGrid(x=True, y=True, alpha=0.3)
         self.plot.setMinimumHeight(120)
+        self.loss_curve = self.plot.plot(pen=pg.mkPen("#e4572e", width=2), symbol="o", symbolSize=6)
         self.training_caption = QLabel()
         self.training_caption.setWordWrap(True)
         training_page = QWidget()
@@ -342,9 +343,7 @@ class ResultView(QStackedWidget):
         self.setCurrentIndex(2)
 
     def _plot_losses(self, losses: list[float]) -> None:
-        self.plot.clear()
-        self.plot.plot(list(range(1, len(losses) + 1)), losses, pen=pg.mkPen("#e4572e", width=2), symbol="o",
-                       symbolSize=6)
+        self.loss_curve.setData(list(range(1, len(losses) + 1)), losses)
 
 
 def _escape(text: str) -> str:

@@ -56,8 +56,8 @@ def main() -> int:
             state["submitted"], state["since"] = True, time.monotonic()
         elif state["submitted"]:
             done = window.controller.job_run is not None and window.controller.job_run.outcome.finished
-            if (done or (args.during and time.monotonic() - state["since"] > args.delay + 3)) and \
-                    time.monotonic() - state["since"] > args.delay:
+            waited = time.monotonic() - state["since"] > args.delay
+            if waited and (args.during or done):
                 shot = app.primaryScreen().grabWindow(0)  # the whole X screen, as a person sees it
                 shot.save(args.out)
                 print(f"saved {args.out} ({shot.width()}x{shot.height()})")

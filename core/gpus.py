@@ -1,0 +1,46 @@
+"""Matching TensorFlow's GPUs to NVML's by PCI bus id (never by index: CUDA and NVML may order them differently)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+# TF's line when it creates a logical GPU, e.g.
+# Created device /job:localhost/replica:0/task:0/device:GPU:1 with 1024 MB memory:  -> device: 0, name: NVIDIA L4,
+# pci bus id: 0000:01:00.0, compute capability: 8.9
+_CREATED = re.compile(r"Created device \S*device:GPU:(\d+) with (\d+) MB memory:\s*-> device: (\d+), name: (.*?), "
+                      r"pci bus id: ([0-9a-fA-F:.]+)")
+
+
+def created_gpu(line: str) -> dict[str, Any] | None:
+    """The logical GPU a 'Created device' line describes, or None."""
+    match = _CREATED.search(line)
+    if not match:
+        return None
+    return {"logical": f"/GPU:{match.group(1)}", "memory_mb": int(match.group(2)), "physical": int(match.group(3)),
+            "name": match.group(4), "pci_bus_id": match.group(5).lower()}
+
+
+def created_gpus(lines: Iterable[str]) -> list[dict[str, Any]]:
+    return [gpu for gpu in map(created_gpu, lines) if gpu is not None]
+
+
+def same_bus(a: str | None, b: str | None) -> bool:
+    """NVML says 00000000:01:00.0, TF says 0000:01:00.0: compare the domain's value and bus:device.function."""
+    if not a or not b:
+        return False
+    pa, pb = a.lower().split(":"), b.lower().split(":")
+    try:
+        return len(pa) == len(pb) == 3 and int(pa[0], 16) == int(pb[0], 16) and pa[1:] == pb[1:]
+    except ValueError:
+        return False
+
+
+def nvml_index_for(pci_bus_id: str | None, nvml_gpus: Iterable[Any]) -> int | None:
+    """The NVML index of the GPU at `pci_bus_id` (objects or dicts with index and pci_bus_id)."""
+    for gpu in nvml_gpus:
+        bus = gpu.get("pci_bus_id") if isinstance(gpu, dict) else getattr(gpu, "pci_bus_id", None)
+        if same_bus(bus, pci_bus_id):
+            return int(gpu["index"] if isinstance(gpu, dict) else gpu.index)
+    return None

@@ -1,0 +1,379 @@
+"""Live memory graphs: one plot per GPU (used, total, TF current/peak, logical limits), host memory and CPU.
+
+Samples come from `core.telemetry.Sampler` on its own thread, through a signal; the plots redraw on a
+timer from the bounded history, downsampled and clipped to the visible window.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import events
+from core.events import Event
+from core.gpus import nvml_index_for
+from core.nvml import Nvml
+from core.telemetry import History, Sample, Sampler
+from gui.colors import device_color
+from gui.notice import show_notice
+
+WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
+REDRAW_MS = 500
+MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
+                 "job-end": "#6c71c4", "error": "#d33"}
+GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
+
+
+def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f}{unit}"
+
+
+class _Bridge(QObject):
+    sampled = Signal(object)
+
+
+class MemoryPanel(QWidget):
+    def __init__(self, nvml: Nvml | None = None, *, interval_s: float = 0.5, start: bool = True,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self._bridge = _Bridge(self)
+        self._bridge.sampled.connect(self._on_sample)
+        self.sampler = Sampler(self._bridge.sampled.emit, interval=interval_s, nvml=nvml)
+        self.history: History = self.sampler.history
+        self.paused = False
+        self.last_sample: Sample | None = None
+        self.redraws = 0
+        self.logical_gpus: dict[str, dict[str, Any]] = {}    # "/GPU:0" -> {nvml index, limit}
+        self._marker_lines: dict[int, list[pg.InfiniteLine]] = {}
+
+        self.window_choice = QComboBox()
+        for label, seconds in WINDOWS:
+            self.window_choice.addItem(label, seconds)
+        self.window_choice.setCurrentIndex(1)
+        self.window_choice.setToolTip("How much history the graphs show")
+        self.window_choice.currentIndexChanged.connect(self.redraw)
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.setCheckable(True)
+        self.pause_button.setToolTip("Freeze the graphs (sampling goes on)")
+        self.pause_button.toggled.connect(self.set_paused)
+        self.interval = QSpinBox()
+        self.interval.setRange(100, 10_000)
+        self.interval.setSingleStep(100)
+        self.interval.setSuffix(" ms")
+        self.interval.setValue(int(self.sampler.interval * 1000))
+        self.interval.setToolTip("Sampling interval")
+        self.interval.valueChanged.connect(lambda ms: self.sampler.set_interval(ms / 1000))
+        csv_button = QPushButton("Export CSV…")
+        csv_button.clicked.connect(self._export_csv_dialog)
+        png_button = QPushButton("Export PNG…")
+        png_button.clicked.connect(self._export_png_dialog)
+        toolbar = QHBoxLayout()
+        for widget in (QLabel("Show:"), self.window_choice, self.pause_button, QLabel("Every:"), self.interval):
+            toolbar.addWidget(widget)
+        toolbar.addStretch(1)
+        toolbar.addWidget(csv_button)
+        toolbar.addWidget(png_button)
+
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.readout = QLabel("Move the mouse over a graph to read its values.")
+        self.readout.setTextFormat(Qt.TextFormat.RichText)
+        self.graphs = pg.GraphicsLayoutWidget()
+        self.graphs.setMinimumHeight(220)
+        self.table = QTableWidget(0, len(GPU_COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(GPU_COLUMNS))
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.graphs)
+        splitter.addWidget(self.table)
+        splitter.setStretchFactor(0, 4)
+        splitter.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(toolbar)
+        layout.addWidget(self.note)
+        layout.addWidget(self.readout)
+        layout.addWidget(splitter, 1)
+
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.limit_lines: dict[int, list[pg.InfiniteLine]] = {}
+        self.crosshairs: list[pg.InfiniteLine] = []
+        self._timer = QTimer(self)
+        self._timer.setInterval(REDRAW_MS)
+        self._timer.timeout.connect(self.redraw)
+        if start:
+            self.start()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.sampler.start()
+        self.build_plots([g.index for g in self.sampler.gpus])
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+        self.sampler.stop()
+
+    def build_plots(self, gpu_indices: list[int]) -> None:
+        self.graphs.clear()
+        self.plots.clear()
+        self.curves.clear()
+        self.crosshairs.clear()
+        self._marker_lines.clear()
+        names = {g.index: g.name for g in self.sampler.gpus}
+        self.note.setText(self.sampler.note or f"{len(gpu_indices)} GPU(s) through NVML, and the host.")
+        first: pg.PlotItem | None = None
+        specs: list[tuple[str, str, str]] = [(f"gpu{i}", f"GPU {i}: {names.get(i) or ''} — memory (MiB)", "MiB")
+                                             for i in gpu_indices]
+        specs += [("host", "Host memory (MiB): RAM used, runtime RSS", "MiB"), ("cpu", "Host CPU (%)", "%")]
+        for key, title, unit in specs:
+            plot = self.graphs.addPlot(title=title, axisItems={"bottom": pg.DateAxisItem()})
+            plot.setLabel("left", unit)
+            plot.showGrid(x=True, y=True, alpha=0.25)
+            plot.setDownsampling(auto=True, mode="peak")
+            plot.setClipToView(True)
+            plot.addLegend(offset=(6, 6), labelTextSize="8pt")
+            plot.setMouseEnabled(x=False, y=False)
+            plot.getViewBox().enableAutoRange(axis="y", enable=False)
+            if first is None:
+                first = plot
+            else:
+                plot.setXLink(first)
+            crosshair = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#999", style=Qt.PenStyle.DotLine))
+            crosshair.setVisible(False)
+            plot.addItem(crosshair, ignoreBounds=True)
+            self.crosshairs.append(crosshair)
+            self.plots[key] = plot
+            self.graphs.nextRow()
+        for index in gpu_indices:
+            plot = self.plots[f"gpu{index}"]
+            color = device_color(f"GPU:{index}")
+            self.curves[f"gpu{index}.memory_used_mib"] = plot.plot(name="used", pen=pg.mkPen(color, width=2))
+            self.curves[f"gpu{index}.memory_total_mib"] = plot.plot(
+                name="total", pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
+            self.curves[f"gpu{index}.runtime_used_mib"] = plot.plot(
+                name="this panel's runtime", pen=pg.mkPen("#2aa198", width=1.5))
+        host = self.plots["host"]
+        self.curves["host.ram_used_mib"] = host.plot(name="RAM used", pen=pg.mkPen("#3b82c4", width=2))
+        self.curves["host.ram_total_mib"] = host.plot(name="RAM total",
+                                                      pen=pg.mkPen("#3b82c4", style=Qt.PenStyle.DashLine))
+        self.curves["host.runtime_rss_mib"] = host.plot(name="runtime RSS", pen=pg.mkPen("#e4572e", width=2))
+        self.curves["host.cpu_percent"] = self.plots["cpu"].plot(name="CPU", pen=pg.mkPen("#6c71c4", width=2))
+        self.plots["cpu"].setYRange(0, 100, padding=0.02)
+        self.graphs.scene().sigMouseMoved.connect(self._on_mouse)
+
+    # -- samples and runtime events ----------------------------------------------------------------
+    def _on_sample(self, sample: Sample) -> None:
+        self.last_sample = sample
+        self._update_table(sample)
+
+    def _update_table(self, sample: Sample) -> None:
+        names = {g.index: g for g in self.sampler.gpus}
+        self.table.setRowCount(len(sample.gpus))
+        for row, gpu in enumerate(sample.gpus):
+            info = names.get(gpu.index)
+            processes = []
+            for process in gpu.processes or []:
+                who = "this panel's runtime" if process.pid == sample.runtime_pid else (process.name or "other")
+                processes.append(f"pid {process.pid} ({who}) {_fmt(process.used_mib, ' MiB')}")
+            if gpu.processes is None and gpu.error is None:
+                processes = ["process list N/A"]
+            memory = (f"{_fmt(gpu.memory_used_mib, '')} / {_fmt(gpu.memory_total_mib, ' MiB')}"
+                      if gpu.error is None else gpu.error)
+            values = [str(gpu.index), (info.name if info else "") or "", memory, _fmt(gpu.utilization, " %"),
+                      _fmt(gpu.temperature_c, " °C"), _fmt(gpu.power_w, " W", 1),
+                      f"{_fmt(gpu.sm_clock_mhz, '')} / {_fmt(gpu.memory_clock_mhz, ' MHz')}",
+                      "; ".join(processes) or "none"]
+            for column, text in enumerate(values):
+                item = QTableWidgetItem(text)
+                if gpu.error is not None:
+                    item.setForeground(QBrush(QColor("#d33")))
+                self.table.setItem(row, column, item)
+
+    def on_events(self, batch: list[Event]) -> None:
+        for event in batch:
+            data = event.data
+            if event.type == events.READY:
+                self.sampler.set_runtime_pid(data.get("pid"))
+                self.history.mark(event.time, "runtime-start", f"runtime {data.get('pid')} started")
+                self._map_logical_gpus(data)
+            elif event.type == events.RUNTIME_EXITED:
+                self.history.mark(event.time, "runtime-exit", f"runtime {data.get('description', 'exited')}")
+                self.sampler.set_runtime_pid(None)
+            elif event.type == events.JOB_STARTED:
+                self.history.mark(event.time, "job-start", f"{data.get('job')} started")
+            elif event.type == events.JOB_FINISHED:
+                self.history.mark(event.time, "job-end", f"{data.get('job', 'job')} {data.get('status')}")
+            elif event.type == events.ERROR and event.job_id is not None:
+                self.history.mark(event.time, "error", str(data.get("type", "error")))
+            elif event.type == events.TF_MEMORY:
+                device = data["device"]
+                self.history.record(event.time, {f"tf{device}.current_mib": data["current_mib"],
+                                                 f"tf{device}.peak_mib": data["peak_mib"]})
+                self._ensure_tf_curves(device)
+
+    def _map_logical_gpus(self, ready: dict[str, Any]) -> None:
+        """Which NVML GPU each logical GPU lives on (by PCI bus id) and its memory limit."""
+        self.logical_gpus = {}
+        for created in ready.get("gpu_devices", []):
+            index = nvml_index_for(created["pci_bus_id"], self.sampler.gpus)
+            self.logical_gpus[created["logical"]] = {"nvml_index": index, "limit_mib": created["memory_mb"]}
+        for index, lines in self.limit_lines.items():
+            for line in lines:
+                self.plots[f"gpu{index}"].removeItem(line)
+        self.limit_lines = {}
+        for logical, info in self.logical_gpus.items():
+            index = info["nvml_index"]
+            if index is None or f"gpu{index}" not in self.plots:
+                continue
+            line = pg.InfiniteLine(pos=info["limit_mib"], angle=0, movable=False,
+                                   pen=pg.mkPen(device_color(logical), width=1, style=Qt.PenStyle.DashDotLine),
+                                   label=f"{logical} limit {info['limit_mib']} MiB",
+                                   labelOpts={"position": 0.1, "color": device_color(logical)})
+            self.plots[f"gpu{index}"].addItem(line)
+            self.limit_lines.setdefault(index, []).append(line)
+
+    def _ensure_tf_curves(self, device: str) -> None:
+        if f"tf{device}.current_mib" in self.curves:
+            return
+        index = self.logical_gpus.get(device, {}).get("nvml_index")
+        plot = self.plots.get(f"gpu{index}")
+        if plot is None:
+            return
+        color = device_color(device)
+        self.curves[f"tf{device}.current_mib"] = plot.plot(name=f"TF {device} current",
+                                                           pen=pg.mkPen(color, width=1.5, style=Qt.PenStyle.DotLine))
+        self.curves[f"tf{device}.peak_mib"] = plot.plot(name=f"TF {device} peak",
+                                                        pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
+
+    # -- drawing ------------------------------------------------------------------------------------
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+        self.pause_button.setText("Resume" if paused else "Pause")
+        if not paused:
+            self.redraw()
+
+    def window_seconds(self) -> float | None:
+        return self.window_choice.currentData()
+
+    def redraw(self) -> None:
+        if self.paused or not self.plots:
+            return
+        now = time.time()
+        seconds = self.window_seconds()
+        since = None if seconds is None else now - seconds
+        data = self.history.snapshot(since, self.curves)
+        for name, curve in self.curves.items():
+            times, values = data.get(name, ((), ()))
+            curve.setData(times, values, connect="finite")
+        for key, plot in self.plots.items():
+            if key == "cpu":
+                continue
+            ceiling = self._ceiling(key, data)
+            if ceiling:
+                # Fixed by the totals, so the scale does not jitter as values move.
+                plot.setYRange(0, ceiling * 1.05, padding=0)
+        first = next(iter(self.plots.values()))
+        start = since if since is not None else min((t[0] for t, _ in data.values() if len(t)), default=now - 60)
+        first.setXRange(start, now, padding=0)
+        self._draw_markers(since)
+        self.redraws += 1
+
+    def _ceiling(self, key: str, data: dict[str, Any]) -> float:
+        if key == "host":
+            names = ["host.ram_total_mib", "host.ram_used_mib", "host.runtime_rss_mib"]
+        else:
+            names = [n for n in self.curves if n.startswith(f"{key}.")]
+            names += [n for n in self.curves if n.startswith("tf/") and
+                      self.logical_gpus.get(n[2:].split(".")[0], {}).get("nvml_index") == int(key[3:])]
+        highest = 0.0
+        for name in names:
+            values = data.get(name, ((), ()))[1]
+            finite = [v for v in values if not math.isnan(v)]
+            if finite:
+                highest = max(highest, max(finite))
+        return highest
+
+    def _draw_markers(self, since: float | None) -> None:
+        for marker in self.history.markers_since(since):
+            key = id(marker)
+            if key in self._marker_lines:
+                continue
+            color = MARKER_COLORS.get(marker.kind, "#888")
+            lines = []
+            for number, plot in enumerate(self.plots.values()):
+                line = pg.InfiniteLine(pos=marker.time, angle=90, movable=False,
+                                       pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
+                                       label=marker.label if number == 0 else None,
+                                       labelOpts={"position": 0.9, "color": color, "rotateAxis": (1, 0)})
+                plot.addItem(line, ignoreBounds=True)
+                lines.append(line)
+            self._marker_lines[key] = lines
+
+    def marker_labels(self) -> list[str]:
+        return [m.label for m in self.history.markers_since() if id(m) in self._marker_lines]
+
+    # -- crosshair ----------------------------------------------------------------------------------
+    def _on_mouse(self, position: Any) -> None:
+        for plot in self.plots.values():
+            if plot.sceneBoundingRect().contains(position):
+                t = plot.getViewBox().mapSceneToView(position).x()
+                self.read_at(t)
+                return
+
+    def read_at(self, t: float) -> str:
+        for line in self.crosshairs:
+            line.setPos(t)
+            line.setVisible(True)
+        with self.history.lock:
+            readings = {name: series.value_at(t) for name, series in self.history.series.items()
+                        if name in self.curves}
+        parts = [f"{name}: {value:.1f}" for name, value in sorted(readings.items()) if value is not None]
+        text = time.strftime("%H:%M:%S", time.localtime(t)) + " — " + ", ".join(parts)
+        self.readout.setText(text)
+        return text
+
+    # -- export --------------------------------------------------------------------------------------
+    def export_csv(self, path: str | Path) -> int:
+        return self.history.to_csv(path)
+
+    def export_png(self, path: str | Path) -> bool:
+        return bool(self.graphs.grab().save(str(path)))
+
+    def _export_csv_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export history as CSV", "telemetry.csv", "CSV (*.csv)")
+        if path:
+            try:
+                rows = self.export_csv(path)
+            except OSError as exc:
+                show_notice(self, "Export CSV", f"Could not write {path}: {exc.strerror}")
+                return
+            show_notice(self, "Export CSV", f"Wrote {rows} values to {path}.", icon=QMessageBox.Icon.Information)
+
+    def _export_png_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export graphs as PNG", "telemetry.png", "PNG (*.png)")
+        if path and not self.export_png(path):
+            show_notice(self, "Export PNG", f"Could not write {path}.")
