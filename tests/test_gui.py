@@ -145,6 +145,9 @@ def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
     assert finished.args[0].status == "cancelled"
     assert window.runs.status.text().startswith("Cancelled")
+    # the live graphs marked the job and followed the runtime's memory
+    qtbot.waitUntil(lambda: {"fit started", "fit cancelled"} <= set(window.memory.marker_labels()), timeout=5000)
+    assert window.memory.history.series["host.runtime_rss_mib"].last() > 100
     qtbot.waitUntil(lambda: window.runs.run_button.isEnabled(), timeout=5000)
 
 

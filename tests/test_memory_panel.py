@@ -1,0 +1,127 @@
+"""The Memory dock under pytest-qt, fed by a fake NVML and synthetic runtime events."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from fake_nvml import FakeGpus, no_library, process
+
+pytest.importorskip("PySide6")
+from PySide6.QtGui import QImage  # noqa: E402
+
+from core import events  # noqa: E402
+from core.events import Event  # noqa: E402
+from core.nvml import Nvml  # noqa: E402
+from core.telemetry import read_csv  # noqa: E402
+from gui.memory_panel import MemoryPanel  # noqa: E402
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeGpus:
+    gpus = FakeGpus(2, unsupported=("power",))
+    gpus.processes[0] = [process(os.getpid(), 700), process(31337, None)]
+    gpus.install(monkeypatch)
+    return gpus
+
+
+@pytest.fixture
+def panel(qtbot, fake: FakeGpus):
+    widget = MemoryPanel(Nvml(), interval_s=0.1)
+    qtbot.addWidget(widget)
+    widget.show()
+    yield widget
+    widget.stop()
+
+
+def ready_event(pid: int) -> Event:
+    return Event(events.READY, {"pid": pid, "gpu_devices": [
+        {"logical": "/GPU:0", "memory_mb": 2048, "physical": 0, "name": "Fake GPU 0", "pci_bus_id": "0000:01:00.0"},
+        {"logical": "/GPU:1", "memory_mb": 2048, "physical": 0, "name": "Fake GPU 0", "pci_bus_id": "0000:01:00.0"},
+        {"logical": "/GPU:2", "memory_mb": 8000, "physical": 1, "name": "Fake GPU 1", "pci_bus_id": "0000:02:00.0"}]})
+
+
+def cell(panel: MemoryPanel, row: int, column: str) -> str:
+    from gui.memory_panel import GPU_COLUMNS
+
+    return panel.table.item(row, GPU_COLUMNS.index(column)).text()
+
+
+def test_rows_show_each_gpu_with_na_fields_and_the_runtime_marked(qtbot, panel: MemoryPanel) -> None:
+    panel.on_events([ready_event(os.getpid())])
+    qtbot.waitUntil(lambda: panel.table.rowCount() == 2 and panel.last_sample.runtime_pid == os.getpid(),
+                    timeout=5000)
+    assert cell(panel, 0, "Memory") == "1024 / 16384 MiB" and cell(panel, 0, "Power") == "N/A"
+    assert cell(panel, 0, "Util") == "42 %" and cell(panel, 1, "Memory") == "2048 / 16384 MiB"
+    processes = cell(panel, 0, "Processes")
+    assert f"pid {os.getpid()} (this panel's runtime) 700 MiB" in processes and "31337" in processes
+    assert "N/A" in processes  # the driver could not tell that process's memory
+
+
+def test_a_lost_gpu_becomes_one_red_row(qtbot, panel: MemoryPanel, fake: FakeGpus) -> None:
+    qtbot.waitUntil(lambda: panel.table.rowCount() == 2, timeout=5000)
+    fake.lose(1)
+    fake.used[0] = 5 * 2**30
+    qtbot.waitUntil(lambda: "lost" in cell(panel, 1, "Memory"), timeout=5000)
+    qtbot.waitUntil(lambda: cell(panel, 0, "Memory").startswith("5120"), timeout=5000)
+
+
+def test_host_only_mode_without_nvml(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    no_library(monkeypatch)
+    widget = MemoryPanel(Nvml(), interval_s=0.1)
+    qtbot.addWidget(widget)
+    try:
+        assert "host-only" in widget.note.text()
+        assert set(widget.plots) == {"host", "cpu"}
+        qtbot.waitUntil(lambda: widget.last_sample is not None, timeout=5000)
+        assert widget.table.rowCount() == 0
+        widget.redraw()
+        times, values = widget.curves["host.ram_used_mib"].getData()
+        assert times is not None and len(times) >= 1 and values[-1] > 0
+    finally:
+        widget.stop()
+
+
+def test_limits_markers_tf_memory_and_window(qtbot, panel: MemoryPanel) -> None:
+    now = time.time()
+    panel.on_events([ready_event(os.getpid()),
+                     Event(events.JOB_STARTED, {"job": "memory"}, job_id="j1", time=now + 0.1),
+                     Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 256.0, "peak_mib": 512.0},
+                           job_id="j1", time=now + 0.2),
+                     Event(events.ERROR, {"type": "ResourceExhaustedError"}, job_id="j1", time=now + 0.3),
+                     Event(events.JOB_FINISHED, {"job": "memory", "status": "error"}, job_id="j1", time=now + 0.4)])
+    # both logical GPUs of physical GPU 0 draw their limit on GPU 0's plot, the third on GPU 1's
+    assert sorted(line.value() for line in panel.limit_lines[0]) == [2048, 2048]
+    assert [line.value() for line in panel.limit_lines[1]] == [8000]
+    assert "tf/GPU:0.current_mib" in panel.curves
+    qtbot.waitUntil(lambda: panel.redraws >= 2, timeout=5000)
+    labels = panel.marker_labels()
+    assert any("started" in label and "runtime" in label for label in labels)
+    assert {"memory started", "ResourceExhaustedError", "memory error"} <= set(labels)
+    assert panel.history.series["tf/GPU:0.peak_mib"].last() == 512.0
+    # the time window selector sets the visible range; pause freezes redraws
+    panel.window_choice.setCurrentIndex(0)  # 1 min
+    (x0, x1), _ = panel.plots["gpu0"].viewRange()
+    assert 59 <= x1 - x0 <= 61
+    panel.pause_button.click()
+    count = panel.redraws
+    qtbot.wait(700)
+    assert panel.redraws == count and panel.pause_button.text() == "Resume"
+    panel.pause_button.click()
+    assert panel.redraws > count
+    text = panel.read_at(now + 0.2)
+    assert "gpu0.memory_used_mib" in text
+
+
+def test_exports_parse_back(qtbot, panel: MemoryPanel, tmp_path: Path) -> None:
+    qtbot.waitUntil(lambda: len(panel.history.series.get("gpu0.memory_used_mib", [])) >= 3, timeout=5000)
+    panel.redraw()
+    csv_path, png_path = tmp_path / "t.csv", tmp_path / "t.png"
+    assert panel.export_csv(csv_path) > 0
+    back = read_csv(csv_path)
+    assert all(value == 1024.0 for _, value in back["gpu0.memory_used_mib"])
+    assert panel.export_png(png_path)
+    image = QImage(str(png_path))
+    assert not image.isNull() and image.width() > 100
