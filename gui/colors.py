@@ -25,16 +25,28 @@ def device_color(device: str) -> QColor:
     return QColor(_OTHER)
 
 
-def themed_plot() -> Any:
-    """A pyqtgraph plot drawn in the application's palette, so it follows light and dark themes."""
-    import pyqtgraph as pg
+def palette_colors() -> tuple[Any, Any]:
+    """(background, text) colours of the application's palette, for plots that follow light and dark themes."""
     from PySide6.QtGui import QGuiApplication, QPalette
 
     palette = QGuiApplication.palette()
-    plot = pg.PlotWidget(background=palette.color(QPalette.ColorRole.Base))
-    text = palette.color(QPalette.ColorRole.Text)
+    return palette.color(QPalette.ColorRole.Base), palette.color(QPalette.ColorRole.Text)
+
+
+def theme_axes(plot_item: Any) -> None:
+    _, text = palette_colors()
     for name in ("left", "bottom"):
-        axis = plot.getAxis(name)
+        axis = plot_item.getAxis(name)
         axis.setPen(text)
         axis.setTextPen(text)
+    plot_item.titleLabel.setAttr("color", text)
+
+
+def themed_plot() -> Any:
+    """A pyqtgraph plot drawn in the application's palette."""
+    import pyqtgraph as pg
+
+    background, _ = palette_colors()
+    plot = pg.PlotWidget(background=background)
+    theme_axes(plot.getPlotItem())
     return plot

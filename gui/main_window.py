@@ -78,10 +78,10 @@ class MainWindow(QMainWindow):
             "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
-            "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.RightDockWidgetArea),
+            "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.BottomDockWidgetArea),
         }
-        self.tabifyDockWidget(self.docks["doctor"], self.docks["memory"])
-        self.docks["memory"].raise_()
+        self.tabifyDockWidget(self.docks["log"], self.docks["memory"])
+        self.docks["log"].raise_()
         self.tabifyDockWidget(self.docks["history"], self.docks["doctor"])
         self.tabifyDockWidget(self.docks["devices"], self.docks["config"])
         self.docks["config"].raise_()

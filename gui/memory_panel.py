@@ -6,6 +6,7 @@ timer from the bounded history, downsampled and clipped to the visible window.
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -34,14 +35,23 @@ from core.events import Event
 from core.gpus import nvml_index_for
 from core.nvml import Nvml
 from core.telemetry import History, Sample, Sampler
-from gui.colors import device_color
+from gui.colors import device_color, palette_colors, theme_axes
 from gui.notice import show_notice
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
+MARKER_LABEL_HEIGHTS = {"runtime-start": 0.95, "runtime-exit": 0.95, "job-start": 0.7, "job-end": 0.45, "error": 0.2}
 MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
+
+
+def nice_ceiling(value: float) -> float:
+    """The next of 1, 2, 2.5, 5 × 10^k at or above `value`."""
+    if value <= 0:
+        return 1.0
+    scale = 10 ** math.floor(math.log10(value))
+    return next(step * scale for step in (1, 2, 2.5, 5, 10) if step * scale >= value)
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
@@ -99,6 +109,7 @@ class MemoryPanel(QWidget):
         self.readout = QLabel("Move the mouse over a graph to read its values.")
         self.readout.setTextFormat(Qt.TextFormat.RichText)
         self.graphs = pg.GraphicsLayoutWidget()
+        self.graphs.setBackground(palette_colors()[0])
         self.graphs.setMinimumHeight(220)
         self.table = QTableWidget(0, len(GPU_COLUMNS))
         self.table.setHorizontalHeaderLabels(list(GPU_COLUMNS))
@@ -145,13 +156,16 @@ class MemoryPanel(QWidget):
         self._marker_lines.clear()
         names = {g.index: g.name for g in self.sampler.gpus}
         self.note.setText(self.sampler.note or f"{len(gpu_indices)} GPU(s) through NVML, and the host.")
+        self.table.setVisible(bool(gpu_indices))
         first: pg.PlotItem | None = None
         specs: list[tuple[str, str, str]] = [(f"gpu{i}", f"GPU {i}: {names.get(i) or ''} — memory (MiB)", "MiB")
                                              for i in gpu_indices]
-        specs += [("host", "Host memory (MiB): RAM used, runtime RSS", "MiB"), ("cpu", "Host CPU (%)", "%")]
+        specs += [("host", "Host memory (MiB): RAM in use, the runtime's resident memory", "MiB"),
+                  ("cpu", "Host CPU (%)", "%")]
         for key, title, unit in specs:
             plot = self.graphs.addPlot(title=title, axisItems={"bottom": pg.DateAxisItem()})
             plot.setLabel("left", unit)
+            theme_axes(plot)
             # No grid: its translucent lines cost ~15 ms per plot per redraw; limits and totals are the guides
             plot.setDownsampling(auto=True, mode="peak")
             plot.setClipToView(True)
@@ -180,8 +194,6 @@ class MemoryPanel(QWidget):
             plot.hideAxis("bottom")  # X is linked: one time axis, at the bottom, is enough and paints fast
         host = self.plots["host"]
         self.curves["host.ram_used_mib"] = host.plot(name="RAM used", pen=pg.mkPen("#3b82c4", width=2))
-        self.curves["host.ram_total_mib"] = host.plot(name="RAM total",
-                                                      pen=pg.mkPen("#3b82c4", style=Qt.PenStyle.DashLine))
         self.curves["host.runtime_rss_mib"] = host.plot(name="runtime RSS", pen=pg.mkPen("#e4572e", width=2))
         self.curves["host.cpu_percent"] = self.plots["cpu"].plot(name="CPU", pen=pg.mkPen("#6c71c4", width=2))
         self.plots["cpu"].setYRange(0, 100, padding=0.02)
@@ -296,8 +308,9 @@ class MemoryPanel(QWidget):
                 continue
             ceiling = self._ceiling(key, data)
             if ceiling:
-                # Fixed by the totals, so the scale does not jitter as values move.
-                plot.setYRange(0, ceiling * 1.05, padding=0)
+                # GPUs: their total memory. Host: a round number above the highest value. Either way the
+                # scale stays put while values move.
+                plot.setYRange(0, ceiling * 1.05 if key != "host" else nice_ceiling(ceiling * 1.1), padding=0)
         first = next(iter(self.plots.values()))
         start = since if since is not None else min((t[0] for t, _ in data.values() if len(t)), default=now - 60)
         first.setXRange(start, now, padding=0)
@@ -306,7 +319,7 @@ class MemoryPanel(QWidget):
 
     def _ceiling(self, key: str, data: dict[str, Any]) -> float:
         if key == "host":
-            names = ["host.ram_total_mib", "host.ram_used_mib", "host.runtime_rss_mib"]
+            names = ["host.ram_used_mib", "host.runtime_rss_mib"]
         else:
             names = [n for n in self.curves if n.startswith(f"{key}.")]
             names += [n for n in self.curves if n.startswith("tf/") and
@@ -329,7 +342,8 @@ class MemoryPanel(QWidget):
                 line = pg.InfiniteLine(pos=marker.time, angle=90, movable=False,
                                        pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
                                        label=marker.label if number == 0 else None,
-                                       labelOpts={"position": 0.9, "color": color, "rotateAxis": (1, 0)})
+                                       labelOpts={"position": MARKER_LABEL_HEIGHTS.get(marker.kind, 0.5),
+                                                  "color": color, "rotateAxis": (1, 0)})
                 plot.addItem(line, ignoreBounds=True)
                 lines.append(line)
             self._marker_lines[key] = lines

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -402,7 +403,12 @@ class RunsPanel(QWidget):
         about.addWidget(self.description, 1)
         about.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
         form_layout.addLayout(about)
-        form_layout.addWidget(self.form_stack)
+        form_scroll = QScrollArea()  # a long form scrolls instead of being squeezed
+        form_scroll.setWidgetResizable(True)
+        form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        form_scroll.setWidget(self.form_stack)
+        form_scroll.setMinimumHeight(90)
+        form_layout.addWidget(form_scroll, 1)
         form_layout.addWidget(self.form_error)
         controls = QHBoxLayout()
         controls.addWidget(self.run_button)

@@ -42,6 +42,7 @@ def main() -> int:
     for name in args.dock:
         window.docks[name].show()
         window.docks[name].raise_()
+    window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())
     state = {"submitted": False, "since": 0.0}

@@ -204,7 +204,8 @@ JOBS: dict[str, JobSpec] = {
         JobSpec(
             "fit", "Keras fit",
             "Keras model.fit under tf.distribute.MirroredStrategy over the chosen logical devices, with "
-            "the seeds' one-unit Dense model; the global batch grows with the number of replicas.",
+            "the seeds' one-unit Dense model or their small CNN; the global batch grows with the number of "
+            "replicas.",
             "core.jobs.training:fit",
             (Param("epochs", INT, 2, "Training epochs.", minimum=1, maximum=10_000),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
