@@ -14,10 +14,10 @@ import _common  # noqa: F401
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from fake_nvml import FakeGpus  # noqa: E402
+from fake_nvml import FakeGpus
 
-from core.nvml import Nvml  # noqa: E402
-from core.telemetry import History, Sampler  # noqa: E402
+from core.nvml import Nvml
+from core.telemetry import History, Sampler
 
 
 class Patcher:

@@ -157,11 +157,7 @@ class ResultView(QStackedWidget):
         self.matrix = QTableWidget()
         self.matrix_caption = QLabel()
         self.matrix_caption.setWordWrap(True)
-        matrix_page = QWidget()
-        matrix_layout = QVBoxLayout(matrix_page)
-        matrix_layout.setContentsMargins(0, 0, 0, 0)
-        matrix_layout.addWidget(self.matrix_caption)
-        matrix_layout.addWidget(self.matrix, 1)
+        matrix_page = _captioned(self.matrix_caption, self.matrix)
         self.plot = themed_plot()
         self.plot.setLabel("bottom", "epoch")
         self.plot.setLabel("left", "loss")
@@ -170,11 +166,7 @@ class ResultView(QStackedWidget):
         self.loss_curve = self.plot.plot(pen=pg.mkPen("#e4572e", width=2), symbol="o", symbolSize=6)
         self.training_caption = QLabel()
         self.training_caption.setWordWrap(True)
-        training_page = QWidget()
-        training_layout = QVBoxLayout(training_page)
-        training_layout.setContentsMargins(0, 0, 0, 0)
-        training_layout.addWidget(self.training_caption)
-        training_layout.addWidget(self.plot, 1)
+        training_page = _captioned(self.training_caption, self.plot)
         self.rows_caption = QLabel()
         self.rows_caption.setWordWrap(True)
         self.rows_table = QTableWidget()
@@ -188,11 +180,7 @@ class ResultView(QStackedWidget):
         rows_split.addWidget(self.rows_plot)
         rows_split.setStretchFactor(0, 3)
         rows_split.setStretchFactor(1, 2)
-        rows_page = QWidget()
-        rows_layout = QVBoxLayout(rows_page)
-        rows_layout.setContentsMargins(0, 0, 0, 0)
-        rows_layout.addWidget(self.rows_caption)
-        rows_layout.addWidget(rows_split, 1)
+        rows_page = _captioned(self.rows_caption, rows_split)
         for page in (self.message, matrix_page, training_page, rows_page):
             self.addWidget(page)
         self.live_losses: list[float] = []
@@ -345,6 +333,15 @@ class ResultView(QStackedWidget):
 
     def _plot_losses(self, losses: list[float]) -> None:
         self.loss_curve.setData(list(range(1, len(losses) + 1)), losses)
+
+
+def _captioned(caption: QLabel, body: QWidget) -> QWidget:
+    page = QWidget()
+    layout = QVBoxLayout(page)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(caption)
+    layout.addWidget(body, 1)
+    return page
 
 
 def _escape(text: str) -> str:

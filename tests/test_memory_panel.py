@@ -10,13 +10,13 @@ import pytest
 from fake_nvml import FakeGpus, no_library, process
 
 pytest.importorskip("PySide6")
-from PySide6.QtGui import QImage  # noqa: E402
+from PySide6.QtGui import QImage
 
-from core import events  # noqa: E402
-from core.events import Event  # noqa: E402
-from core.nvml import Nvml  # noqa: E402
-from core.telemetry import read_csv  # noqa: E402
-from gui.memory_panel import MemoryPanel  # noqa: E402
+from core import events
+from core.events import Event
+from core.nvml import Nvml
+from core.telemetry import read_csv
+from gui.memory_panel import MemoryPanel
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def test_a_lost_gpu_is_one_bad_row_while_the_other_keeps_updating(monkeypatch: p
     sample = sampler.sample()
     assert sample.gpus[1].error and "lost" in sample.gpus[1].error and sample.gpus[1].memory_used_mib is None
     assert sample.gpus[0].error is None and sample.gpus[0].memory_used_mib == 3072
-    times, used = sampler.history.series["gpu1.memory_used_mib"].arrays()
+    _times, used = sampler.history.series["gpu1.memory_used_mib"].arrays()
     assert used[-2] == 2048 and math.isnan(used[-1])
 
 
