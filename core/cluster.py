@@ -1,8 +1,11 @@
 """Local TensorFlow clusters for the multi-worker and parameter-server demos, and TF_CONFIG for real ones.
 
-Every task is a `python -m core.cluster_task` child in its own process group, bound to 127.0.0.1 on a
-free port. A task's output lines are read on threads and handed to a callback, tagged with the task.
-Waits are bounded everywhere: a task that dies ends the run with an error naming it.
+Every task is a `python -m core.cluster_task` child in its own process group, addressed on 127.0.0.1.
+TensorFlow's gRPC server listens on all interfaces whatever the address, so the tasks run inside
+a private network namespace that has only a loopback interface (`core.netns`) where the system
+allows it; `LocalCluster.isolation` says which happened. A task's output lines are read on threads
+and handed to a callback, tagged with the task. Waits are bounded everywhere: a task that dies ends
+the run with an error naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from core.netns import LoopbackNamespace, NamespaceUnavailable
 
 RESULT_PREFIX = "\x1eTFDP-RESULT "
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -103,11 +108,23 @@ def describe_returncode(code: int) -> str:
 class LocalCluster:
     """Start tasks, stream their output, collect their results, and always clean up."""
 
-    def __init__(self, on_line: Callable[[Task, str, str], None], *, env: Mapping[str, str] | None = None):
+    def __init__(self, on_line: Callable[[Task, str, str], None], *, env: Mapping[str, str] | None = None,
+                 isolate: bool = True):
         self.on_line = on_line
         self.tasks: list[Task] = []
         self.env = dict(env or {})
-        self._lock = threading.Lock()
+        self.namespace: LoopbackNamespace | None = None
+        self.isolation = "none (not requested)"
+        if isolate:
+            namespace = LoopbackNamespace()
+            try:
+                namespace.start()
+            except NamespaceUnavailable as exc:
+                self.isolation = (f"none: tasks listen on all interfaces while the job runs, because a private "
+                                  f"network namespace could not be made ({exc})")
+            else:
+                self.namespace = namespace
+                self.isolation = "private network namespace (loopback only)"
 
     def start(self, name: str, role: str, config: dict[str, Any], args: Sequence[str] = ()) -> Task:
         task = Task(name, role, config)
@@ -115,8 +132,9 @@ class LocalCluster:
         env.update(self.env)
         env.update({"TF_CONFIG": json.dumps(config), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "0",
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))})
+        argv = [sys.executable, "-m", "core.cluster_task", role, *args]
         task.process = subprocess.Popen(
-            [sys.executable, "-m", "core.cluster_task", role, *args], stdin=subprocess.DEVNULL,
+            self.namespace.command(argv) if self.namespace else argv, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
         self.tasks.append(task)
         for stream, handle in (("stdout", task.process.stdout), ("stderr", task.process.stderr)):
@@ -178,6 +196,8 @@ class LocalCluster:
                 with contextlib.suppress(OSError):
                     if handle is not None:
                         handle.close()
+        if self.namespace is not None:
+            self.namespace.stop()
 
     def __enter__(self) -> LocalCluster:
         return self

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -40,10 +41,15 @@ def cluster_processes(runtime: RuntimeProcess) -> list[psutil.Process]:
 
 
 def listening_ports(processes: list[psutil.Process]) -> set[int]:
+    """TCP ports the processes' network namespaces listen on (psutil only sees this process's namespace)."""
     ports = set()
     for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            ports |= {c.laddr.port for c in process.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{process.pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            ports |= {int(f[1].rsplit(":", 1)[1], 16) for f in (line.split() for line in lines) if f[3] == "0A"}
     return ports
 
 
@@ -126,6 +132,7 @@ def test_multi_worker_losses_agree_and_nothing_is_left(three_cpus: RuntimeProces
     assert set(result["losses"]) == {"worker:0", "worker:1"} and len(result["loss"]) == 4
     assert result["loss"][-1] < result["loss"][0]
     assert all(a.startswith("127.0.0.1:") for a in result["addresses"]["worker"])
+    assert result["isolation"].startswith("private network namespace") or "could not be made" in result["isolation"]
     tagged = {e.data.get("task") for e in of_type(seen, events.PLACEMENT)}
     assert {"worker:0", "worker:1"} <= tagged
     assert cluster_processes(three_cpus) == []
@@ -159,6 +166,10 @@ def test_a_killed_worker_ends_the_job_with_an_error_naming_it(three_cpus: Runtim
     assert victim is not None, "worker 1 never started"
     time.sleep(3)  # let it join the cluster and start training
     ports = listening_ports(cluster_processes(three_cpus))
+    assert ports, "the workers should be listening by now"
+    if os.readlink(f"/proc/{victim.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+        for port in ports:  # isolated: TF's 0.0.0.0 listeners are invisible from this machine's network
+            assert_port_free(port)
     victim.kill()
     seen = collect_job(three_cpus, job_id, timeout=60)
     message = error_of(seen)["message"]

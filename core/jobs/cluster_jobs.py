@@ -47,10 +47,12 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
     ctx.progress(0, 2, f"starting {workers} workers on {', '.join(addresses)}")
     print(f"MultiWorkerMirroredStrategy: {workers} worker processes on {', '.join(addresses)}", flush=True)
     with LocalCluster(_forwarder(ctx)) as cluster:
+        print(f"isolation: {cluster.isolation}", flush=True)
         tasks = [cluster.start(f"worker:{i}", "mwms-worker", tf_config(cluster_spec, "worker", i), args)
                  for i in range(workers)]
         ctx.progress(1, 2, "training (each worker imports TensorFlow and joins the cluster)")
         _run_cluster(ctx, cluster, tasks, [], timeout_s, "multi-worker training")
+        isolation = cluster.isolation
     missing = [t.name for t in tasks if not t.results]
     if missing:
         raise JobError(f"{', '.join(missing)} finished without reporting a result")
@@ -65,6 +67,7 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
         "kind": "cluster",
         "strategy": "MultiWorkerMirroredStrategy",
         "addresses": cluster_spec,
+        "isolation": isolation,
         "workers": workers,
         "replicas_in_sync": first["replicas_in_sync"],
         "global_batch_size": first["global_batch_size"],
@@ -89,6 +92,7 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
     print("ParameterServerStrategy cluster: " + "; ".join(f"{k} {', '.join(v)}" for k, v in cluster_spec.items()),
           flush=True)
     with LocalCluster(_forwarder(ctx)) as cluster:
+        print(f"isolation: {cluster.isolation}", flush=True)
         servers = [cluster.start("ps:0", "server", tf_config(cluster_spec, "ps", 0), placement_flag)]
         servers += [cluster.start(f"worker:{i}", "server", tf_config(cluster_spec, "worker", i), placement_flag)
                     for i in range(workers)]
@@ -98,6 +102,7 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
         ctx.progress(1, 2, "training through ClusterCoordinator")
         # Servers never exit by themselves: one that does has died, and that ends the run.
         _run_cluster(ctx, cluster, [coordinator], servers, timeout_s, "parameter-server training")
+        isolation = cluster.isolation
     if not coordinator.results:
         raise JobError("the coordinator finished without reporting a result")
     result = coordinator.results[-1]
@@ -106,6 +111,7 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
         "kind": "cluster",
         "strategy": "ParameterServerStrategy",
         "addresses": cluster_spec,
+        "isolation": isolation,
         "workers": workers,
         "variables": result["variables"],
         "values": result["values"],
