@@ -249,6 +249,8 @@ def _format_result(outcome: JobOutcome) -> list[str]:
     if result.get("kind") == "cluster":
         lines.append(f"result: {result['strategy']} with {result['workers']} workers on "
                      + "; ".join(f"{k} {', '.join(v)}" for k, v in result["addresses"].items()))
+        if result.get("isolation"):
+            lines.append(f"  isolation: {result['isolation']}")
         for name, where in (result.get("variables") or {}).items():
             lines.append(f"  variable {name} lives on {where}")
         if "losses" in result:

@@ -310,6 +310,8 @@ class ResultView(QStackedWidget):
     def _show_cluster(self, result: dict[str, Any]) -> None:
         addresses = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["addresses"].items())
         caption = f"<b>{_escape(result['strategy'])}</b>, {result['workers']} workers — {_escape(addresses)}"
+        if result.get("isolation"):
+            caption += f"<br><small>Isolation: {_escape(result['isolation'])}</small>"
         if "losses_agree" in result:
             agree = "agree" if result["losses_agree"] else "<b style='color:#d33'>DISAGREE</b>"
             caption += f"<br>Per-worker losses {agree} (each worker reduces over all replicas)."
