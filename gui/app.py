@@ -6,6 +6,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,7 @@ def main(profile: str | None = None) -> int:
         print(f"tf-device-panel: {problem}", file=sys.stderr)
         return 2
     try:
+        from PySide6.QtCore import QTimer
         from PySide6.QtWidgets import QApplication
     except ImportError as exc:
         print(f"tf-device-panel: the window needs PySide6, which failed to load ({exc}).\n"
@@ -85,4 +87,11 @@ def main(profile: str | None = None) -> int:
     app.setApplicationDisplayName("TF Device Panel")
     window = MainWindow(profile)
     window.show()
+    # Ctrl+C in the terminal, or a polite kill, closes the window properly (the job and runtime stop,
+    # the layout is saved). Python runs signal handlers only between bytecodes, so a timer wakes it.
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, lambda *_: window.close())
+    wake = QTimer()
+    wake.timeout.connect(lambda: None)
+    wake.start(250)
     return int(app.exec())

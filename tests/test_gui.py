@@ -279,3 +279,19 @@ def test_doctor_panel_runs_in_the_background_and_copies_a_report(qtbot, window: 
     from PySide6.QtGui import QGuiApplication
 
     assert QGuiApplication.clipboard().text().startswith("## TensorFlow GPU diagnosis")
+
+
+def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
+    from gui import app
+
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert "No display found" in app.display_problem() and "tf-device-panel" in app.display_problem()
+    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(app, "missing_xcb_libraries", lambda: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
+    message = app.display_problem()
+    assert "sudo apt-get install libxcb-cursor0 libxkbcommon-x11-0" in message
+    monkeypatch.setattr(app, "missing_xcb_libraries", lambda: [])
+    assert app.display_problem() is None
+    assert app.debian_package("libEGL.so.1") == "libegl1"
