@@ -44,3 +44,14 @@ def nvml_index_for(pci_bus_id: str | None, nvml_gpus: Iterable[Any]) -> int | No
         if same_bus(bus, pci_bus_id):
             return int(gpu["index"] if isinstance(gpu, dict) else gpu.index)
     return None
+
+
+def nvml_gpu_for_physical(index: int, created: Iterable[dict[str, Any]], nvml_gpus: list[dict[str, Any]]
+                          ) -> dict[str, Any]:
+    """NVML's record for TensorFlow's physical GPU `index`: by the bus id TF logged when it created the
+    device; by index only when TF logged nothing for it (the runtime sets CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
+    bus = next((c["pci_bus_id"] for c in created if c["physical"] == index), None)
+    if bus is not None:
+        found = nvml_index_for(bus, nvml_gpus)
+        return next((g for g in nvml_gpus if g["index"] == found), {})
+    return next((g for g in nvml_gpus if g["index"] == index), {})

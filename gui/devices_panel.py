@@ -7,6 +7,7 @@ from typing import Any
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
+from core.gpus import nvml_gpu_for_physical
 from gui.colors import device_color
 
 
@@ -40,11 +41,10 @@ class DevicesPanel(QWidget):
         cuda = (f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
                 if build.get("is_cuda_build") else "no CUDA")
         physical = QTreeWidgetItem([f"Physical ({len(info['physical'])})", f"TensorFlow {info['tf_version']}, {cuda}"])
-        nvml_by_index = {g["index"]: g for g in nvml_gpus}
         for device in info["physical"]:
             details = ""
             if device["device_type"] == "GPU":
-                nv = nvml_by_index.get(device["index"], {})
+                nv = nvml_gpu_for_physical(device["index"], info.get("gpu_devices", []), nvml_gpus)
                 parts = [device.get("device_name") or nv.get("name") or "",
                          f"{nv['memory_total_mib']} MiB" if nv.get("memory_total_mib") else "",
                          f"compute {device['compute_capability']}" if device.get("compute_capability") else "",

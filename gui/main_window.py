@@ -25,6 +25,7 @@ import resources
 from core import events
 from core.config import DeviceConfig, GpuInfo, ProfileError, load_profile, save_profile, to_python_snippet
 from core.events import Event
+from core.gpus import nvml_gpu_for_physical
 from core.history import RunHistory
 from core.nvml import shared as shared_nvml
 from core.session import JobOutcome
@@ -216,13 +217,19 @@ class MainWindow(QMainWindow):
         runtime = self.controller.runtime
         tf_lines = list(runtime.last_lines) if runtime is not None else []
         self.devices.show_devices(info, self.nvml_gpus, tf_lines)
-        nvml_by_index = {g["index"]: g for g in self.nvml_gpus}
-        gpus = [GpuInfo(d["index"], d.get("device_name") or nvml_by_index.get(d["index"], {}).get("name") or "",
-                        nvml_by_index.get(d["index"], {}).get("memory_total_mib"))
-                for d in info["physical"] if d["device_type"] == "GPU"]
+        created = info.get("gpu_devices", [])
+        nvml = {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
+                for d in info["physical"] if d["device_type"] == "GPU"}
+        gpus = [GpuInfo(index, self._gpu_name(info, index) or nvml[index].get("name") or "",
+                        nvml[index].get("memory_total_mib")) for index in nvml]
         reasons = gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in info["logical"]])
+
+    @staticmethod
+    def _gpu_name(info: dict[str, Any], index: int) -> str:
+        gpus = [d for d in info["physical"] if d["device_type"] == "GPU" and d["index"] == index]
+        return str(gpus[0].get("device_name") or "") if gpus else ""
 
     def _runtime_died(self, info: dict[str, Any]) -> None:
         tail = "\n".join(info.get("last_lines", [])[-8:])

@@ -257,3 +257,12 @@ def test_real_run_on_this_machine() -> None:
     if not report["facts"]["nvml"]["available"]:  # CI and this machine: no driver
         assert checks["driver"]["status"] == FAIL and checks["driver"]["fix"]
         assert done.returncode == 1
+
+
+def test_tf_gpus_match_nvml_by_bus_id_not_index() -> None:
+    from core.gpus import nvml_gpu_for_physical
+
+    nvml = [{"index": 0, "pci_bus_id": "00000000:01:00.0"}, {"index": 1, "pci_bus_id": "00000000:02:00.0"}]
+    created = [{"physical": 0, "pci_bus_id": "0000:02:00.0"}]
+    assert nvml_gpu_for_physical(0, created, nvml)["index"] == 1
+    assert nvml_gpu_for_physical(1, created, nvml)["index"] == 1  # nothing logged for it: by index

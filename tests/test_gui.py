@@ -295,3 +295,46 @@ def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
     monkeypatch.setattr(app, "missing_xcb_libraries", lambda: [])
     assert app.display_problem() is None
     assert app.debian_package("libEGL.so.1") == "libegl1"
+
+
+def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:
+    """A machine with two GPUs where CUDA_VISIBLE_DEVICES=1,0 makes TF's order the reverse of NVML's."""
+    window.nvml_gpus = [
+        {"index": 0, "name": "NVIDIA A100", "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 40960},
+        {"index": 1, "name": "NVIDIA L4", "pci_bus_id": "00000000:02:00.0", "memory_total_mib": 23034}]
+    info = {"tf_version": "2.21.0", "python": "3.11", "pid": 1, "build": {"is_cuda_build": True},
+            "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
+                         {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,
+                          "device_name": "NVIDIA L4", "compute_capability": "8.9"},
+                         {"name": "/physical_device:GPU:1", "device_type": "GPU", "index": 1, "visible": True,
+                          "device_name": "NVIDIA A100", "compute_capability": "8.0"}],
+            "logical": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0",
+                         "device_type": "GPU"}],
+            "gpu_devices": [{"logical": "/GPU:0", "physical": 0, "memory_mb": 20000, "name": "NVIDIA L4",
+                             "pci_bus_id": "0000:02:00.0"},
+                            {"logical": "/GPU:1", "physical": 1, "memory_mb": 38000, "name": "NVIDIA A100",
+                             "pci_bus_id": "0000:01:00.0"}]}
+    window._on_ready(info)
+    physical = window.devices.tree.topLevelItem(0)
+    details = {physical.child(i).text(0): physical.child(i).text(1) for i in range(physical.childCount())}
+    assert "23034 MiB" in details["GPU:0"] and "PCI 00000000:02:00.0" in details["GPU:0"]
+    assert "40960 MiB" in details["GPU:1"] and "compute 8.0" in details["GPU:1"]
+    assert not window.devices.doctor_button.isVisible()
+
+    panel = window.config_panel
+    l4, a100 = panel.gpu_editors
+    qtbot.waitUntil(l4.isVisible, timeout=2000)  # Qt shows widgets added to a visible layout on the next loop
+    assert "23034 MiB" in l4.title() and a100.gpu.total_mib == 40960
+    a100.visible.setChecked(False)
+    l4.add_split(12000)
+    l4.add_split(12000)
+    qtbot.wait(10)
+    assert panel.config().visible_gpus == (0,) and panel.config().virtual_gpus == {0: (12000, 12000)}
+    assert "24000 MiB but GPU 0" in l4.problem_label.text(), (panel.problems, l4.problem_label.text())
+    assert l4.problem_label.isVisible()
+    assert not panel.apply_button.isEnabled() and l4.bar.total == 23034 and l4.bar.limits == [12000, 12000]
+    l4.spins[1].setValue(8000)
+    assert not l4.problem_label.isVisible() and panel.apply_button.isEnabled()
+    panel.memory_growth.setChecked(True)
+    assert panel.field_problems["memory_growth"].isVisible() and not panel.apply_button.isEnabled()
+    assert "set_logical_device_configuration" in __import__("core.config").config.to_python_snippet(panel.config())

@@ -203,3 +203,21 @@ def test_cluster_config_for_real_machines() -> None:
         cluster_commands(["10.0.0.1:2222", "10.0.0.1:2222"])
     with pytest.raises(ValueError, match="HOST:PORT"):
         cluster_commands(["nohost"])
+
+
+@pytest.mark.parametrize(("job", "params"), [
+    ("custom-loop", {"steps": 1_000_000}),
+    ("parameter-server", {"workers": 1, "steps": 100_000}),
+])
+def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict) -> None:
+    job_id = three_cpus.submit(job, params)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # wait until it is really training
+        event = three_cpus.next_event(0.2)
+        if event is not None and event.type == events.PROGRESS and event.data["done"] >= 1:
+            break
+    time.sleep(1)
+    three_cpus.cancel(grace=20)
+    seen = collect_job(three_cpus, job_id, timeout=60)
+    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert cluster_processes(three_cpus) == []
