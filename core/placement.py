@@ -49,10 +49,22 @@ class Placement:
                 "device": self.device, "short_device": self.short_device, "mode": self.mode}
 
 
+_TASK = re.compile(r"^/job:([\w-]+)(?:/replica:\d+)?/task:(\d+)/")
+
+
 def short_device_name(device: str) -> str:
-    """'/job:localhost/replica:0/task:0/device:GPU:1' -> '/GPU:1' (unchanged if not a device name)."""
+    """'/job:localhost/replica:0/task:0/device:GPU:1' -> '/GPU:1' (unchanged if not a device name).
+
+    Devices of a cluster keep their task: '/job:worker/replica:0/task:1/device:CPU:0' -> '/job:worker/task:1/CPU:0'.
+    """
     match = _DEVICE.search(device)
-    return f"/{match.group(1).upper()}:{match.group(2)}" if match else device
+    if not match:
+        return device
+    short = f"/{match.group(1).upper()}:{match.group(2)}"
+    task = _TASK.match(device)
+    if task and task.group(1) != "localhost":
+        return f"/job:{task.group(1)}/task:{task.group(2)}{short}"
+    return short
 
 
 def canonical_device(spec: str) -> str:

@@ -6,9 +6,10 @@ import time
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QKeySequence, QShortcut
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut
 from PySide6.QtWidgets import (
+    QApplication,
     QCheckBox,
     QComboBox,
     QDialog,
@@ -28,6 +29,9 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QSplitter,
     QStackedWidget,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -350,6 +354,38 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+class JobItemDelegate(QStyledItemDelegate):
+    """A job in the list: its title in bold, its description on one elided line below."""
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Any) -> None:
+        self.initStyleOption(option, index)
+        title, description = option.text, str(index.data(Qt.ItemDataRole.ToolTipRole) or "")
+        option.text = ""
+        style = option.widget.style() if option.widget is not None else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter, option.widget)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        role = QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.Text
+        rect = option.rect.adjusted(6, 3, -6, -3)
+        bold = QFont(option.font)
+        bold.setBold(True)
+        line = QFontMetrics(option.font).height()
+        painter.save()
+        painter.setPen(option.palette.color(role))
+        painter.setFont(bold)
+        painter.drawText(rect.adjusted(0, 0, 0, -line), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, title)
+        painter.setFont(option.font)
+        if not selected:
+            painter.setPen(option.palette.color(QPalette.ColorRole.PlaceholderText))
+        elided = QFontMetrics(option.font).elidedText(description, Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(rect.adjusted(0, line + 2, 0, 0), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop,
+                         elided)
+        painter.restore()
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: Any) -> QSize:
+        line = QFontMetrics(option.font).height()
+        return QSize(200, 2 * line + 10)
+
+
 class RunsPanel(QWidget):
     runRequested = Signal(str, dict)
     stopRequested = Signal()
@@ -364,7 +400,8 @@ class RunsPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             item.setToolTip(spec.description)
             self.job_list.addItem(item)
-        self.job_list.setMinimumWidth(180)
+        self.job_list.setMinimumWidth(200)
+        self.job_list.setItemDelegate(JobItemDelegate(self.job_list))
         self.job_list.setAccessibleName("Jobs")
         self.job_list.setObjectName("jobs")
         self.description = QLabel()
@@ -402,12 +439,11 @@ class RunsPanel(QWidget):
         about.addWidget(self.description, 1)
         about.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
         form_layout.addLayout(about)
-        form_scroll = QScrollArea()  # a long form scrolls instead of being squeezed
-        form_scroll.setWidgetResizable(True)
-        form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        form_scroll.setWidget(self.form_stack)
-        form_scroll.setMinimumHeight(90)
-        form_layout.addWidget(form_scroll, 1)
+        self.form_scroll = QScrollArea()  # a long form scrolls instead of being squeezed
+        self.form_scroll.setWidgetResizable(True)
+        self.form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.form_scroll.setWidget(self.form_stack)
+        form_layout.addWidget(self.form_scroll, 1)
         form_layout.addWidget(self.form_error)
         controls = QHBoxLayout()
         controls.addWidget(self.run_button)
@@ -477,6 +513,8 @@ class RunsPanel(QWidget):
         if row >= 0:
             spec = JOBS[self.current_job]
             self.form_stack.setCurrentWidget(self.forms[spec.name])
+            # Room for the whole form up to 6 rows or so; longer ones scroll.
+            self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 200))
             self.description.setText(f"<b>{_escape(spec.title)}</b> — {_escape(spec.description)}")
         self.form_error.hide()
 

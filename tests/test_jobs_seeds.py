@@ -135,6 +135,8 @@ def test_multi_worker_losses_agree_and_nothing_is_left(three_cpus: RuntimeProces
     assert result["isolation"].startswith("private network namespace") or "could not be made" in result["isolation"]
     tagged = {e.data.get("task") for e in of_type(seen, events.PLACEMENT)}
     assert {"worker:0", "worker:1"} <= tagged
+    devices = {e.data["short_device"] for e in of_type(seen, events.PLACEMENT)}
+    assert {"/job:worker/task:0/CPU:0", "/job:worker/task:1/CPU:0"} <= devices
     assert cluster_processes(three_cpus) == []
     for address in result["addresses"]["worker"]:
         assert_port_free(int(address.rsplit(":", 1)[1]))

@@ -18,7 +18,8 @@ def _forwarder(ctx: JobContext) -> Any:
     def forward(task: Task, stream: str, line: str) -> None:
         kind, placed = placement.parse_line(line, stream)
         if placed is not None:
-            ctx.emit(events.PLACEMENT, **placed.to_json(), stream=stream, line=line, task=task.name)
+            ctx.emit(events.PLACEMENT, **placed.to_json(), stream=stream, line=f"[{task.name}] {line}",
+                     task=task.name)
         elif kind != placement.PLACEMENT:  # stdout echoes of placer lines are not shown twice
             ctx.emit(events.LOG, stream=stream, kind=kind, text=f"[{task.name}] {line}", task=task.name)
 
