@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -513,6 +514,10 @@ class RunsPanel(QWidget):
         if row >= 0:
             spec = JOBS[self.current_job]
             self.form_stack.setCurrentWidget(self.forms[spec.name])
+            for name, form in self.forms.items():  # the stack then sizes to the shown form, not the largest
+                policy = QSizePolicy.Policy.Preferred if name == spec.name else QSizePolicy.Policy.Ignored
+                form.setSizePolicy(policy, policy)
+            self.form_stack.adjustSize()
             # Room for the whole form up to 6 rows or so; longer ones scroll.
             self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 200))
             self.description.setText(f"<b>{_escape(spec.title)}</b> — {_escape(spec.description)}")
