@@ -34,7 +34,7 @@ def bring_loopback_up() -> None:
 
 
 class NamespaceUnavailable(RuntimeError):
-    pass
+    """This system cannot make the namespace; the message says why (missing tool, forbidden by policy)."""
 
 
 class LoopbackNamespace:
