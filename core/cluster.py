@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from core.netns import LoopbackNamespace, NamespaceUnavailable
+from core.processes import kill_group
 
 RESULT_PREFIX = "\x1eTFDP-RESULT "
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -184,18 +185,8 @@ class LocalCluster:
     def close(self) -> None:
         """Kill every task's whole process group and reap it."""
         for task in self.tasks:
-            process = task.process
-            if process is None:
-                continue
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(10)
-            for handle in (process.stdout, process.stderr):
-                with contextlib.suppress(OSError):
-                    if handle is not None:
-                        handle.close()
+            if task.process is not None:
+                kill_group(task.process)
         if self.namespace is not None:
             self.namespace.stop()
 

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from core.processes import kill_group
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 READY_TIMEOUT_S = 10.0
@@ -58,11 +60,15 @@ class LoopbackNamespace:
             ready = selector.select(READY_TIMEOUT_S)
         line = self.holder.stdout.readline() if ready else b""
         if line.strip() != b"ready":
-            self.stop()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.holder.pid, signal.SIGKILL)  # so that reading its stderr cannot block
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.holder.wait(5)
             error = b""
             if self.holder.stderr is not None:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, ValueError):
                     error = self.holder.stderr.read(2000) or b""
+            self.stop()
             raise NamespaceUnavailable(error.decode("utf-8", "replace").strip().splitlines()[-1:][0]
                                        if error.strip() else "the namespace did not start")
 
@@ -73,18 +79,8 @@ class LoopbackNamespace:
                 "--preserve-credentials", *argv]
 
     def stop(self) -> None:
-        holder = self.holder
-        if holder is None:
-            return
-        if holder.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(holder.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            holder.wait(5)
-        for handle in (holder.stdin, holder.stdout, holder.stderr):
-            with contextlib.suppress(OSError):
-                if handle is not None:
-                    handle.close()
+        if self.holder is not None:
+            kill_group(self.holder, wait_s=5)
 
 
 def hold() -> int:

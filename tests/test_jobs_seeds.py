@@ -223,3 +223,17 @@ def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict
     seen = collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
     assert cluster_processes(three_cpus) == []
+
+
+def test_without_network_namespaces_the_cluster_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.cluster import LocalCluster
+
+    for tool in ("unshare", "nsenter"):
+        script = tmp_path / tool
+        script.write_text("#!/bin/sh\necho 'unshare: write failed /proc/self/uid_map: Operation not permitted' >&2\n"
+                          "exit 1\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with LocalCluster(lambda *_: None) as cluster:
+        assert cluster.namespace is None
+        assert "could not be made (unshare: write failed" in cluster.isolation
