@@ -212,10 +212,6 @@ class Nvml:
         except pynvml.NVMLError:
             return None
 
-    @property
-    def count(self) -> int:
-        return len(self._handles) if self.init() else 0
-
 
 @dataclass
 class GpuSample:

@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import psutil
@@ -247,6 +246,3 @@ def read_csv(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, float 
                                                         else None))
     return found
 
-
-def describe_missing(value: Any, unit: str = "") -> str:
-    return "N/A" if value is None else f"{value:.0f}{unit}"
