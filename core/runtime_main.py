@@ -240,10 +240,15 @@ class Runtime:
         timer.start()
 
     def start_job(self, job_id: str, name: str, params: dict[str, Any]) -> None:
-        if self.job_thread is not None and self.job_thread.is_alive():
+        if self.job_context is not None:
+            # Every job the client submits gets its closing events, or the client would wait forever.
             self.emit(events.Event(events.ERROR, {"type": "Busy", "message": "a job is already running"},
                                    job_id=job_id))
+            self.emit(events.Event(events.JOB_FINISHED, {"job": name, "status": "error", "duration_s": 0.0},
+                                   job_id=job_id))
             return
+        if self.job_thread is not None:
+            self.job_thread.join(5.0)  # the last job has reported; its thread is only returning
         context = JobContext(job_id, self.emit)
         self.job_context = context
         self.job_thread = threading.Thread(target=self.run_job, args=(context, name, params),
@@ -271,13 +276,14 @@ class Runtime:
                      "traceback": traceback.format_exc(limit=-8)}
         fence(job_id)
         duration = time.monotonic() - started
+        # Free before the client hears JOB_FINISHED: it may submit the next job at once.
+        self.job_context = None
         if error is not None:
             self.emit(events.Event(events.ERROR, error, job_id=job_id))
         else:
             self.emit(events.Event(events.RESULT, {"result": result}, job_id=job_id))
         self.emit(events.Event(events.JOB_FINISHED, {"job": name, "status": status, "duration_s": duration},
                                job_id=job_id))
-        self.job_context = None
 
 
 def main(argv: list[str] | None = None) -> int:

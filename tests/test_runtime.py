@@ -251,3 +251,20 @@ def test_submit_when_not_ready_is_refused(start_runtime) -> None:
     assert runtime.wait_exited(10)
     with pytest.raises(RuntimeUnavailable, match="exited"):
         runtime.submit("matmul")
+
+
+def test_a_job_sent_while_another_runs_still_gets_its_closing_events(start_runtime) -> None:
+    runtime = start_runtime(DeviceConfig())
+    runtime.wait_ready()
+    first = runtime.submit("fit", {"epochs": 10_000})
+    runtime._send({"cmd": "run", "job_id": "second", "job": "matmul", "params": {}})  # bypassing the client's guard
+    deadline = time.monotonic() + 60
+    closing = []
+    while time.monotonic() < deadline and len(closing) < 2:
+        event = runtime.next_event(0.5)
+        if event is not None and event.job_id == "second":
+            closing.append(event)
+    assert [e.type for e in closing] == [events.ERROR, events.JOB_FINISHED]
+    assert closing[0].data["type"] == "Busy"
+    runtime.cancel()
+    collect_job(runtime, first)
