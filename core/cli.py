@@ -26,6 +26,7 @@ from core.config import (
     validate,
 )
 from core.events import Event
+from core.gpus import tf_gpu_lines, tf_gpu_messages
 from core.history import RunHistory
 from core.jobs import JOBS, ParamError, get_job
 from core.nvml import shared as shared_nvml
@@ -136,9 +137,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         raise
     finally:
         runtime.stop()
-    tf_messages: list[str] = [line for line in runtime.last_lines if "cuda" in line.lower() or "gpu" in line.lower()]
     if args.json:
-        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_messages})
+        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(runtime.last_lines)})
         return EXIT_OK
     build = info.get("build", {})
     cuda = "no CUDA"
@@ -159,8 +159,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"  {device['short_name']:<8} {device['name']}{limit}")
     if not any(d["device_type"] == "GPU" for d in info["physical"]):
         print("\nTensorFlow sees no GPU.")
-        for line in tf_messages[-4:]:
-            print(f"  TensorFlow said: {line.split('] ', 1)[-1]}")
+        for message in tf_gpu_messages(runtime.last_lines)[-4:]:
+            print(f"  TensorFlow said: {message}")
     print("\nNVML:", end=" ")
     if not nvml_info["available"]:
         print(nvml_info["message"] or "unavailable")

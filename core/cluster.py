@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,14 +88,14 @@ class Task:
     config: dict[str, Any]
     process: subprocess.Popen[bytes] | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
-    last_lines: list[str] = field(default_factory=list)
+    last_lines: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     readers: list[threading.Thread] = field(default_factory=list)
 
 
 class TaskFailed(RuntimeError):
     def __init__(self, task: Task, description: str):
         self.task = task
-        tail = "\n".join(task.last_lines[-6:])
+        tail = "\n".join(list(task.last_lines)[-6:])
         super().__init__(f"{task.name} {description}" + (f"; its last output:\n{tail}" if tail else ""))
 
 
@@ -152,7 +153,7 @@ class LocalCluster:
                 with contextlib.suppress(ValueError):
                     task.results.append(json.loads(line[len(RESULT_PREFIX):]))
                 continue
-            task.last_lines = [*task.last_lines[-39:], line]
+            task.last_lines.append(line)
             try:
                 self.on_line(task, stream, line)
             except Exception as exc:  # a display problem must not stop the reading, or the task blocks

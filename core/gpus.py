@@ -55,3 +55,16 @@ def nvml_gpu_for_physical(index: int, created: Iterable[dict[str, Any]], nvml_gp
         found = nvml_index_for(bus, nvml_gpus)
         return next((g for g in nvml_gpus if g["index"] == found), {})
     return next((g for g in nvml_gpus if g["index"] == index), {})
+
+
+_GPU_HINT_WORDS = ("cuda", "gpu", "cuinit", "dlopen", "driver")
+
+
+def tf_gpu_lines(lines: Iterable[str]) -> list[str]:
+    """The runtime's output lines about GPUs and CUDA (TF's own reasons when it has no GPU)."""
+    return [line for line in lines if any(word in line.lower() for word in _GPU_HINT_WORDS)]
+
+
+def tf_gpu_messages(lines: Iterable[str]) -> list[str]:
+    """The same lines without TF's C++ log prefix, for people to read."""
+    return [line.split("] ", 1)[-1] for line in tf_gpu_lines(lines)]

@@ -7,14 +7,8 @@ from typing import Any
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
-from core.gpus import nvml_gpu_for_physical
+from core.gpus import nvml_gpu_for_physical, tf_gpu_messages
 from gui.colors import device_color
-
-
-def gpu_messages(last_lines: list[str]) -> list[str]:
-    """TensorFlow's own lines explaining why it has no GPU (driver, cuInit, dlopen…)."""
-    keys = ("cuda", "gpu", "cuinit", "dlopen", "driver")
-    return [line.split("] ", 1)[-1] for line in last_lines if any(k in line.lower() for k in keys)]
 
 
 class DevicesPanel(QWidget):
@@ -67,7 +61,7 @@ class DevicesPanel(QWidget):
         no_gpu = not any(d["device_type"] == "GPU" for d in info["physical"])
         self.doctor_button.setVisible(no_gpu)
         if no_gpu:
-            reasons = gpu_messages(tf_lines)[-3:]
+            reasons = tf_gpu_messages(tf_lines)[-3:]
             self.note.setText("<b>TensorFlow sees no GPU.</b>" + (
                 "<br>TensorFlow said: " + "<br>".join(f"<i>{_esc(r)}</i>" for r in reasons) if reasons else ""))
         else:

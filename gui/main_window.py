@@ -25,13 +25,13 @@ import resources
 from core import events
 from core.config import DeviceConfig, GpuInfo, ProfileError, load_profile, save_profile, to_python_snippet
 from core.events import Event
-from core.gpus import nvml_gpu_for_physical
+from core.gpus import nvml_gpu_for_physical, tf_gpu_messages
 from core.history import RunHistory
 from core.nvml import shared as shared_nvml
 from core.session import JobOutcome
 from gui.config_panel import ConfigPanel
 from gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
-from gui.devices_panel import DevicesPanel, gpu_messages
+from gui.devices_panel import DevicesPanel
 from gui.doctor_panel import DoctorPanel
 from gui.history_panel import HistoryPanel
 from gui.log_panel import LogPanel
@@ -110,7 +110,8 @@ class MainWindow(QMainWindow):
         self.devices.doctor_button.clicked.connect(self.open_doctor)
 
         self._restore_settings()
-        self._read_nvml()
+        # The sampler read the GPUs' static facts when it started: one NVML pass, not two.
+        self.nvml_gpus = [g.to_json() for g in self.memory.sampler.gpus]
         if profile is not None:
             self.open_profile(profile)
         elif self.settings.value("last_profile"):
@@ -160,10 +161,6 @@ class MainWindow(QMainWindow):
         return action
 
     # -- configuration and runtime -----------------------------------------------------------------
-    def _read_nvml(self) -> None:
-        nvml = shared_nvml()
-        self.nvml_gpus = [g.to_json() for g in nvml.gpus()] if nvml.init() else []
-
     def apply_current(self) -> None:
         if self.config_panel.problems:
             self._show_problem("Fix the configuration problems shown in red before applying.")
@@ -222,7 +219,7 @@ class MainWindow(QMainWindow):
                 for d in info["physical"] if d["device_type"] == "GPU"}
         gpus = [GpuInfo(index, self._gpu_name(info, index) or nvml[index].get("name") or "",
                         nvml[index].get("memory_total_mib")) for index in nvml]
-        reasons = gpu_messages(tf_lines)[-2:]
+        reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in info["logical"]])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -29,11 +30,9 @@ READY_TIMEOUT_MS = 120_000
 def children_alive() -> list[psutil.Process]:
     alive = []
     for child in psutil.Process().children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended while we looked
             if child.status() != psutil.STATUS_ZOMBIE:
                 alive.append(child)
-        except psutil.NoSuchProcess:
-            pass
     return alive
 
 

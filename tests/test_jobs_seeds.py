@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -32,11 +33,9 @@ def error_of(seen: list) -> dict:
 def cluster_processes(runtime: RuntimeProcess) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(runtime.pid).children(recursive=True):
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended while we looked
             if "core.cluster_task" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)
-        except psutil.NoSuchProcess:
-            pass
     return found
 
 
@@ -159,11 +158,9 @@ def test_a_killed_worker_ends_the_job_with_an_error_naming_it(three_cpus: Runtim
     victim = None
     while victim is None and time.monotonic() < deadline:
         for process in cluster_processes(three_cpus):
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
                 if json.loads(process.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1:
                     victim = process
-            except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-                pass
         time.sleep(0.2)
     assert victim is not None, "worker 1 never started"
     time.sleep(3)  # let it join the cluster and start training
