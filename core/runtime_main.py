@@ -229,13 +229,8 @@ class Runtime:
             return
         context.cancel_requested.set()
 
-        def interrupt() -> None:
-            # A job that never checks the flag (a user's script) gets JobCancelled raised in its thread.
-            if thread.is_alive() and thread.ident is not None and self.job_context is context:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                           ctypes.py_object(JobCancelled))
-
-        timer = threading.Timer(CANCEL_INTERRUPT_AFTER_S, interrupt)
+        # Code that never checks the flag (a user's script) gets JobCancelled raised in it.
+        timer = threading.Timer(CANCEL_INTERRUPT_AFTER_S, context.interrupt)
         timer.daemon = True
         timer.start()
 

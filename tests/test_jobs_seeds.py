@@ -16,7 +16,7 @@ from conftest import collect_job, of_type
 from core import events
 from core.cluster import cluster_commands
 from core.jobs import JOBS, ParamError
-from core.runtime import RuntimeProcess
+from core.runtime import READY, RuntimeProcess
 
 
 def result_of(seen: list) -> dict:
@@ -187,6 +187,7 @@ def test_cancelling_a_multi_worker_run_stops_every_worker(three_cpus: RuntimePro
     three_cpus.cancel(grace=20)
     seen = collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert three_cpus.state == READY, "the job did not stop by itself: its runtime had to be killed"
     assert cluster_processes(three_cpus) == []
 
 
@@ -219,6 +220,7 @@ def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict
     three_cpus.cancel(grace=20)
     seen = collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert three_cpus.state == READY, "the job did not stop by itself: its runtime had to be killed"
     assert cluster_processes(three_cpus) == []
 
 

@@ -25,7 +25,8 @@ def script(ctx: JobContext, path: str, args: str = "") -> dict[str, Any]:
     exit_code: Any = 0
     ctx.progress(0, 1, f"running {file.name}")
     try:
-        runpy.run_path(str(file), run_name="__main__")
+        with ctx.interruptible():
+            runpy.run_path(str(file), run_name="__main__")
     except SystemExit as exc:
         exit_code = exc.code if exc.code is not None else 0
     finally:

@@ -1,0 +1,88 @@
+"""Cancelling code that never checks: JobCancelled lands inside `interruptible` and nowhere else."""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+
+from core.jobs.context import JobCancelled, JobContext
+
+
+def spin(seconds: float) -> None:
+    """Busy Python code: an asynchronous exception can land at any point in it."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def context() -> JobContext:
+    return JobContext("job", lambda event: None)
+
+
+def test_interrupt_lands_inside_the_window() -> None:
+    ctx, outcome = context(), []
+    inside = threading.Event()
+
+    def job() -> None:
+        try:
+            with ctx.interruptible():
+                inside.set()
+                while True:
+                    pass
+        except JobCancelled:
+            outcome.append("cancelled")
+
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
+    assert inside.wait(5)
+    assert ctx.interrupt()
+    thread.join(5)
+    assert outcome == ["cancelled"]
+    assert not ctx.interrupt()  # once per job
+
+
+def test_interrupt_outside_the_window_does_nothing() -> None:
+    ctx = context()
+    assert not ctx.interrupt()  # no window open yet
+    with ctx.interruptible():
+        pass
+    assert not ctx.interrupt()
+    spin(0.05)  # nothing was scheduled for this thread
+
+
+def test_the_runtimes_reporting_after_the_window_is_never_hit() -> None:
+    """The race that killed a job's thread after it had stopped: the interrupt fires as the window closes."""
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # both threads really interleave, not in 5 ms turns
+    try:
+        run_the_race(random.Random(7))
+    finally:
+        sys.setswitchinterval(switch_interval)
+
+
+def run_the_race(rng: random.Random) -> None:
+    outcomes = {"cancelled": 0, "finished": 0}
+    for _ in range(200):
+        ctx, outcome, reported = context(), [], []
+
+        def job(ctx: JobContext = ctx, outcome: list = outcome, reported: list = reported) -> None:
+            try:
+                with ctx.interruptible():
+                    spin(rng.uniform(0, 0.002))
+            except JobCancelled:
+                outcome.append("cancelled")
+            else:
+                outcome.append("finished")
+            spin(0.003)  # stands for the runtime's fence and closing events
+            reported.append(True)
+
+        thread = threading.Thread(target=job, daemon=True)
+        thread.start()
+        time.sleep(rng.uniform(0, 0.003))  # sleeping lets the job's thread run meanwhile
+        ctx.interrupt()
+        thread.join(5)
+        assert len(outcome) == 1 and reported == [True]
+        outcomes[outcome[0]] += 1
+    assert outcomes["cancelled"] > 0 and outcomes["finished"] > 0  # the interrupt came before and after
