@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from core import events
-from core.cluster import cluster_commands
+from core.cluster import cluster_commands, task_devices_text
 from core.config import (
     ConfigError,
     DeviceConfig,
@@ -251,6 +251,9 @@ def _format_result(outcome: JobOutcome) -> list[str]:
                      + "; ".join(f"{k} {', '.join(v)}" for k, v in result["addresses"].items()))
         if result.get("isolation"):
             lines.append(f"  isolation: {result['isolation']}")
+        if result.get("device_config"):
+            lines.append(f"  devices: {result['device_config']['note']}")
+        lines += [f"  {task} devices: {names}" for task, names in task_devices_text(result).items()]
         for name, where in (result.get("variables") or {}).items():
             lines.append(f"  variable {name} lives on {where}")
         if "losses" in result:
@@ -336,11 +339,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_cluster_config(args: argparse.Namespace) -> int:
     try:
-        tasks = cluster_commands(args.worker, args.ps or (), chief=args.chief)
+        tasks = cluster_commands(args.worker, args.ps or (), chief=args.chief, profile=args.config)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.ps and not args.chief:
         raise UsageError("a parameter-server cluster needs a coordinator: add --chief HOST:PORT")
+    if args.config:
+        load_profile(args.config)  # a bad profile is named now, not on every machine later
     if args.json:
         _emit_json(tasks)
         return EXIT_OK
@@ -351,6 +356,9 @@ def cmd_cluster_config(args: argparse.Namespace) -> int:
         print(f"\n# {task['task']} on {task['address']}")
         print(task["command"])
     print("\n# Each task's port must be reachable from every other task (open it in the firewall).")
+    if args.config:
+        print(f"# Every task applies the device configuration in {args.config}: copy it to that path on each "
+              "machine.")
     return EXIT_OK
 
 
@@ -414,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--worker", action="append", required=True, metavar="HOST:PORT", help="a worker (repeatable)")
     p.add_argument("--ps", action="append", metavar="HOST:PORT", help="a parameter server (repeatable)")
     p.add_argument("--chief", metavar="HOST:PORT", help="the coordinator, for a parameter-server cluster")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile every task applies")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cluster_config)
 

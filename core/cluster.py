@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -50,6 +51,12 @@ def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) 
     return {"cluster": {k: list(v) for k, v in cluster.items()}, "task": {"type": task_type, "index": index}}
 
 
+def task_devices_text(result: Mapping[str, Any]) -> dict[str, str]:
+    """Each task's own logical devices, short ('/CPU:0, /CPU:1'), from a cluster job's result."""
+    return {task: ", ".join("/" + name.rsplit("/device:", 1)[-1] for name in names) or "none"
+            for task, names in (result.get("task_devices") or {}).items()}
+
+
 def parse_address(text: str) -> str:
     """Check HOST:PORT; raises ValueError with what to write instead."""
     host, sep, port = text.strip().rpartition(":")
@@ -59,8 +66,11 @@ def parse_address(text: str) -> str:
 
 
 def cluster_commands(workers: Sequence[str], ps: Sequence[str] = (), *, chief: str | None = None,
-                     job: str | None = None) -> list[dict[str, Any]]:
-    """TF_CONFIG and the start command of every task of a real cluster, for `cluster-config`."""
+                     job: str | None = None, profile: str | None = None) -> list[dict[str, Any]]:
+    """TF_CONFIG and the start command of every task of a real cluster, for `cluster-config`.
+
+    With `profile`, every task applies that device configuration profile before TensorFlow initializes.
+    """
     cluster: dict[str, list[str]] = {"worker": [parse_address(w) for w in workers]}
     if ps:
         cluster["ps"] = [parse_address(p) for p in ps]
@@ -77,7 +87,8 @@ def cluster_commands(workers: Sequence[str], ps: Sequence[str] = (), *, chief: s
             roles = {"worker": "server" if ps else "mwms-worker", "ps": "server", "chief": "ps-coordinator"}
             role = roles[task_type]
             tasks.append({"task": f"{task_type}:{index}", "address": address, "tf_config": config,
-                          "command": f"TF_CONFIG='{json.dumps(config)}' python -m core.cluster_task {role}"})
+                          "command": f"TF_CONFIG={shlex.quote(json.dumps(config))} python -m core.cluster_task {role}"
+                                     + (f" --profile {shlex.quote(profile)}" if profile else "")})
     return tasks
 
 

@@ -15,11 +15,23 @@ import time
 from typing import Any
 
 from core.cluster import RESULT_PREFIX
+from core.config import ConfigError, DeviceConfig, ProfileError, load_profile
+from core.runtime_main import ConfigStepError, apply_config
+
+TASK_CONFIG_FAILED = "device configuration failed at "
 
 
 def report(result: dict[str, Any]) -> None:
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
     sys.stdout.flush()
+
+
+def devices(tf: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What the task's configuration did, and its logical devices (ask only once the strategy exists)."""
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    own = (f"/job:{task['type']}/replica:0/task:{task['index']}/", "/job:localhost/")
+    every = [d.name for d in tf.config.list_logical_devices()]
+    return {"applied": args.applied, "logical": [name for name in every if name.startswith(own)], "cluster": every}
 
 
 def mwms_worker(tf: Any, args: argparse.Namespace) -> None:
@@ -62,7 +74,7 @@ def mwms_worker(tf: Any, args: argparse.Namespace) -> None:
     finished = time.monotonic()
     report({"workers": workers, "replicas_in_sync": replicas, "global_batch_size": global_batch_size,
             "losses": losses, "connect_s": connected - started, "train_s": finished - connected,
-            "task": config["task"]})
+            "task": config["task"], "devices": devices(tf, args)})
 
 
 def server(tf: Any, args: argparse.Namespace) -> None:
@@ -117,10 +129,26 @@ def ps_coordinator(tf: Any, args: argparse.Namespace) -> None:
             "values": {v.name: float(v.numpy()) for v in (weight, bias)},
             "losses": losses, "steps": len(losses), "connect_s": connected - started,
             "train_s": finished - connected, "steps_per_s": len(losses) / max(finished - connected, 1e-9),
-            "workers": len(resolver.cluster_spec().as_dict().get("worker", []))})
+            "workers": len(resolver.cluster_spec().as_dict().get("worker", [])), "devices": devices(tf, args)})
 
 
 ROLES = {"mwms-worker": mwms_worker, "server": server, "ps-coordinator": ps_coordinator}
+
+
+def device_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> DeviceConfig:
+    """The task's device configuration: --device-config JSON, or a --profile file; --log-placement on top."""
+    try:
+        if args.device_config is not None:
+            config = DeviceConfig.from_json(json.loads(args.device_config))
+        elif args.profile is not None:
+            config = load_profile(args.profile)
+        else:
+            config = DeviceConfig(log_placement=False)
+    except json.JSONDecodeError as exc:
+        parser.error(f"--device-config is not JSON: {exc}")
+    except (ConfigError, ProfileError) as exc:
+        parser.error(f"invalid device configuration: {exc}")
+    return config.with_changes(log_placement=True) if args.log_placement else config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,13 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-per-replica", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=0.1)
     parser.add_argument("--log-placement", action="store_true")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--device-config", metavar="JSON", help="device configuration, as in a profile")
+    source.add_argument("--profile", metavar="FILE", help="device configuration profile (JSON)")
     args = parser.parse_args(argv)
     if "TF_CONFIG" not in os.environ:
         parser.error("TF_CONFIG is not set; `tf-device-panel cluster-config` prints it for each task")
+    config = device_config(args, parser)
     import tensorflow as tf
 
-    if args.log_placement:
-        tf.debugging.set_log_device_placement(True)  # before the runtime initializes, or it does nothing
+    try:
+        applied = apply_config(tf, config)  # before TensorFlow initializes, as in the runtime
+    except ConfigStepError as exc:
+        print(f"{TASK_CONFIG_FAILED}{exc}", file=sys.stderr, flush=True)
+        return 2
+    args.applied = applied  # listing devices now would initialize TF before the strategy configures it
     ROLES[args.role](tf, args)
     return 0
 

@@ -164,8 +164,10 @@ def describe_devices(tf: Any, config: DeviceConfig) -> dict[str, Any]:
 
 
 class Runtime:
-    def __init__(self, emit: EventWriter, commands_fd: int, tf: Any = None, gpus: list[str] | None = None):
+    def __init__(self, emit: EventWriter, commands_fd: int, tf: Any = None, gpus: list[str] | None = None,
+                 config: DeviceConfig | None = None):
         self.emit = emit
+        self.config = config or DeviceConfig()
         self.commands = os.fdopen(commands_fd, "rb", buffering=0)
         self.job_thread: threading.Thread | None = None
         self.job_context: JobContext | None = None
@@ -244,7 +246,7 @@ class Runtime:
             return
         if self.job_thread is not None:
             self.job_thread.join(5.0)  # the last job has reported; its thread is only returning
-        context = JobContext(job_id, self.emit)
+        context = JobContext(job_id, self.emit, self.config)
         self.job_context = context
         self.job_thread = threading.Thread(target=self.run_job, args=(context, name, params),
                                            name=f"job-{job_id}", daemon=True)
@@ -321,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     fence("ready")
     emit(events.Event(events.READY, devices))
     gpus = [d["short_name"].lstrip("/") for d in devices["logical"] if d["device_type"] == "GPU"]
-    return Runtime(emit, args.commands_fd, tf, gpus).serve()
+    return Runtime(emit, args.commands_fd, tf, gpus, config).serve()
 
 
 if __name__ == "__main__":

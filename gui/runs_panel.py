@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import jobs
+from core.cluster import task_devices_text
 from core.jobs import JOBS, JobSpec, Param, ParamError
 from core.session import JobOutcome
 from gui.colors import device_color, themed_plot
@@ -317,6 +318,8 @@ class ResultView(QStackedWidget):
         caption = f"<b>{_escape(result['strategy'])}</b>, {result['workers']} workers — {_escape(addresses)}"
         if result.get("isolation"):
             caption += f"<br><small>Isolation: {_escape(result['isolation'])}</small>"
+        if result.get("device_config"):
+            caption += f"<br><small>Devices: {_escape(result['device_config']['note'])}</small>"
         if "losses_agree" in result:
             agree = "agree" if result["losses_agree"] else "<b style='color:#d33'>DISAGREE</b>"
             caption += f"<br>Per-worker losses {agree} (each worker reduces over all replicas)."
@@ -327,6 +330,8 @@ class ResultView(QStackedWidget):
             rows.append([f"variable {name}", where, result.get("values", {}).get(name)])
         for name, timing in result.get("timings", {}).items():
             rows.append([name, f"connected in {timing['connect_s']:.2f} s", round(timing["train_s"], 3)])
+        for name, devices in task_devices_text(result).items():
+            rows.append([f"{name} devices", devices, ""])
         self._fill_rows(caption, ["Task / variable", "Where / timing", "Value / train s"], rows)
         per_worker = result.get("losses") or {"coordinator": result.get("loss", [])}
         self._plot_series({name: ([float(i) for i in range(1, len(v) + 1)], [float(x) for x in v])

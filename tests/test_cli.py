@@ -148,3 +148,28 @@ def test_jobs_code_and_cluster_config() -> None:
     assert done.returncode == 2 and "--chief" in done.stderr
     done = cli("cluster-config", "--worker", "nohost")
     assert done.returncode == 2 and "HOST:PORT" in done.stderr
+
+
+def test_cluster_config_with_a_profile_gives_each_task_its_device_configuration(two_cpus: str, tmp_path: Path) -> None:
+    done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--worker", "10.0.0.2:2222", "--config", two_cpus)
+    assert done.returncode == 0, done.stderr
+    commands = [line for line in done.stdout.splitlines() if "core.cluster_task" in line]
+    assert len(commands) == 2 and all(line.endswith(f"--profile {two_cpus}") for line in commands)
+    assert f"device configuration in {two_cpus}" in done.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 1, "cpu_devices": 0}')
+    done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--config", str(bad))
+    assert done.returncode == 2 and "cpu_devices" in done.stderr and not done.stdout
+
+
+def test_a_cluster_task_names_a_bad_device_configuration(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"version": 1, "cpu_devices": "two"}')
+    env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
+                                                  "task": {"type": "worker", "index": 0}})}
+    for args, expected in ((["--profile", str(bad)], "cpu_devices"),
+                           (["--device-config", "{not json"], "--device-config is not JSON")):
+        done = subprocess.run([sys.executable, "-m", "core.cluster_task", "server", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert expected in done.stderr, done.stderr

@@ -136,6 +136,11 @@ def test_multi_worker_losses_agree_and_nothing_is_left(three_cpus: RuntimeProces
     assert {"worker:0", "worker:1"} <= tagged
     devices = {e.data["short_device"] for e in of_type(seen, events.PLACEMENT)}
     assert {"/job:worker/task:0/CPU:0", "/job:worker/task:1/CPU:0"} <= devices
+    # every worker applied the runtime's configuration (3 logical CPUs) before TensorFlow initialized
+    assert result["device_config"]["config"]["cpu_devices"] == 3
+    for task, logical in result["task_devices"].items():
+        assert [d.rsplit("/", 1)[1] for d in logical if "CPU" in d] == ["device:CPU:0", "device:CPU:1",
+                                                                        "device:CPU:2"], task
     assert cluster_processes(three_cpus) == []
     for address in result["addresses"]["worker"]:
         assert_port_free(int(address.rsplit(":", 1)[1]))
@@ -148,6 +153,8 @@ def test_parameter_server_variables_live_on_ps(three_cpus: RuntimeProcess) -> No
     assert result["variables"] and all(d.startswith("/job:ps/") for d in result["variables"].values())
     assert result["steps"] == 8 and result["steps_per_s"] > 0
     assert result["loss"][-1] < result["loss"][0]
+    assert sum("CPU" in d for d in result["task_devices"]["chief:0"]) == 3
+    assert "memory growth" not in result["device_config"]["note"]  # no GPU shared here
     assert cluster_processes(three_cpus) == []
 
 

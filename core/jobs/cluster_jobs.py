@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from core import events, placement
 from core.cluster import LocalCluster, Task, TaskFailed, free_ports, tf_config
+from core.config import DeviceConfig
 from core.jobs.context import JobCancelled, JobContext, JobError
 
 HOST = "127.0.0.1"
@@ -26,6 +28,27 @@ def _forwarder(ctx: JobContext) -> Any:
     return forward
 
 
+def task_device_config(ctx: JobContext, tasks: int, log_placement: bool) -> tuple[DeviceConfig, str]:
+    """The runtime's device configuration for every task, and a note saying what was changed for them.
+
+    Several TensorFlow processes sharing GPUs need memory growth (or limits): without it the first one
+    to start takes nearly all GPU memory and the others fail.
+    """
+    import tensorflow as tf
+
+    config = ctx.device_config.with_changes(log_placement=log_placement)
+    note = "each task applies the runtime's device configuration before TensorFlow initializes"
+    if tasks > 1 and tf.config.get_visible_devices("GPU") and not config.memory_growth and not config.virtual_gpus:
+        config = config.with_changes(memory_growth=True)
+        note += (f"; memory growth turned on in every task, because {tasks} TensorFlow processes share "
+                 "this machine's GPUs and without it the first would take nearly all of their memory")
+    return config, note
+
+
+def _device_args(config: DeviceConfig) -> list[str]:
+    return ["--device-config", json.dumps(config.to_json())]
+
+
 def _run_cluster(ctx: JobContext, cluster: LocalCluster, waited: list[Task], watched: list[Task],
                  timeout_s: int, what: str) -> None:
     try:
@@ -42,13 +65,14 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
                  learning_rate: float = 0.1, log_placement: bool = True, timeout_s: int = 180) -> dict[str, Any]:
     addresses = [f"{HOST}:{port}" for port in free_ports(workers)]
     cluster_spec = {"worker": addresses}
+    config, config_note = task_device_config(ctx, workers, log_placement)
     args = ["--steps", str(steps), "--batch-per-replica", str(batch_per_replica),
-            "--learning-rate", str(learning_rate)] + (["--log-placement"] if log_placement else [])
+            "--learning-rate", str(learning_rate), *_device_args(config)]
     started = time.monotonic()
     ctx.progress(0, 2, f"starting {workers} workers on {', '.join(addresses)}")
     print(f"MultiWorkerMirroredStrategy: {workers} worker processes on {', '.join(addresses)}", flush=True)
     with LocalCluster(_forwarder(ctx)) as cluster:
-        print(f"isolation: {cluster.isolation}", flush=True)
+        print(f"isolation: {cluster.isolation}\ndevices: {config_note}", flush=True)
         tasks = [cluster.start(f"worker:{i}", "mwms-worker", tf_config(cluster_spec, "worker", i), args)
                  for i in range(workers)]
         ctx.progress(1, 2, "training (each worker imports TensorFlow and joins the cluster)")
@@ -76,6 +100,8 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
         "loss": reference,
         "losses_agree": agree,
         "timings": {name: {"connect_s": r["connect_s"], "train_s": r["train_s"]} for name, r in per_worker.items()},
+        "device_config": {"config": config.to_json(), "note": config_note},
+        "task_devices": {name: r["devices"]["logical"] for name, r in per_worker.items()},
         "wall_s": time.monotonic() - started,
     }
 
@@ -86,20 +112,21 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
     ports = free_ports(workers + 2)
     cluster_spec = {"chief": [f"{HOST}:{ports[0]}"], "ps": [f"{HOST}:{ports[1]}"],
                     "worker": [f"{HOST}:{port}" for port in ports[2:]]}
-    placement_flag = ["--log-placement"] if log_placement else []
+    config, config_note = task_device_config(ctx, workers + 2, log_placement)
+    device_args = _device_args(config)
     started = time.monotonic()
     ctx.progress(0, 2, "starting 1 parameter server, "
                        f"{workers} workers and a coordinator on {HOST}")
     print("ParameterServerStrategy cluster: " + "; ".join(f"{k} {', '.join(v)}" for k, v in cluster_spec.items()),
           flush=True)
     with LocalCluster(_forwarder(ctx)) as cluster:
-        print(f"isolation: {cluster.isolation}", flush=True)
-        servers = [cluster.start("ps:0", "server", tf_config(cluster_spec, "ps", 0), placement_flag)]
-        servers += [cluster.start(f"worker:{i}", "server", tf_config(cluster_spec, "worker", i), placement_flag)
+        print(f"isolation: {cluster.isolation}\ndevices: {config_note}", flush=True)
+        servers = [cluster.start("ps:0", "server", tf_config(cluster_spec, "ps", 0), device_args)]
+        servers += [cluster.start(f"worker:{i}", "server", tf_config(cluster_spec, "worker", i), device_args)
                     for i in range(workers)]
         coordinator = cluster.start("chief:0", "ps-coordinator", tf_config(cluster_spec, "chief", 0),
                                     ["--steps", str(steps), "--batch-per-replica", str(batch_per_replica),
-                                     "--learning-rate", str(learning_rate), *placement_flag])
+                                     "--learning-rate", str(learning_rate), *device_args])
         ctx.progress(1, 2, "training through ClusterCoordinator")
         # Servers never exit by themselves: one that does has died, and that ends the run.
         _run_cluster(ctx, cluster, [coordinator], servers, timeout_s, "parameter-server training")
@@ -120,5 +147,7 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
         "steps": result["steps"],
         "steps_per_s": result["steps_per_s"],
         "timings": {"coordinator": {"connect_s": result["connect_s"], "train_s": result["train_s"]}},
+        "device_config": {"config": config.to_json(), "note": config_note},
+        "task_devices": {"chief:0": result["devices"]["logical"]},
         "wall_s": time.monotonic() - started,
     }

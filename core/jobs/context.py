@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from core import events
+from core.config import DeviceConfig
 from core.placement import canonical_device, short_device_name
 
 
@@ -22,9 +23,11 @@ class JobError(Exception):
 
 
 class JobContext:
-    def __init__(self, job_id: str, emit: Callable[[events.Event], None]):
+    def __init__(self, job_id: str, emit: Callable[[events.Event], None],
+                 device_config: DeviceConfig | None = None):
         self.job_id = job_id
         self._emit = emit
+        self.device_config = device_config or DeviceConfig()  # the runtime's, applied before TF initialized
         self.cancel_requested = threading.Event()
         self._last_progress = 0.0
         self._interrupt_lock = threading.Lock()
