@@ -103,8 +103,7 @@ def cmd_snippet(args: argparse.Namespace) -> int:
 def cmd_jobs(args: argparse.Namespace) -> int:
     if args.code:
         spec = get_job(args.code)
-        print(f"# {spec.title}: runs in the TensorFlow runtime process as {spec.entry}")
-        sys.stdout.write(spec.source())
+        sys.stdout.write(spec.code())
         return EXIT_OK
     if args.json:
         _emit_json([spec.to_json() for spec in JOBS.values()])

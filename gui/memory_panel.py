@@ -41,9 +41,22 @@ from gui.notice import show_notice
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
 MARKER_LABEL_HEIGHTS = {"runtime-start": 0.95, "runtime-exit": 0.95, "job-start": 0.7, "job-end": 0.45, "error": 0.2}
+# Markers closer than this many pixels share one label ("matmul ok +5"): rotated labels would overlap.
+LABEL_GAP_PX = 16
 MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
+
+
+def _label_options(height: float, color: str) -> dict[str, Any]:
+    """Text along the line, hanging down from a high position or rising from a low one: inside the plot."""
+    along = 1 if height >= 0.5 else 0
+    return {"position": height, "color": color, "rotateAxis": (1, 0), "anchors": [(along, 0), (along, 1)]}
+
+
+def _literal(text: str) -> str:
+    """A label text pyqtgraph shows as is (it treats labels as format strings)."""
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def nice_ceiling(value: float) -> float:
@@ -315,6 +328,7 @@ class MemoryPanel(QWidget):
         start = since if since is not None else min((t[0] for t, _ in data.values() if len(t)), default=now - 60)
         first.setXRange(start, now, padding=0)
         self._draw_markers(since)
+        self._layout_labels(start, now)
         self.redraws += 1
 
     def _ceiling(self, key: str, data: dict[str, Any]) -> float:
@@ -341,12 +355,42 @@ class MemoryPanel(QWidget):
             for number, plot in enumerate(self.plots.values()):
                 line = pg.InfiniteLine(pos=marker.time, angle=90, movable=False,
                                        pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
-                                       label=marker.label if number == 0 else None,
-                                       labelOpts={"position": MARKER_LABEL_HEIGHTS.get(marker.kind, 0.5),
-                                                  "color": color, "rotateAxis": (1, 0)})
+                                       label=_literal(marker.label) if number == 0 else None,
+                                       labelOpts=_label_options(MARKER_LABEL_HEIGHTS.get(marker.kind, 0.5), color))
                 plot.addItem(line, ignoreBounds=True)
                 lines.append(line)
             self._marker_lines[key] = lines
+
+    def _layout_labels(self, start: float, end: float) -> None:
+        """Markers a few pixels apart share the first one's label, with a count, instead of overprinting."""
+        first = next(iter(self.plots.values()), None)
+        width = first.getViewBox().width() if first is not None else 0.0
+        seconds_per_px = (end - start) / width if width > 0 and end > start else 0.0
+        leader: Any = None
+        group = 0
+        shown = sorted(((m.time, id(m), m) for m in self.history.markers_since(start)
+                        if id(m) in self._marker_lines), key=lambda item: item[:2])
+        for when, key, marker in shown:
+            label = self._marker_lines[key][0].label
+            if label is None:
+                continue
+            if leader is not None and when - leader[0] < LABEL_GAP_PX * seconds_per_px:
+                group += 1
+                label.setVisible(False)
+                leader[1].setFormat(_literal(f"{leader[2].label} +{group}"))
+                continue
+            leader, group = (when, label, marker), 0
+            label.setFormat(_literal(marker.label))
+            label.setVisible(True)
+
+    def visible_marker_labels(self) -> list[str]:
+        """The marker labels a person can read now, in time order ("matmul ok +3" stands for a crowd)."""
+        lines = sorted((lines[0] for lines in self._marker_lines.values() if lines), key=lambda line: line.value())
+        return [line.label.format.replace("{{", "{").replace("}}", "}") for line in lines
+                if line.label is not None and line.label.isVisible()]
+
+    def markers_near(self, t: float, seconds: float) -> list[str]:
+        return [m.label for m in self.history.markers_since(t - seconds) if abs(m.time - t) <= seconds]
 
     def marker_labels(self) -> list[str]:
         return [m.label for m in self.history.markers_since() if id(m) in self._marker_lines]
@@ -368,6 +412,13 @@ class MemoryPanel(QWidget):
                         if name in self.curves}
         parts = [f"{name}: {value:.1f}" for name, value in sorted(readings.items()) if value is not None]
         text = time.strftime("%H:%M:%S", time.localtime(t)) + " — " + ", ".join(parts)
+        first = next(iter(self.plots.values()), None)
+        if first is not None:  # a crowd of markers shares one label: name them all under the cursor
+            (x0, x1), _ = first.viewRange()
+            width = first.getViewBox().width()
+            near = self.markers_near(t, LABEL_GAP_PX * (x1 - x0) / width) if width > 0 else []
+            if near:
+                text += " — " + ", ".join(near)
         self.readout.setText(text)
         return text
 

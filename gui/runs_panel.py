@@ -534,7 +534,7 @@ class RunsPanel(QWidget):
         dialog = QDialog(self)
         dialog.setWindowTitle(f"Code of {spec.name}")
         dialog.setObjectName("code-dialog")
-        view = QPlainTextEdit(spec.source())
+        view = QPlainTextEdit(spec.code())
         view.setReadOnly(True)
         view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         mono = QFont("monospace")

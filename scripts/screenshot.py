@@ -1,7 +1,8 @@
 """Open the real window, apply a configuration, run a job, and save a screenshot of the X screen.
 
 Run under a display, e.g.: xvfb-run -s "-screen 0 1400x900x24" .venv/bin/python scripts/screenshot.py OUT.png
-Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first).
+Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first),
+--runs N (run the job N times in a row).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main() -> int:
     parser.add_argument("--dock", action="append", default=[])
     parser.add_argument("--during", action="store_true", help="shoot while the job runs, not after")
     parser.add_argument("--delay", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, default=1, help="run the job this many times in a row")
     args = parser.parse_args()
 
     app = QApplication(sys.argv[:1])
@@ -45,9 +47,12 @@ def main() -> int:
     window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())
-    state = {"submitted": False, "since": 0.0}
+    state = {"submitted": False, "since": 0.0, "runs": 0}
 
     def tick() -> None:
+        finished = window.controller.job_run is not None and window.controller.job_run.outcome.finished
+        if state["submitted"] and finished and state["runs"] < args.runs and window.controller.state == "ready":
+            state["submitted"] = False
         if not state["submitted"] and window.controller.state == "ready":
             window.runs.select_job(args.job)
             for item in args.param:
@@ -55,6 +60,7 @@ def main() -> int:
                 window.runs.form().set_value(name, type(window.runs.form().values()[name])(value))
             window.run_job(args.job, window.runs.form().values())
             state["submitted"], state["since"] = True, time.monotonic()
+            state["runs"] += 1
         elif state["submitted"]:
             done = window.controller.job_run is not None and window.controller.job_run.outcome.finished
             waited = time.monotonic() - state["since"] > args.delay

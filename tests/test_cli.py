@@ -141,6 +141,8 @@ def test_ctrl_c_cancels_the_job_cleanly(tmp_path: Path) -> None:
 def test_jobs_code_and_cluster_config() -> None:
     done = cli("jobs", "--code", "custom-loop")
     assert done.returncode == 0 and "compute_average_loss" in done.stdout and "strategy.reduce" in done.stdout
+    done = cli("jobs", "--code", "multi-worker")  # what each worker process runs, not only the orchestration
+    assert done.returncode == 0 and "tf.distribute.MultiWorkerMirroredStrategy()" in done.stdout
     done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--worker", "10.0.0.2:2222", "--json")
     tasks = json.loads(done.stdout)
     assert [t["tf_config"]["task"]["index"] for t in tasks] == [0, 1]

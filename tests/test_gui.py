@@ -260,6 +260,11 @@ def test_show_code_dialog(qtbot, window: MainWindow) -> None:
     dialog = window.runs.show_code()
     assert "compute_average_loss" in dialog.findChild(type(window.log.view)).toPlainText()
     dialog.close()
+    window.runs.select_job("parameter-server")
+    dialog = window.runs.show_code()
+    code = dialog.findChild(type(window.log.view)).toPlainText()
+    assert "tf.distribute.ParameterServerStrategy(resolver)" in code and "tf.distribute.Server(" in code
+    dialog.close()
 
 
 def test_doctor_panel_runs_in_the_background_and_copies_a_report(qtbot, window: MainWindow) -> None:

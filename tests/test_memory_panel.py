@@ -125,3 +125,35 @@ def test_exports_parse_back(qtbot, panel: MemoryPanel, tmp_path: Path) -> None:
     assert panel.export_png(png_path)
     image = QImage(str(png_path))
     assert not image.isNull() and image.width() > 100
+
+
+def quick_runs(now: float, apart: float) -> list[Event]:
+    runs = []
+    for n in range(4):
+        runs += [Event(events.JOB_STARTED, {"job": "matmul"}, job_id=f"j{n}", time=now + n * apart),
+                 Event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id=f"j{n}",
+                       time=now + n * apart + apart / 5)]
+    return runs
+
+
+def test_labels_of_quick_runs_share_one_label_instead_of_overprinting(qtbot, panel: MemoryPanel) -> None:
+    now = time.time() - 50
+    panel.window_choice.setCurrentIndex(0)  # 1 min: the runs are 0.5 s apart, a few pixels
+    panel.on_events([*quick_runs(now, 0.5)])
+    qtbot.waitUntil(lambda: len(panel.marker_labels()) == 8, timeout=5000)
+    panel.redraw()
+    shown = panel.visible_marker_labels()
+    assert 1 <= len(shown) < 8 and shown[0].startswith("matmul started +")
+    assert sum(int(label.rsplit("+", 1)[1]) + 1 if "+" in label else 1 for label in shown) == 8  # none lost
+    # the read-out at the cursor names every marker of the crowd
+    text = panel.read_at(now + 0.6)
+    assert text.count("matmul started") >= 2 and "matmul ok" in text
+
+
+def test_labels_far_apart_are_all_shown(qtbot, panel: MemoryPanel) -> None:
+    now = time.time() - 55
+    panel.window_choice.setCurrentIndex(0)
+    panel.on_events([*quick_runs(now, 12)])  # 12 s apart in a 1-minute window: far wider than a label
+    qtbot.waitUntil(lambda: len(panel.marker_labels()) == 8, timeout=5000)
+    panel.redraw()
+    assert panel.visible_marker_labels() == ["matmul started", "matmul ok"] * 4

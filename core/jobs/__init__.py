@@ -122,6 +122,11 @@ def split_devices(text: str) -> list[str]:
     return [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
 
 
+def _load(entry: str) -> Callable[..., Any]:
+    module, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     name: str
@@ -129,6 +134,7 @@ class JobSpec:
     description: str
     entry: str                      # "module:function", run inside the runtime process
     params: tuple[Param, ...] = ()
+    task_entries: tuple[tuple[str, str], ...] = ()  # ("who runs", "module:function") in cluster processes
 
     def param(self, name: str) -> Param:
         for param in self.params:
@@ -140,11 +146,14 @@ class JobSpec:
         return {p.name: p.default for p in self.params}
 
     def function(self) -> Callable[..., Any]:
-        module, _, attr = self.entry.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return _load(self.entry)
 
-    def source(self) -> str:
-        return inspect.getsource(self.function())
+    def code(self) -> str:
+        """The source a person reads to learn what the job does: the runtime's part, then each process's."""
+        parts = [f"# {self.title}: runs in the TensorFlow runtime process as {self.entry}\n"
+                 + inspect.getsource(self.function())]
+        parts += [f"# {who} {entry}\n" + inspect.getsource(_load(entry)) for who, entry in self.task_entries]
+        return "\n\n".join(parts)
 
     def resolve(self, values: Mapping[str, Any] | None = None, *,
                 texts: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -265,6 +274,7 @@ JOBS: dict[str, JobSpec] = {
              Param("log_placement", BOOL, True, "Log the workers' op placement."),
              Param("timeout_s", INT, 180, "Give up (and stop every worker) after this many seconds.",
                    minimum=10, maximum=86_400)),
+            (("Each worker process, with its own TF_CONFIG, runs", "core.cluster_task:mwms_worker"),),
         ),
         JobSpec(
             "parameter-server", "Parameter-server cluster",
@@ -278,6 +288,8 @@ JOBS: dict[str, JobSpec] = {
              Param("log_placement", BOOL, False, "Log op placement in every task (many lines)."),
              Param("timeout_s", INT, 180, "Give up (and stop every process) after this many seconds.",
                    minimum=10, maximum=86_400)),
+            (("The parameter server and each worker process run", "core.cluster_task:server"),
+             ("The coordinator process runs", "core.cluster_task:ps_coordinator")),
         ),
         JobSpec(
             "script", "Your script",
