@@ -40,18 +40,21 @@ from gui.notice import show_notice
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
-MARKER_LABEL_HEIGHTS = {"runtime-start": 0.95, "runtime-exit": 0.95, "job-start": 0.7, "job-end": 0.45, "error": 0.2}
-# Markers closer than this many pixels share one label ("matmul ok +5"): rotated labels would overlap.
-LABEL_GAP_PX = 16
+# Label rows from the top of each plot; a plot too short for all rows puts the later kinds on its last row.
+MARKER_LABEL_ROWS = {"runtime-start": 0, "runtime-exit": 0, "job-start": 1, "job-end": 2, "error": 3}
+# Markers whose labels would overlap share one label ("matmul ok +5"); the read-out names them all.
+LABEL_GAP_PX = 8
+MARKER_READ_PX = 12  # the read-out names markers this close to the cursor
 MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
 
 
-def _label_options(height: float, color: str) -> dict[str, Any]:
-    """Text along the line, hanging down from a high position or rising from a low one: inside the plot."""
-    along = 1 if height >= 0.5 else 0
-    return {"position": height, "color": color, "rotateAxis": (1, 0), "anchors": [(along, 0), (along, 1)]}
+def _label_options(color: str) -> dict[str, Any]:
+    """Level text beside the line: right of it near the view's left edge, left of it near the right edge."""
+    background = QColor(palette_colors()[0])
+    background.setAlpha(210)  # readable over the curves, which still show through
+    return {"color": color, "anchors": [(0, 0.5), (1, 0.5)], "fill": pg.mkBrush(background)}
 
 
 def _literal(text: str) -> str:
@@ -110,15 +113,16 @@ class MemoryPanel(QWidget):
         csv_button.clicked.connect(self._export_csv_dialog)
         png_button = QPushButton("Export PNG…")
         png_button.clicked.connect(self._export_png_dialog)
+        self.note = QLabel()  # where the numbers come from: NVML's GPUs, or why the graphs are host-only
+        self.note.setWordWrap(True)
         toolbar = QHBoxLayout()
         for widget in (QLabel("Show:"), self.window_choice, self.pause_button, QLabel("Every:"), self.interval):
             toolbar.addWidget(widget)
-        toolbar.addStretch(1)
+        toolbar.addSpacing(12)
+        toolbar.addWidget(self.note, 1)
         toolbar.addWidget(csv_button)
         toolbar.addWidget(png_button)
 
-        self.note = QLabel()
-        self.note.setWordWrap(True)
         self.readout = QLabel("Move the mouse over a graph to read its values.")
         self.readout.setTextFormat(Qt.TextFormat.RichText)
         self.graphs = pg.GraphicsLayoutWidget()
@@ -137,7 +141,6 @@ class MemoryPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(toolbar)
-        layout.addWidget(self.note)
         layout.addWidget(self.readout)
         layout.addWidget(splitter, 1)
 
@@ -245,7 +248,7 @@ class MemoryPanel(QWidget):
             data = event.data
             if event.type == events.READY:
                 self.sampler.set_runtime_pid(data.get("pid"))
-                self.history.mark(event.time, "runtime-start", f"runtime {data.get('pid')} started")
+                self.history.mark(event.time, "runtime-start", "runtime started")
                 self._map_logical_gpus(data)
             elif event.type == events.RUNTIME_EXITED:
                 self.history.mark(event.time, "runtime-exit", f"runtime {data.get('description', 'exited')}")
@@ -356,31 +359,39 @@ class MemoryPanel(QWidget):
                 line = pg.InfiniteLine(pos=marker.time, angle=90, movable=False,
                                        pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
                                        label=_literal(marker.label) if number == 0 else None,
-                                       labelOpts=_label_options(MARKER_LABEL_HEIGHTS.get(marker.kind, 0.5), color))
+                                       labelOpts=_label_options(color))
                 plot.addItem(line, ignoreBounds=True)
                 lines.append(line)
             self._marker_lines[key] = lines
 
     def _layout_labels(self, start: float, end: float) -> None:
-        """Markers a few pixels apart share the first one's label, with a count, instead of overprinting."""
+        """Each kind of marker on its row; on a row, a label that would overprint the one before joins it."""
         first = next(iter(self.plots.values()), None)
-        width = first.getViewBox().width() if first is not None else 0.0
-        seconds_per_px = (end - start) / width if width > 0 and end > start else 0.0
-        leader: Any = None
-        group = 0
+        if first is None:
+            return
+        view = first.getViewBox()
+        px_per_second = view.width() / (end - start) if view.width() > 0 and end > start else 0.0
+        leaders: dict[int, tuple[float, Any, Any, int]] = {}  # row -> (x px, label, marker, followers)
         shown = sorted(((m.time, id(m), m) for m in self.history.markers_since(start)
                         if id(m) in self._marker_lines), key=lambda item: item[:2])
         for when, key, marker in shown:
             label = self._marker_lines[key][0].label
             if label is None:
                 continue
-            if leader is not None and when - leader[0] < LABEL_GAP_PX * seconds_per_px:
-                group += 1
+            row_height = label.textItem.boundingRect().height() + 2
+            rows = max(1, min(len(set(MARKER_LABEL_ROWS.values())), int(view.height() // max(row_height, 1))))
+            row = min(MARKER_LABEL_ROWS.get(marker.kind, 0), rows - 1)
+            x = (when - start) * px_per_second
+            leader = leaders.get(row)
+            if leader is not None and x - leader[0] < leader[1].textItem.boundingRect().width() + LABEL_GAP_PX:
+                followers = leader[3] + 1
+                leader[1].setFormat(_literal(f"{leader[2].label} +{followers}"))
+                leaders[row] = (*leader[:3], followers)
                 label.setVisible(False)
-                leader[1].setFormat(_literal(f"{leader[2].label} +{group}"))
                 continue
-            leader, group = (when, label, marker), 0
+            leaders[row] = (x, label, marker, 0)
             label.setFormat(_literal(marker.label))
+            label.setPosition(1 - (row + 0.5) * row_height / view.height() if view.height() > 0 else 0.5)
             label.setVisible(True)
 
     def visible_marker_labels(self) -> list[str]:
@@ -416,7 +427,7 @@ class MemoryPanel(QWidget):
         if first is not None:  # a crowd of markers shares one label: name them all under the cursor
             (x0, x1), _ = first.viewRange()
             width = first.getViewBox().width()
-            near = self.markers_near(t, LABEL_GAP_PX * (x1 - x0) / width) if width > 0 else []
+            near = self.markers_near(t, MARKER_READ_PX * (x1 - x0) / width) if width > 0 else []
             if near:
                 text += " — " + ", ".join(near)
         self.readout.setText(text)

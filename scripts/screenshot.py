@@ -2,7 +2,7 @@
 
 Run under a display, e.g.: xvfb-run -s "-screen 0 1400x900x24" .venv/bin/python scripts/screenshot.py OUT.png
 Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first),
---runs N (run the job N times in a row).
+--runs N (run the job N times in a row), --dock-height PX.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from core.config import DeviceConfig
@@ -33,6 +33,7 @@ def main() -> int:
     parser.add_argument("--during", action="store_true", help="shoot while the job runs, not after")
     parser.add_argument("--delay", type=float, default=1.0)
     parser.add_argument("--runs", type=int, default=1, help="run the job this many times in a row")
+    parser.add_argument("--dock-height", type=int, help="height in pixels for the raised docks")
     args = parser.parse_args()
 
     app = QApplication(sys.argv[:1])
@@ -44,6 +45,9 @@ def main() -> int:
     for name in args.dock:
         window.docks[name].show()
         window.docks[name].raise_()
+    if args.dock and args.dock_height:
+        docks = [window.docks[name] for name in args.dock]
+        window.resizeDocks(docks, [args.dock_height] * len(docks), Qt.Orientation.Vertical)
     window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())

@@ -152,8 +152,9 @@ def test_labels_of_quick_runs_share_one_label_instead_of_overprinting(qtbot, pan
 
 def test_labels_far_apart_are_all_shown(qtbot, panel: MemoryPanel) -> None:
     now = time.time() - 55
+    panel.resize(1200, 700)
     panel.window_choice.setCurrentIndex(0)
-    panel.on_events([*quick_runs(now, 12)])  # 12 s apart in a 1-minute window: far wider than a label
+    panel.on_events([*quick_runs(now, 14)])  # 14 s apart in a 1-minute window: wider than a label
     qtbot.waitUntil(lambda: len(panel.marker_labels()) == 8, timeout=5000)
     panel.redraw()
     assert panel.visible_marker_labels() == ["matmul started", "matmul ok"] * 4
