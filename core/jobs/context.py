@@ -14,8 +14,11 @@ from core.config import DeviceConfig
 from core.placement import canonical_device, short_device_name
 
 
-class JobCancelled(Exception):
-    """Raised inside a job when the user asked it to stop."""
+class JobCancelled(BaseException):
+    """Raised inside a job when the user asked it to stop.
+
+    A BaseException, like KeyboardInterrupt, so a script's `except Exception:` does not swallow it.
+    """
 
 
 class JobError(Exception):
