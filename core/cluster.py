@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -49,6 +50,19 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> dict[str, Any]:
     return {"cluster": {k: list(v) for k, v in cluster.items()}, "task": {"type": task_type, "index": index}}
+
+
+_TASK_OF_DEVICE = re.compile(r"^/job:([^/]+)/replica:\d+/task:(\d+)/")
+
+
+def devices_by_task(names: Sequence[str]) -> dict[str, list[str]]:
+    """Full device names grouped by their task: {'worker:1': ['/job:worker/replica:0/task:1/device:CPU:0']}."""
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        match = _TASK_OF_DEVICE.match(name)
+        if match:
+            grouped.setdefault(f"{match.group(1)}:{match.group(2)}", []).append(name)
+    return grouped
 
 
 def task_devices_text(result: Mapping[str, Any]) -> dict[str, str]:

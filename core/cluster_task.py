@@ -80,8 +80,13 @@ def mwms_worker(tf: Any, args: argparse.Namespace) -> None:
 def server(tf: Any, args: argparse.Namespace) -> None:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     workers = len(resolver.cluster_spec().as_dict().get("worker", []))
+    # A server takes its devices from this ConfigProto, not from tf.config: start from the one tf.config
+    # built (logical CPUs, virtual GPUs, memory growth, visible GPUs, placement flags).
+    from tensorflow.python.eager import context
+
+    config = context.context().config
     # TF's PS tutorial: on small machines a worker needs more inter-op threads than workers, or it hangs.
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=workers + 1)
+    config.inter_op_parallelism_threads = workers + 1
     tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
                          protocol=resolver.rpc_layer or "grpc", config=config, start=True).join()
 

@@ -153,7 +153,9 @@ def test_parameter_server_variables_live_on_ps(three_cpus: RuntimeProcess) -> No
     assert result["variables"] and all(d.startswith("/job:ps/") for d in result["variables"].values())
     assert result["steps"] == 8 and result["steps_per_s"] > 0
     assert result["loss"][-1] < result["loss"][0]
-    assert sum("CPU" in d for d in result["task_devices"]["chief:0"]) == 3
+    # the coordinator, the parameter server and both workers applied the runtime's 3 logical CPUs
+    assert {task: len(names) for task, names in result["task_devices"].items()} == {
+        "chief:0": 3, "ps:0": 3, "worker:0": 3, "worker:1": 3}
     assert "memory growth" not in result["device_config"]["note"]  # no GPU shared here
     assert cluster_processes(three_cpus) == []
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from core import events, placement
-from core.cluster import LocalCluster, Task, TaskFailed, free_ports, tf_config
+from core.cluster import LocalCluster, Task, TaskFailed, devices_by_task, free_ports, tf_config
 from core.config import DeviceConfig
 from core.jobs.context import JobCancelled, JobContext, JobError
 
@@ -148,6 +148,6 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
         "steps_per_s": result["steps_per_s"],
         "timings": {"coordinator": {"connect_s": result["connect_s"], "train_s": result["train_s"]}},
         "device_config": {"config": config.to_json(), "note": config_note},
-        "task_devices": {"chief:0": result["devices"]["logical"]},
+        "task_devices": devices_by_task(result["devices"]["cluster"]),  # as the coordinator sees them
         "wall_s": time.monotonic() - started,
     }
