@@ -205,19 +205,17 @@ class LogPanel(QWidget):
         right_layout.addWidget(self.fallback_banner)
         right_layout.addWidget(self.summary)
         right_layout.addWidget(self.table, 1)
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addLayout(filters)
-        left_layout.addWidget(self.view, 1)
+        # The filter row spans the panel: under the log alone its width squeezed the placement table.
         splitter = QSplitter()
-        splitter.addWidget(left)
+        splitter.addWidget(self.view)
         splitter.addWidget(right)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
+        splitter.setSizes([600, 400])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(splitter)
+        layout.addLayout(filters)
+        layout.addWidget(splitter, 1)
 
     # -- feeding -------------------------------------------------------------------------------
     def add_events(self, batch: list[Event]) -> None:

@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from core import jobs
 from core.cluster import task_devices_text
 from core.jobs import JOBS, JobSpec, Param, ParamError
+from core.placement import short_device_name
 from core.session import JobOutcome
 from gui.colors import device_color, themed_plot
 
@@ -238,7 +239,7 @@ class ResultView(QStackedWidget):
         replicas = result.get("replicas") or {}
         if replicas:
             caption += "<br>Replicas: " + ", ".join(
-                f"<span style='color:{device_color(actual).name()}'>{_escape(actual.split('/')[-1])}</span>"
+                f"<span style='color:{device_color(actual).name()}'>{_escape(short_device_name(actual))}</span>"
                 for actual in replicas.values())
         self.matrix_caption.setText(caption)
         self.setCurrentIndex(1)
