@@ -18,8 +18,6 @@ from core.cluster import RESULT_PREFIX
 from core.config import ConfigError, DeviceConfig, ProfileError, load_profile
 from core.runtime_main import ConfigStepError, apply_config
 
-TASK_CONFIG_FAILED = "device configuration failed at "
-
 
 def report(result: dict[str, Any]) -> None:
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
@@ -175,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         applied = apply_config(tf, config)  # before TensorFlow initializes, as in the runtime
     except ConfigStepError as exc:
-        print(f"{TASK_CONFIG_FAILED}{exc}", file=sys.stderr, flush=True)
+        print(f"device configuration failed at {exc}", file=sys.stderr, flush=True)
         return 2
     args.applied = applied  # listing devices now would initialize TF before the strategy configures it
     ROLES[args.role](tf, args)
