@@ -40,7 +40,7 @@ def sampler_cost(gpus: int, ticks: int = 300) -> float:
     return statistics.median(times)
 
 
-def redraw_cost(gpus: int = 8, hours: float = 1.0, interval: float = 0.5) -> tuple[float, int]:
+def redraw_cost(gpus: int = 8, hours: float = 1.0, interval: float = 0.5, markers: int = 0) -> tuple[float, int]:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
@@ -60,6 +60,10 @@ def redraw_cost(gpus: int = 8, hours: float = 1.0, interval: float = 0.5) -> tup
     for i in range(points):
         t = now - (points - i) * interval
         panel.history.record(t, {name: 1000.0 + (i % 600) for name in series})
+    for run in range(markers // 2):  # jobs of 5 s, evenly spread over the hour
+        started = now - hours * 3600 + run * hours * 3600 / (markers // 2)
+        panel.history.mark(started, "job-start", "fit started")
+        panel.history.mark(started + 5, "job-end", "fit ok")
     panel.window_choice.setCurrentIndex(panel.window_choice.count() - 1)  # All
     times = []
     for _ in range(15):
@@ -74,9 +78,10 @@ def redraw_cost(gpus: int = 8, hours: float = 1.0, interval: float = 0.5) -> tup
 def main() -> None:
     for gpus in (1, 8):
         print(f"sampler: {sampler_cost(gpus) * 1000:.3f} ms per tick with {gpus} fake GPU(s) (median of 300)")
-    cost, count = redraw_cost()
-    print(f"redraw: {cost * 1000:.1f} ms median for {count} series × 1 h at 0.5 s (7200 points each), "
-          "8 GPU plots + host (target: well under the 500 ms redraw period)")
+    for markers in (0, 400):
+        cost, count = redraw_cost(markers=markers)
+        print(f"redraw: {cost * 1000:.1f} ms median for {count} series × 1 h at 0.5 s (7200 points each), "
+              f"8 GPU plots + host, {markers} markers (target: well under the 500 ms redraw period)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush, QColor, QFontMetrics
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -34,7 +34,7 @@ from core import events
 from core.events import Event
 from core.gpus import nvml_index_for
 from core.nvml import Nvml
-from core.telemetry import History, Sample, Sampler
+from core.telemetry import History, Marker, Sample, Sampler
 from gui.colors import device_color, palette_colors, theme_axes
 from gui.notice import show_notice
 
@@ -50,16 +50,10 @@ MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-sta
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
 
 
-def _label_options(color: str) -> dict[str, Any]:
-    """Level text beside the line: right of it near the view's left edge, left of it near the right edge."""
+def _label_background() -> QColor:
     background = QColor(palette_colors()[0])
-    background.setAlpha(210)  # readable over the curves, which still show through
-    return {"color": color, "anchors": [(0, 0.5), (1, 0.5)], "fill": pg.mkBrush(background)}
-
-
-def _literal(text: str) -> str:
-    """A label text pyqtgraph shows as is (it treats labels as format strings)."""
-    return text.replace("{", "{{").replace("}", "}}")
+    background.setAlpha(210)  # labels stay readable over the curves, which still show through
+    return background
 
 
 def nice_ceiling(value: float) -> float:
@@ -90,7 +84,12 @@ class MemoryPanel(QWidget):
         self.last_sample: Sample | None = None
         self.redraws = 0
         self.logical_gpus: dict[str, dict[str, Any]] = {}    # "/GPU:0" -> {nvml index, limit}
-        self._marker_lines: dict[int, list[pg.InfiniteLine]] = {}
+        # Markers: per plot one dashed curve of vertical segments per kind; labels are a few text items
+        # in the top plot. (An InfiniteLine per marker and plot cost ~300 ms a redraw with 400 markers.)
+        self._marker_curves: dict[tuple[str, str], pg.PlotCurveItem] = {}  # (plot, kind) -> curve
+        self._marker_texts: list[pg.TextItem] = []
+        self._drawn_markers: list[Marker] = []
+        self._shown_labels: list[tuple[float, str]] = []
 
         self.window_choice = QComboBox()
         for label, seconds in WINDOWS:
@@ -169,7 +168,9 @@ class MemoryPanel(QWidget):
         self.plots.clear()
         self.curves.clear()
         self.crosshairs.clear()
-        self._marker_lines.clear()
+        self._marker_curves.clear()
+        self._marker_texts.clear()
+        self._drawn_markers = []
         names = {g.index: g.name for g in self.sampler.gpus}
         self.note.setText(self.sampler.note or f"{len(gpu_indices)} GPU(s) through NVML, and the host.")
         self.table.setVisible(bool(gpu_indices))
@@ -330,8 +331,7 @@ class MemoryPanel(QWidget):
         first = next(iter(self.plots.values()))
         start = since if since is not None else min((t[0] for t, _ in data.values() if len(t)), default=now - 60)
         first.setXRange(start, now, padding=0)
-        self._draw_markers(since)
-        self._layout_labels(start, now)
+        self._draw_markers(start, now)
         self.redraws += 1
 
     def _ceiling(self, key: str, data: dict[str, Any]) -> float:
@@ -348,63 +348,77 @@ class MemoryPanel(QWidget):
                 highest = max(highest, float(np.nanmax(values)))
         return highest
 
-    def _draw_markers(self, since: float | None) -> None:
-        for marker in self.history.markers_since(since):
-            key = id(marker)
-            if key in self._marker_lines:
-                continue
-            color = MARKER_COLORS.get(marker.kind, "#888")
-            lines = []
-            for number, plot in enumerate(self.plots.values()):
-                line = pg.InfiniteLine(pos=marker.time, angle=90, movable=False,
-                                       pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine),
-                                       label=_literal(marker.label) if number == 0 else None,
-                                       labelOpts=_label_options(color))
-                plot.addItem(line, ignoreBounds=True)
-                lines.append(line)
-            self._marker_lines[key] = lines
+    def _draw_markers(self, start: float, end: float) -> None:
+        markers = self.history.markers_since(start)
+        self._drawn_markers = markers
+        for key, plot in self.plots.items():
+            (_, _), (bottom, top) = plot.viewRange()
+            for kind, color in MARKER_COLORS.items():
+                times = np.array([m.time for m in markers if m.kind == kind], dtype=float)
+                curve = self._marker_curves.get((key, kind))
+                if curve is None:
+                    if not len(times):
+                        continue
+                    curve = pg.PlotCurveItem(pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
+                    plot.addItem(curve, ignoreBounds=True)
+                    self._marker_curves[key, kind] = curve
+                curve.setData(np.repeat(times, 2), np.tile([bottom, top], len(times)), connect="pairs")
+        self._layout_labels(markers, start, end)
 
-    def _layout_labels(self, start: float, end: float) -> None:
+    def _layout_labels(self, markers: list[Marker], start: float, end: float) -> None:
         """Each kind of marker on its row; on a row, a label that would overprint the one before joins it."""
         first = next(iter(self.plots.values()), None)
         if first is None:
             return
         view = first.getViewBox()
-        px_per_second = view.width() / (end - start) if view.width() > 0 and end > start else 0.0
-        leaders: dict[int, tuple[float, Any, Any, int]] = {}  # row -> (x px, label, marker, followers)
-        shown = sorted(((m.time, id(m), m) for m in self.history.markers_since(start)
-                        if id(m) in self._marker_lines), key=lambda item: item[:2])
-        for when, key, marker in shown:
-            label = self._marker_lines[key][0].label
-            if label is None:
-                continue
-            row_height = label.textItem.boundingRect().height() + 2
-            rows = max(1, min(len(set(MARKER_LABEL_ROWS.values())), int(view.height() // max(row_height, 1))))
+        width, height = view.width(), view.height()
+        (_, _), (bottom, top) = first.viewRange()
+        px_per_second = width / (end - start) if width > 0 and end > start else 0.0
+        row_height = QFontMetrics(self.font()).height() + 4
+        rows = max(1, min(len(set(MARKER_LABEL_ROWS.values())), int(height // row_height)))
+        metrics = QFontMetrics(self.font())
+        leaders: dict[int, list[Any]] = {}  # row -> [right edge px, marker, followers, row]
+        order: list[list[Any]] = []
+        for marker in sorted(markers, key=lambda m: m.time):
             row = min(MARKER_LABEL_ROWS.get(marker.kind, 0), rows - 1)
-            x = (when - start) * px_per_second
+            x = (marker.time - start) * px_per_second
+            text_width = metrics.horizontalAdvance(f"{marker.label} +99")
+            # Text right of the line in the left half of the plot, left of it in the right half.
+            left, right = (x, x + text_width) if x < width / 2 else (x - text_width, x)
             leader = leaders.get(row)
-            if leader is not None and x - leader[0] < leader[1].textItem.boundingRect().width() + LABEL_GAP_PX:
-                followers = leader[3] + 1
-                leader[1].setFormat(_literal(f"{leader[2].label} +{followers}"))
-                leaders[row] = (*leader[:3], followers)
-                label.setVisible(False)
+            if leader is not None and left < leader[0] + LABEL_GAP_PX:
+                leader[2] += 1
                 continue
-            leaders[row] = (x, label, marker, 0)
-            label.setFormat(_literal(marker.label))
-            label.setPosition(1 - (row + 0.5) * row_height / view.height() if view.height() > 0 else 0.5)
-            label.setVisible(True)
+            leaders[row] = [right, marker, 0, row]
+            order.append(leaders[row])
+        self._shown_labels = []
+        for number, (_, marker, followers, row) in enumerate(order):
+            if number == len(self._marker_texts):
+                text_item = pg.TextItem(fill=pg.mkBrush(_label_background()))
+                first.addItem(text_item, ignoreBounds=True)
+                self._marker_texts.append(text_item)
+            text = marker.label + (f" +{followers}" if followers else "")
+            item = self._marker_texts[number]
+            item.setText(text, color=MARKER_COLORS.get(marker.kind, "#888"))
+            right_of_line = (marker.time - start) * px_per_second < width / 2
+            item.setAnchor((0, 0.5) if right_of_line else (1, 0.5))
+            y = top - (row + 0.5) * row_height * (top - bottom) / height if height > 0 else top
+            item.setPos(marker.time, y)
+            item.setVisible(True)
+            self._shown_labels.append((marker.time, text))
+        for item in self._marker_texts[len(order):]:
+            item.setVisible(False)
 
     def visible_marker_labels(self) -> list[str]:
         """The marker labels a person can read now, in time order ("matmul ok +3" stands for a crowd)."""
-        lines = sorted((lines[0] for lines in self._marker_lines.values() if lines), key=lambda line: line.value())
-        return [line.label.format.replace("{{", "{").replace("}}", "}") for line in lines
-                if line.label is not None and line.label.isVisible()]
+        return [text for _, text in sorted(self._shown_labels, key=lambda shown: shown[0])]
 
     def markers_near(self, t: float, seconds: float) -> list[str]:
         return [m.label for m in self.history.markers_since(t - seconds) if abs(m.time - t) <= seconds]
 
     def marker_labels(self) -> list[str]:
-        return [m.label for m in self.history.markers_since() if id(m) in self._marker_lines]
+        """The labels of every marker drawn in the visible window."""
+        return [m.label for m in self._drawn_markers]
 
     # -- crosshair ----------------------------------------------------------------------------------
     def _on_mouse(self, position: Any) -> None:
