@@ -31,6 +31,7 @@ from core.netns import LoopbackNamespace, NamespaceUnavailable
 from core.processes import kill_group
 
 RESULT_PREFIX = "\x1eTFDP-RESULT "
+PARENT_PID_ENV = "TF_DEVICE_PANEL_PARENT_PID"  # a local task dies with this process, even if it is SIGKILLed
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -158,6 +159,7 @@ class LocalCluster:
         env = dict(os.environ)
         env.update(self.env)
         env.update({"TF_CONFIG": json.dumps(config), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "0",
+                    PARENT_PID_ENV: str(os.getpid()),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))})
         argv = [sys.executable, "-m", "core.cluster_task", role, *args]
         task.process = subprocess.Popen(

@@ -245,3 +245,20 @@ def test_without_network_namespaces_the_cluster_says_so(tmp_path: Path, monkeypa
     with LocalCluster(lambda *_: None) as cluster:
         assert cluster.namespace is None
         assert "could not be made (unshare: write failed" in cluster.isolation
+
+
+@pytest.mark.slow
+def test_a_killed_runtime_takes_its_cluster_with_it(start_runtime) -> None:
+    """The tasks run in their own sessions, so killing the runtime's process group misses them."""
+    runtime = start_runtime()
+    runtime.wait_ready()
+    runtime.submit("parameter-server", {"workers": 1, "steps": 100_000})
+    deadline = time.monotonic() + 120
+    tasks: list[psutil.Process] = []
+    while len(tasks) < 3 and time.monotonic() < deadline:  # ps, worker and coordinator
+        tasks = cluster_processes(runtime)
+        time.sleep(0.2)
+    assert len(tasks) == 3, "the cluster never started"
+    runtime.kill(reason="killed by the test")
+    gone, alive = psutil.wait_procs(tasks, timeout=10)
+    assert not alive, f"orphaned cluster tasks: {[' '.join(p.cmdline()[:4]) for p in alive]}"
