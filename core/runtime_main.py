@@ -271,6 +271,7 @@ class Runtime:
             status = "error"
             error = {"type": type(exc).__name__, "message": str(exc).strip() or type(exc).__name__,
                      "traceback": traceback.format_exc(limit=-8)}
+        context.finish()
         fence(job_id)
         duration = time.monotonic() - started
         # Free before the client hears JOB_FINISHED: it may submit the next job at once.

@@ -1,4 +1,5 @@
-"""Cancelling code that never checks: JobCancelled lands inside `interruptible` and nowhere else."""
+"""What a job sees: progress reports that are rate-limited but never lose the last word, and cancelling
+code that never checks (JobCancelled lands inside `interruptible` and nowhere else)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 import threading
 import time
 
-from core.jobs.context import JobCancelled, JobContext
+from core import events
+from core.jobs.context import PROGRESS_INTERVAL_S, JobCancelled, JobContext
 
 
 def spin(seconds: float) -> None:
@@ -19,6 +21,29 @@ def spin(seconds: float) -> None:
 
 def context() -> JobContext:
     return JobContext("job", lambda event: None)
+
+
+def test_a_report_too_soon_is_held_and_sent_when_its_turn_comes() -> None:
+    sent: list[events.Event] = []
+    ctx = JobContext("job", sent.append)
+    ctx.progress(0, 2, "starting the cluster")
+    ctx.progress(1, 2, "training")  # at once: held, not dropped
+    ctx.progress(1, 2, "training, really")  # replaces the held one
+    assert [e.data["message"] for e in sent] == ["starting the cluster"]
+    time.sleep(PROGRESS_INTERVAL_S * 4)
+    assert [e.data["message"] for e in sent] == ["starting the cluster", "training, really"]
+    ctx.progress(2, 2, "done")  # the last step always goes out at once
+    assert sent[-1].data["message"] == "done"
+
+
+def test_a_held_report_never_follows_the_jobs_end() -> None:
+    sent: list[events.Event] = []
+    ctx = JobContext("job", sent.append)
+    ctx.progress(0, 10, "step 0")
+    ctx.progress(1, 10, "step 1")
+    ctx.finish()
+    time.sleep(PROGRESS_INTERVAL_S * 4)
+    assert [e.data["message"] for e in sent] == ["step 0"]
 
 
 def test_interrupt_lands_inside_the_window() -> None:

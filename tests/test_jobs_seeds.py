@@ -260,5 +260,5 @@ def test_a_killed_runtime_takes_its_cluster_with_it(start_runtime) -> None:
         time.sleep(0.2)
     assert len(tasks) == 3, "the cluster never started"
     runtime.kill(reason="killed by the test")
-    gone, alive = psutil.wait_procs(tasks, timeout=10)
+    _, alive = psutil.wait_procs(tasks, timeout=10)
     assert not alive, f"orphaned cluster tasks: {[' '.join(p.cmdline()[:4]) for p in alive]}"

@@ -75,7 +75,7 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
         print(f"isolation: {cluster.isolation}\ndevices: {config_note}", flush=True)
         tasks = [cluster.start(f"worker:{i}", "mwms-worker", tf_config(cluster_spec, "worker", i), args)
                  for i in range(workers)]
-        ctx.progress(1, 2, "training (each worker imports TensorFlow and joins the cluster)")
+        ctx.progress(1, 2, "training (each worker imports TensorFlow and joins the cluster)", force=True)
         _run_cluster(ctx, cluster, tasks, [], timeout_s, "multi-worker training")
         isolation = cluster.isolation
     missing = [t.name for t in tasks if not t.results]
@@ -127,7 +127,7 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
         coordinator = cluster.start("chief:0", "ps-coordinator", tf_config(cluster_spec, "chief", 0),
                                     ["--steps", str(steps), "--batch-per-replica", str(batch_per_replica),
                                      "--learning-rate", str(learning_rate), *device_args])
-        ctx.progress(1, 2, "training through ClusterCoordinator")
+        ctx.progress(1, 2, "training through ClusterCoordinator", force=True)
         # Servers never exit by themselves: one that does has died, and that ends the run.
         _run_cluster(ctx, cluster, [coordinator], servers, timeout_s, "parameter-server training")
         isolation = cluster.isolation

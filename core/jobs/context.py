@@ -13,6 +13,8 @@ from core import events
 from core.config import DeviceConfig
 from core.placement import canonical_device, short_device_name
 
+PROGRESS_INTERVAL_S = 0.05
+
 
 class JobCancelled(BaseException):
     """Raised inside a job when the user asked it to stop.
@@ -33,6 +35,9 @@ class JobContext:
         self.device_config = device_config or DeviceConfig()  # the runtime's, applied before TF initialized
         self.cancel_requested = threading.Event()
         self._last_progress = 0.0
+        self._progress_lock = threading.Lock()
+        self._held_progress: tuple[float, float, str] | None = None
+        self._progress_timer: threading.Timer | None = None
         self._interrupt_lock = threading.Lock()
         self._interruptible_thread: int | None = None
         self._interrupted = False
@@ -41,12 +46,40 @@ class JobContext:
         self._emit(events.Event(event_type, data, job_id=self.job_id))
 
     def progress(self, done: float, total: float, message: str = "", *, force: bool = False) -> None:
-        """Report progress; rate-limited to 20 per second unless `force` (e.g. the last step)."""
-        now = time.monotonic()
-        if not force and done < total and now - self._last_progress < 0.05:
-            return
-        self._last_progress = now
+        """Report progress, at most 20 times a second unless `force` (e.g. the last step).
+
+        A report that comes too soon is held and sent when its turn comes, unless a newer one replaces
+        it: the last word is never lost, or a phase's message ("training…") would stay unseen.
+        """
+        with self._progress_lock:
+            wait = PROGRESS_INTERVAL_S - (time.monotonic() - self._last_progress)
+            if force or done >= total or wait <= 0:
+                self._held_progress = None
+                self._send_progress(done, total, message)
+                return
+            self._held_progress = (done, total, message)
+            if self._progress_timer is None:
+                self._progress_timer = threading.Timer(wait, self._send_held_progress)
+                self._progress_timer.daemon = True
+                self._progress_timer.start()
+
+    def _send_progress(self, done: float, total: float, message: str) -> None:
+        self._last_progress = time.monotonic()
         self.emit(events.PROGRESS, done=done, total=total, message=message)
+
+    def _send_held_progress(self) -> None:
+        with self._progress_lock:
+            self._progress_timer = None
+            held, self._held_progress = self._held_progress, None
+            if held is not None:
+                self._send_progress(*held)
+
+    def finish(self) -> None:
+        """The job has ended: drop a held progress report, which would arrive after its result."""
+        with self._progress_lock:
+            if self._progress_timer is not None:
+                self._progress_timer.cancel()
+            self._progress_timer, self._held_progress = None, None
 
     def metric(self, name: str, value: float, step: int | None = None, **extra: Any) -> None:
         self.emit(events.METRIC, name=name, value=value, step=step, **extra)
