@@ -57,7 +57,10 @@ class RuntimeUnavailable(RuntimeError):
     """The runtime cannot take this request now (not ready, busy, or exited)."""
 
 
-def describe_exit(returncode: int | None) -> str:
+def describe_exit(returncode: int | None, killed_because: str | None = None) -> str:
+    """How a runtime ended, in words; `killed_because` is the reason when the client killed it on purpose."""
+    if killed_because and returncode is not None and returncode < 0:
+        return f"was killed: {killed_because}"
     if returncode is None:
         return "still running"
     if returncode < 0:
@@ -191,8 +194,7 @@ class RuntimeProcess:
         def enforce() -> None:
             if self.running_job == job_id and self.state == BUSY:
                 self._killed_for_cancel = True
-                self.kill(reason=f"the job did not stop within {grace:g} s of being cancelled, "
-                                 "so its runtime was killed")
+                self.kill(reason=f"the job did not stop within {grace:g} s of being cancelled")
 
         timer = threading.Timer(grace, enforce)
         timer.daemon = True
@@ -210,7 +212,7 @@ class RuntimeProcess:
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.kill(reason=f"the runtime did not stop within {timeout:g} s and was killed")
+            self.kill(reason=f"it did not stop within {timeout:g} s of being asked to")
         self._join_reader(timeout)
 
     def kill(self, reason: str | None = None) -> None:
@@ -421,17 +423,18 @@ class RuntimeProcess:
                 os.close(self._commands_fd)
             self._commands_fd = None
         expected = self._stop_requested and self._killed_reason is None and returncode == 0
-        description = describe_exit(returncode)
-        if self._killed_reason:
-            description = f"{description}: {self._killed_reason}"
+        description = describe_exit(returncode, self._killed_reason)
         info: dict[str, Any] = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
             "description": description, "expected": expected, "last_lines": list(self.last_lines)}
         self.exit_info = info
         job_id = self.running_job
         if job_id is not None:
-            cancelled = self._killed_for_cancel
-            message = f"the runtime {description} while the job was running"
+            # Killed on purpose (Stop that timed out, window closed, new configuration): the job was
+            # stopped, not crashed.
+            cancelled = self._killed_for_cancel or self._killed_reason is not None
+            message = (f"the runtime was killed while the job was running: {self._killed_reason}"
+                       if self._killed_reason else f"the runtime {description} while the job was running")
             self._deliver(Event(events.ERROR, {"type": "RuntimeExited", "message": message,
                                                "last_lines": info["last_lines"][-12:]}, job_id=job_id))
             self._deliver(Event(events.JOB_FINISHED, {"status": "cancelled" if cancelled else "crashed",

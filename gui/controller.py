@@ -106,7 +106,7 @@ class RuntimeController(QObject):
 
     def kill_runtime(self) -> None:
         if self.runtime is not None:
-            self.runtime.kill(reason="killed from the window")
+            self.runtime.kill(reason="Runtime → Kill runtime was chosen")
 
     def shutdown(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Stop the job and the runtime; wait for every helper thread. Called when the window closes."""

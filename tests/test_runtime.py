@@ -271,3 +271,20 @@ def test_a_job_sent_while_another_runs_still_gets_its_closing_events(start_runti
     assert closing[0].data["type"] == "Busy"
     runtime.cancel()
     collect_job(runtime, first)
+
+
+def test_a_runtime_killed_on_purpose_stops_its_job_and_says_why(start_runtime, tmp_path: Path) -> None:
+    runtime = start_runtime()
+    runtime.wait_ready()
+    path = _script(tmp_path, """
+        import time
+        time.sleep(600)
+    """)
+    job_id = runtime.submit("script", {"path": path})
+    time.sleep(0.5)
+    runtime.kill(reason="the window was closed during a run")
+    seen = collect_job(runtime, job_id, timeout=30)
+    message = of_type(seen, events.ERROR)[0].data["message"]
+    assert message == "the runtime was killed while the job was running: the window was closed during a run"
+    assert "out of memory" not in message  # the guess is for kills nobody here asked for
+    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
