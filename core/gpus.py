@@ -66,5 +66,5 @@ def tf_gpu_lines(lines: Iterable[str]) -> list[str]:
 
 
 def tf_gpu_messages(lines: Iterable[str]) -> list[str]:
-    """The same lines without TF's C++ log prefix, for people to read."""
-    return [line.split("] ", 1)[-1] for line in tf_gpu_lines(lines)]
+    """The same lines without TF's C++ log prefix, each once (TF says some twice), for people to read."""
+    return list(dict.fromkeys(line.split("] ", 1)[-1] for line in tf_gpu_lines(lines)))

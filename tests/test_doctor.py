@@ -266,3 +266,14 @@ def test_tf_gpus_match_nvml_by_bus_id_not_index() -> None:
     created = [{"physical": 0, "pci_bus_id": "0000:02:00.0"}]
     assert nvml_gpu_for_physical(0, created, nvml)["index"] == 1
     assert nvml_gpu_for_physical(1, created, nvml)["index"] == 1  # nothing logged for it: by index
+
+
+def test_tensorflows_gpu_messages_are_read_once_without_their_log_prefix() -> None:
+    from core.gpus import tf_gpu_messages
+
+    lines = ["I0000 00:00:1.0  1 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
+             "step 1",
+             "I0000 00:00:2.0  1 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
+             "E0000 00:00:3.0  1 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error (303)"]
+    assert tf_gpu_messages(lines) == ["Could not find cuda drivers on your machine, GPU will not be used.",
+                                      "failed call to cuInit: INTERNAL: CUDA error (303)"]
