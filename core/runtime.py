@@ -426,7 +426,8 @@ class RuntimeProcess:
         description = describe_exit(returncode, self._killed_reason)
         info: dict[str, Any] = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-            "description": description, "expected": expected, "last_lines": list(self.last_lines)}
+            "description": description, "expected": expected, "last_lines": list(self.last_lines),
+            "killed_for_cancel": self._killed_for_cancel}
         self.exit_info = info
         job_id = self.running_job
         if job_id is not None:

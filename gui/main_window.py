@@ -231,9 +231,20 @@ class MainWindow(QMainWindow):
     def _runtime_died(self, info: dict[str, Any]) -> None:
         tail = "\n".join(info.get("last_lines", [])[-8:])
         self.devices.show_message(f"<b style='color:#d33'>The runtime {info['description']}.</b>")
-        if not self.closing:
-            self.statusBar().showMessage(f"Runtime {info['description']}", 10_000)
-            self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
+        if self.closing:
+            return
+        self.statusBar().showMessage(f"Runtime {info['description']}", 10_000)
+        self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
+        applied = self.controller.applied
+        if info.get("killed_for_cancel") and applied is not None:
+            # Stop had to kill the runtime: like a notebook kernel, it comes back with the same configuration.
+            self.statusBar().showMessage(f"Runtime {info['description']}; starting a fresh one with the same "
+                                         "configuration", 10_000)
+            self.log.start_job()
+            self.devices.show_message("The job did not stop in time, so its runtime was killed. Starting a fresh "
+                                      "runtime with: " + applied.summary())
+            self.controller.apply(applied)
+            self._refresh_status()
 
     def _on_job_finished(self, outcome: JobOutcome) -> None:
         self.runs.job_finished(outcome)

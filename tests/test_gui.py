@@ -160,6 +160,27 @@ def test_killed_runtime_is_reported_and_restartable(qtbot, window: MainWindow) -
     assert not window.restart_button.isVisible()
 
 
+def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainWindow, tmp_path) -> None:
+    apply_and_wait(qtbot, window, cpu_devices=2)
+    script = tmp_path / "stuck.py"
+    script.write_text("import time\nprint('stuck in C', flush=True)\ntime.sleep(600)\n")
+    window.runs.select_job("script")
+    window.runs.form().set_value("path", str(script))
+    qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.controller.state == "busy", timeout=10_000)
+    old_pid = window.controller.runtime.pid
+    with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
+        qtbot.keyClick(window, Qt.Key.Key_Escape)
+    assert finished.args[0].status == "cancelled"
+    assert "did not stop within" in finished.args[0].error["message"]
+    # the same configuration comes back by itself, ready for the next run
+    qtbot.waitUntil(lambda: window.controller.state == "ready" and window.controller.runtime.pid != old_pid,
+                    timeout=READY_TIMEOUT_MS)
+    assert window.controller.runtime.config.cpu_devices == 2
+    qtbot.waitUntil(window.runs.run_button.isEnabled, timeout=5000)
+    assert not window.restart_button.isVisible()
+
+
 def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) -> None:
     ticks = []
     timer = QTimer()
