@@ -262,3 +262,20 @@ def test_a_killed_runtime_takes_its_cluster_with_it(start_runtime) -> None:
     runtime.kill(reason="killed by the test")
     _, alive = psutil.wait_procs(tasks, timeout=10)
     assert not alive, f"orphaned cluster tasks: {[' '.join(p.cmdline()[:4]) for p in alive]}"
+
+
+def test_cluster_tasks_get_the_runtimes_configuration_and_gpus_only_when_they_can_share_them() -> None:
+    from core.config import DeviceConfig, parse_config
+    from core.jobs.cluster_jobs import task_device_config
+
+    # no GPU: the runtime's configuration as it is (placement logging as the job asks)
+    config, note = task_device_config(DeviceConfig(cpu_devices=3), 0, log_placement=False)
+    assert config == DeviceConfig(cpu_devices=3, log_placement=False) and "CPU" not in note
+    # a runtime that took nearly all GPU memory: the tasks stay off the GPUs, and the note says why
+    config, note = task_device_config(DeviceConfig(), 1, log_placement=True)
+    assert config.visible_gpus == [] and "memory growth" in note
+    assert parse_config(config.to_json())[1] == []  # a task reads it back without a problem
+    # memory growth (or limits) in the runtime: the tasks share the GPUs with the same configuration
+    for runtime in (DeviceConfig(memory_growth=True), DeviceConfig(virtual_gpus={0: [1024, 1024]})):
+        config, note = task_device_config(runtime, 1, log_placement=True)
+        assert config == runtime.with_changes(log_placement=True) and "CPU" not in note

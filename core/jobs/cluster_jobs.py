@@ -28,21 +28,28 @@ def _forwarder(ctx: JobContext) -> Any:
     return forward
 
 
-def task_device_config(ctx: JobContext, tasks: int, log_placement: bool) -> tuple[DeviceConfig, str]:
-    """The runtime's device configuration for every task, and a note saying what was changed for them.
+def task_device_config(runtime_config: DeviceConfig, runtime_gpus: int,
+                       log_placement: bool) -> tuple[DeviceConfig, str]:
+    """The device configuration every task applies, and a note for the result saying what it is.
 
-    Several TensorFlow processes sharing GPUs need memory growth (or limits): without it the first one
-    to start takes nearly all GPU memory and the others fail.
+    The tasks share this machine's GPUs with the runtime. A runtime whose configuration has neither
+    memory growth nor memory limits took nearly all GPU memory when it started, so the tasks would fail
+    to allocate: they run on the CPU then, and the note says how to give them the GPUs.
     """
+    config = runtime_config.with_changes(log_placement=log_placement)
+    note = "each task applies the runtime's device configuration before TensorFlow initializes"
+    if runtime_gpus and not config.memory_growth and not config.virtual_gpus:
+        config = config.with_changes(visible_gpus=[])
+        note += ("; the tasks run on the CPU, because this runtime holds nearly all GPU memory (its "
+                 "configuration has neither memory growth nor memory limits): turn on memory growth, or "
+                 "give the GPUs limits, and Apply, to train the cluster on the GPUs")
+    return config, note
+
+
+def _runtime_gpus() -> int:
     import tensorflow as tf
 
-    config = ctx.device_config.with_changes(log_placement=log_placement)
-    note = "each task applies the runtime's device configuration before TensorFlow initializes"
-    if tasks > 1 and tf.config.get_visible_devices("GPU") and not config.memory_growth and not config.virtual_gpus:
-        config = config.with_changes(memory_growth=True)
-        note += (f"; memory growth turned on in every task, because {tasks} TensorFlow processes share "
-                 "this machine's GPUs and without it the first would take nearly all of their memory")
-    return config, note
+    return len(tf.config.get_visible_devices("GPU"))
 
 
 def _device_args(config: DeviceConfig) -> list[str]:
@@ -65,7 +72,7 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
                  learning_rate: float = 0.1, log_placement: bool = True, timeout_s: int = 180) -> dict[str, Any]:
     addresses = [f"{HOST}:{port}" for port in free_ports(workers)]
     cluster_spec = {"worker": addresses}
-    config, config_note = task_device_config(ctx, workers, log_placement)
+    config, config_note = task_device_config(ctx.device_config, _runtime_gpus(), log_placement)
     args = ["--steps", str(steps), "--batch-per-replica", str(batch_per_replica),
             "--learning-rate", str(learning_rate), *_device_args(config)]
     started = time.monotonic()
@@ -112,7 +119,7 @@ def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_p
     ports = free_ports(workers + 2)
     cluster_spec = {"chief": [f"{HOST}:{ports[0]}"], "ps": [f"{HOST}:{ports[1]}"],
                     "worker": [f"{HOST}:{port}" for port in ports[2:]]}
-    config, config_note = task_device_config(ctx, workers + 2, log_placement)
+    config, config_note = task_device_config(ctx.device_config, _runtime_gpus(), log_placement)
     device_args = _device_args(config)
     started = time.monotonic()
     ctx.progress(0, 2, "starting 1 parameter server, "
