@@ -28,6 +28,7 @@ MAX_BATCH = 4000          # events per signal: one batch is a bounded amount of 
 MAX_BUFFERED = 100_000    # past this, the oldest raw log lines are skipped (the run history keeps them)
 ACK_WAIT_S = 1.0          # how long the pump waits for the window to take a batch before sending more
 STOP_TIMEOUT_S = 5.0
+CANCEL_GRACE_S = 5.0
 
 
 class RuntimeController(QObject):
@@ -100,9 +101,12 @@ class RuntimeController(QObject):
         self.stateChanged.emit(BUSY)
         return True
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
+        """Ask the running job to stop (its runtime is killed, and restarted, if it has not in CANCEL_GRACE_S)."""
         if self.runtime is not None and self.runtime.state == BUSY:
-            self.runtime.cancel()
+            self.runtime.cancel(CANCEL_GRACE_S)
+            return True
+        return False
 
     def kill_runtime(self) -> None:
         if self.runtime is not None:

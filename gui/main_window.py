@@ -30,7 +30,7 @@ from core.history import RunHistory
 from core.nvml import shared as shared_nvml
 from core.session import JobOutcome
 from gui.config_panel import ConfigPanel
-from gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
+from gui.controller import BUSY, CANCEL_GRACE_S, EXITED, READY, STARTING, RuntimeController
 from gui.devices_panel import DevicesPanel
 from gui.doctor_panel import DoctorPanel
 from gui.history_panel import HistoryPanel
@@ -105,7 +105,7 @@ class MainWindow(QMainWindow):
         self.config_panel.changed.connect(self._refresh_status)
         self.config_panel.snippet_button.clicked.connect(self.show_snippet)
         self.runs.runRequested.connect(self.run_job)
-        self.runs.stopRequested.connect(self.controller.cancel)
+        self.runs.stopRequested.connect(self.stop_job)
         self.history_panel.refresh()
         self.devices.doctor_button.clicked.connect(self.open_doctor)
 
@@ -179,6 +179,10 @@ class MainWindow(QMainWindow):
         self.controller.apply(config)
         self.config_panel.mark_applied(config)
         self._refresh_status()
+
+    def stop_job(self) -> None:
+        if self.controller.cancel():
+            self.runs.show_stopping(CANCEL_GRACE_S)
 
     def run_job(self, job: str, params: dict[str, Any]) -> None:
         if self.controller.run(job, params):

@@ -436,6 +436,7 @@ class RunsPanel(QWidget):
         self.status = QLabel("Idle")
         self.result = ResultView()
         self._started_at: float | None = None
+        self._stopping = False
         self._timer = QTimer(self)
         self._timer.setInterval(100)
         self._timer.timeout.connect(self._tick)
@@ -574,6 +575,7 @@ class RunsPanel(QWidget):
         self.run_button.setToolTip("Run the job in the background (Ctrl+R)" if can_run else reason)
 
     def job_started(self, job: str) -> None:
+        self._stopping = False
         self._started_at = time.monotonic()
         self._timer.start()
         self.progress.setRange(0, 0)  # busy until the first progress report
@@ -587,10 +589,16 @@ class RunsPanel(QWidget):
         if total > 0:
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(1000 * min(done / total, 1.0)))
-        if message:
+        if message and not self._stopping:
             self.status.setText(message)
 
+    def show_stopping(self, grace_s: float) -> None:
+        self._stopping = True
+        self.stop_button.setEnabled(False)
+        self.status.setText(f"Stopping… (a job that has not stopped in {grace_s:g} s has its runtime restarted)")
+
     def job_finished(self, outcome: JobOutcome) -> None:
+        self._stopping = False
         self._timer.stop()
         self._tick()
         self.stop_button.setEnabled(False)

@@ -171,6 +171,7 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
     old_pid = window.controller.runtime.pid
     with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
+        assert window.runs.status.text().startswith("Stopping…") and not window.runs.stop_button.isEnabled()
     assert finished.args[0].status == "cancelled"
     assert "did not stop within" in finished.args[0].error["message"]
     # the same configuration comes back by itself, ready for the next run
