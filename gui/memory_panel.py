@@ -89,7 +89,7 @@ class MemoryPanel(QWidget):
         self._marker_curves: dict[tuple[str, str], pg.PlotCurveItem] = {}  # (plot, kind) -> curve
         self._marker_texts: list[pg.TextItem] = []
         self._drawn_markers: list[Marker] = []
-        self._shown_labels: list[tuple[float, str]] = []
+        self._shown_labels: list[str] = []  # in time order
 
         self.window_choice = QComboBox()
         for label, seconds in WINDOWS:
@@ -351,10 +351,11 @@ class MemoryPanel(QWidget):
     def _draw_markers(self, start: float, end: float) -> None:
         markers = self.history.markers_since(start)
         self._drawn_markers = markers
+        times_of = {kind: np.array([m.time for m in markers if m.kind == kind], dtype=float) for kind in MARKER_COLORS}
         for key, plot in self.plots.items():
             (_, _), (bottom, top) = plot.viewRange()
             for kind, color in MARKER_COLORS.items():
-                times = np.array([m.time for m in markers if m.kind == kind], dtype=float)
+                times = times_of[kind]
                 curve = self._marker_curves.get((key, kind))
                 if curve is None:
                     if not len(times):
@@ -374,25 +375,26 @@ class MemoryPanel(QWidget):
         width, height = view.width(), view.height()
         (_, _), (bottom, top) = first.viewRange()
         px_per_second = width / (end - start) if width > 0 and end > start else 0.0
-        row_height = QFontMetrics(self.font()).height() + 4
-        rows = max(1, min(len(set(MARKER_LABEL_ROWS.values())), int(height // row_height)))
         metrics = QFontMetrics(self.font())
-        leaders: dict[int, list[Any]] = {}  # row -> [right edge px, marker, followers, row]
-        order: list[list[Any]] = []
+        row_height = metrics.height() + 4
+        rows = max(1, min(len(set(MARKER_LABEL_ROWS.values())), int(height // row_height)))
+        last_on_row: dict[int, list[Any]] = {}  # row -> its last label: [right edge px, marker, followers]
+        labels: list[tuple[int, bool, list[Any]]] = []  # (row, text right of the line, label)
         for marker in sorted(markers, key=lambda m: m.time):
             row = min(MARKER_LABEL_ROWS.get(marker.kind, 0), rows - 1)
             x = (marker.time - start) * px_per_second
             text_width = metrics.horizontalAdvance(f"{marker.label} +99")
             # Text right of the line in the left half of the plot, left of it in the right half.
-            left, right = (x, x + text_width) if x < width / 2 else (x - text_width, x)
-            leader = leaders.get(row)
-            if leader is not None and left < leader[0] + LABEL_GAP_PX:
-                leader[2] += 1
+            right_of_line = x < width / 2
+            left, right = (x, x + text_width) if right_of_line else (x - text_width, x)
+            previous = last_on_row.get(row)
+            if previous is not None and left < previous[0] + LABEL_GAP_PX:
+                previous[2] += 1
                 continue
-            leaders[row] = [right, marker, 0, row]
-            order.append(leaders[row])
+            last_on_row[row] = [right, marker, 0]
+            labels.append((row, right_of_line, last_on_row[row]))
         self._shown_labels = []
-        for number, (_, marker, followers, row) in enumerate(order):
+        for number, (row, right_of_line, (_, marker, followers)) in enumerate(labels):
             if number == len(self._marker_texts):
                 text_item = pg.TextItem(fill=pg.mkBrush(_label_background()))
                 first.addItem(text_item, ignoreBounds=True)
@@ -400,18 +402,17 @@ class MemoryPanel(QWidget):
             text = marker.label + (f" +{followers}" if followers else "")
             item = self._marker_texts[number]
             item.setText(text, color=MARKER_COLORS.get(marker.kind, "#888"))
-            right_of_line = (marker.time - start) * px_per_second < width / 2
             item.setAnchor((0, 0.5) if right_of_line else (1, 0.5))
             y = top - (row + 0.5) * row_height * (top - bottom) / height if height > 0 else top
             item.setPos(marker.time, y)
             item.setVisible(True)
-            self._shown_labels.append((marker.time, text))
-        for item in self._marker_texts[len(order):]:
+            self._shown_labels.append(text)
+        for item in self._marker_texts[len(labels):]:
             item.setVisible(False)
 
     def visible_marker_labels(self) -> list[str]:
         """The marker labels a person can read now, in time order ("matmul ok +3" stands for a crowd)."""
-        return [text for _, text in sorted(self._shown_labels, key=lambda shown: shown[0])]
+        return list(self._shown_labels)
 
     def markers_near(self, t: float, seconds: float) -> list[str]:
         return [m.label for m in self.history.markers_since(t - seconds) if abs(m.time - t) <= seconds]

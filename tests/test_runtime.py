@@ -150,7 +150,7 @@ def test_cancel_interrupts_a_script_that_never_checks(start_runtime, tmp_path: P
             try:
                 sum(range(1000))
             except Exception:  # a script's catch-all must not swallow the cancel
-                pass
+                swallowed = True
     """)
     job_id = runtime.submit("script", {"path": path})
     time.sleep(0.5)
