@@ -10,10 +10,9 @@ import statistics
 import time
 
 import _common  # noqa: F401
-
-from core import events
-from core.config import DeviceConfig
-from core.runtime import RuntimeProcess
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.runtime import RuntimeProcess
 
 
 def round_trips(config: DeviceConfig, repeat: int) -> list[float]:

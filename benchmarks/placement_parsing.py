@@ -6,8 +6,7 @@ import statistics
 import time
 
 import _common  # noqa: F401
-
-from core.placement import parse_line
+from tf_device_panel.core.placement import parse_line
 
 SAMPLE = [
     ("I0000 00:00:1795270979.856597    5908 execute.cc:1775] Executing op _MklMatMul in device "

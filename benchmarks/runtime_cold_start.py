@@ -12,9 +12,8 @@ import sys
 import time
 
 import _common  # noqa: F401
-
-from core.config import DeviceConfig
-from core.runtime import RuntimeProcess
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.runtime import RuntimeProcess
 
 BARE = "import tensorflow as tf; tf.config.list_logical_devices(); print('READY', flush=True)"
 

@@ -15,9 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from fake_nvml import FakeGpus
-
-from core.nvml import Nvml
-from core.telemetry import History, Sampler
+from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.telemetry import History, Sampler
 
 
 class Patcher:
@@ -45,7 +44,7 @@ def redraw_cost(gpus: int = 8, hours: float = 1.0, interval: float = 0.5, marker
 
     app = QApplication.instance() or QApplication([])
     FakeGpus(gpus).install(Patcher())
-    from gui.memory_panel import MemoryPanel
+    from tf_device_panel.gui.memory_panel import MemoryPanel
 
     panel = MemoryPanel(Nvml(), start=False)
     panel.sampler.start()

@@ -6,17 +6,16 @@ Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from core import events
-from core.cluster import cluster_commands, task_devices_text
-from core.config import (
+from tf_device_panel.core import events
+from tf_device_panel.core.cluster import cluster_commands, task_devices_text
+from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
     GpuInfo,
@@ -25,12 +24,12 @@ from core.config import (
     to_python_snippet,
     validate,
 )
-from core.events import Event
-from core.gpus import tf_gpu_lines, tf_gpu_messages
-from core.history import RunHistory
-from core.jobs import JOBS, ParamError, get_job
-from core.nvml import shared as shared_nvml
-from core.session import JobOutcome, run_job_once
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.gpus import tf_gpu_lines, tf_gpu_messages
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.jobs import JOBS, ParamError, get_job
+from tf_device_panel.core.nvml import shared as shared_nvml
+from tf_device_panel.core.session import JobOutcome, run_job_once
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -70,10 +69,8 @@ def load_config(path: str | None) -> DeviceConfig:
 
 
 # -- commands ------------------------------------------------------------------------------------
-def cmd_gui(args: argparse.Namespace) -> int:
-    # Imported by name: core stays free of Qt unless the window is asked for.
-    launcher = importlib.import_module("gui.app")
-    return int(launcher.main(args.config))
+def _no_window(profile: str | None) -> int:
+    raise UsageError("this entry point has no window; start it with `tf-device-panel` or `python -m tf_device_panel`")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -119,7 +116,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from core.runtime import RuntimeProcess, RuntimeUnavailable
+    from tf_device_panel.core.runtime import RuntimeProcess, RuntimeUnavailable
 
     config = load_config(args.config)
     nvml = shared_nvml()
@@ -318,7 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from core import doctor
+    from tf_device_panel.core import doctor
 
     config = load_profile(args.config) if args.config else None
     if not args.json:
@@ -383,7 +380,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("gui", help="open the window (the default with no command)")
     p.add_argument("--config", metavar="FILE", help="device configuration profile to open")
-    p.set_defaults(func=cmd_gui)
 
     p = sub.add_parser("devices", help="physical and logical devices after the configuration")
     p.add_argument("--config", metavar="FILE", help="device configuration profile (JSON)")
@@ -435,13 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], int] = _no_window) -> int:
+    """Run one command; `open_window(profile)` opens the window (the launcher passes it, so core never imports gui)."""
     parser = build_parser()
     args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
-        if args.command is None:
-            return cmd_gui(argparse.Namespace(config=None))
+        if args.command in (None, "gui"):
+            return open_window(getattr(args, "config", None))
         return int(args.func(args))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -469,4 +466,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main())  # the command line alone; `python -m tf_device_panel` also opens the window

@@ -1,6 +1,6 @@
 """Local TensorFlow clusters for the multi-worker and parameter-server demos, and TF_CONFIG for real ones.
 
-Every task is a `python -m core.cluster_task` child in its own process group, addressed on 127.0.0.1.
+Every task is a `python -m tf_device_panel.core.cluster_task` child in its own process group, addressed on 127.0.0.1.
 TensorFlow's gRPC server listens on all interfaces whatever the address, so the tasks run inside
 a private network namespace that has only a loopback interface (`core.netns`) where the system
 allows it; `LocalCluster.isolation` says which happened. A task's output lines are read on threads
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shlex
 import signal
@@ -24,15 +23,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from core.netns import LoopbackNamespace, NamespaceUnavailable
-from core.processes import kill_group
+from tf_device_panel.core.netns import LoopbackNamespace, NamespaceUnavailable
+from tf_device_panel.core.processes import kill_group, start_module
 
+TASK_MODULE = "tf_device_panel.core.cluster_task"
 RESULT_PREFIX = "\x1eTFDP-RESULT "
-PARENT_PID_ENV = "TF_DEVICE_PANEL_PARENT_PID"  # a local task dies with this process, even if it is SIGKILLed
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -102,7 +99,7 @@ def cluster_commands(workers: Sequence[str], ps: Sequence[str] = (), *, chief: s
             roles = {"worker": "server" if ps else "mwms-worker", "ps": "server", "chief": "ps-coordinator"}
             role = roles[task_type]
             tasks.append({"task": f"{task_type}:{index}", "address": address, "tf_config": config,
-                          "command": f"TF_CONFIG={shlex.quote(json.dumps(config))} python -m core.cluster_task {role}"
+                          "command": f"TF_CONFIG={shlex.quote(json.dumps(config))} python -m {TASK_MODULE} {role}"
                                      + (f" --profile {shlex.quote(profile)}" if profile else "")})
     return tasks
 
@@ -156,15 +153,10 @@ class LocalCluster:
 
     def start(self, name: str, role: str, config: dict[str, Any], args: Sequence[str] = ()) -> Task:
         task = Task(name, role, config)
-        env = dict(os.environ)
-        env.update(self.env)
-        env.update({"TF_CONFIG": json.dumps(config), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "0",
-                    PARENT_PID_ENV: str(os.getpid()),
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))})
-        argv = [sys.executable, "-m", "core.cluster_task", role, *args]
-        task.process = subprocess.Popen(
-            self.namespace.command(argv) if self.namespace else argv, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        env = {**self.env, "TF_CONFIG": json.dumps(config), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "0"}
+        task.process = start_module(
+            TASK_MODULE, role, *args, env=env, die_with_parent=True,
+            wrap=self.namespace.command if self.namespace else None, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.tasks.append(task)
         for stream, handle in (("stdout", task.process.stdout), ("stderr", task.process.stderr)):
             reader = threading.Thread(target=self._read, args=(task, stream, handle), daemon=True,

@@ -8,17 +8,16 @@ ClusterCoordinator). Results are printed as one line prefixed with RESULT_PREFIX
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
-import signal
 import sys
 import time
 from typing import Any
 
-from core.cluster import PARENT_PID_ENV, RESULT_PREFIX
-from core.config import ConfigError, DeviceConfig, ProfileError, load_profile
-from core.runtime_main import ConfigStepError, apply_config
+from tf_device_panel.core.cluster import RESULT_PREFIX
+from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileError, load_profile
+from tf_device_panel.core.processes import die_with_parent
+from tf_device_panel.core.runtime_main import ConfigStepError, apply_config
 
 
 def report(result: dict[str, Any]) -> None:
@@ -156,23 +155,9 @@ def device_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return config.with_changes(log_placement=True) if args.log_placement else config
 
 
-def die_with_parent() -> None:
-    """A local cluster task ends when the runtime that started it dies, even by SIGKILL: no orphans.
-
-    (Its own session keeps it out of the runtime's process group, so killing that group misses it.)
-    """
-    parent = os.environ.get(PARENT_PID_ENV, "")
-    if not parent.isdigit() or not sys.platform.startswith("linux"):
-        return  # started by hand on a real cluster
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != int(parent):  # the runtime died before we asked
-        os._exit(1)
-
-
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
-    parser = argparse.ArgumentParser(prog="python -m core.cluster_task")
+    parser = argparse.ArgumentParser(prog="python -m tf_device_panel.core.cluster_task")
     parser.add_argument("role", choices=sorted(ROLES))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch-per-replica", type=int, default=5)

@@ -17,16 +17,16 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from core.config import DeviceConfig, GpuInfo, validate
-from core.doctor_probe import PROBE_PREFIX
-from core.gpus import created_gpus, same_bus
-from core.nvml import Nvml
+from packaging.requirements import Requirement
+from tf_device_panel.core.config import DeviceConfig, GpuInfo, validate
+from tf_device_panel.core.doctor_probe import PROBE_PREFIX
+from tf_device_panel.core.gpus import created_gpus, same_bus
+from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.processes import run_module
 
 PASS, WARN, FAIL, SKIPPED = "pass", "warn", "fail", "skipped"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROBE_TIMEOUT_S = 180
 TF_GPU_HINTS = ("could not find cuda drivers", "failed call to cuinit", "cannot dlopen", "could not load dynamic",
                 "skipping registering gpu", "driver version is insufficient", "ignoring visible gpu",
@@ -94,14 +94,10 @@ def tensorflow_cuda_requirements() -> list[str]:
 
 def run_probe(env_extra: dict[str, str] | None = None, place: bool = True,
               timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any], list[str]]:
-    env = dict(os.environ)
-    env.update({"TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))})
-    env.update(env_extra or {})
-    command = [sys.executable, "-m", "core.doctor_probe"] + ([] if place else ["--no-placement"])
+    env = {"TF_CPP_MIN_LOG_LEVEL": "0", **(env_extra or {})}
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
+        done = run_module("tf_device_panel.core.doctor_probe", *([] if place else ["--no-placement"]), env=env,
+                          timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"imported": False, "import_error": f"the probe did not finish within {timeout:.0f} s"}, []
     facts: dict[str, Any] = {"imported": False, "import_error": f"the probe exited with code {done.returncode}"}
@@ -290,11 +286,7 @@ def check_visible_devices(facts: Facts) -> Check:
     return check
 
 
-def _satisfies(version: str, requirement: str) -> bool | None:
-    try:
-        from packaging.requirements import Requirement
-    except ImportError:
-        return None
+def _satisfies(version: str, requirement: str) -> bool:
     return Requirement(requirement).specifier.contains(version, prereleases=True)
 
 
@@ -310,7 +302,7 @@ def check_cuda_libraries(facts: Facts) -> Check:
         version = facts.packages.get(name)
         if version is None:
             missing.append(name)
-        elif _satisfies(version, requirement) is False:
+        elif not _satisfies(version, requirement):
             wrong.append(f"{name} {version} (TensorFlow asks {requirement[len(name):]})")
     messages = [ln for ln in facts.tf_stderr if "dlopen" in ln.lower() or "could not load dynamic" in ln.lower()
                 or "skipping registering gpu" in ln.lower()]

@@ -15,8 +15,7 @@ from typing import Any
 
 import platformdirs
 import psutil
-
-from core.events import Event
+from tf_device_panel.core.events import Event
 
 HOME_ENV = "TF_DEVICE_PANEL_HOME"
 

@@ -19,11 +19,9 @@ import socket
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
-from core.processes import kill_group
+from tf_device_panel.core.processes import kill_group, start_module
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 READY_TIMEOUT_S = 10.0
 
@@ -47,11 +45,10 @@ class LoopbackNamespace:
         unshare, nsenter = shutil.which("unshare"), shutil.which("nsenter")
         if not unshare or not nsenter:
             raise NamespaceUnavailable("unshare/nsenter (util-linux) are not installed")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
-        self.holder = subprocess.Popen(
-            [unshare, "--user", "--map-root-user", "--net", sys.executable, "-m", "core.netns", "hold"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self.holder = start_module(
+            "tf_device_panel.core.netns", "hold",
+            wrap=lambda argv: [unshare, "--user", "--map-root-user", "--net", *argv],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.holder.stdout is not None
         import selectors
 

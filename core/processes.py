@@ -1,12 +1,65 @@
-"""Ending child processes that were started in a session of their own."""
+"""Starting and ending the panel's child processes: one launcher for the runtime, the doctor's probe,
+cluster tasks and the namespace holder.
+
+Every child runs one of our modules with an import path that never holds the current folder: a user's
+project with its own `core/` or `config.py` must not shadow the panel's modules (Python puts the
+current folder first for `-m`; `-P` would avoid that but needs Python 3.11). Each child gets a
+session of its own, so the terminal's Ctrl+C reaches only the process that drives it.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
+
+PARENT_PID_ENV = "TF_DEVICE_PANEL_PARENT_PID"
+
+# `python -c` puts '' (the current folder) first on sys.path; drop it, then run the module as -m would.
+_RUN_MODULE = ("import runpy, sys; del sys.path[0]; "
+               "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+
+
+def module_command(module: str, *args: str, python: str | None = None) -> list[str]:
+    """argv that runs `python -m module args` without the current folder on the import path."""
+    return [python or sys.executable, "-c", _RUN_MODULE, module, *args]
+
+
+def child_environment(extra: Mapping[str, str] | None = None, *, die_with_parent: bool = False) -> dict[str, str]:
+    """This process's environment plus `extra`; `die_with_parent` lets the child call `die_with_parent()`."""
+    env = dict(os.environ)
+    env.update(extra or {})
+    if die_with_parent:
+        env[PARENT_PID_ENV] = str(os.getpid())
+    return env
+
+
+def start_module(module: str, *args: str, env: Mapping[str, str] | None = None, python: str | None = None,
+                 wrap: Callable[[list[str]], list[str]] | None = None, die_with_parent: bool = False,
+                 **popen: Any) -> subprocess.Popen[bytes]:
+    """Start one of our modules in a session of its own; `wrap` prefixes the command (e.g. nsenter)."""
+    argv = module_command(module, *args, python=python)
+    popen.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.Popen(wrap(argv) if wrap else argv, env=child_environment(env, die_with_parent=die_with_parent),
+                            start_new_session=True, **popen)
+
+
+def die_with_parent() -> None:
+    """Called first thing in a child started with `die_with_parent=True`: it ends when its parent dies,
+    even by SIGKILL (its own session keeps it out of the parent's process group, so killing that group
+    misses it). A child started by hand (no variable) is left alone."""
+    parent = os.environ.pop(PARENT_PID_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != int(parent):  # the parent died before we asked
+        os._exit(1)
 
 
 def kill_group(process: subprocess.Popen[Any], wait_s: float = 10.0) -> None:
@@ -20,3 +73,17 @@ def kill_group(process: subprocess.Popen[Any], wait_s: float = 10.0) -> None:
         with contextlib.suppress(OSError):
             if handle is not None:
                 handle.close()
+
+
+def run_module(module: str, *args: str, env: Mapping[str, str] | None = None,
+               timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run one of our modules to completion, its output captured as text; on timeout its whole group is
+    killed and `subprocess.TimeoutExpired` raised."""
+    process = start_module(module, *args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode,
+                                       out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))

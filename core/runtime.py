@@ -22,20 +22,19 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from core import events, placement
-from core.config import DeviceConfig
-from core.events import Event
-from core.gpus import created_gpu
-from core.runtime_main import FENCE_PREFIX
+from tf_device_panel.core import events, placement
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.gpus import created_gpu
+from tf_device_panel.core.processes import start_module
+from tf_device_panel.core.runtime_main import FENCE_PREFIX
 
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
     "not started", "starting", "ready", "busy", "stopping", "exited")
 FENCE_WAIT_S = 2.0
 LAST_LINES = 40
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 _live: weakref.WeakSet[RuntimeProcess] = weakref.WeakSet()
 
@@ -116,23 +115,17 @@ class RuntimeProcess:
             raise RuntimeUnavailable("this runtime was already started; create a new one")
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
-        env = dict(os.environ)
-        env.update(self.config.environment())
-        env.update({
-            "PYTHONUNBUFFERED": "1",
-            "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")])),
-        })
-        env.update(self.extra_env)
-        command = [self.python, "-m", "core.runtime_main", "--events-fd", str(events_w),
-                   "--commands-fd", str(commands_r), "--config", json.dumps(self.config.to_json())]
+        env = {**self.config.environment(),
+               "PYTHONUNBUFFERED": "1",
+               "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
+               **self.extra_env}
         self._set_state(STARTING)
         try:
-            self._process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(events_w, commands_r), env=env, cwd=os.getcwd(),
-                start_new_session=True,  # Ctrl+C in a terminal goes to the client, which cancels cleanly
-            )
+            # Its own session: Ctrl+C in a terminal goes to the client, which cancels cleanly.
+            self._process = start_module(
+                "tf_device_panel.core.runtime_main", "--events-fd", str(events_w), "--commands-fd", str(commands_r),
+                "--config", json.dumps(self.config.to_json()), python=self.python, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r))
         except OSError:
             for fd in (events_r, events_w, commands_r, commands_w):
                 os.close(fd)

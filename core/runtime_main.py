@@ -20,11 +20,11 @@ import time
 import traceback
 from typing import Any
 
-from core import events
-from core.config import ConfigError, DeviceConfig
-from core.jobs import JOBS, ParamError
-from core.jobs.context import JobCancelled, JobContext, JobError
-from core.placement import short_device_name
+from tf_device_panel.core import events
+from tf_device_panel.core.config import ConfigError, DeviceConfig
+from tf_device_panel.core.jobs import JOBS, ParamError
+from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.placement import short_device_name
 
 FENCE_PREFIX = "\x1eTFDP-FENCE:"
 EXIT_CONFIG_REJECTED = 3

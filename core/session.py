@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import events
-from core.config import DeviceConfig
-from core.events import Event
-from core.history import RunHistory, RunRecorder
-from core.runtime import RuntimeProcess
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunHistory, RunRecorder
+from tf_device_panel.core.runtime import RuntimeProcess
 
 MAX_KEPT_PLACEMENTS = 100_000
 

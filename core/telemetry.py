@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-
-from core.nvml import GpuSample, GpuSnapshot, Nvml
+from tf_device_panel.core.nvml import GpuSample, GpuSnapshot, Nvml
 
 DEFAULT_INTERVAL_S = 0.5
 MIN_INTERVAL_S = 0.1

@@ -19,9 +19,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from core.config import ALLOCATORS, MAX_CPU_DEVICES, DeviceConfig, GpuInfo, Problem, validate
-from gui.colors import device_color
+from tf_device_panel.core.config import ALLOCATORS, MAX_CPU_DEVICES, DeviceConfig, GpuInfo, Problem, validate
+from tf_device_panel.gui.colors import device_color
 
 
 class MemoryBar(QWidget):

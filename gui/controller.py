@@ -15,13 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-
-from core import events
-from core.config import DeviceConfig
-from core.events import Event
-from core.history import RunHistory
-from core.runtime import BUSY, EXITED, READY, STARTING, RuntimeProcess, RuntimeUnavailable
-from core.session import JobRun
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.runtime import BUSY, EXITED, READY, STARTING, RuntimeProcess, RuntimeUnavailable
+from tf_device_panel.core.session import JobRun
 
 BATCH_INTERVAL_S = 0.05
 MAX_BATCH = 4000          # events per signal: one batch is a bounded amount of GUI work

@@ -6,9 +6,8 @@ from typing import Any
 
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
-
-from core.gpus import nvml_gpu_for_physical, tf_gpu_messages
-from gui.colors import device_color
+from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.gui.colors import device_color
 
 
 class DevicesPanel(QWidget):

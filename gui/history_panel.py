@@ -15,12 +15,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from core.config import DeviceConfig
-from core.history import RunHistory
-from core.session import JobRun
-from gui.log_panel import LogPanel
-from gui.runs_panel import ResultView
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.session import JobRun
+from tf_device_panel.gui.log_panel import LogPanel
+from tf_device_panel.gui.runs_panel import ResultView
 
 
 class HistoryPanel(QWidget):

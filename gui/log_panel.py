@@ -22,11 +22,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from core import events, placement
-from core.events import Event
-from gui.colors import device_color
-from gui.notice import show_notice
+from tf_device_panel.core import events, placement
+from tf_device_panel.core.events import Event
+from tf_device_panel.gui.colors import device_color
+from tf_device_panel.gui.notice import show_notice
 
 MAX_LOG_LINES = 20_000
 KIND_LABELS = {placement.PLACEMENT: "Placement", placement.TF_INFO: "TF info", placement.WARNING: "Warnings",

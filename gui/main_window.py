@@ -20,24 +20,31 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core import events
+from tf_device_panel.core.config import (
+    DeviceConfig,
+    GpuInfo,
+    ProfileError,
+    load_profile,
+    save_profile,
+    to_python_snippet,
+)
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.nvml import shared as shared_nvml
+from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui.config_panel import ConfigPanel
+from tf_device_panel.gui.controller import BUSY, CANCEL_GRACE_S, EXITED, READY, STARTING, RuntimeController
+from tf_device_panel.gui.devices_panel import DevicesPanel
+from tf_device_panel.gui.doctor_panel import DoctorPanel
+from tf_device_panel.gui.history_panel import HistoryPanel
+from tf_device_panel.gui.log_panel import LogPanel
+from tf_device_panel.gui.memory_panel import MemoryPanel
+from tf_device_panel.gui.notice import show_notice
+from tf_device_panel.gui.runs_panel import RunsPanel
 
-import resources
-from core import events
-from core.config import DeviceConfig, GpuInfo, ProfileError, load_profile, save_profile, to_python_snippet
-from core.events import Event
-from core.gpus import nvml_gpu_for_physical, tf_gpu_messages
-from core.history import RunHistory
-from core.nvml import shared as shared_nvml
-from core.session import JobOutcome
-from gui.config_panel import ConfigPanel
-from gui.controller import BUSY, CANCEL_GRACE_S, EXITED, READY, STARTING, RuntimeController
-from gui.devices_panel import DevicesPanel
-from gui.doctor_panel import DoctorPanel
-from gui.history_panel import HistoryPanel
-from gui.log_panel import LogPanel
-from gui.memory_panel import MemoryPanel
-from gui.notice import show_notice
-from gui.runs_panel import RunsPanel
+from tf_device_panel import resources
 
 ORGANIZATION, APPLICATION = "TF Device Panel", "tf-device-panel"
 

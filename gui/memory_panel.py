@@ -29,14 +29,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from core import events
-from core.events import Event
-from core.gpus import nvml_index_for
-from core.nvml import Nvml
-from core.telemetry import History, Marker, Sample, Sampler
-from gui.colors import device_color, palette_colors, theme_axes
-from gui.notice import show_notice
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.gpus import nvml_index_for
+from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.telemetry import History, Marker, Sample, Sampler
+from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.notice import show_notice
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500

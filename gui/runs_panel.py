@@ -38,13 +38,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from core import jobs
-from core.cluster import task_devices_text
-from core.jobs import JOBS, JobSpec, Param, ParamError
-from core.placement import short_device_name
-from core.session import JobOutcome
-from gui.colors import device_color, themed_plot
+from tf_device_panel.core import jobs
+from tf_device_panel.core.cluster import task_devices_text
+from tf_device_panel.core.jobs import JOBS, JobSpec, Param, ParamError
+from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui.colors import device_color, themed_plot
 
 
 def _int_bound(value: float | None, fallback: int) -> int:

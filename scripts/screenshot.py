@@ -17,10 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
-
-from core.config import DeviceConfig
-from core.history import RunHistory
-from gui.main_window import MainWindow
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.gui.main_window import MainWindow
 
 
 def main() -> int:

@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from core import events  # noqa: E402
-from core.config import DeviceConfig  # noqa: E402
-from core.events import Event  # noqa: E402
-from core.runtime import RuntimeProcess  # noqa: E402
+from tf_device_panel.core import events  # noqa: E402
+from tf_device_panel.core.config import DeviceConfig  # noqa: E402
+from tf_device_panel.core.events import Event  # noqa: E402
+from tf_device_panel.core.runtime import RuntimeProcess  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from conftest import ROOT
 
 
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
     assert "Traceback" not in done.stderr, done.stderr
     return done
@@ -116,7 +116,7 @@ def test_jobs_snippet_and_runs(two_cpus: str) -> None:
 
 
 def test_ctrl_c_cancels_the_job_cleanly(tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "run", "fit", "--param", "epochs=10000",
+    process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "run", "fit", "--param", "epochs=10000",
                                 "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         runtime = None
@@ -155,7 +155,7 @@ def test_jobs_code_and_cluster_config() -> None:
 def test_cluster_config_with_a_profile_gives_each_task_its_device_configuration(two_cpus: str, tmp_path: Path) -> None:
     done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--worker", "10.0.0.2:2222", "--config", two_cpus)
     assert done.returncode == 0, done.stderr
-    commands = [line for line in done.stdout.splitlines() if "core.cluster_task" in line]
+    commands = [line for line in done.stdout.splitlines() if "tf_device_panel.core.cluster_task" in line]
     assert len(commands) == 2 and all(line.endswith(f"--profile {two_cpus}") for line in commands)
     assert f"device configuration in {two_cpus}" in done.stdout
     bad = tmp_path / "bad.json"
@@ -171,7 +171,8 @@ def test_a_cluster_task_names_a_bad_device_configuration(tmp_path: Path) -> None
                                                   "task": {"type": "worker", "index": 0}})}
     for args, expected in ((["--profile", str(bad)], "cpu_devices"),
                            (["--device-config", "{not json"], "--device-config is not JSON")):
-        done = subprocess.run([sys.executable, "-m", "core.cluster_task", "server", *args], cwd=ROOT, env=env,
+        done = subprocess.run([sys.executable, "-m", "tf_device_panel.core.cluster_task", "server", *args], cwd=ROOT,
+                              env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "Traceback" not in done.stderr
         assert expected in done.stderr, done.stderr

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from core.config import (
+from tf_device_panel.core.config import (
     DeviceConfig,
     GpuInfo,
     ProfileError,

@@ -11,10 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
-
-from core import doctor
-from core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
-from core.nvml import Nvml
+from tf_device_panel.core import doctor
+from tf_device_panel.core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
+from tf_device_panel.core.nvml import Nvml
 
 CUDA_BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
               "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
@@ -247,7 +246,7 @@ def test_fake_nvml_feeds_the_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_real_run_on_this_machine() -> None:
-    done = subprocess.run([sys.executable, "-m", "core.cli", "doctor", "--json"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "doctor", "--json"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert "Traceback" not in done.stderr
     report = json.loads(done.stdout)
@@ -260,7 +259,7 @@ def test_real_run_on_this_machine() -> None:
 
 
 def test_tf_gpus_match_nvml_by_bus_id_not_index() -> None:
-    from core.gpus import nvml_gpu_for_physical
+    from tf_device_panel.core.gpus import nvml_gpu_for_physical
 
     nvml = [{"index": 0, "pci_bus_id": "00000000:01:00.0"}, {"index": 1, "pci_bus_id": "00000000:02:00.0"}]
     created = [{"physical": 0, "pci_bus_id": "0000:02:00.0"}]
@@ -269,7 +268,7 @@ def test_tf_gpus_match_nvml_by_bus_id_not_index() -> None:
 
 
 def test_tensorflows_gpu_messages_are_read_once_without_their_log_prefix() -> None:
-    from core.gpus import tf_gpu_messages
+    from tf_device_panel.core.gpus import tf_gpu_messages
 
     lines = ["I0000 00:00:1.0  1 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
              "step 1",

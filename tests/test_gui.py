@@ -16,13 +16,12 @@ import pytest
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt, QTimer
-
-from core import events
-from core.config import DeviceConfig
-from core.events import Event
-from core.history import RunHistory
-from gui.log_panel import MAX_LOG_LINES
-from gui.main_window import MainWindow
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig, to_python_snippet
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.gui.log_panel import MAX_LOG_LINES
+from tf_device_panel.gui.main_window import MainWindow
 
 READY_TIMEOUT_MS = 120_000
 
@@ -250,8 +249,8 @@ def test_the_gui_process_never_imports_tensorflow() -> None:
 
 
 def test_result_views_for_every_result_kind(qtbot) -> None:
-    from core.session import JobOutcome
-    from gui.runs_panel import ResultView
+    from tf_device_panel.core.session import JobOutcome
+    from tf_device_panel.gui.runs_panel import ResultView
 
     view = ResultView()
     qtbot.addWidget(view)
@@ -308,7 +307,7 @@ def test_doctor_panel_runs_in_the_background_and_copies_a_report(qtbot, window: 
 
 
 def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
-    from gui import app
+    from tf_device_panel.gui import app
 
     monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
     monkeypatch.delenv("DISPLAY", raising=False)
@@ -363,4 +362,4 @@ def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWi
     assert not l4.problem_label.isVisible() and panel.apply_button.isEnabled()
     panel.memory_growth.setChecked(True)
     assert panel.field_problems["memory_growth"].isVisible() and not panel.apply_button.isEnabled()
-    assert "set_logical_device_configuration" in __import__("core.config").config.to_python_snippet(panel.config())
+    assert "set_logical_device_configuration" in to_python_snippet(panel.config())

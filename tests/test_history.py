@@ -3,11 +3,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core import events
-from core.config import DeviceConfig
-from core.events import Event
-from core.history import RunHistory
-from core.session import JobRun, run_job_once
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.session import JobRun, run_job_once
 
 
 def test_a_run_is_recorded_as_it_happens(panel_home: Path) -> None:

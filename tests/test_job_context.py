@@ -8,8 +8,8 @@ import sys
 import threading
 import time
 
-from core import events
-from core.jobs.context import PROGRESS_INTERVAL_S, JobCancelled, JobContext
+from tf_device_panel.core import events
+from tf_device_panel.core.jobs.context import PROGRESS_INTERVAL_S, JobCancelled, JobContext
 
 
 def spin(seconds: float) -> None:

@@ -12,11 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import collect_job, of_type
-
-from core import events
-from core.cluster import cluster_commands
-from core.jobs import JOBS, ParamError
-from core.runtime import READY, RuntimeProcess
+from tf_device_panel.core import events
+from tf_device_panel.core.cluster import TASK_MODULE, cluster_commands
+from tf_device_panel.core.jobs import JOBS, ParamError
+from tf_device_panel.core.runtime import READY, RuntimeProcess
 
 
 def result_of(seen: list) -> dict:
@@ -34,7 +33,7 @@ def cluster_processes(runtime: RuntimeProcess) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(runtime.pid).children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):  # it ended while we looked
-            if "core.cluster_task" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+            if TASK_MODULE in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)
     return found
 
@@ -234,7 +233,7 @@ def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict
 
 
 def test_without_network_namespaces_the_cluster_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from core.cluster import LocalCluster
+    from tf_device_panel.core.cluster import LocalCluster
 
     for tool in ("unshare", "nsenter"):
         script = tmp_path / tool
@@ -265,8 +264,8 @@ def test_a_killed_runtime_takes_its_cluster_with_it(start_runtime) -> None:
 
 
 def test_cluster_tasks_get_the_runtimes_configuration_and_gpus_only_when_they_can_share_them() -> None:
-    from core.config import DeviceConfig, parse_config
-    from core.jobs.cluster_jobs import task_device_config
+    from tf_device_panel.core.config import DeviceConfig, parse_config
+    from tf_device_panel.core.jobs.cluster_jobs import task_device_config
 
     # no GPU: the runtime's configuration as it is (placement logging as the job asks)
     config, note = task_device_config(DeviceConfig(cpu_devices=3), 0, log_placement=False)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,12 +51,44 @@ def test_checker_really_sees_imports(tmp_path: Path) -> None:
     assert imported_roots(sample) >= {"PySide6", "pyqtgraph"}
 
 
-def test_importing_core_pulls_in_neither_qt_nor_tensorflow() -> None:
-    import subprocess
-    import sys
-
-    code = ("import sys, core.cli, core.runtime, core.session, core.jobs, core.config, core.history;"
+def test_importing_core_pulls_in_neither_qt_nor_tensorflow(tmp_path: Path) -> None:
+    code = ("import sys; from tf_device_panel.core import cli, runtime, session, jobs, config, history;"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{sorted(QT_MODULES | TF_MODULES)!r}); print(bad); sys.exit(1 if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _lint_script():
+    spec = importlib.util.spec_from_file_location("lint", ROOT / "scripts" / "lint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _contracts(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "lint.py"), "--only", "imports", "--tree", str(tree)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> None:
+    lint = _lint_script()
+    clean = lint.stage(tmp_path / "clean")
+    done = _contracts(clean)
+    assert done.returncode == 0 and "2 kept, 0 broken" in done.stdout, done.stdout + done.stderr
+
+    # Each plant must break exactly its contract: if the checker read the installed package instead of
+    # the staged tree, or ignored function-level imports, these would pass.
+    core_plant = lint.stage(tmp_path / "core-plant")
+    with (core_plant / "tf_device_panel" / "core" / "history.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    from tf_device_panel.gui import colors\n    return colors\n")
+    done = _contracts(core_plant)
+    assert done.returncode != 0 and "core is Qt-free and never imports the window BROKEN" in done.stdout, done.stdout
+
+    gui_plant = lint.stage(tmp_path / "gui-plant")
+    with (gui_plant / "tf_device_panel" / "gui" / "colors.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    import tensorflow\n    return tensorflow\n")
+    done = _contracts(gui_plant)
+    assert done.returncode != 0 and "the window never imports TensorFlow" in done.stdout, done.stdout
+    assert "1 kept, 1 broken" in done.stdout, done.stdout

@@ -11,12 +11,11 @@ from fake_nvml import FakeGpus, no_library, process
 
 pytest.importorskip("PySide6")
 from PySide6.QtGui import QImage
-
-from core import events
-from core.events import Event
-from core.nvml import Nvml
-from core.telemetry import read_csv
-from gui.memory_panel import MemoryPanel
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.telemetry import read_csv
+from tf_device_panel.gui.memory_panel import MemoryPanel
 
 
 @pytest.fixture
@@ -44,7 +43,7 @@ def ready_event(pid: int) -> Event:
 
 
 def cell(panel: MemoryPanel, row: int, column: str) -> str:
-    from gui.memory_panel import GPU_COLUMNS
+    from tf_device_panel.gui.memory_panel import GPU_COLUMNS
 
     return panel.table.item(row, GPU_COLUMNS.index(column)).text()
 

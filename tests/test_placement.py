@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from core.placement import (
+from tf_device_panel.core.placement import (
     ERROR,
     OUTPUT,
     PLACEMENT,
@@ -60,7 +59,7 @@ def test_device_names(spec: str, short: str) -> None:
 
 
 def test_cluster_devices_keep_their_task() -> None:
-    from core.placement import short_device_name
+    from tf_device_panel.core.placement import short_device_name
 
     assert short_device_name("/job:worker/replica:0/task:1/device:CPU:0") == "/job:worker/task:1/CPU:0"
     assert short_device_name("/job:ps/replica:0/task:0/device:CPU:0") == "/job:ps/task:0/CPU:0"

@@ -13,10 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import ROOT, collect_job, of_type
-
-from core import events
-from core.config import DeviceConfig
-from core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable
 
 
 def placed_devices(seen: list, op_type: str) -> set[str]:
@@ -221,8 +220,8 @@ def test_no_orphan_runtime_when_the_client_goes_away(tmp_path: Path, how: str) -
     client = textwrap.dedent(f"""
         import os, sys, signal, time
         sys.path.insert(0, {str(ROOT)!r})
-        from core.config import DeviceConfig
-        from core.runtime import RuntimeProcess
+        from tf_device_panel.core.config import DeviceConfig
+        from tf_device_panel.core.runtime import RuntimeProcess
         runtime = RuntimeProcess(DeviceConfig())
         runtime.start()
         runtime.wait_ready()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from core.config import DeviceConfig, to_python_snippet
+from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 
 PROBE = """
 import json

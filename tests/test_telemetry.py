@@ -9,9 +9,8 @@ import time
 import numpy as np
 import pytest
 from fake_nvml import FakeGpus, no_library, process
-
-from core.nvml import Nvml
-from core.telemetry import History, Sampler, Series, read_csv
+from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.telemetry import History, Sampler, Series, read_csv
 
 
 def test_series_is_a_bounded_ring_in_time_order() -> None:

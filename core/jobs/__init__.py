@@ -197,7 +197,7 @@ JOBS: dict[str, JobSpec] = {
             "matmul", "Matrix multiply",
             "The seed example [[1,2,3],[4,5,6]] @ [[1,2],[3,4],[5,6]], optionally pinned with tf.device; "
             "shows where it ran and whether soft placement moved it.",
-            "core.jobs.basic:matmul",
+            "tf_device_panel.core.jobs.basic:matmul",
             (Param("device", DEVICE, "", "Device to pin the op to with tf.device (e.g. /GPU:0, /CPU:1). "
                    "Empty: let TensorFlow choose. A device that does not exist shows soft placement."),),
         ),
@@ -205,7 +205,7 @@ JOBS: dict[str, JobSpec] = {
             "replicate", "Manual replication",
             "The same matmul on every logical device of one type, then tf.add_n on one device — "
             "replication by hand, as in the seeds.",
-            "core.jobs.basic:replicate",
+            "tf_device_panel.core.jobs.basic:replicate",
             (Param("device_type", CHOICE, "auto", "Which logical devices to replicate on; auto: GPUs if any, "
                    "else CPUs.", choices=("auto", "GPU", "CPU")),
              Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.")),
@@ -215,7 +215,7 @@ JOBS: dict[str, JobSpec] = {
             "Keras model.fit under tf.distribute.MirroredStrategy over the chosen logical devices, with "
             "the seeds' one-unit Dense model or their small CNN; the global batch grows with the number of "
             "replicas.",
-            "core.jobs.training:fit",
+            "tf_device_panel.core.jobs.training:fit",
             (Param("epochs", INT, 2, "Training epochs.", minimum=1, maximum=10_000),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
                    minimum=1, maximum=1_000_000),
@@ -232,7 +232,7 @@ JOBS: dict[str, JobSpec] = {
             "custom-loop", "Custom training loop",
             "The seeds' custom loop: a distributed dataset, per-example loss averaged over the global batch "
             "with tf.nn.compute_average_loss, strategy.run and strategy.reduce(SUM) inside a tf.function.",
-            "core.jobs.training:custom_loop",
+            "tf_device_panel.core.jobs.training:custom_loop",
             (Param("steps", INT, 20, "Training steps.", minimum=1, maximum=1_000_000),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
                    minimum=1, maximum=1_000_000),
@@ -245,7 +245,7 @@ JOBS: dict[str, JobSpec] = {
             "Allocates tensors step by step on one device and reports TF's allocator figures (GPU) or the "
             "process's memory (CPU): see memory growth, memory limits and virtual splits at work, and the "
             "out-of-memory error past a logical device's limit.",
-            "core.jobs.memory:memory",
+            "tf_device_panel.core.jobs.memory:memory",
             (Param("device", DEVICE, "", "Device to allocate on. Empty: the first GPU, else the CPU."),
              Param("step_mib", INT, 64, "MiB allocated per step.", minimum=1, maximum=65_536),
              Param("steps", INT, 8, "Number of allocation steps.", minimum=1, maximum=1000),
@@ -255,7 +255,7 @@ JOBS: dict[str, JobSpec] = {
             "benchmark", "Matmul benchmark",
             "Matrix-multiply throughput (GFLOP/s) on each logical device over sizes and dtypes, with warm-up "
             "and synchronisation, and NumPy's matmul on the same CPU as a reference row.",
-            "core.jobs.benchmark:benchmark",
+            "tf_device_panel.core.jobs.benchmark:benchmark",
             (Param("sizes", INTS, "256,512,1024", "Comma-separated matrix sizes (n for n×n).", maximum=16_384),
              Param("dtypes", MULTI, "float32,float16,bfloat16", "Comma-separated dtypes; a device that lacks "
                    "one shows it as unsupported.", choices=("float32", "float16", "bfloat16", "float64")),
@@ -266,7 +266,7 @@ JOBS: dict[str, JobSpec] = {
             "multi-worker", "Multi-worker cluster",
             "N worker processes on 127.0.0.1, each with its own TF_CONFIG, run a custom training loop under "
             "MultiWorkerMirroredStrategy; their losses must agree. (Keras 3's fit fails under this strategy.)",
-            "core.jobs.cluster_jobs:multi_worker",
+            "tf_device_panel.core.jobs.cluster_jobs:multi_worker",
             (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16),
              Param("steps", INT, 10, "Training steps.", minimum=1, maximum=100_000),
              Param("batch_per_replica", INT, 5, "Batch per replica.", minimum=1, maximum=1_000_000),
@@ -274,13 +274,13 @@ JOBS: dict[str, JobSpec] = {
              Param("log_placement", BOOL, True, "Log the workers' op placement."),
              Param("timeout_s", INT, 180, "Give up (and stop every worker) after this many seconds.",
                    minimum=10, maximum=86_400)),
-            (("Each worker process, with its own TF_CONFIG, runs", "core.cluster_task:mwms_worker"),),
+            (("Each worker process, with its own TF_CONFIG, runs", "tf_device_panel.core.cluster_task:mwms_worker"),),
         ),
         JobSpec(
             "parameter-server", "Parameter-server cluster",
             "A coordinator, one parameter server and N workers as local processes; a custom loop scheduled "
             "through ClusterCoordinator. Shows where the variables live (/job:ps/...).",
-            "core.jobs.cluster_jobs:parameter_server",
+            "tf_device_panel.core.jobs.cluster_jobs:parameter_server",
             (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16),
              Param("steps", INT, 20, "Training steps scheduled on the workers.", minimum=1, maximum=100_000),
              Param("batch_per_replica", INT, 5, "Batch per worker step.", minimum=1, maximum=1_000_000),
@@ -288,14 +288,14 @@ JOBS: dict[str, JobSpec] = {
              Param("log_placement", BOOL, False, "Log op placement in every task (many lines)."),
              Param("timeout_s", INT, 180, "Give up (and stop every process) after this many seconds.",
                    minimum=10, maximum=86_400)),
-            (("The parameter server and each worker process run", "core.cluster_task:server"),
-             ("The coordinator process runs", "core.cluster_task:ps_coordinator")),
+            (("The parameter server and each worker process run", "tf_device_panel.core.cluster_task:server"),
+             ("The coordinator process runs", "tf_device_panel.core.cluster_task:ps_coordinator")),
         ),
         JobSpec(
             "script", "Your script",
             "Run your own Python file inside the configured runtime and stream its output, to watch your "
             "training under this device configuration.",
-            "core.jobs.script:script",
+            "tf_device_panel.core.jobs.script:script",
             (Param("path", PATH, "", "The Python file to run (as __main__)."),
              Param("args", ARGS, "", "Command-line arguments for the script (shell quoting).")),
         ),

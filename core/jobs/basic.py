@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from core.jobs.context import JobContext, JobError
+from tf_device_panel.core.jobs.context import JobContext, JobError
 
 SEED_A = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 SEED_B = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from core.jobs import split_devices
-from core.jobs.context import JobContext
-from core.jobs.devices import logical_devices, resolve_device
-from core.placement import short_device_name
+from tf_device_panel.core.jobs import split_devices
+from tf_device_panel.core.jobs.context import JobContext
+from tf_device_panel.core.jobs.devices import logical_devices, resolve_device
+from tf_device_panel.core.placement import short_device_name
 
 
 def _gflops(size: int, repeats: int, seconds: float) -> float:

@@ -6,10 +6,10 @@ import json
 import time
 from typing import Any
 
-from core import events, placement
-from core.cluster import LocalCluster, Task, TaskFailed, devices_by_task, free_ports, tf_config
-from core.config import DeviceConfig
-from core.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core import events, placement
+from tf_device_panel.core.cluster import LocalCluster, Task, TaskFailed, devices_by_task, free_ports, tf_config
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 
 HOST = "127.0.0.1"
 

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from core import events
-from core.config import DeviceConfig
-from core.placement import canonical_device, short_device_name
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.placement import canonical_device, short_device_name
 
 PROGRESS_INTERVAL_S = 0.05
 

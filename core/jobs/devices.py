@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.jobs.context import JobError
-from core.placement import canonical_device
+from tf_device_panel.core.jobs.context import JobError
+from tf_device_panel.core.placement import canonical_device
 
 
 def logical_devices() -> dict[str, str]:

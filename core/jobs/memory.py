@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from core.jobs.context import JobContext, JobError
-from core.jobs.devices import resolve_device
-from core.placement import short_device_name
+from tf_device_panel.core.jobs.context import JobContext, JobError
+from tf_device_panel.core.jobs.devices import resolve_device
+from tf_device_panel.core.placement import short_device_name
 
 MIB = 1024 * 1024
 HOST_RESERVE = 0.15  # never take the host below this share of free memory

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import JobContext, JobError
+from tf_device_panel.core.jobs.context import JobContext, JobError
 
 
 def script(ctx: JobContext, path: str, args: str = "") -> dict[str, Any]:

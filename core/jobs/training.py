@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.jobs import split_devices
-from core.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.jobs import split_devices
+from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 
 
 def pick_devices(requested: str) -> list[str]:
     """The logical devices to mirror over: those named (which must exist), else all GPUs, else all CPUs."""
     import tensorflow as tf
-
-    from core.placement import canonical_device
+    from tf_device_panel.core.placement import canonical_device
 
     logical = tf.config.list_logical_devices()
     by_short = {canonical_device(d.name): d.name for d in logical}
