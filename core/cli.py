@@ -134,7 +134,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     finally:
         runtime.stop()
     if args.json:
-        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(runtime.last_lines)})
+        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(runtime.recent_lines())})
         return EXIT_OK
     build = info.get("build", {})
     cuda = "no CUDA"
@@ -155,7 +155,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"  {device['short_name']:<8} {device['name']}{limit}")
     if not any(d["device_type"] == "GPU" for d in info["physical"]):
         print("\nTensorFlow sees no GPU.")
-        for message in tf_gpu_messages(runtime.last_lines)[-4:]:
+        for message in tf_gpu_messages(runtime.recent_lines())[-4:]:
             print(f"  TensorFlow said: {message}")
     print("\nNVML:", end=" ")
     if not nvml_info["available"]:

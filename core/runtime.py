@@ -91,7 +91,8 @@ class RuntimeProcess:
         self.startup_error: dict[str, Any] | None = None
         self.exit_info: dict[str, Any] | None = None
         self.running_job: str | None = None
-        self.last_lines: deque[str] = deque(maxlen=LAST_LINES)
+        self._last_lines: deque[str] = deque(maxlen=LAST_LINES)  # appended by the reader thread
+        self._last_lines_lock = threading.Lock()
         self.tf_gpus: list[dict[str, Any]] = []  # from TF's "Created device" lines: logical GPU -> bus id
         self._on_event = on_event
         self._queue: deque[Event] = deque()
@@ -104,6 +105,11 @@ class RuntimeProcess:
         self._killed_reason: str | None = None
         self._killed_for_cancel = False
         self._write_lock = threading.Lock()
+
+    def recent_lines(self) -> list[str]:
+        """The runtime's last output lines (a copy: the reader thread keeps appending)."""
+        with self._last_lines_lock:
+            return list(self._last_lines)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -331,7 +337,8 @@ class RuntimeProcess:
                 fences_seen.setdefault(line[len(FENCE_PREFIX):], set()).add(stream)
                 release()
                 return
-            self.last_lines.append(line)
+            with self._last_lines_lock:
+                self._last_lines.append(line)
             if self.state == STARTING and "Created device" in line:
                 created = created_gpu(line)
                 if created is not None:
@@ -419,7 +426,7 @@ class RuntimeProcess:
         description = describe_exit(returncode, self._killed_reason)
         info: dict[str, Any] = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-            "description": description, "expected": expected, "last_lines": list(self.last_lines),
+            "description": description, "expected": expected, "last_lines": self.recent_lines(),
             "killed_for_cancel": self._killed_for_cancel}
         self.exit_info = info
         job_id = self.running_job

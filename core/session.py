@@ -50,26 +50,46 @@ class JobOutcome:
 
 
 class JobRun:
-    """Consumes the events of one job (and runtime-wide ones meanwhile) into a `JobOutcome`."""
+    """Consumes the events of one job (and runtime-wide ones meanwhile) into a `JobOutcome`.
+
+    A runtime's reader thread feeds it while the window's thread asks whether it has finished: both go
+    through one lock. Once finished, the outcome no longer changes and can be read freely.
+    """
 
     def __init__(self, job: str, params: Mapping[str, Any], config: DeviceConfig,
                  devices: dict[str, Any] | None, history: RunHistory | None = None):
         self.outcome = JobOutcome(job=job, params=dict(params), config=config.to_json(), devices=devices)
         self.recorder: RunRecorder | None = None
         self._started = time.monotonic()
+        self._lock = threading.RLock()
         if history is not None:
             self.recorder = history.new_run(job, dict(params), config.to_json(), devices)
             self.outcome.run_id = self.recorder.run_id
 
+    @property
+    def finished(self) -> bool:
+        with self._lock:
+            return self.outcome.finished
+
+    @property
+    def job_id(self) -> str | None:
+        with self._lock:
+            return self.outcome.job_id
+
     def attach(self, job_id: str) -> None:
-        self.outcome.job_id = job_id
-        if self.recorder is not None:
-            self.recorder.summary["job_id"] = job_id
+        with self._lock:
+            self.outcome.job_id = job_id
+            if self.recorder is not None:
+                self.recorder.summary["job_id"] = job_id
 
     def feed(self, event: Event) -> bool:
         """Take one event; returns True once the job has finished. Other jobs' events are ignored."""
+        with self._lock:
+            return self._feed(event)
+
+    def _feed(self, event: Event) -> bool:
         outcome = self.outcome
-        if event.job_id is not None and event.job_id != outcome.job_id:
+        if outcome.finished or (event.job_id is not None and event.job_id != outcome.job_id):
             return outcome.finished
         if self.recorder is not None:
             self.recorder.append(event)
@@ -100,10 +120,11 @@ class JobRun:
 
     def fail(self, error_type: str, message: str, status: str = "error") -> None:
         """End a run that never reached the runtime (e.g. the configuration was rejected)."""
-        self.outcome.status = status
-        self.outcome.error = {"type": error_type, "message": message}
-        self.outcome.duration_s = time.monotonic() - self._started
-        self._finish()
+        with self._lock:
+            self.outcome.status = status
+            self.outcome.error = {"type": error_type, "message": message}
+            self.outcome.duration_s = time.monotonic() - self._started
+            self._finish()
 
     def _finish(self) -> None:
         if self.recorder is not None:

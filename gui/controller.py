@@ -78,7 +78,7 @@ class RuntimeController(QObject):
         self.stateChanged.emit(runtime.state)
 
     def _retire(self, runtime: RuntimeProcess) -> None:
-        if self.job_run is not None and not self.job_run.outcome.finished:
+        if self.job_run is not None and not self.job_run.finished:
             runtime.kill(reason="replaced by a new configuration")
         thread = threading.Thread(target=runtime.stop, args=(STOP_TIMEOUT_S,), name="runtime-stop", daemon=True)
         thread.start()
@@ -130,8 +130,8 @@ class RuntimeController(QObject):
         if generation != self._generation:
             return
         run = self.job_run
-        if run is not None and not run.outcome.finished and (event.job_id == run.outcome.job_id
-                                                              or event.type == events.RUNTIME_EXITED):
+        if run is not None and not run.finished and (event.job_id == run.job_id
+                                                     or event.type == events.RUNTIME_EXITED):
             run.feed(event)
         with self._lock:
             self._buffer.append(event)
@@ -176,7 +176,7 @@ class RuntimeController(QObject):
             if event.type in (events.READY, events.RUNTIME_EXITED, events.STARTUP_ERROR):
                 self.stateChanged.emit(self.state if event.type != events.RUNTIME_EXITED else EXITED)
             if event.type == events.JOB_FINISHED and self.job_run is not None \
-                    and event.job_id == self.job_run.outcome.job_id:
+                    and event.job_id == self.job_run.job_id:
                 self.jobFinished.emit(self.job_run.outcome)
                 self.stateChanged.emit(self.state)
 

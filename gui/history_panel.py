@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -23,7 +23,6 @@ from tf_device_panel.gui.runs_panel import ResultView
 
 
 class HistoryPanel(QWidget):
-    opened = Signal(str)
 
     def __init__(self, history: RunHistory, parent: QWidget | None = None):
         super().__init__(parent)
@@ -73,7 +72,6 @@ class HistoryPanel(QWidget):
         self.dialogs.append(dialog)
         dialog.finished.connect(lambda _: self.dialogs.remove(dialog))
         dialog.show()
-        self.opened.emit(run_id)
         return dialog
 
 
@@ -97,7 +95,7 @@ class RunDialog(QDialog):
             replay.attach(summary.get("job_id") or next((e.job_id for e in recorded if e.job_id), ""))
             for event in recorded:
                 replay.feed(event)
-            if not replay.outcome.finished:
+            if not replay.finished:
                 replay.outcome.status = summary.get("status", "interrupted")
                 replay.outcome.error = summary.get("error") or {"type": "Interrupted",
                                                                 "message": "this run did not finish"}

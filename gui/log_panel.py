@@ -6,7 +6,7 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -144,7 +144,6 @@ class PlacementModel(QAbstractTableModel):
 class LogPanel(QWidget):
     """Bounded, batched raw log with filters, and the placement table."""
 
-    fallbackSeen = Signal(str)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -256,7 +255,6 @@ class LogPanel(QWidget):
             f"⚠ Soft placement: <b>{data['op']}</b> was pinned to <b>{data['requested']}</b>, which does not "
             f"exist here, and ran on <b>{data['actual_short']}</b> instead.")
         self.fallback_banner.show()
-        self.fallbackSeen.emit(data["actual_short"])
 
     def _update_summary(self) -> None:
         totals = self.model.per_device()
@@ -279,9 +277,6 @@ class LogPanel(QWidget):
         visible = [text for kind, text in self.entries if self._passes(kind, text)]
         self.view.setPlainText("\n".join(visible))
         self.view.moveCursor(self.view.textCursor().MoveOperation.End)
-
-    def visible_text(self) -> str:
-        return self.view.toPlainText()
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text("\n".join(text for _, text in self.entries) + "\n", encoding="utf-8")

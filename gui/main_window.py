@@ -60,7 +60,6 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
         self.profile_path: Path | None = None
-        self.profile_is_broken = False
         self.nvml_gpus: list[dict[str, Any]] = []
         self.closing = False
         self.notices: list[str] = []  # every message shown to the user, newest last
@@ -223,7 +222,7 @@ class MainWindow(QMainWindow):
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         runtime = self.controller.runtime
-        tf_lines = list(runtime.last_lines) if runtime is not None else []
+        tf_lines = runtime.recent_lines() if runtime is not None else []
         self.devices.show_devices(info, self.nvml_gpus, tf_lines)
         created = info.get("gpu_devices", [])
         nvml = {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
@@ -292,7 +291,7 @@ class MainWindow(QMainWindow):
         self.runs.set_can_run(can_run and not self.runs.stop_button.isEnabled(),
                               "" if can_run else f"The runtime is {state}")
         if state != BUSY and self.runs.stop_button.isEnabled() and self.controller.job_run is not None \
-                and self.controller.job_run.outcome.finished:
+                and self.controller.job_run.finished:
             self.runs.stop_button.setEnabled(False)
 
     def notify(self, title: str, message: str) -> None:

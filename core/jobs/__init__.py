@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-INT, FLOAT, BOOL, STR, CHOICE, DEVICE, DEVICES, PATH, ARGS, INTS, MULTI = (
-    "int", "float", "bool", "str", "choice", "device", "devices", "path", "args", "ints", "multi")
+INT, FLOAT, BOOL, CHOICE, DEVICE, DEVICES, PATH, ARGS, INTS, MULTI = (
+    "int", "float", "bool", "choice", "device", "devices", "path", "args", "ints", "multi")
 
 _DEVICE_SPEC = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?(/?(device:)?[A-Za-z_]+:\d+)$")
 
@@ -135,12 +135,6 @@ class JobSpec:
     entry: str                      # "module:function", run inside the runtime process
     params: tuple[Param, ...] = ()
     task_entries: tuple[tuple[str, str], ...] = ()  # ("who runs", "module:function") in cluster processes
-
-    def param(self, name: str) -> Param:
-        for param in self.params:
-            if param.name == name:
-                return param
-        raise KeyError(name)
 
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params}
