@@ -9,7 +9,6 @@ import argparse
 import statistics
 import time
 
-import _common  # noqa: F401
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runtime import RuntimeProcess

@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 import time
 
-import _common  # noqa: F401
 from tf_device_panel.core.placement import parse_line
 
 SAMPLE = [

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import _common  # noqa: F401
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runtime import RuntimeProcess
 

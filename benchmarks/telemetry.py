@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import _common  # noqa: F401
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
