@@ -91,13 +91,13 @@ class PlotSpec(TypedDict):
 
 class _TableBase(TypedDict):
     kind: Literal["table"]
-    columns: list[str]                # keys of each row, in order
     rows: list[dict[str, Any]]        # a row may carry "unsupported": why its figures are missing
 
 
 class TableResult(_TableBase, total=False):
     """benchmark: any table of rows, with an optional plot of one column against another."""
 
+    columns: list[str]                # keys of each row, in order (without it: the first row's keys)
     title: str
     column_titles: dict[str, str]     # key -> heading; a key without one is its own heading
     repeats: int
@@ -326,7 +326,8 @@ def _memory(result: MemoryResult) -> Presentation:
 
 @presenter("table")
 def _table(result: TableResult) -> Presentation:
-    keys, rows = result["columns"], result["rows"]
+    rows = result["rows"]
+    keys = result.get("columns") or [k for k in (rows[0] if rows else {}) if k != "unsupported"]
     titles = result.get("column_titles", {})
     numeric = {k for k in keys if any(isinstance(r.get(k), int | float) and not isinstance(r.get(k), bool)
                                       for r in rows)}
