@@ -28,6 +28,7 @@ from tf_device_panel.gui.colors import device_color, themed_plot
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
+MAX_TABLE_WIDTH = 520  # px; a wider table scrolls sideways and leaves the rest to the plot
 FAILED = {"cancelled": "Cancelled", "crashed": "The runtime died"}
 
 
@@ -68,8 +69,13 @@ def _table_widget(table: Table) -> QTableWidget:
     widget.resizeColumnsToContents()
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
+    frame = 2 * widget.frameWidth()
+    width = widget.horizontalHeader().length() + frame + (widget.verticalHeader().sizeHint().width() if table.matrix
+                                                          else 0)
+    widget.setMinimumWidth(min(width, MAX_TABLE_WIDTH))  # the splitter then gives the table its columns' width
     header = 0 if table.matrix else widget.horizontalHeader().sizeHint().height()
-    widget.setMaximumHeight(header + widget.verticalHeader().length() + 2 * widget.frameWidth())
+    scrollbar = widget.horizontalScrollBar().sizeHint().height() if width > MAX_TABLE_WIDTH else 0
+    widget.setMaximumHeight(header + widget.verticalHeader().length() + frame + scrollbar)
     widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
     return widget
 
