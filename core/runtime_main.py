@@ -25,8 +25,8 @@ from tf_device_panel.core.config import ConfigError, DeviceConfig
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.streams import FENCE_PREFIX
 
-FENCE_PREFIX = "\x1eTFDP-FENCE:"
 EXIT_CONFIG_REJECTED = 3
 EXIT_CLIENT_GONE = 4
 CANCEL_INTERRUPT_AFTER_S = 1.0
