@@ -351,11 +351,11 @@ class RuntimeProcess:
             self._commands_fd = None
         expected = self._stop_requested and self._killed_reason is None and returncode == 0
         description = describe_exit(returncode, self._killed_reason)
-        info: dict[str, Any] = {
+        info: events.RuntimeExitedData = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
             "description": description, "expected": expected, "last_lines": self.recent_lines(),
             "killed_for_cancel": self._killed_for_cancel}
-        self.exit_info = info
+        self.exit_info = dict(info)
         job_id = self.running_job
         if job_id is not None:
             # Killed on purpose (Stop that timed out, window closed, new configuration): the job was
@@ -363,11 +363,12 @@ class RuntimeProcess:
             cancelled = self._killed_for_cancel or self._killed_reason is not None
             message = (f"the runtime was killed while the job was running: {self._killed_reason}"
                        if self._killed_reason else f"the runtime {description} while the job was running")
-            self._deliver(Event(events.ERROR, {"type": "RuntimeExited", "message": message,
-                                               "last_lines": info["last_lines"][-12:]}, job_id=job_id))
-            self._deliver(Event(events.JOB_FINISHED, {"status": "cancelled" if cancelled else "crashed",
-                                                      "duration_s": None}, job_id=job_id))
+            error: events.ErrorData = {"type": "RuntimeExited", "message": message,
+                                       "last_lines": info["last_lines"][-12:]}
+            finished: events.JobFinishedData = {"status": "cancelled" if cancelled else "crashed", "duration_s": None}
+            self._deliver(Event(events.ERROR, dict(error), job_id=job_id))
+            self._deliver(Event(events.JOB_FINISHED, dict(finished), job_id=job_id))
         self.running_job = None
         _live.discard(self)
         self._set_state(EXITED)
-        self._deliver(Event(events.RUNTIME_EXITED, info))
+        self._deliver(Event(events.RUNTIME_EXITED, dict(info)))
