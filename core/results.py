@@ -261,10 +261,16 @@ def present(result: Any) -> Presentation | None:
         return None
     if not isinstance(result, Mapping):
         return Presentation(repr(result))
-    function = PRESENTERS.get(result_kind(result) or "")
+    kind = result_kind(result) or ""
+    raw = tuple(json.dumps(result, indent=2, default=str).splitlines())
+    function = PRESENTERS.get(kind)
     if function is None:  # a kind this version does not know (e.g. from a newer run record): its raw JSON
-        return Presentation("", tuple(json.dumps(result, indent=2, default=str).splitlines()))
-    return function(result)
+        return Presentation("", raw)
+    try:
+        return function(result)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        # A record some other version wrote: it still opens, as what it holds.
+        return Presentation(f"a {kind} result this version cannot lay out ({type(exc).__name__}: {exc})", raw)
 
 
 def _series(name: str, ys: Sequence[float], xs: Sequence[float] | None = None) -> Series:

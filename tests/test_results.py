@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from tf_device_panel.core import cli, events
 from tf_device_panel.core.cli_output import format_result, one_line, runs_text, table_text
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, format_cell, present
-from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.core.session import JobOutcome, JobRun
 
 FULL_CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
 BENCHMARK: dict[str, Any] = {
@@ -113,6 +114,9 @@ def test_script_unknown_and_missing_results() -> None:
     unknown = text({"kind": "from-the-future", "answer": 42})
     assert unknown.startswith("result:") and '"answer": 42' in unknown
     assert text(7) == "result: 7"
+    broken = text({"kind": "training", "devices": ["/CPU:0"], "replicas_in_sync": 1})  # no batch, no loss
+    assert broken.startswith("result: a training result this version cannot lay out (KeyError") and \
+        '"replicas_in_sync": 1' in broken
     assert text(None) == ""
 
 
@@ -158,3 +162,23 @@ def test_runs_listing_prints_a_multi_line_error_as_one_row(panel_home: Path,
     assert cli.main(["runs", "--limit", "-1"]) == 2 and "expected 0 or more" in capsys.readouterr().err
     with pytest.raises(ValueError):
         RunHistory().summaries(limit=-1)
+
+
+def test_a_run_recorded_before_the_typed_protocol_still_opens(panel_home: Path) -> None:
+    folder = panel_home / "runs" / "20260101-000000-benchmark-abcdef"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"run_id": folder.name, "job": "benchmark", "status": "ok",
+                                                 "job_id": "1-1-1", "started": 1.0, "client_pid": 1}))
+    old_result = {k: v for k, v in BENCHMARK.items() if k != "column_titles"}  # as the benchmark job wrote it
+    lines = [{"type": "job_started", "job_id": "1-1-1", "time": 1.0, "data": {"job": "benchmark", "params": {}}},
+             {"type": "result", "job_id": "1-1-1", "time": 2.0, "data": {"result": old_result}},
+             {"type": "job_finished", "job_id": "1-1-1", "time": 3.0, "data": {"status": "ok", "duration_s": 2.0}}]
+    (folder / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    history = RunHistory()
+    replay = JobRun("benchmark", {}, DeviceConfig(), None)
+    replay.attach(history.get(folder.name)["job_id"])
+    for event in history.events(folder.name):
+        replay.feed(event)
+    assert replay.outcome.status == "ok"
+    out = format_result(replay.outcome)
+    assert out[1].split() == ["device", "dtype", "size", "gflops", "seconds"] and len(out) == 8
