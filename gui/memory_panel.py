@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyqtgraph as pg
@@ -257,9 +257,10 @@ class MemoryPanel(QWidget):
             elif event.type == events.ERROR and event.job_id is not None:
                 self.history.mark(event.time, "error", str(data.get("type", "error")))
             elif event.type == events.TF_MEMORY:
-                device = data["device"]
-                self.history.record(event.time, {f"tf{device}.current_mib": data["current_mib"],
-                                                 f"tf{device}.peak_mib": data["peak_mib"]})
+                figures = cast(events.TfMemoryData, data)
+                device = figures["device"]
+                self.history.record(event.time, {f"tf{device}.current_mib": figures["current_mib"],
+                                                 f"tf{device}.peak_mib": figures["peak_mib"]})
                 self._ensure_tf_curves(device)
 
     def _map_logical_gpus(self, ready: dict[str, Any]) -> None:
