@@ -8,13 +8,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TextIO, cast
 
-from tf_device_panel.core import events
-from tf_device_panel.core.cluster import cluster_commands, task_devices_text
+from tf_device_panel.core.cli_output import (
+    RunPrinter,
+    cluster_config_text,
+    devices_text,
+    error_text,
+    jobs_text,
+    problems_text,
+    run_text,
+    runs_text,
+)
+from tf_device_panel.core.cluster import cluster_commands
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
@@ -24,12 +31,12 @@ from tf_device_panel.core.config import (
     to_python_snippet,
     validate,
 )
-from tf_device_panel.core.events import Event
+from tf_device_panel.core.events import ReadyData
 from tf_device_panel.core.gpus import tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
-from tf_device_panel.core.session import JobOutcome, run_job_once
+from tf_device_panel.core.session import run_job_once
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -50,6 +57,11 @@ class _Parser(argparse.ArgumentParser):
 
 def _emit_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=str))
+
+
+def _print_lines(lines: Iterable[str], stream: TextIO | None = None) -> None:
+    for line in lines:
+        print(line, file=stream or sys.stdout)
 
 
 def nvml_gpu_inventory() -> list[GpuInfo] | None:
@@ -77,15 +89,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         config = load_profile(args.file)
     except ProfileError as exc:
-        print(f"{args.file}: {len(exc.problems)} problem(s)")
-        for problem in exc.problems:
-            print(f"  - {problem}")
+        _print_lines(problems_text(args.file, exc.problems))
         return EXIT_USAGE
     problems = validate(config, nvml_gpu_inventory())
     if problems:
-        print(f"{args.file}: {len(problems)} problem(s) on this machine")
-        for problem in problems:
-            print(f"  - {problem}")
+        _print_lines(problems_text(f"{args.file} on this machine", problems))
         return EXIT_USAGE
     print(f"{args.file}: valid — {config.summary()}")
     return EXIT_OK
@@ -105,13 +113,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json([spec.to_json() for spec in JOBS.values()])
         return EXIT_OK
-    for spec in JOBS.values():
-        print(f"{spec.name:<16} {spec.title}\n           {spec.description}")
-        for param in spec.params:
-            extra = f" (one of: {', '.join(param.choices)})" if param.choices else ""
-            print(f"           --param {param.name}=<{param.type}>  default {param.default!r}{extra}")
-            print(f"               {param.help}")
-        print()
+    _print_lines(jobs_text(JOBS.values()))
     return EXIT_OK
 
 
@@ -136,148 +138,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(runtime.recent_lines())})
         return EXIT_OK
-    build = info.get("build", {})
-    cuda = "no CUDA"
-    if build.get("is_cuda_build"):
-        cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
-    print(f"TensorFlow {info['tf_version']} ({cuda} build), Python {info['python']}")
-    print(f"Configuration: {config.summary()}")
-    print("\nPhysical devices:")
-    for device in info["physical"]:
-        extra = ""
-        if device["device_type"] == "GPU":
-            extra = f"  {device.get('device_name', '')}  compute {device.get('compute_capability') or '?'}"
-            extra += "" if device.get("visible") else "  (hidden by visible_gpus)"
-        print(f"  {device['name']}{extra}")
-    print("\nLogical devices (created by the runtime):")
-    for device in info["logical"]:
-        limit = f"  limit {device['memory_limit_mib']} MiB" if "memory_limit_mib" in device else ""
-        print(f"  {device['short_name']:<8} {device['name']}{limit}")
-    if not any(d["device_type"] == "GPU" for d in info["physical"]):
-        print("\nTensorFlow sees no GPU.")
-        for message in tf_gpu_messages(runtime.recent_lines())[-4:]:
-            print(f"  TensorFlow said: {message}")
-    print("\nNVML:", end=" ")
-    if not nvml_info["available"]:
-        print(nvml_info["message"] or "unavailable")
-    else:
-        print(f"driver {nvml_info['driver_version']} (CUDA {nvml_info['cuda_driver_version']})")
-        for gpu in nvml_info["gpus"]:
-            memory = "memory N/A"
-            if gpu["memory_total_mib"]:
-                memory = f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB"
-            print(f"  GPU {gpu['index']}: {gpu['name'] or 'N/A'}  {gpu['pci_bus_id'] or ''}  {memory}"
-                  + (f"  ({gpu['error']})" if gpu["error"] else ""))
+    _print_lines(devices_text(cast(ReadyData, info), config.summary(), nvml_info,
+                              tf_gpu_messages(runtime.recent_lines())))
     return EXIT_OK
-
-
-class _RunPrinter:
-    """Streams a run to the terminal: progress, placements, fallbacks, the job's own output."""
-
-    def __init__(self, verbose: bool, stream: Any):
-        self.verbose = verbose
-        self.out = stream
-        self.last_message = ""
-
-    def __call__(self, event: Event) -> None:
-        data, out = event.data, self.out
-        if event.type == events.READY:
-            names = ", ".join(d["short_name"] for d in data["logical"])
-            print(f"runtime ready: TensorFlow {data['tf_version']}, logical devices {names} "
-                  f"[pid {data['pid']}]", file=out)
-        elif event.type == events.PROGRESS and data.get("message") and data["message"] != self.last_message:
-            self.last_message = data["message"]
-            print(f"… {data['message']}", file=out)
-        elif event.type == events.PLACEMENT:
-            print(f"  placed {data['op_type']:<16} {data['op']:<28} → {data['short_device']}"
-                  f"  ({data['mode']})", file=out)
-        elif event.type == events.FALLBACK:
-            print(f"  ⚠ soft-placement fallback: {data['op']} asked for {data['requested']}, "
-                  f"ran on {data['actual_short']}", file=out)
-        elif event.type == events.LOG:
-            if data["kind"] == "output" or (self.verbose and data["kind"] != "placement"):
-                print(f"  | {data['text']}", file=out)
-        elif event.type == events.STARTUP_ERROR:
-            print(f"TensorFlow rejected the configuration at {data['stage']}: {data['type']}: "
-                  f"{data['message']}", file=out)
-        elif event.type == events.RUNTIME_EXITED and not data.get("expected"):
-            print(f"runtime {data['description']}", file=out)
-            for line in data.get("last_lines", [])[-10:]:
-                print(f"  last output | {line}", file=out)
-
-
-def _format_result(outcome: JobOutcome) -> list[str]:
-    result = outcome.result
-    lines: list[str] = []
-    if not isinstance(result, dict):
-        return [f"result: {result!r}"] if result is not None else []
-    if "matrix" in result:
-        rows = result["matrix"]
-        width = max(len(f"{v:g}") for row in rows for v in row)
-        lines.append("result:")
-        lines += ["  [" + " ".join(f"{v:>{width}g}" for v in row) + "]" for row in rows]
-        lines.append(f"  on {result.get('device')}")
-        for device, actual in (result.get("replicas") or {}).items():
-            lines.append(f"  replica MatMul on {device} → ran on {actual}")
-    if result.get("kind") == "training":
-        unit = "step" if result.get("loop") == "custom" else "epoch"
-        lines.append(f"result: {result['replicas_in_sync']} replicas in sync over {', '.join(result['devices'])}"
-                     + (f" ({result['model']} model, {result['parameters']} parameters)" if "parameters" in result
-                        else ""))
-        lines.append(f"  global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)")
-        lines += [f"  {unit} {i}: loss {v:.6f}" for i, v in enumerate(result["loss"], 1)]
-    if result.get("kind") == "script":
-        lines.append(f"result: {' '.join(result['argv'])} finished (exit 0)")
-    if result.get("kind") == "memory":
-        lines.append(f"result: memory on {result['short_device']}, {result['step_mib']} MiB per step")
-        for row in result["rows"]:
-            figures = (f"TF current {row['current_mib']:.0f} MiB, peak {row['peak_mib']:.0f} MiB"
-                       if row["current_mib"] is not None else f"process RSS {row['rss_mib']:.0f} MiB")
-            lines.append(f"  step {row['step']:>3} {row['label']:<9} held {row['allocated_mib']:>6} MiB  {figures}")
-        lines += [f"  note: {note}" for note in result.get("notes", [])]
-    if result.get("kind") == "table":
-        lines.append(f"result: {result.get('title', '')}")
-        columns = result["columns"]
-        cells = [[_cell(row.get(c), row) for c in columns] for row in result["rows"]]
-        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
-        lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
-    if result.get("kind") == "cluster":
-        lines.append(f"result: {result['strategy']} with {result['workers']} workers on "
-                     + "; ".join(f"{k} {', '.join(v)}" for k, v in result["addresses"].items()))
-        if result.get("isolation"):
-            lines.append(f"  isolation: {result['isolation']}")
-        if result.get("device_config"):
-            lines.append(f"  devices: {result['device_config']['note']}")
-        lines += [f"  {task} devices: {names}" for task, names in task_devices_text(result).items()]
-        for name, where in (result.get("variables") or {}).items():
-            lines.append(f"  variable {name} lives on {where}")
-        if "losses" in result:
-            lines.append(f"  losses agree across workers: {'yes' if result['losses_agree'] else 'NO'}")
-        if "steps_per_s" in result:
-            lines.append(f"  {result['steps']} steps, {result['steps_per_s']:.1f} steps/s")
-        loss = result.get("loss") or []
-        if loss:
-            lines.append(f"  loss: {loss[0]:.6f} → {loss[-1]:.6f} over {len(loss)} steps")
-    return lines
-
-
-def _cell(value: Any, row: dict[str, Any]) -> str:
-    if value is None:
-        return "unsupported" if row.get("unsupported") is not None else "—"
-    if isinstance(value, float):
-        return f"{value:.4g}" if value < 1 else f"{value:.1f}"
-    return str(value)
-
-
-def _placement_summary(outcome: JobOutcome) -> list[str]:
-    if not outcome.placement_counts:
-        return []
-    per_device: Counter[str] = Counter()
-    for (_, device), count in outcome.placement_counts.items():
-        per_device[device] += count
-    summary = ", ".join(f"{device}: {count}" for device, count in sorted(per_device.items()))
-    return [f"placements: {sum(per_device.values())} ({summary})"]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -290,9 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         texts[name.strip()] = value
     params = spec.resolve(texts=texts)
     config = load_config(args.config)
-    printer = None if args.json else _RunPrinter(args.verbose, sys.stdout)
+    printer = None if args.json else RunPrinter(args.verbose, sys.stdout)
     if args.json and args.verbose:
-        printer = _RunPrinter(True, sys.stderr)
+        printer = RunPrinter(True, sys.stderr)
     outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory())
     if outcome.error and outcome.error.get("type") == "ConfigRejected":
         if args.json:
@@ -302,15 +165,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.json:
         _emit_json(outcome.to_json())
-    else:
-        for line in _format_result(outcome) + _placement_summary(outcome):
-            print(line)
-        if outcome.error:
-            print(f"error: {outcome.error['type']}: {outcome.error['message']}", file=sys.stderr)
-            if args.verbose and outcome.error.get("traceback"):
-                print(outcome.error["traceback"], file=sys.stderr)
-        duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
-        print(f"status: {outcome.status}{duration} — run {outcome.run_id}")
+        return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
+    lines = run_text(outcome)
+    _print_lines(lines[:-1])
+    if outcome.error:
+        _print_lines(error_text(outcome.error, args.verbose), sys.stderr)
+    _print_lines(lines[-1:])
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
 
 
@@ -345,16 +205,7 @@ def cmd_cluster_config(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(tasks)
         return EXIT_OK
-    kind = "ParameterServerStrategy" if args.ps else "MultiWorkerMirroredStrategy"
-    print(f"# {kind} cluster of {len(tasks)} tasks. On each machine, from a checkout of this project with its")
-    print("# virtualenv active, start the task for that machine's address (servers first, then the rest):")
-    for task in tasks:
-        print(f"\n# {task['task']} on {task['address']}")
-        print(task["command"])
-    print("\n# Each task's port must be reachable from every other task (open it in the firewall).")
-    if args.config:
-        print(f"# Every task applies the device configuration in {args.config}: copy it to that path on each "
-              "machine.")
+    _print_lines(cluster_config_text(tasks, bool(args.ps), args.config))
     return EXIT_OK
 
 
@@ -362,15 +213,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = RunHistory().summaries(limit=args.limit)
     if args.json:
         _emit_json(runs)
-        return EXIT_OK
-    if not runs:
+    elif not runs and args.limit != 0:
         print(f"no runs yet (history folder: {RunHistory().root})")
-    for run in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
-        duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), (int, float)) else ""
-        error = (run.get("error") or {}).get("message", "")
-        print(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error[:60]}")
+    else:
+        _print_lines(runs_text(runs))
     return EXIT_OK
+
+
+def _count(text: str) -> int:
+    """A whole number of 0 or more, for --limit."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", help="past runs")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_count, default=50, help="list at most this many (newest first)")
     p.set_defaults(func=cmd_runs)
     for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor"):
         sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,

@@ -64,8 +64,11 @@ class RunHistory:
         return RunRecorder(self.root / run_id, summary)
 
     def summaries(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Summaries, newest first; a run whose client died mid-run shows as 'interrupted'."""
-        if not self.root.is_dir():
+        """At most `limit` summaries (all with None), newest first; a run whose client died mid-run shows as
+        'interrupted'."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be 0 or more, got {limit}")
+        if not self.root.is_dir() or limit == 0:
             return []
         runs = []
         for folder in sorted(self.root.iterdir(), reverse=True):

@@ -1,9 +1,10 @@
 """Client side of the runtime process: start it, send jobs, receive its events in order.
 
 One reader thread watches three pipes of the child with raw `os.read`: the events pipe, and the
-child's stdout and stderr, where TensorFlow's C++ code prints (placement lines among them). Output
-lines become `log` and `placement` events. A job's closing events are held back until the job's
-fence marker has come through both output streams, so every line a job printed precedes its result.
+child's stdout and stderr, where TensorFlow's C++ code prints (placement lines among them). What it
+reads goes to a `core.streams.StreamDemux`, which makes `log` and `placement` events of output lines
+and holds a job's closing events back until the job's fence marker has come through both output
+streams, so every line a job printed precedes its result.
 """
 
 from __future__ import annotations
@@ -24,16 +25,15 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tf_device_panel.core import events, placement
+from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.gpus import created_gpu
 from tf_device_panel.core.processes import start_module
-from tf_device_panel.core.runtime_main import FENCE_PREFIX
+from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux
 
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
     "not started", "starting", "ready", "busy", "stopping", "exited")
-FENCE_WAIT_S = 2.0
 LAST_LINES = 40
 
 _live: weakref.WeakSet[RuntimeProcess] = weakref.WeakSet()
@@ -43,13 +43,6 @@ _live: weakref.WeakSet[RuntimeProcess] = weakref.WeakSet()
 def _kill_all_runtimes() -> None:
     for runtime in list(_live):
         runtime.kill()
-
-
-def _fence_tag(event: Event) -> str | None:
-    """The fence an event must wait for: the job's for closing events, ready/startup at start-up."""
-    if event.type in events.JOB_CLOSING and event.job_id:
-        return event.job_id
-    return {events.READY: "ready", events.STARTUP_ERROR: "startup"}.get(event.type)
 
 
 class RuntimeUnavailable(RuntimeError):
@@ -296,93 +289,28 @@ class RuntimeProcess:
 
     # -- the reader thread -------------------------------------------------------------------
     def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int) -> None:
-        streams = {events_fd: "events", stdout_fd: "stdout", stderr_fd: "stderr"}
-        partial = {fd: b"" for fd in streams}
-        fences_seen: dict[str, set[str]] = {}
-        held: list[tuple[float, str | None, Event]] = []  # (since, fence tag, event), in arrival order
-        closed_streams: set[str] = set()
-        last_stderr_kind = [""]
+        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR}
+        demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line)
         selector = selectors.DefaultSelector()
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
         open_fds = set(streams)
         exited_at: float | None = None
-
-        def release(force: bool = False) -> None:
-            """Deliver held events in order, stopping at the first whose fence has not come through."""
-            now = time.monotonic()
-            while held:
-                since, tag, event = held[0]
-                if not (force or tag is None or now - since > FENCE_WAIT_S
-                        or fences_seen.get(tag, set()) | closed_streams >= {"stdout", "stderr"}):
-                    return
-                held.pop(0)
-                self._deliver(event)
-
-        def on_event_line(raw: bytes) -> None:
-            try:
-                event = Event.decode(raw)
-            except (ValueError, KeyError) as exc:
-                event = Event(events.LOG, {"stream": "events", "kind": placement.ERROR,
-                                           "text": f"unreadable event ({exc}): {raw[:200]!r}"})
-            tag = _fence_tag(event)
-            if tag is None and not held:
-                self._deliver(event)
-                return
-            held.append((time.monotonic(), tag, event))
-            release()
-
-        def on_output_line(line: str, stream: str) -> None:
-            if line.startswith(FENCE_PREFIX):
-                fences_seen.setdefault(line[len(FENCE_PREFIX):], set()).add(stream)
-                release()
-                return
-            with self._last_lines_lock:
-                self._last_lines.append(line)
-            if self.state == STARTING and "Created device" in line:
-                created = created_gpu(line)
-                if created is not None:
-                    self.tf_gpus.append(created)
-            kind, placed = placement.parse_line(line, stream)
-            if stream == "stderr":
-                # TF's multi-line C++ messages continue on unprefixed lines.
-                if kind == placement.OUTPUT and last_stderr_kind[0] in placement.CONTINUED_KINDS:
-                    kind = last_stderr_kind[0]
-                elif placement.starts_tf_message(line):
-                    last_stderr_kind[0] = kind
-                else:
-                    last_stderr_kind[0] = kind if kind != placement.OUTPUT else ""
-            job_id = self.running_job
-            if placed is not None:
-                event = Event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line}, job_id=job_id)
-            else:
-                event = Event(events.LOG, {"stream": stream, "kind": kind, "text": line}, job_id=job_id)
-            self._deliver(event)
-
         try:
             while open_fds:
-                ready = selector.select(timeout=0.1)
-                for key, _ in ready:
+                for key, _ in selector.select(timeout=0.1):
                     fd = int(key.fd)
                     try:
                         chunk = os.read(fd, 65536)
                     except OSError:
                         chunk = b""
-                    if not chunk:
+                    if chunk:
+                        demux.feed(streams[fd], chunk)
+                    else:
                         selector.unregister(fd)
                         open_fds.discard(fd)
-                        if partial[fd]:
-                            self._dispatch_line(fd, streams, partial[fd], on_event_line, on_output_line)
-                            partial[fd] = b""
-                        closed_streams.add(streams[fd])
-                        continue
-                    data = partial[fd] + chunk
-                    *lines, partial[fd] = data.split(b"\n")
-                    if streams[fd] == "stderr":
-                        last_stderr_kind[0] = ""  # a C++ message and its continuation come in one write
-                    for raw in lines:
-                        self._dispatch_line(fd, streams, raw, on_event_line, on_output_line)
-                release()
+                        demux.close(streams[fd])
+                demux.release()
                 process = self._process
                 if process is not None and process.poll() is not None:
                     # A grandchild may hold the output pipes open; do not wait on it for ever.
@@ -390,21 +318,20 @@ class RuntimeProcess:
                     if time.monotonic() - exited_at > 1.0:
                         break
         finally:
-            release(force=True)
+            demux.release(force=True)
             for fd in list(open_fds):
                 selector.unregister(fd)
             selector.close()
             os.close(events_fd)
             self._finish()
 
-    def _dispatch_line(self, fd: int, streams: dict[int, str], raw: bytes,
-                       on_event_line: Callable[[bytes], None],
-                       on_output_line: Callable[[str, str], None]) -> None:
-        if streams[fd] == "events":
-            if raw.strip():
-                on_event_line(raw)
-        else:
-            on_output_line(raw.decode("utf-8", errors="replace").rstrip("\r"), streams[fd])
+    def _remember_line(self, line: str) -> None:
+        with self._last_lines_lock:
+            self._last_lines.append(line)
+        if self.state == STARTING and "Created device" in line:
+            created = created_gpu(line)
+            if created is not None:
+                self.tf_gpus.append(created)
 
     def _finish(self) -> None:
         process = self._process
@@ -424,11 +351,11 @@ class RuntimeProcess:
             self._commands_fd = None
         expected = self._stop_requested and self._killed_reason is None and returncode == 0
         description = describe_exit(returncode, self._killed_reason)
-        info: dict[str, Any] = {
+        info: events.RuntimeExitedData = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
             "description": description, "expected": expected, "last_lines": self.recent_lines(),
             "killed_for_cancel": self._killed_for_cancel}
-        self.exit_info = info
+        self.exit_info = dict(info)
         job_id = self.running_job
         if job_id is not None:
             # Killed on purpose (Stop that timed out, window closed, new configuration): the job was
@@ -436,11 +363,12 @@ class RuntimeProcess:
             cancelled = self._killed_for_cancel or self._killed_reason is not None
             message = (f"the runtime was killed while the job was running: {self._killed_reason}"
                        if self._killed_reason else f"the runtime {description} while the job was running")
-            self._deliver(Event(events.ERROR, {"type": "RuntimeExited", "message": message,
-                                               "last_lines": info["last_lines"][-12:]}, job_id=job_id))
-            self._deliver(Event(events.JOB_FINISHED, {"status": "cancelled" if cancelled else "crashed",
-                                                      "duration_s": None}, job_id=job_id))
+            error: events.ErrorData = {"type": "RuntimeExited", "message": message,
+                                       "last_lines": info["last_lines"][-12:]}
+            finished: events.JobFinishedData = {"status": "cancelled" if cancelled else "crashed", "duration_s": None}
+            self._deliver(Event(events.ERROR, dict(error), job_id=job_id))
+            self._deliver(Event(events.JOB_FINISHED, dict(finished), job_id=job_id))
         self.running_job = None
         _live.discard(self)
         self._set_state(EXITED)
-        self._deliver(Event(events.RUNTIME_EXITED, info))
+        self._deliver(Event(events.RUNTIME_EXITED, dict(info)))

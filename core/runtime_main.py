@@ -25,8 +25,8 @@ from tf_device_panel.core.config import ConfigError, DeviceConfig
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.streams import FENCE_PREFIX
 
-FENCE_PREFIX = "\x1eTFDP-FENCE:"
 EXIT_CONFIG_REJECTED = 3
 EXIT_CLIENT_GONE = 4
 CANCEL_INTERRUPT_AFTER_S = 1.0
@@ -188,8 +188,9 @@ class Runtime:
                     info = self.tf.config.experimental.get_memory_info(name)
                 except Exception:  # a device without allocator stats is simply not reported
                     continue
-                self.emit(events.Event(events.TF_MEMORY, {"device": f"/{name}", "current_mib": info["current"] / MIB,
-                                                          "peak_mib": info["peak"] / MIB}, job_id=context.job_id))
+                figures: events.TfMemoryData = {"device": f"/{name}", "current_mib": info["current"] / MIB,
+                                                "peak_mib": info["peak"] / MIB}
+                self.emit(events.Event(events.TF_MEMORY, dict(figures), job_id=context.job_id))
 
     def serve(self) -> int:
         buffer = b""
@@ -239,10 +240,10 @@ class Runtime:
     def start_job(self, job_id: str, name: str, params: dict[str, Any]) -> None:
         if self.job_context is not None:
             # Every job the client submits gets its closing events, or the client would wait forever.
-            self.emit(events.Event(events.ERROR, {"type": "Busy", "message": "a job is already running"},
-                                   job_id=job_id))
-            self.emit(events.Event(events.JOB_FINISHED, {"job": name, "status": "error", "duration_s": 0.0},
-                                   job_id=job_id))
+            busy: events.ErrorData = {"type": "Busy", "message": "a job is already running"}
+            finished: events.JobFinishedData = {"job": name, "status": "error", "duration_s": 0.0}
+            self.emit(events.Event(events.ERROR, dict(busy), job_id=job_id))
+            self.emit(events.Event(events.JOB_FINISHED, dict(finished), job_id=job_id))
             return
         if self.job_thread is not None:
             self.job_thread.join(5.0)  # the last job has reported; its thread is only returning
@@ -255,8 +256,10 @@ class Runtime:
     def run_job(self, context: JobContext, name: str, params: dict[str, Any]) -> None:
         started = time.monotonic()
         job_id = context.job_id
-        status, result, error = "ok", None, None
-        self.emit(events.Event(events.JOB_STARTED, {"job": name, "params": params}, job_id=job_id))
+        status, result = "ok", None
+        error: events.ErrorData | None = None
+        job_started: events.JobStartedData = {"job": name, "params": params}
+        self.emit(events.Event(events.JOB_STARTED, dict(job_started), job_id=job_id))
         try:
             spec = JOBS.get(name)
             if spec is None:
@@ -277,11 +280,12 @@ class Runtime:
         # Free before the client hears JOB_FINISHED: it may submit the next job at once.
         self.job_context = None
         if error is not None:
-            self.emit(events.Event(events.ERROR, error, job_id=job_id))
+            self.emit(events.Event(events.ERROR, dict(error), job_id=job_id))
         else:
-            self.emit(events.Event(events.RESULT, {"result": result}, job_id=job_id))
-        self.emit(events.Event(events.JOB_FINISHED, {"job": name, "status": status, "duration_s": duration},
-                               job_id=job_id))
+            finished_with: events.ResultData = {"result": result}
+            self.emit(events.Event(events.RESULT, dict(finished_with), job_id=job_id))
+        finished: events.JobFinishedData = {"job": name, "status": status, "duration_s": duration}
+        self.emit(events.Event(events.JOB_FINISHED, dict(finished), job_id=job_id))
 
 
 def main(argv: list[str] | None = None) -> int:

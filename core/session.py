@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
@@ -93,28 +93,33 @@ class JobRun:
             return outcome.finished
         if self.recorder is not None:
             self.recorder.append(event)
-        kind, data = event.type, event.data
+        kind = event.type
         if kind == events.PLACEMENT:
-            outcome.placement_counts[(data["op_type"], data["short_device"])] += 1
+            placed = cast(events.PlacementData, event.data)
+            outcome.placement_counts[(placed["op_type"], placed["short_device"])] += 1
             if len(outcome.placements) < MAX_KEPT_PLACEMENTS:
-                outcome.placements.append({k: data[k] for k in ("op", "op_type", "device", "short_device", "mode")})
+                outcome.placements.append({"op": placed["op"], "op_type": placed["op_type"], "device": placed["device"],
+                                           "short_device": placed["short_device"], "mode": placed["mode"]})
         elif kind == events.FALLBACK:
-            outcome.fallbacks.append(data)
+            outcome.fallbacks.append(event.data)
         elif kind == events.METRIC:
-            outcome.metrics.append(data)
+            outcome.metrics.append(event.data)
         elif kind == events.RESULT:
-            outcome.result = data.get("result")
+            outcome.result = cast(events.ResultData, event.data).get("result")
         elif kind == events.ERROR and event.job_id is not None:
-            outcome.error = {"type": data.get("type", "Error"), "message": data.get("message", "")}
-            if data.get("traceback"):
-                outcome.error["traceback"] = data["traceback"]
+            error = cast(events.ErrorData, event.data)
+            outcome.error = {"type": error.get("type", "Error"), "message": error.get("message", "")}
+            if error.get("traceback"):
+                outcome.error["traceback"] = error["traceback"]
         elif kind == events.JOB_FINISHED:
-            outcome.status = str(data.get("status", "error"))
-            outcome.duration_s = data.get("duration_s") or (time.monotonic() - self._started)
+            finished = cast(events.JobFinishedData, event.data)
+            outcome.status = str(finished.get("status", "error"))
+            outcome.duration_s = finished.get("duration_s") or (time.monotonic() - self._started)
             self._finish()
         elif kind == events.RUNTIME_EXITED and not outcome.finished:
+            exited = cast(events.RuntimeExitedData, event.data)
             outcome.status = "crashed"
-            outcome.error = outcome.error or {"type": "RuntimeExited", "message": data.get("description", "")}
+            outcome.error = outcome.error or {"type": "RuntimeExited", "message": exited.get("description", "")}
             self._finish()
         return outcome.finished
 

@@ -19,7 +19,7 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.session import JobRun
 from tf_device_panel.gui.log_panel import LogPanel
-from tf_device_panel.gui.runs_panel import ResultView
+from tf_device_panel.gui.result_view import ResultView
 
 
 class HistoryPanel(QWidget):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
@@ -209,9 +209,12 @@ class MainWindow(QMainWindow):
             if event.type == events.READY:
                 self._on_ready(event.data)
             elif event.type == events.PROGRESS:
-                self.runs.show_progress(event.data["done"], event.data["total"], event.data.get("message", ""))
-            elif event.type == events.METRIC and event.data.get("name") == "loss":
-                self.runs.result.add_live_loss(int(event.data.get("step") or 0), float(event.data["value"]))
+                progress = cast(events.ProgressData, event.data)
+                self.runs.show_progress(progress["done"], progress["total"], progress.get("message", ""))
+            elif event.type == events.METRIC:
+                metric = cast(events.MetricData, event.data)
+                if metric.get("name") == "loss":
+                    self.runs.result.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
             elif event.type == events.STARTUP_ERROR:
                 data = event.data
                 self.devices.show_message(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyqtgraph as pg
@@ -35,14 +35,11 @@ from tf_device_panel.core.gpus import nvml_index_for
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.telemetry import History, Marker, Sample, Sampler
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
-# Label rows from the top of each plot; a plot too short for all rows puts the later kinds on its last row.
-MARKER_LABEL_ROWS = {"runtime-start": 0, "runtime-exit": 0, "job-start": 1, "job-end": 2, "error": 3}
-# Markers whose labels would overlap share one label ("matmul ok +5"); the read-out names them all.
-LABEL_GAP_PX = 8
 MARKER_READ_PX = 12  # the read-out names markers this close to the cursor
 MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
                  "job-end": "#6c71c4", "error": "#d33"}
@@ -260,9 +257,10 @@ class MemoryPanel(QWidget):
             elif event.type == events.ERROR and event.job_id is not None:
                 self.history.mark(event.time, "error", str(data.get("type", "error")))
             elif event.type == events.TF_MEMORY:
-                device = data["device"]
-                self.history.record(event.time, {f"tf{device}.current_mib": data["current_mib"],
-                                                 f"tf{device}.peak_mib": data["peak_mib"]})
+                figures = cast(events.TfMemoryData, data)
+                device = figures["device"]
+                self.history.record(event.time, {f"tf{device}.current_mib": figures["current_mib"],
+                                                 f"tf{device}.peak_mib": figures["peak_mib"]})
                 self._ensure_tf_curves(device)
 
     def _map_logical_gpus(self, ready: dict[str, Any]) -> None:
@@ -366,48 +364,30 @@ class MemoryPanel(QWidget):
         self._layout_labels(markers, start, end)
 
     def _layout_labels(self, markers: list[Marker], start: float, end: float) -> None:
-        """Each kind of marker on its row; on a row, a label that would overprint the one before joins it."""
         first = next(iter(self.plots.values()), None)
         if first is None:
             return
         view = first.getViewBox()
         width, height = view.width(), view.height()
         (_, _), (bottom, top) = first.viewRange()
-        px_per_second = width / (end - start) if width > 0 and end > start else 0.0
         metrics = QFontMetrics(self.font())
         row_height = metrics.height() + 4
-        rows = max(1, min(len(set(MARKER_LABEL_ROWS.values())), int(height // row_height)))
-        last_on_row: dict[int, list[Any]] = {}  # row -> its last label: [right edge px, marker, followers]
-        labels: list[tuple[int, bool, list[Any]]] = []  # (row, text right of the line, label)
-        for marker in sorted(markers, key=lambda m: m.time):
-            row = min(MARKER_LABEL_ROWS.get(marker.kind, 0), rows - 1)
-            x = (marker.time - start) * px_per_second
-            text_width = metrics.horizontalAdvance(f"{marker.label} +99")
-            # Text right of the line in the left half of the plot, left of it in the right half.
-            right_of_line = x < width / 2
-            left, right = (x, x + text_width) if right_of_line else (x - text_width, x)
-            previous = last_on_row.get(row)
-            if previous is not None and left < previous[0] + LABEL_GAP_PX:
-                previous[2] += 1
-                continue
-            last_on_row[row] = [right, marker, 0]
-            labels.append((row, right_of_line, last_on_row[row]))
-        self._shown_labels = []
-        for number, (row, right_of_line, (_, marker, followers)) in enumerate(labels):
+        labels = layout_marker_labels(markers, start, end, width, label_rows(height, row_height),
+                                      metrics.horizontalAdvance)
+        for number, label in enumerate(labels):
             if number == len(self._marker_texts):
                 text_item = pg.TextItem(fill=pg.mkBrush(_label_background()))
                 first.addItem(text_item, ignoreBounds=True)
                 self._marker_texts.append(text_item)
-            text = marker.label + (f" +{followers}" if followers else "")
             item = self._marker_texts[number]
-            item.setText(text, color=MARKER_COLORS.get(marker.kind, "#888"))
-            item.setAnchor((0, 0.5) if right_of_line else (1, 0.5))
-            y = top - (row + 0.5) * row_height * (top - bottom) / height if height > 0 else top
-            item.setPos(marker.time, y)
+            item.setText(label.text, color=MARKER_COLORS.get(label.marker.kind, "#888"))
+            item.setAnchor((0, 0.5) if label.right_of_line else (1, 0.5))
+            y = top - (label.row + 0.5) * row_height * (top - bottom) / height if height > 0 else top
+            item.setPos(label.marker.time, y)
             item.setVisible(True)
-            self._shown_labels.append(text)
         for item in self._marker_texts[len(labels):]:
             item.setVisible(False)
+        self._shown_labels = [label.text for label in labels]
 
     def visible_marker_labels(self) -> list[str]:
         """The marker labels a person can read now, in time order ("matmul ok +3" stands for a crowd)."""

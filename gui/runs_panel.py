@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
+import html
 import time
 from typing import Any
 
-import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
-    QCheckBox,
-    QComboBox,
     QDialog,
-    QDoubleSpinBox,
-    QFileDialog,
-    QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
@@ -27,337 +21,18 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QSpinBox,
     QSplitter,
     QStackedWidget,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import jobs
-from tf_device_panel.core.cluster import task_devices_text
-from tf_device_panel.core.jobs import JOBS, JobSpec, Param, ParamError
-from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.session import JobOutcome
-from tf_device_panel.gui.colors import device_color, themed_plot
-
-
-def _int_bound(value: float | None, fallback: int) -> int:
-    return int(value) if value is not None else fallback
-
-
-class ParamForm(QWidget):
-    """A form generated from a job's declared parameters."""
-
-    def __init__(self, spec: JobSpec, devices: list[str], parent: QWidget | None = None):
-        super().__init__(parent)
-        self.spec = spec
-        self.getters: dict[str, Any] = {}
-        self.widgets: dict[str, QWidget] = {}
-        layout = QFormLayout(self)
-        for param in spec.params:
-            widget, getter = self._make(param, devices)
-            widget.setToolTip(param.help)
-            widget.setAccessibleName(param.name)
-            label = QLabel(param.name.replace("_", " ").capitalize() + ":")
-            label.setToolTip(param.help)
-            label.setBuddy(widget)
-            layout.addRow(label, widget)
-            self.getters[param.name] = getter
-            self.widgets[param.name] = widget
-        if not spec.params:
-            layout.addRow(QLabel("This job has no parameters."))
-
-    def _make(self, param: Param, devices: list[str]) -> tuple[QWidget, Any]:
-        kind = param.type
-        if kind == jobs.INT:
-            spin = QSpinBox()
-            spin.setRange(_int_bound(param.minimum, -(2**31)), min(_int_bound(param.maximum, 2**31 - 1), 2**31 - 1))
-            spin.setValue(int(param.default))
-            return spin, spin.value
-        if kind == jobs.FLOAT:
-            dspin = QDoubleSpinBox()
-            dspin.setDecimals(4)
-            dspin.setRange(param.minimum if param.minimum is not None else -1e12,
-                           param.maximum if param.maximum is not None else 1e12)
-            dspin.setValue(float(param.default))
-            return dspin, dspin.value
-        if kind == jobs.BOOL:
-            box = QCheckBox()
-            box.setChecked(bool(param.default))
-            return box, box.isChecked
-        if kind == jobs.CHOICE:
-            combo = QComboBox()
-            combo.addItems(list(param.choices))
-            combo.setCurrentText(str(param.default))
-            return combo, combo.currentText
-        if kind in (jobs.DEVICE, jobs.DEVICES):
-            combo = QComboBox()
-            combo.setEditable(True)
-            options = [str(param.default)] if param.default == "" else []
-            options += devices
-            if kind == jobs.DEVICES and len(devices) > 1:
-                options.append(",".join(devices))
-            if kind == jobs.DEVICE:
-                options.append("/GPU:2")  # the seeds' example of a device that may not exist
-            seen: list[str] = []
-            for option in options:
-                if option not in seen:
-                    seen.append(option)
-            combo.addItems(seen)
-            combo.setCurrentText(str(param.default))
-            line = combo.lineEdit()
-            if line is not None:
-                line.setPlaceholderText("default (see the tooltip)")
-            return combo, combo.currentText
-        if kind == jobs.PATH:
-            holder = QWidget()
-            row = QHBoxLayout(holder)
-            row.setContentsMargins(0, 0, 0, 0)
-            edit = QLineEdit(str(param.default))
-            browse = QPushButton("Browse…")
-            browse.clicked.connect(lambda: self._browse(edit))
-            row.addWidget(edit, 1)
-            row.addWidget(browse)
-            return holder, edit.text
-        edit = QLineEdit(str(param.default))
-        return edit, edit.text
-
-    def _browse(self, edit: QLineEdit) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a Python file", edit.text(), "Python files (*.py)")
-        if path:
-            edit.setText(path)
-
-    def values(self) -> dict[str, Any]:
-        return {name: getter() for name, getter in self.getters.items()}
-
-    def set_value(self, name: str, value: Any) -> None:
-        widget = self.widgets[name]
-        if isinstance(widget, QComboBox):
-            widget.setCurrentText(str(value))
-        elif isinstance(widget, QSpinBox | QDoubleSpinBox):
-            widget.setValue(value)
-        elif isinstance(widget, QCheckBox):
-            widget.setChecked(bool(value))
-        elif isinstance(widget, QLineEdit):
-            widget.setText(str(value))
-        else:
-            edit = widget.findChild(QLineEdit)
-            if edit is not None:
-                edit.setText(str(value))
-
-
-class ResultView(QStackedWidget):
-    """Shows a result for its kind: a matrix as a table, training as a loss plot, errors plainly."""
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.message = QLabel("Run a job to see its result here.")
-        self.message.setWordWrap(True)
-        self.message.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.matrix = QTableWidget()
-        self.matrix_caption = QLabel()
-        self.matrix_caption.setWordWrap(True)
-        matrix_page = _captioned(self.matrix_caption, self.matrix)
-        self.plot = themed_plot()
-        self.plot.setLabel("bottom", "epoch")
-        self.plot.setLabel("left", "loss")
-        self.plot.showGrid(x=True, y=True, alpha=0.3)
-        self.plot.setMinimumHeight(120)
-        self.loss_curve = self.plot.plot(pen=pg.mkPen("#e4572e", width=2), symbol="o", symbolSize=6)
-        self.training_caption = QLabel()
-        self.training_caption.setWordWrap(True)
-        training_page = _captioned(self.training_caption, self.plot)
-        self.rows_caption = QLabel()
-        self.rows_caption.setWordWrap(True)
-        self.rows_table = QTableWidget()
-        self.rows_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.rows_plot = themed_plot()
-        self.rows_plot.showGrid(x=True, y=True, alpha=0.3)
-        self.rows_plot.addLegend(offset=(10, 10))
-        self.rows_plot.setMinimumHeight(120)
-        rows_split = QSplitter()
-        rows_split.addWidget(self.rows_table)
-        rows_split.addWidget(self.rows_plot)
-        rows_split.setStretchFactor(0, 3)
-        rows_split.setStretchFactor(1, 2)
-        rows_page = _captioned(self.rows_caption, rows_split)
-        for page in (self.message, matrix_page, training_page, rows_page):
-            self.addWidget(page)
-        self.live_losses: list[float] = []
-
-    def show_message(self, html: str) -> None:
-        self.message.setText(html)
-        self.setCurrentIndex(0)
-
-    def show_outcome(self, outcome: JobOutcome) -> None:
-        if outcome.status != "ok" or not isinstance(outcome.result, dict):
-            error = outcome.error or {}
-            title = {"cancelled": "Cancelled", "crashed": "The runtime died"}.get(outcome.status, "Failed")
-            self.show_message(f"<b>{title}</b> — {_escape(error.get('type', ''))}<br>"
-                              f"<pre style='white-space: pre-wrap'>{_escape(error.get('message', ''))}</pre>")
-            return
-        result = outcome.result
-        if "matrix" in result:
-            self._show_matrix(result)
-        elif result.get("kind") == "training":
-            self._show_training(result)
-        elif result.get("kind") == "script":
-            self.show_message(f"<b>{_escape(' '.join(result['argv']))}</b> finished (exit code 0).")
-        elif result.get("kind") == "table":
-            self._show_benchmark(result)
-        elif result.get("kind") == "memory":
-            self._show_memory(result)
-        elif result.get("kind") == "cluster":
-            self._show_cluster(result)
-        else:
-            self.show_message(f"<pre>{_escape(str(result))}</pre>")
-
-    def _show_matrix(self, result: dict[str, Any]) -> None:
-        rows = result["matrix"]
-        self.matrix.clear()
-        self.matrix.setRowCount(len(rows))
-        self.matrix.setColumnCount(len(rows[0]) if rows else 0)
-        for r, row in enumerate(rows):
-            for c, value in enumerate(row):
-                item = QTableWidgetItem(f"{value:g}")
-                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
-                self.matrix.setItem(r, c, item)
-        self.matrix.resizeColumnsToContents()
-        device = str(result.get("device", ""))
-        color = device_color(device).name()
-        caption = f"Result on <b style='color:{color}'>{_escape(device)}</b>"
-        if result.get("fallback"):
-            caption += (f" — <b>soft-placement fallback</b>: asked for {_escape(str(result.get('requested_device')))}")
-        replicas = result.get("replicas") or {}
-        if replicas:
-            caption += "<br>Replicas: " + ", ".join(
-                f"<span style='color:{device_color(actual).name()}'>{_escape(short_device_name(actual))}</span>"
-                for actual in replicas.values())
-        self.matrix_caption.setText(caption)
-        self.setCurrentIndex(1)
-
-    def _show_training(self, result: dict[str, Any]) -> None:
-        model = (f" — {result['model']} model, {result['parameters']:,} parameters" if "parameters" in result else "")
-        self.training_caption.setText(
-            f"{result['replicas_in_sync']} replicas in sync over {_escape(', '.join(result['devices']))}; "
-            f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica){model}")
-        self.plot.setLabel("bottom", "step" if result.get("loop") == "custom" else "epoch")
-        self._plot_losses(result["loss"])
-        self.setCurrentIndex(2)
-
-    def _fill_rows(self, caption: str, columns: list[str], rows: list[list[Any]]) -> None:
-        self.rows_caption.setText(caption)
-        self.rows_table.clear()
-        self.rows_table.setColumnCount(len(columns))
-        self.rows_table.setHorizontalHeaderLabels(columns)
-        self.rows_table.setRowCount(len(rows))
-        for r, row in enumerate(rows):
-            for c, value in enumerate(row):
-                text = "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
-                item = QTableWidgetItem(text)
-                if isinstance(value, (int, float)):
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if isinstance(value, str) and value.startswith("/"):
-                    item.setForeground(device_color(value))
-                self.rows_table.setItem(r, c, item)
-        self.rows_table.resizeColumnsToContents()
-        self.rows_plot.clear()
-        self.setCurrentIndex(3)
-
-    def _plot_series(self, series: dict[str, tuple[list[float], list[float]]], x_label: str, y_label: str) -> None:
-        self.rows_plot.setLabel("bottom", x_label)
-        self.rows_plot.setLabel("left", y_label)
-        for number, (name, (xs, ys)) in enumerate(series.items()):
-            device = name.split()[0]
-            color = device_color(device) if device.startswith("/") else pg.intColor(number, hues=9)
-            style = [Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine][number % 3]
-            self.rows_plot.plot(xs, ys, name=name, pen=pg.mkPen(color, width=2, style=style), symbol="o",
-                                symbolSize=5, symbolBrush=color)
-
-    def _show_benchmark(self, result: dict[str, Any]) -> None:
-        rows = result["rows"]
-        self._fill_rows(f"<b>{_escape(result.get('title', ''))}</b> — {result.get('repeats')} matmuls per figure; "
-                        "unsupported: the device has no kernel for that dtype",
-                        ["Device", "dtype", "Size", "GFLOP/s", "Seconds"],
-                        [[r["device"], r["dtype"], r["size"], r.get("gflops"), r.get("seconds")] for r in rows])
-        series: dict[str, tuple[list[float], list[float]]] = {}
-        for row in rows:
-            if row.get("gflops") is not None:
-                xs, ys = series.setdefault(f"{row['device']} {row['dtype']}", ([], []))
-                xs.append(row["size"])
-                ys.append(row["gflops"])
-        self._plot_series(series, "matrix size n", "GFLOP/s")
-
-    def _show_memory(self, result: dict[str, Any]) -> None:
-        rows = result["rows"]
-        gpu = rows and rows[0].get("current_mib") is not None
-        notes = "<br>".join(_escape(n) for n in result.get("notes", []))
-        self._fill_rows(f"Memory on <b>{_escape(result['short_device'])}</b>, {result['step_mib']} MiB per step"
-                        f"<br><small>{notes}</small>",
-                        ["Step", "What", "Held (MiB)", "TF current (MiB)", "TF peak (MiB)", "Process RSS (MiB)"],
-                        [[r["step"], r["label"], r["allocated_mib"], r.get("current_mib"), r.get("peak_mib"),
-                          r.get("rss_mib")] for r in rows])
-        steps = [float(r["step"]) for r in rows]
-        series = {"held by the job": (steps, [float(r["allocated_mib"]) for r in rows])}
-        if gpu:
-            series["TF current"] = (steps, [float(r["current_mib"]) for r in rows])
-            series["TF peak"] = (steps, [float(r["peak_mib"]) for r in rows])
-        else:
-            series["process RSS"] = (steps, [float(r["rss_mib"]) for r in rows])
-        self._plot_series(series, "step", "MiB")
-
-    def _show_cluster(self, result: dict[str, Any]) -> None:
-        addresses = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["addresses"].items())
-        caption = f"<b>{_escape(result['strategy'])}</b>, {result['workers']} workers — {_escape(addresses)}"
-        if result.get("isolation"):
-            caption += f"<br><small>Isolation: {_escape(result['isolation'])}</small>"
-        if result.get("device_config"):
-            caption += f"<br><small>Devices: {_escape(result['device_config']['note'])}</small>"
-        if "losses_agree" in result:
-            agree = "agree" if result["losses_agree"] else "<b style='color:#d33'>DISAGREE</b>"
-            caption += f"<br>Per-worker losses {agree} (each worker reduces over all replicas)."
-        if "steps_per_s" in result:
-            caption += f"<br>{result['steps']} steps at {result['steps_per_s']:.1f} steps/s."
-        rows: list[list[Any]] = []
-        for name, where in (result.get("variables") or {}).items():
-            rows.append([f"variable {name}", where, result.get("values", {}).get(name)])
-        for name, timing in result.get("timings", {}).items():
-            rows.append([name, f"connected in {timing['connect_s']:.2f} s", round(timing["train_s"], 3)])
-        for name, devices in task_devices_text(result).items():
-            rows.append([f"{name} devices", devices, ""])
-        self._fill_rows(caption, ["Task / variable", "Where / timing", "Value / train s"], rows)
-        per_worker = result.get("losses") or {"coordinator": result.get("loss", [])}
-        self._plot_series({name: ([float(i) for i in range(1, len(v) + 1)], [float(x) for x in v])
-                           for name, v in per_worker.items()}, "step", "loss")
-
-    def add_live_loss(self, step: int, value: float) -> None:
-        self.live_losses.append(value)
-        self.training_caption.setText(f"Training… epoch {step}: loss {value:.5f}")
-        self._plot_losses(self.live_losses)
-        self.setCurrentIndex(2)
-
-    def _plot_losses(self, losses: list[float]) -> None:
-        self.loss_curve.setData(list(range(1, len(losses) + 1)), losses)
-
-
-def _captioned(caption: QLabel, body: QWidget) -> QWidget:
-    page = QWidget()
-    layout = QVBoxLayout(page)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.addWidget(caption)
-    layout.addWidget(body, 1)
-    return page
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+from tf_device_panel.gui.job_form import ParamForm
+from tf_device_panel.gui.result_view import ResultView
 
 
 class JobItemDelegate(QStyledItemDelegate):
@@ -526,7 +201,7 @@ class RunsPanel(QWidget):
             self.form_stack.adjustSize()
             # Room for the whole form up to 6 rows or so; longer ones scroll.
             self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 200))
-            self.description.setText(f"<b>{_escape(spec.title)}</b> — {_escape(spec.description)}")
+            self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")
         self.form_error.hide()
 
     def show_code(self) -> QDialog:
@@ -543,8 +218,8 @@ class RunsPanel(QWidget):
         view.setFont(mono)
         view.setMinimumSize(720, 480)
         layout = QVBoxLayout(dialog)
-        layout.addWidget(QLabel(f"<b>{_escape(spec.title)}</b>: runs in the TensorFlow runtime process as "
-                                f"<code>{_escape(spec.entry)}</code>"))
+        layout.addWidget(QLabel(f"<b>{html.escape(spec.title)}</b>: runs in the TensorFlow runtime process as "
+                                f"<code>{html.escape(spec.entry)}</code>"))
         layout.addWidget(view)
         dialog.finished.connect(lambda _: self.code_dialogs.remove(dialog))
         self.code_dialogs.append(dialog)

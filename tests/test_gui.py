@@ -73,7 +73,7 @@ def run_and_wait(qtbot, win: MainWindow, job: str, timeout: int = 120_000, **par
 
 
 def table_values(win: MainWindow) -> list[list[str]]:
-    table = win.runs.result.matrix
+    table = win.runs.result.tables[0]
     return [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
 
 
@@ -103,7 +103,7 @@ def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_erro
     assert table_values(window) == [["22", "28"], ["49", "64"]]
     assert window.log.fallback_banner.isVisible() and "/GPU:2" in window.log.fallback_banner.text()
     assert any(row[4] for row in window.log.model.rows if row[1] == "MatMul")
-    assert "soft-placement fallback" in window.runs.result.matrix_caption.text()
+    assert "soft-placement fallback" in window.runs.result.caption.text()
 
     apply_and_wait(qtbot, window, soft_placement=False)
     run_and_wait(qtbot, window, "matmul", device="/GPU:2")
@@ -250,29 +250,79 @@ def test_the_gui_process_never_imports_tensorflow() -> None:
 
 def test_result_views_for_every_result_kind(qtbot) -> None:
     from tf_device_panel.core.session import JobOutcome
-    from tf_device_panel.gui.runs_panel import ResultView
+    from tf_device_panel.gui.result_view import ResultView
 
     view = ResultView()
     qtbot.addWidget(view)
-    benchmark = {"kind": "table", "title": "Matmul throughput (GFLOP/s)", "repeats": 2, "rows": [
+    benchmark = {"kind": "table", "title": "Matmul throughput (GFLOP/s)", "repeats": 2,
+                 # the columns and plot the benchmark job returns with its rows
+                 "columns": ["device", "dtype", "size", "gflops", "seconds"],
+                 "plot": {"x": "size", "y": "gflops", "series": ["device", "dtype"]}, "rows": [
         {"device": "/CPU:0", "dtype": "float32", "size": 64, "gflops": 3.5, "seconds": 0.01},
         {"device": "/CPU:0", "dtype": "float16", "size": 64, "gflops": None, "seconds": None, "unsupported": "x"},
         {"device": "NumPy (CPU)", "dtype": "float32", "size": 64, "gflops": 4.0, "seconds": 0.01}]}
     view.show_outcome(JobOutcome("benchmark", {}, {}, status="ok", result=benchmark))
-    assert view.rows_table.rowCount() == 3 and view.rows_table.item(1, 3).text() == "—"
-    assert len(view.rows_plot.listDataItems()) == 2
+    assert view.tables[0].rowCount() == 3 and view.tables[0].item(1, 3).text() == "—"
+    assert len(view.plots[0].listDataItems()) == 2
     memory = {"kind": "memory", "short_device": "/CPU:1", "step_mib": 8, "notes": ["n"], "rows": [
         {"step": 0, "label": "before", "allocated_mib": 0, "current_mib": None, "peak_mib": None, "rss_mib": 500.0},
         {"step": 1, "label": "allocated", "allocated_mib": 8, "current_mib": None, "peak_mib": None,
          "rss_mib": 508.0}]}
     view.show_outcome(JobOutcome("memory", {}, {}, status="ok", result=memory))
-    assert view.rows_table.rowCount() == 2 and "/CPU:1" in view.rows_caption.text()
+    assert view.tables[0].rowCount() == 2 and "/CPU:1" in view.caption.text()
     cluster = {"kind": "cluster", "strategy": "ParameterServerStrategy", "workers": 2,
                "addresses": {"ps": ["127.0.0.1:1"]}, "variables": {"weight:0": "/job:ps/replica:0/task:0/device:CPU:0"},
                "values": {"weight:0": 0.6}, "loss": [0.5, 0.4], "steps": 2, "steps_per_s": 9.0,
                "timings": {"coordinator": {"connect_s": 0.1, "train_s": 0.2}}}
     view.show_outcome(JobOutcome("parameter-server", {}, {}, status="ok", result=cluster))
-    assert view.rows_table.item(0, 1).text().startswith("/job:ps/")
+    assert view.tables[0].item(0, 1).text().startswith("/job:ps/")
+
+
+def test_a_new_result_kind_shows_in_the_window_and_on_the_command_line(qtbot, tmp_path: Path) -> None:
+    from tf_device_panel.core.cli_output import format_result
+    from tf_device_panel.core.results import PRESENTERS, Column, Plot, Presentation, Series, Table, presenter
+    from tf_device_panel.core.session import JobOutcome
+    from tf_device_panel.gui.result_view import ResultView
+
+    @presenter("latency")  # a kind neither front end has heard of
+    def latency(result: dict) -> Presentation:
+        samples = result["ms"]
+        return Presentation(f"latency on {result['device']}", (f"{len(samples)} samples",), (),
+                            (Table((Column("sample", "right"), Column("ms", "right", "number")),
+                                   tuple(enumerate(samples, 1))),),
+                            (Plot("sample", "ms", (Series("/CPU:1 latency", (1.0, 2.0, 3.0), tuple(samples)),)),))
+
+    view = ResultView()
+    qtbot.addWidget(view)
+    try:
+        outcome = JobOutcome("ping", {}, {}, status="ok", result={"kind": "latency", "device": "/CPU:1",
+                                                                   "ms": [0.25, 12.5, 3.0]})
+        assert format_result(outcome) == ["result: latency on /CPU:1", "  sample    ms", "       1  0.25",
+                                          "       2  12.5", "       3   3.0", "  3 samples"]
+        view.show_outcome(outcome)
+    finally:
+        del PRESENTERS["latency"]
+    view.resize(700, 300)
+    view.show()
+    qtbot.waitUntil(view.isVisible, timeout=2000)
+    assert "latency on" in view.caption.text() and "3 samples" in view.caption.text()
+    (table,) = view.tables
+    assert [table.horizontalHeaderItem(c).text() for c in range(2)] == ["sample", "ms"]
+    assert [table.item(r, 1).text() for r in range(3)] == ["0.25", "12.5", "3.0"]
+    assert table.height() < 200  # sized to its three rows, not stretched over the page
+    (plot,) = view.plots
+    (curve,) = plot.listDataItems()
+    assert list(curve.yData) == [0.25, 12.5, 3.0] and curve.name() == "/CPU:1 latency"
+    view.grab().save(str(tmp_path / "new-kind.png"))
+
+    # A job may also return the pieces themselves: no presenter at all.
+    pieces = Presentation("pieces", warnings=("look here",),
+                          tables=(Table((Column("k"), Column("v", "right")), (("a", 1),)),))
+    outcome = JobOutcome("ping", {}, {}, status="ok", result=pieces.to_result())
+    assert format_result(outcome) == ["result: pieces", "  ⚠ look here", "  k  v", "  a  1"]
+    view.show_outcome(outcome)
+    assert [view.tables[0].item(0, c).text() for c in range(2)] == ["a", "1"] and view.plots == []
+    assert "look here" in view.caption.text()
 
 
 def test_show_code_dialog(qtbot, window: MainWindow) -> None:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 from tf_device_panel.core.jobs.context import JobContext, JobError
+from tf_device_panel.core.results import MatrixResult
 
 SEED_A = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 SEED_B = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
 
 
-def matmul(ctx: JobContext, device: str = "") -> dict[str, Any]:
+def matmul(ctx: JobContext, device: str = "") -> MatrixResult:
     import tensorflow as tf
 
     ctx.progress(0, 1, f"MatMul on {device or 'the default device'}")
@@ -30,7 +30,7 @@ def matmul(ctx: JobContext, device: str = "") -> dict[str, Any]:
     }
 
 
-def replicate(ctx: JobContext, device_type: str = "auto", reduce_device: str = "/CPU:0") -> dict[str, Any]:
+def replicate(ctx: JobContext, device_type: str = "auto", reduce_device: str = "/CPU:0") -> MatrixResult:
     import tensorflow as tf
 
     logical = tf.config.list_logical_devices()

@@ -9,6 +9,7 @@ from tf_device_panel.core.jobs import split_devices
 from tf_device_panel.core.jobs.context import JobContext
 from tf_device_panel.core.jobs.devices import logical_devices, resolve_device
 from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.results import TableResult
 
 
 def _gflops(size: int, repeats: int, seconds: float) -> float:
@@ -16,7 +17,7 @@ def _gflops(size: int, repeats: int, seconds: float) -> float:
 
 
 def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float32,float16,bfloat16",
-              repeats: int = 5, devices: str = "") -> dict[str, Any]:
+              repeats: int = 5, devices: str = "") -> TableResult:
     import numpy as np
     import tensorflow as tf
 
@@ -82,6 +83,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
         "kind": "table",
         "title": "Matmul throughput (GFLOP/s)",
         "columns": ["device", "dtype", "size", "gflops", "seconds"],
+        "column_titles": {"device": "Device", "size": "Size", "gflops": "GFLOP/s", "seconds": "Seconds"},
         "rows": rows,
         "repeats": repeats,
         "plot": {"x": "size", "y": "gflops", "series": ["device", "dtype"]},

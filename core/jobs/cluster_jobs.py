@@ -10,6 +10,7 @@ from tf_device_panel.core import events, placement
 from tf_device_panel.core.cluster import LocalCluster, Task, TaskFailed, devices_by_task, free_ports, tf_config
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.results import ClusterResult
 
 HOST = "127.0.0.1"
 
@@ -69,7 +70,7 @@ def _run_cluster(ctx: JobContext, cluster: LocalCluster, waited: list[Task], wat
 
 
 def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_replica: int = 5,
-                 learning_rate: float = 0.1, log_placement: bool = True, timeout_s: int = 180) -> dict[str, Any]:
+                 learning_rate: float = 0.1, log_placement: bool = True, timeout_s: int = 180) -> ClusterResult:
     addresses = [f"{HOST}:{port}" for port in free_ports(workers)]
     cluster_spec = {"worker": addresses}
     config, config_note = task_device_config(ctx.device_config, _runtime_gpus(), log_placement)
@@ -115,7 +116,7 @@ def multi_worker(ctx: JobContext, workers: int = 2, steps: int = 10, batch_per_r
 
 def parameter_server(ctx: JobContext, workers: int = 2, steps: int = 20, batch_per_replica: int = 5,
                      learning_rate: float = 0.1, log_placement: bool = False,
-                     timeout_s: int = 180) -> dict[str, Any]:
+                     timeout_s: int = 180) -> ClusterResult:
     ports = free_ports(workers + 2)
     cluster_spec = {"chief": [f"{HOST}:{ports[0]}"], "ps": [f"{HOST}:{ports[1]}"],
                     "worker": [f"{HOST}:{port}" for port in ports[2:]]}

@@ -65,7 +65,8 @@ class JobContext:
 
     def _send_progress(self, done: float, total: float, message: str) -> None:
         self._last_progress = time.monotonic()
-        self.emit(events.PROGRESS, done=done, total=total, message=message)
+        report: events.ProgressData = {"done": done, "total": total, "message": message}
+        self.emit(events.PROGRESS, **report)
 
     def _send_held_progress(self) -> None:
         with self._progress_lock:
@@ -126,8 +127,10 @@ class JobContext:
         """Report a soft-placement fallback when an op did not run where it was pinned. True if it did."""
         if not requested or canonical_device(requested) == short_device_name(actual):
             return True
-        self.emit(events.FALLBACK, op=op, requested=requested, requested_short=canonical_device(requested),
-                  actual=actual, actual_short=short_device_name(actual))
+        fallback: events.FallbackData = {"op": op, "requested": requested,
+                                         "requested_short": canonical_device(requested),
+                                         "actual": actual, "actual_short": short_device_name(actual)}
+        self.emit(events.FALLBACK, **fallback)
         return False
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from tf_device_panel.core.jobs.context import JobContext, JobError
 from tf_device_panel.core.jobs.devices import resolve_device
 from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.results import MemoryResult, MemoryRow
 
 MIB = 1024 * 1024
 HOST_RESERVE = 0.15  # never take the host below this share of free memory
@@ -25,7 +26,7 @@ def device_memory(tf: Any, device: str) -> dict[str, float | None]:
 
 
 def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8,
-           release: bool = True) -> dict[str, Any]:
+           release: bool = True) -> MemoryResult:
     import psutil
     import tensorflow as tf
 
@@ -34,13 +35,16 @@ def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8
     on_gpu = short.startswith("/GPU:")
     floats_per_step = step_mib * MIB // 4
     held: list[Any] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[MemoryRow] = []
     baseline = device_memory(tf, full)
     print(f"Allocating {steps} × {step_mib} MiB on {short}"
           + (" (TF allocator figures)" if on_gpu else " (process resident memory)"), flush=True)
 
-    def record(step: int, label: str) -> dict[str, Any]:
-        row = {"step": step, "label": label, "allocated_mib": len(held) * step_mib, **device_memory(tf, full)}
+    def record(step: int, label: str) -> MemoryRow:
+        measured = device_memory(tf, full)
+        row: MemoryRow = {"step": step, "label": label, "allocated_mib": len(held) * step_mib,
+                          "current_mib": measured["current_mib"], "peak_mib": measured["peak_mib"],
+                          "rss_mib": measured["rss_mib"]}
         rows.append(row)
         value = row["current_mib"] if on_gpu else row["rss_mib"]
         ctx.metric("memory", float(value or 0.0), step=step, device=short,

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from tf_device_panel.core.jobs.context import JobContext, JobError
+from tf_device_panel.core.results import ScriptResult
 
 
-def script(ctx: JobContext, path: str, args: str = "") -> dict[str, Any]:
+def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     file = Path(path).expanduser()
     if not file.is_file():
         raise JobError(f"path: {file} is not a file")

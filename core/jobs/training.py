@@ -6,6 +6,7 @@ from typing import Any
 
 from tf_device_panel.core.jobs import split_devices
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.results import TrainingResult
 
 
 def pick_devices(requested: str) -> list[str]:
@@ -82,7 +83,7 @@ def synthetic_images(samples: int, image_size: int) -> Any:
 
 
 def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: int = 100,
-        devices: str = "", model: str = "dense", image_size: int = 32) -> dict[str, Any]:
+        devices: str = "", model: str = "dense", image_size: int = 32) -> TrainingResult:
     import tensorflow as tf
 
     names = pick_devices(devices)
@@ -138,7 +139,7 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
 
 
 def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, learning_rate: float = 0.1,
-                devices: str = "") -> dict[str, Any]:
+                devices: str = "") -> TrainingResult:
     """The seeds' custom training loop under MirroredStrategy."""
     import tensorflow as tf
 

@@ -1,0 +1,201 @@
+"""Everything the command line prints: the streamed run, results, and the listings of each command.
+
+Results are not formatted kind by kind here: core.results describes each kind once, and this module
+prints any description (`presentation_text`), as the window draws it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TextIO, cast
+
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.jobs import JobSpec
+from tf_device_panel.core.results import Presentation, Table, present
+from tf_device_panel.core.session import JobOutcome
+
+ERROR_WIDTH = 60
+
+
+class RunPrinter:
+    """Streams a run to the terminal: progress, placements, fallbacks, the job's own output."""
+
+    def __init__(self, verbose: bool, stream: TextIO):
+        self.verbose = verbose
+        self.out = stream
+        self.last_message = ""
+
+    def __call__(self, event: Event) -> None:
+        out = self.out
+        if event.type == events.READY:
+            ready = cast(events.ReadyData, event.data)
+            names = ", ".join(d["short_name"] for d in ready["logical"])
+            print(f"runtime ready: TensorFlow {ready['tf_version']}, logical devices {names} "
+                  f"[pid {ready['pid']}]", file=out)
+        elif event.type == events.PROGRESS:
+            progress = cast(events.ProgressData, event.data)
+            if progress.get("message") and progress["message"] != self.last_message:
+                self.last_message = progress["message"]
+                print(f"… {progress['message']}", file=out)
+        elif event.type == events.PLACEMENT:
+            placed = cast(events.PlacementData, event.data)
+            print(f"  placed {placed['op_type']:<16} {placed['op']:<28} → {placed['short_device']}"
+                  f"  ({placed['mode']})", file=out)
+        elif event.type == events.FALLBACK:
+            fallback = cast(events.FallbackData, event.data)
+            print(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
+                  f"ran on {fallback['actual_short']}", file=out)
+        elif event.type == events.LOG:
+            log = cast(events.LogData, event.data)
+            if log["kind"] == "output" or (self.verbose and log["kind"] != "placement"):
+                print(f"  | {log['text']}", file=out)
+        elif event.type == events.STARTUP_ERROR:
+            error = cast(events.StartupErrorData, event.data)
+            print(f"TensorFlow rejected the configuration at {error['stage']}: {error['type']}: "
+                  f"{error['message']}", file=out)
+        elif event.type == events.RUNTIME_EXITED:
+            exited = cast(events.RuntimeExitedData, event.data)
+            if not exited.get("expected"):
+                print(f"runtime {exited['description']}", file=out)
+                for line in exited.get("last_lines", [])[-10:]:
+                    print(f"  last output | {line}", file=out)
+
+
+def table_text(table: Table) -> list[str]:
+    """A table in columns (right-aligned where the column says so), or a matrix in brackets."""
+    cells = table.texts()
+    if table.matrix:
+        width = max((len(text) for row in cells for text in row), default=0)
+        return ["[" + " ".join(text.rjust(width) for text in row) + "]" for row in cells]
+    widths = [max(len(column.title), *(len(row[i]) for row in cells)) for i, column in enumerate(table.columns)]
+
+    def line(texts: Sequence[str]) -> str:
+        return "  ".join(text.rjust(width) if column.align == "right" else text.ljust(width)
+                         for text, width, column in zip(texts, widths, table.columns, strict=True)).rstrip()
+
+    return [line([column.title for column in table.columns]), *(line(row) for row in cells)]
+
+
+def presentation_text(presentation: Presentation) -> list[str]:
+    """Title, warnings, tables, then lines. Plots are the window's; their figures are in a table or line."""
+    lines = [f"result: {presentation.title}".rstrip()]
+    lines += [f"  ⚠ {warning}" for warning in presentation.warnings]
+    for table in presentation.tables:
+        lines += [f"  {text}" for text in table_text(table)]
+    lines += [f"  {line}" for line in presentation.lines]
+    return lines
+
+
+def format_result(outcome: JobOutcome) -> list[str]:
+    presentation = present(outcome.result)
+    return presentation_text(presentation) if presentation is not None else []
+
+
+def placement_summary(outcome: JobOutcome) -> list[str]:
+    if not outcome.placement_counts:
+        return []
+    per_device: Counter[str] = Counter()
+    for (_, device), count in outcome.placement_counts.items():
+        per_device[device] += count
+    summary = ", ".join(f"{device}: {count}" for device, count in sorted(per_device.items()))
+    return [f"placements: {sum(per_device.values())} ({summary})"]
+
+
+def run_text(outcome: JobOutcome) -> list[str]:
+    """What stdout gets at the end of a run (the error goes to stderr: `error_text`)."""
+    duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
+    return [*format_result(outcome), *placement_summary(outcome),
+            f"status: {outcome.status}{duration} — run {outcome.run_id}"]
+
+
+def error_text(error: Mapping[str, Any], verbose: bool) -> list[str]:
+    lines = [f"error: {error['type']}: {error['message']}"]
+    if verbose and error.get("traceback"):
+        lines.append(str(error["traceback"]))
+    return lines
+
+
+def devices_text(info: events.ReadyData, config_summary: str, nvml_info: Mapping[str, Any],
+                 tf_messages: Sequence[str]) -> list[str]:
+    build = info.get("build", {})
+    cuda = "no CUDA"
+    if build.get("is_cuda_build"):
+        cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
+    lines = [f"TensorFlow {info['tf_version']} ({cuda} build), Python {info['python']}",
+             f"Configuration: {config_summary}", "", "Physical devices:"]
+    for device in info["physical"]:
+        extra = ""
+        if device["device_type"] == "GPU":
+            extra = f"  {device.get('device_name', '')}  compute {device.get('compute_capability') or '?'}"
+            extra += "" if device.get("visible") else "  (hidden by visible_gpus)"
+        lines.append(f"  {device['name']}{extra}")
+    lines += ["", "Logical devices (created by the runtime):"]
+    for logical in info["logical"]:
+        limit = f"  limit {logical['memory_limit_mib']} MiB" if "memory_limit_mib" in logical else ""
+        lines.append(f"  {logical['short_name']:<8} {logical['name']}{limit}")
+    if not any(d["device_type"] == "GPU" for d in info["physical"]):
+        lines += ["", "TensorFlow sees no GPU."]
+        lines += [f"  TensorFlow said: {message}" for message in tf_messages[-4:]]
+    lines.append("")
+    if not nvml_info["available"]:
+        lines.append(f"NVML: {nvml_info['message'] or 'unavailable'}")
+        return lines
+    lines.append(f"NVML: driver {nvml_info['driver_version']} (CUDA {nvml_info['cuda_driver_version']})")
+    for gpu in nvml_info["gpus"]:
+        memory = "memory N/A"
+        if gpu["memory_total_mib"]:
+            memory = f"{gpu['memory_used_mib']}/{gpu['memory_total_mib']} MiB"
+        lines.append(f"  GPU {gpu['index']}: {gpu['name'] or 'N/A'}  {gpu['pci_bus_id'] or ''}  {memory}"
+                     + (f"  ({gpu['error']})" if gpu["error"] else ""))
+    return lines
+
+
+def jobs_text(specs: Iterable[JobSpec]) -> list[str]:
+    lines = []
+    for spec in specs:
+        lines += [f"{spec.name:<16} {spec.title}", f"           {spec.description}"]
+        for param in spec.params:
+            extra = f" (one of: {', '.join(param.choices)})" if param.choices else ""
+            lines += [f"           --param {param.name}=<{param.type}>  default {param.default!r}{extra}",
+                      f"               {param.help}"]
+        lines.append("")
+    return lines
+
+
+def problems_text(heading: str, problems: Sequence[object]) -> list[str]:
+    return [f"{heading}: {len(problems)} problem(s)", *(f"  - {problem}" for problem in problems)]
+
+
+def cluster_config_text(tasks: Sequence[Mapping[str, Any]], parameter_server: bool, profile: str | None) -> list[str]:
+    kind = "ParameterServerStrategy" if parameter_server else "MultiWorkerMirroredStrategy"
+    lines = [f"# {kind} cluster of {len(tasks)} tasks. On each machine, from a checkout of this project with its",
+             "# virtualenv active, start the task for that machine's address (servers first, then the rest):"]
+    for task in tasks:
+        lines += ["", f"# {task['task']} on {task['address']}", str(task["command"])]
+    lines += ["", "# Each task's port must be reachable from every other task (open it in the firewall)."]
+    if profile:
+        lines.append(f"# Every task applies the device configuration in {profile}: copy it to that path on each "
+                     "machine.")
+    return lines
+
+
+def one_line(text: str, width: int = ERROR_WIDTH) -> str:
+    """The first line of `text`, cut to `width` characters; "…" says that something was left out."""
+    lines = text.strip().splitlines() or [""]
+    first, more = lines[0], len(lines) > 1
+    if len(first) > width or (more and len(first) > width - 2):
+        return first[:width - 1] + "…"
+    return first + (" …" if more else "")
+
+
+def runs_text(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for run in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
+        duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), int | float) else ""
+        error = one_line(str((run.get("error") or {}).get("message", "")))
+        lines.append(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error}".rstrip())
+    return lines
