@@ -177,6 +177,8 @@ class Nvml:
             if not self._initialised:
                 self._initialised = True
                 self.available = self._start()
+                if not self.available:
+                    log.debug("NVML unavailable (%s): host-only", self.message)
             return self.available
 
     def _start(self) -> bool:

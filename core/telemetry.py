@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.nvml import GpuSample, GpuSnapshot, Nvml
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class Sampler:
         self.gpus: list[GpuSnapshot] = []
         self.note = ""
         self._runtime_process: psutil.Process | None = None
-        self._last_listener_failure = ""
+        self._listener_failures = RepeatedFailureLog(log)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         psutil.cpu_percent(None)  # the first call only starts psutil's measurement
@@ -213,16 +214,8 @@ class Sampler:
                 try:
                     self.on_sample(sample)
                 except Exception as exc:  # a listener's bug must not stop the graphs
-                    self._listener_failed(exc)
+                    self._listener_failures.failed("the telemetry listener", exc)
             self._stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
-
-    def _listener_failed(self, exc: Exception) -> None:
-        # The same failure comes back every tick; its traceback once is enough.
-        failure = f"{type(exc).__name__}: {exc}"
-        if failure == self._last_listener_failure:
-            return
-        self._last_listener_failure = failure
-        log.error("telemetry listener failed (sampling goes on): %s", failure, exc_info=exc)
 
     def sample(self) -> Sample:
         sample = Sample(time.time(), runtime_pid=self.runtime_pid, note=self.note)
