@@ -98,7 +98,7 @@ class Nvml:
         self._pynvml: ModuleType | None = None
         self._handles: list[Any] = []
         self._row_errors: dict[int, str] = {}         # GPU index -> why its row cannot be read (lost, unopenable)
-        self._versions: dict[tuple[str, int], str] = {}  # (query family, GPU index) -> the function that answered
+        self._versions: dict[tuple[str, int], str] = {}  # (query family, GPU index) -> the version the driver has
         self._reported: set[tuple[str, ...]] = set()   # failures already logged, so a 500 ms sampler logs once
         self._reported_lock = threading.Lock()
 
@@ -256,7 +256,7 @@ class Nvml:
     def _memory(self, index: int) -> Any:
         # v1 counts memory the driver reserves as used (wrong "used" on R510+ drivers); v2 does not.
         candidates: list[tuple[str, str, dict[str, Any]]] = [("v1", "nvmlDeviceGetMemoryInfo", {})]
-        version_2 = getattr(self._pynvml, "nvmlMemory_v2", None)  # absent from bindings older than R510
+        version_2 = getattr(self._pynvml, "nvmlMemory_v2", None)  # absent from older bindings
         if version_2 is not None:
             candidates.insert(0, ("v2", "nvmlDeviceGetMemoryInfo", {"version": version_2}))
         return self._versioned("memory", index, candidates)
@@ -286,7 +286,7 @@ class Nvml:
         """Live values of GPU `index`; each unreadable field is None, a lost GPU is one row with `error`."""
         sample = GpuSample(index, error=self._row_errors.get(index))
         if sample.error is not None:
-            return sample  # a lost GPU does not come back until the driver reloads: asking only repeats the error
+            return sample  # a lost GPU needs a reset or a reboot to come back: asking again only repeats the error
         handle = self._handles[index]
         pynvml = self._pynvml
         assert pynvml is not None
