@@ -31,6 +31,7 @@ from tf_device_panel.core.config import (
     to_python_snippet,
     validate,
 )
+from tf_device_panel.core.diagnostics import configure_logging
 from tf_device_panel.core.events import ReadyData
 from tf_device_panel.core.gpus import tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
@@ -295,6 +296,7 @@ def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], 
     args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
+        configure_logging(verbose=getattr(args, "verbose", False))
         if args.command in (None, "gui"):
             return open_window(getattr(args, "config", None))
         return int(args.func(args))

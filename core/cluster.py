@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -25,8 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.netns import LoopbackNamespace, NamespaceUnavailable
 from tf_device_panel.core.processes import kill_group, start_module
+
+log = logging.getLogger(__name__)
 
 TASK_MODULE = "tf_device_panel.core.cluster_task"
 RESULT_PREFIX = "\x1eTFDP-RESULT "
@@ -136,6 +139,7 @@ class LocalCluster:
     def __init__(self, on_line: Callable[[Task, str, str], None], *, env: Mapping[str, str] | None = None,
                  isolate: bool = True):
         self.on_line = on_line
+        self._forward_failures = RepeatedFailureLog(log)
         self.tasks: list[Task] = []
         self.env = dict(env or {})
         self.namespace: LoopbackNamespace | None = None
@@ -176,7 +180,7 @@ class LocalCluster:
             try:
                 self.on_line(task, stream, line)
             except Exception as exc:  # a display problem must not stop the reading, or the task blocks
-                print(f"tf-device-panel: cannot forward {task.name}'s output: {exc!r}", file=sys.stderr)
+                self._forward_failures.failed(f"forwarding {task.name}'s {stream}", exc)
 
     def wait(self, tasks: Sequence[Task], timeout: float, should_stop: Callable[[], bool],
              watch: Sequence[Task] = ()) -> None:

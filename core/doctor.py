@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import re
@@ -25,6 +26,8 @@ from tf_device_panel.core.doctor_probe import PROBE_PREFIX
 from tf_device_panel.core.gpus import created_gpus, same_bus
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.processes import run_module
+
+log = logging.getLogger(__name__)
 
 PASS, WARN, FAIL, SKIPPED = "pass", "warn", "fail", "skipped"
 PROBE_TIMEOUT_S = 180
@@ -518,6 +521,7 @@ def diagnose(facts: Facts) -> list[Check]:
             results.append(function(facts))
         except Exception as exc:  # one broken check must not cost the whole report
             name = function.__name__.removeprefix("check_").replace("_", "-")
+            log.warning("doctor check %s failed; the report marks it skipped", name, exc_info=exc)
             results.append(Check(name, name, SKIPPED, f"the check itself failed: {type(exc).__name__}: {exc}"))
     return results
 

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import itertools
 import json
+import logging
 import os
 import selectors
 import signal
@@ -27,6 +28,7 @@ from typing import Any
 
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.gpus import created_gpu
 from tf_device_panel.core.processes import start_module
@@ -35,6 +37,8 @@ from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
     "not started", "starting", "ready", "busy", "stopping", "exited")
 LAST_LINES = 40
+
+log = logging.getLogger(__name__)
 
 _live: weakref.WeakSet[RuntimeProcess] = weakref.WeakSet()
 
@@ -88,6 +92,7 @@ class RuntimeProcess:
         self._last_lines_lock = threading.Lock()
         self.tf_gpus: list[dict[str, Any]] = []  # from TF's "Created device" lines: logical GPU -> bus id
         self._on_event = on_event
+        self._listener_failures = RepeatedFailureLog(log)
         self._queue: deque[Event] = deque()
         self._queue_ready = threading.Condition()
         self._state_changed = threading.Condition()
@@ -136,6 +141,7 @@ class RuntimeProcess:
                 os.close(commands_r)
         self._commands_fd = commands_w
         _live.add(self)
+        log.debug("runtime pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
         self._reader = threading.Thread(
             target=self._read_loop, name=f"runtime-reader-{self._process.pid}", daemon=True,
@@ -213,6 +219,7 @@ class RuntimeProcess:
             return
         if reason:
             self._killed_reason = reason
+        log.info("killing runtime pid %d: %s", process.pid, reason or "asked to")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # the whole group: a script's own children too
         with contextlib.suppress(ProcessLookupError):
@@ -261,7 +268,7 @@ class RuntimeProcess:
             try:
                 self._on_event(event)
             except Exception as exc:  # a listener's bug must not stop the event stream
-                print(f"tf-device-panel: event listener failed: {exc!r}", file=sys.stderr)
+                self._listener_failures.failed(f"the event listener, on a {event.type} event", exc)
         else:
             with self._queue_ready:
                 self._queue.append(event)

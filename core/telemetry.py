@@ -7,6 +7,7 @@ GPU is one row with an error while the others keep updating, and no NVML means h
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import os
 import threading
@@ -18,7 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.nvml import GpuSample, GpuSnapshot, Nvml
+
+log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.5
 MIN_INTERVAL_S = 0.1
@@ -173,6 +177,7 @@ class Sampler:
         self.gpus: list[GpuSnapshot] = []
         self.note = ""
         self._runtime_process: psutil.Process | None = None
+        self._listener_failures = RepeatedFailureLog(log)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         psutil.cpu_percent(None)  # the first call only starts psutil's measurement
@@ -209,7 +214,7 @@ class Sampler:
                 try:
                     self.on_sample(sample)
                 except Exception as exc:  # a listener's bug must not stop the graphs
-                    print(f"tf-device-panel: telemetry listener failed: {exc!r}")
+                    self._listener_failures.failed("the telemetry listener", exc)
             self._stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
 
     def sample(self) -> Sample:

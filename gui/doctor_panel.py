@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -10,6 +11,8 @@ from PySide6.QtGui import QBrush, QColor, QGuiApplication
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 from tf_device_panel.core import doctor
 from tf_device_panel.core.config import DeviceConfig
+
+log = logging.getLogger(__name__)
 
 STATUS_COLORS = {doctor.PASS: "#2e9d4f", doctor.WARN: "#c77700", doctor.FAIL: "#d33", doctor.SKIPPED: "#888888"}
 
@@ -74,6 +77,7 @@ class DoctorPanel(QWidget):
             facts = doctor.gather(config)
             self._relay.finished.emit(doctor.diagnose(facts), facts)
         except Exception as exc:  # reported in the panel, never a traceback in the user's face
+            log.debug("the doctor could not run", exc_info=exc)  # the traceback, for --verbose
             self._relay.finished.emit(None, f"{type(exc).__name__}: {exc}")
 
     def wait(self, timeout: float) -> None:

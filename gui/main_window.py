@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections import deque
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,6 +41,7 @@ from tf_device_panel.gui.controller import BUSY, CANCEL_GRACE_S, EXITED, READY, 
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
 from tf_device_panel.gui.history_panel import HistoryPanel
+from tf_device_panel.gui.log_handler import WindowLogHandler
 from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.memory_panel import MemoryPanel
 from tf_device_panel.gui.notice import show_notice
@@ -47,6 +50,7 @@ from tf_device_panel.gui.runs_panel import RunsPanel
 from tf_device_panel import resources
 
 ORGANIZATION, APPLICATION = "TF Device Panel", "tf-device-panel"
+KEPT_WARNINGS = 200
 
 
 class MainWindow(QMainWindow):
@@ -63,6 +67,11 @@ class MainWindow(QMainWindow):
         self.nvml_gpus: list[dict[str, Any]] = []
         self.closing = False
         self.notices: list[str] = []  # every message shown to the user, newest last
+        self.logged_warnings: deque[str] = deque(maxlen=KEPT_WARNINGS)
+        self.warning_count = 0
+        # Installed before the panels start their threads, so the first sampler or NVML warning is shown too.
+        self.log_handler = WindowLogHandler(self._show_logged)
+        self.log_handler.install()
 
         self.controller = RuntimeController(self.history, self)
         self.devices = DevicesPanel()
@@ -99,7 +108,14 @@ class MainWindow(QMainWindow):
         self.restart_button = QPushButton("Start runtime")
         self.restart_button.clicked.connect(self.apply_current)
         self.restart_button.hide()
+        self.warnings_button = QPushButton()
+        self.warnings_button.setObjectName("warnings-button")
+        self.warnings_button.setFlat(True)
+        self.warnings_button.setToolTip("Warnings logged since the window opened")
+        self.warnings_button.clicked.connect(self.show_logged_warnings)
+        self.warnings_button.hide()
         self.statusBar().addWidget(self.runtime_label, 1)
+        self.statusBar().addPermanentWidget(self.warnings_button)
         self.statusBar().addPermanentWidget(self.restart_button)
         self._build_menus()
 
@@ -306,6 +322,25 @@ class MainWindow(QMainWindow):
     def _show_problem(self, message: str) -> None:
         self.notify("TF Device Panel", message)
 
+    def _show_logged(self, level: int, message: str) -> None:
+        """A warning logged anywhere in the package (delivered on this thread by the log handler)."""
+        if self.closing:
+            return
+        text = f"{logging.getLevelName(level).capitalize()}: {message}"
+        self.notices.append(text)
+        self.logged_warnings.append(text)
+        self.warning_count += 1
+        # The status bar, not a dialog: the same warning can come from a background thread many times over.
+        self.statusBar().showMessage("⚠ " + (message.splitlines() or [""])[0], 10_000)
+        self.warnings_button.setText(f"⚠ {self.warning_count}")
+        self.warnings_button.show()
+
+    def show_logged_warnings(self) -> None:
+        shown = list(self.logged_warnings)
+        older = self.warning_count - len(shown)
+        text = "\n\n".join(shown) + (f"\n\n({older} older warning(s) not kept)" if older else "")
+        show_notice(self, "Warnings", text)
+
     # -- profiles ----------------------------------------------------------------------------------
     def open_profile(self, path: str | Path, quiet: bool = False) -> bool:
         try:
@@ -380,6 +415,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing = True
+        self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState())
         self.controller.shutdown()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -9,25 +11,33 @@ import pynvml
 import pytest
 
 GIB = 2**30
+MIB = 2**20
+RESERVED = 300 * MIB  # what the driver sets aside: memory v1 counts it as used, v2 does not (R510+)
+PROCESS_QUERIES = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                   "nvmlDeviceGetComputeRunningProcesses")
 
 
 class FakeGpus:
-    """GPUs with settable state; `lose(i)` makes GPU i fall off the bus; `unsupported` fields raise NotSupported."""
+    """GPUs with settable state, counting every call by function name (`calls`).
 
-    def __init__(self, count: int = 2, unsupported: tuple[str, ...] = ("power",)):
+    `lose(i)` makes GPU i fall off the bus; `unsupported` fields raise NotSupported; `missing` holds functions
+    the driver lacks (NVMLError_FunctionNotFound), "nvmlDeviceGetMemoryInfo_v2" included, as in pynvml.
+    """
+
+    def __init__(self, count: int = 2, unsupported: tuple[str, ...] = ("power",), missing: tuple[str, ...] = ()):
         self.count = count
         self.used = [GIB * (i + 1) for i in range(count)]
         self.total = 16 * GIB
         self.lost: set[int] = set()
         self.unsupported = set(unsupported)
+        self.missing = set(missing)
         self.processes: dict[int, list[Any]] = {i: [] for i in range(count)}
-        self.calls = 0
+        self.calls: Counter[str] = Counter()
 
     def lose(self, index: int) -> None:
         self.lost.add(index)
 
     def _index(self, handle: str) -> int:
-        self.calls += 1
         index = int(handle[1:])
         if index in self.lost:
             raise pynvml.NVMLError_GpuIsLost()
@@ -39,30 +49,44 @@ class FakeGpus:
             raise pynvml.NVMLError_NotSupported()
         return value
 
+    def _memory(self, handle: str, version: int | None = None) -> Any:
+        if version and "nvmlDeviceGetMemoryInfo_v2" in self.missing:
+            raise pynvml.NVMLError_FunctionNotFound()
+        used = self.used[int(handle[1:])] + (0 if version else RESERVED)
+        return self._field("memory", handle, SimpleNamespace(total=self.total, used=used, free=self.total - used))
+
+    def _counted(self, name: str, fake: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            if name in self.missing:
+                raise pynvml.NVMLError_FunctionNotFound()
+            return fake(*args, **kwargs)
+
+        return call
+
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        fakes = {
+        fakes: dict[str, Callable[..., Any]] = {
             "nvmlInit": lambda: None,
             "nvmlDeviceGetCount": lambda: self.count,
             "nvmlDeviceGetHandleByIndex": lambda i: f"h{i}",
-            "nvmlSystemGetDriverVersion": lambda: "570.86",
+            "nvmlSystemGetDriverVersion": lambda: b"570.86",  # bytes, as pynvml returns it
             "nvmlSystemGetCudaDriverVersion_v2": lambda: 12080,
-            "nvmlDeviceGetName": lambda h: self._field("name", h, f"Fake GPU {h[1:]}"),
+            "nvmlDeviceGetName": lambda h: self._field("name", h, f"Fake GPU {h[1:]}".encode()),
             "nvmlDeviceGetUUID": lambda h: self._field("uuid", h, f"GPU-fake-{h[1:]}"),
             "nvmlDeviceGetPciInfo": lambda h: self._field("pci", h, SimpleNamespace(
                 busId=f"00000000:0{int(h[1:]) + 1}:00.0".encode())),
             "nvmlDeviceGetCudaComputeCapability": lambda h: self._field("capability", h, (8, 9)),
-            "nvmlDeviceGetMemoryInfo": lambda h, version=None: self._field("memory", h, SimpleNamespace(
-                total=self.total, used=self.used[int(h[1:])], free=self.total - self.used[int(h[1:])])),
+            "nvmlDeviceGetMemoryInfo": self._memory,
             "nvmlDeviceGetUtilizationRates": lambda h: self._field("utilization", h, SimpleNamespace(gpu=42,
                                                                                                      memory=10)),
             "nvmlDeviceGetTemperature": lambda h, sensor: self._field("temperature", h, 55),
             "nvmlDeviceGetPowerUsage": lambda h: self._field("power", h, 70_000),
             "nvmlDeviceGetClockInfo": lambda h, kind: self._field("clocks", h, 1500 if kind == 1 else 6000),
-            "nvmlDeviceGetComputeRunningProcesses_v3": lambda h: self._field("processes", h,
-                                                                            self.processes[int(h[1:])]),
         }
+        for name in PROCESS_QUERIES:
+            fakes[name] = lambda h: self._field("processes", h, self.processes[int(h[1:])])
         for name, fake in fakes.items():
-            monkeypatch.setattr(pynvml, name, fake)
+            monkeypatch.setattr(pynvml, name, self._counted(name, fake))
 
 
 def process(pid: int, used_mib: int | None) -> Any:

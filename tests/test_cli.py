@@ -85,6 +85,14 @@ def test_validate_lists_every_problem(tmp_path: Path) -> None:
     assert broken.read_text() == "{"
 
 
+def test_verbose_shows_the_packages_debug_log_on_stderr(two_cpus: str) -> None:
+    quiet = cli("validate", two_cpus)
+    assert quiet.returncode == 0 and "DEBUG" not in quiet.stderr
+    verbose = cli("--verbose", "validate", two_cpus)
+    assert verbose.returncode == 0 and verbose.stdout == quiet.stdout  # stdout stays the command's own output
+    assert "tf-device-panel DEBUG tf_device_panel.core.nvml: NVML" in verbose.stderr
+
+
 def test_devices_json_and_nvml_absent(two_cpus: str) -> None:
     done = cli("devices", "--config", two_cpus, "--json")
     assert done.returncode == 0, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import QMessageBox
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.events import Event
@@ -242,6 +244,34 @@ def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Pat
     text = dialog.findChild(type(window.log.view)).toPlainText()
     assert "LogicalDeviceConfiguration()] * 2" in text and "set_soft_device_placement(False)" in text
     dialog.close()
+
+
+def test_a_warning_logged_on_another_thread_shows_in_the_window(qtbot, window: MainWindow) -> None:
+    message = "GPU 3: temperature unreadable (test)"
+    logger = logging.getLogger("tf_device_panel.core.telemetry")
+    thread_names: list[str] = []
+
+    def log_like_the_sampler() -> None:
+        thread_names.append(threading.current_thread().name)
+        logger.info("for the terminal only (test)")
+        logger.warning(message)
+
+    worker = threading.Thread(target=log_like_the_sampler, name="test-sampler")
+    worker.start()
+    worker.join(10)
+    qtbot.waitUntil(lambda: message in window.statusBar().currentMessage(), timeout=5000)
+    assert thread_names == ["test-sampler"]
+    assert f"Warning: {message}" in window.notices and window.warnings_button.isVisible()
+    # The INFO record was logged first on the same thread, so it would have arrived first: it was never sent.
+    assert not any("for the terminal only" in notice for notice in window.notices)
+    qtbot.mouseClick(window.warnings_button, Qt.MouseButton.LeftButton)
+    box = window.findChild(QMessageBox, "notice")
+    assert box is not None and message in box.text()
+    box.close()
+    handler = window.log_handler
+    assert handler in logging.getLogger("tf_device_panel").handlers
+    window.close()
+    assert handler not in logging.getLogger("tf_device_panel").handlers
 
 
 def test_the_gui_process_never_imports_tensorflow() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -89,6 +91,37 @@ def test_the_sampler_thread_samples_at_its_interval_and_stops(monkeypatch: pytes
     time.sleep(0.3)
     assert count >= 5 and len(seen) == count
     assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 5
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.02)
+
+
+def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    FakeGpus(1).install(monkeypatch)
+    calls = []
+
+    def broken_listener(sample) -> None:
+        calls.append(sample)
+        raise RuntimeError("the window went away")
+
+    sampler = Sampler(broken_listener, interval=0.1, nvml=Nvml())
+    sampler.start()
+    try:
+        wait_for(lambda: len(calls) >= 3)
+    finally:
+        sampler.stop()
+    assert sampler._thread is not None and not sampler._thread.is_alive()
+    assert capfd.readouterr().out == ""  # stdout is the command line's output; a thread must never write there
+    failures = [r for r in caplog.records if r.name == "tf_device_panel.core.telemetry"]
+    assert [r.levelno for r in failures] == [logging.ERROR]  # the same failure every tick is logged once
+    assert "the window went away" in failures[0].getMessage() and failures[0].exc_info is not None
+    assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 3  # sampling went on
 
 
 def test_history_exports_csv_that_reads_back(tmp_path) -> None:
