@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import time
+import threading
 
 import numpy as np
 import pytest
 from fake_nvml import FakeGpus, no_library, process
+from helpers import wait_until
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.telemetry import History, Sampler, Series, read_csv
 
@@ -81,13 +82,10 @@ def test_the_sampler_thread_samples_at_its_interval_and_stops(monkeypatch: pytes
     seen = []
     sampler = Sampler(seen.append, interval=0.1, nvml=Nvml())
     sampler.start()
-    deadline = time.monotonic() + 10
-    while len(seen) < 5 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(seen) >= 5, timeout=10, message=lambda: f"only {len(seen)} samples")
     sampler.stop()
-    count = len(seen)
-    time.sleep(0.3)
-    assert count >= 5 and len(seen) == count
+    # stopped means its thread has ended, so no sample can come after stop() returns
+    assert "telemetry-sampler" not in {t.name for t in threading.enumerate()}
     assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 5
 
 
