@@ -377,7 +377,7 @@ def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWi
                              "pci_bus_id": "0000:02:00.0"},
                             {"logical": "/GPU:1", "physical": 1, "memory_mb": 38000, "name": "NVIDIA A100",
                              "pci_bus_id": "0000:01:00.0"}]}
-    window._on_ready(info)
+    window.controller.eventsArrived.emit([Event(events.READY, info)])  # as a ready runtime is reported
     physical = window.devices.tree.topLevelItem(0)
     details = {physical.child(i).text(0): physical.child(i).text(1) for i in range(physical.childCount())}
     assert "23034 MiB" in details["GPU:0"] and "PCI 00000000:02:00.0" in details["GPU:0"]
