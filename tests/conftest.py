@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import traceback
 import weakref
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import children_alive
+from helpers import children_alive, wait_until
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runtime import READY, RuntimeProcess
 
@@ -41,7 +40,7 @@ def panel_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _started_here() -> str:
-    """Where a timer or thread was started: the innermost frame outside this file and Qt's bindings."""
+    """Where a timer or thread was started: the innermost frame outside this file."""
     for frame in reversed(traceback.extract_stack()[:-2]):
         if frame.filename != __file__:
             return f"{frame.filename}:{frame.lineno} ({frame.name})"
@@ -49,18 +48,17 @@ def _started_here() -> str:
 
 
 @pytest.fixture(autouse=True)
-def no_child_process_left(request: pytest.FixtureRequest) -> Iterator[None]:
+def no_child_process_left() -> Iterator[None]:
     """Fails a test that leaves a process it started running: runtimes, cluster tasks, CLI children."""
     before = {p.pid for p in children_alive()}
     yield
+
     def left() -> list[psutil.Process]:
         return [p for p in children_alive() if p.pid not in before and p.pid not in SHARED_PIDS]
 
-    deadline = time.monotonic() + LEAK_WAIT_S
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not left(), timeout=LEAK_WAIT_S, interval=0.1)
     leaked = left()
-    while leaked and time.monotonic() < deadline:
-        time.sleep(0.1)
-        leaked = left()
     if leaked:
         described = []
         for process in leaked:
@@ -108,11 +106,13 @@ def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return [t for t in threading.enumerate()
                 if t not in threads_before and t.is_alive() and not t.name.startswith("Dummy")]
 
+    def all_ended() -> bool:
+        QApplication.processEvents()  # a thread may be waiting for the event loop to take its last signal
+        return not new_threads() and not alive(QThread.isRunning, qthreads)
+
     problems = []
-    deadline = time.monotonic() + LEAK_WAIT_S
-    while (new_threads() or alive(QThread.isRunning, qthreads)) and time.monotonic() < deadline:
-        QApplication.processEvents()
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):
+        wait_until(all_ended, timeout=LEAK_WAIT_S)
     for thread in new_threads():
         problems.append(f"thread {thread.name!r} still running")
     for qthread, where in alive(QThread.isRunning, qthreads):
