@@ -36,9 +36,14 @@ class RuntimeController(QObject):
     jobFinished = Signal(object)         # JobOutcome
     problem = Signal(str)                # a message for the user
 
-    def __init__(self, history: RunHistory | None = None, parent: QObject | None = None):
+    def __init__(self, history: RunHistory | None = None, parent: QObject | None = None, *,
+                 cancel_grace_s: float = CANCEL_GRACE_S, stop_timeout_s: float = STOP_TIMEOUT_S):
         super().__init__(parent)
         self.history = history or RunHistory()
+        # How long a cancelled job may take to stop before its runtime is killed (and restarted), and how long
+        # a runtime may take to stop; settable so that tests need not wait out the defaults.
+        self.cancel_grace_s = cancel_grace_s
+        self.stop_timeout_s = stop_timeout_s
         self.runtime: RuntimeProcess | None = None
         self.applied: DeviceConfig | None = None
         self.job_run: JobRun | None = None
@@ -80,7 +85,8 @@ class RuntimeController(QObject):
     def _retire(self, runtime: RuntimeProcess) -> None:
         if self.job_run is not None and not self.job_run.finished:
             runtime.kill(reason="replaced by a new configuration")
-        thread = threading.Thread(target=runtime.stop, args=(STOP_TIMEOUT_S,), name="runtime-stop", daemon=True)
+        thread = threading.Thread(target=runtime.stop, args=(self.stop_timeout_s,), name="runtime-stop",
+                                  daemon=True)
         thread.start()
         self._retired.append(thread)
 
@@ -101,9 +107,9 @@ class RuntimeController(QObject):
         return True
 
     def cancel(self) -> bool:
-        """Ask the running job to stop (its runtime is killed, and restarted, if it has not in CANCEL_GRACE_S)."""
+        """Ask the running job to stop (its runtime is killed, and restarted, if it has not in `cancel_grace_s`)."""
         if self.runtime is not None and self.runtime.state == BUSY:
-            self.runtime.cancel(CANCEL_GRACE_S)
+            self.runtime.cancel(self.cancel_grace_s)
             return True
         return False
 
@@ -111,8 +117,9 @@ class RuntimeController(QObject):
         if self.runtime is not None:
             self.runtime.kill(reason="Runtime → Kill runtime was chosen")
 
-    def shutdown(self, timeout: float = STOP_TIMEOUT_S) -> None:
+    def shutdown(self, timeout: float | None = None) -> None:
         """Stop the job and the runtime; wait for every helper thread. Called when the window closes."""
+        timeout = self.stop_timeout_s if timeout is None else timeout
         runtime, self.runtime = self.runtime, None
         if runtime is not None:
             if runtime.state == BUSY:

@@ -37,7 +37,7 @@ from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.controller import BUSY, CANCEL_GRACE_S, EXITED, READY, STARTING, RuntimeController
+from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
 from tf_device_panel.gui.history_panel import HistoryPanel
@@ -204,7 +204,7 @@ class MainWindow(QMainWindow):
 
     def stop_job(self) -> None:
         if self.controller.cancel():
-            self.runs.show_stopping(CANCEL_GRACE_S)
+            self.runs.show_stopping(self.controller.cancel_grace_s)
 
     def run_job(self, job: str, params: dict[str, Any]) -> None:
         if self.controller.run(job, params):

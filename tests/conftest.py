@@ -1,20 +1,32 @@
+"""Fixtures only; what tests share as functions is in helpers.py (tests import that, never this file).
+
+Every test is checked for what it leaves behind (napari's pattern): a child process still running fails any
+test; a Qt test (one that uses qtbot or qapp) also fails when it leaves a QTimer active, a QThread or a
+Python thread running, or a top-level widget open. A leak found is cleaned up, so the next test starts
+clean and only the test that leaked fails.
+"""
+
 from __future__ import annotations
 
+import contextlib
 import os
-import sys
-from collections.abc import Iterator
+import threading
+import traceback
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
+from helpers import children_alive, wait_until
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.runtime import READY, RuntimeProcess
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt's qapp makes the QApplication
 
-from tf_device_panel.core import events  # noqa: E402
-from tf_device_panel.core.config import DeviceConfig  # noqa: E402
-from tf_device_panel.core.events import Event  # noqa: E402
-from tf_device_panel.core.runtime import RuntimeProcess  # noqa: E402
+LEAK_WAIT_S = 10.0  # what a test started may take to end by itself after the test (a cancel's grace timer)
+SHARED_PIDS: set[int] = set()  # runtimes deliberately kept across tests (SharedRuntime)
 
 
 @pytest.fixture(autouse=True)
@@ -24,32 +36,111 @@ def panel_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def collect_job(runtime: RuntimeProcess, job_id: str, timeout: float = 120.0) -> list[Event]:
-    """Events from a queue-mode runtime until `job_id` finishes."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    seen: list[Event] = []
-    while time.monotonic() < deadline:
-        event = runtime.next_event(0.5)
-        if event is None:
-            continue
-        seen.append(event)
-        if event.type == events.JOB_FINISHED and event.job_id == job_id:
-            return seen
-    raise AssertionError(f"job {job_id} did not finish in {timeout} s; got {[e.type for e in seen]}")
+# -- what a test leaves running ----------------------------------------------------------------------
 
 
-def of_type(seen: list[Event], kind: str) -> list[Event]:
-    return [e for e in seen if e.type == kind]
+def _started_here() -> str:
+    """Where a timer or thread was started: the innermost frame outside this file."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if frame.filename != __file__:
+            return f"{frame.filename}:{frame.lineno} ({frame.name})"
+    return "?"
+
+
+@pytest.fixture(autouse=True)
+def no_child_process_left() -> Iterator[None]:
+    """Fails a test that leaves a process it started running: runtimes, cluster tasks, CLI children."""
+    before = {p.pid for p in children_alive()}
+    yield
+
+    def left() -> list[psutil.Process]:
+        return [p for p in children_alive() if p.pid not in before and p.pid not in SHARED_PIDS]
+
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: not left(), timeout=LEAK_WAIT_S, interval=0.1)
+    leaked = left()
+    if leaked:
+        described = []
+        for process in leaked:
+            with contextlib.suppress(psutil.Error):
+                described.append(f"{process.pid}: {' '.join(process.cmdline()[:6])}")
+                process.kill()
+        pytest.fail(f"child processes left running: {described}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """For Qt tests: fails a test that leaves a QTimer active, a QThread or Python thread running, or a
+    top-level widget open. Autouse, so it is set up before the test's other fixtures and checks after they
+    have torn down (a window fixture closes its window first)."""
+    if not {"qtbot", "qapp"} & set(request.fixturenames):
+        yield
+        return
+    from PySide6.QtCore import QThread, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    timers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+    qthreads: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+    timer_start, qthread_start = QTimer.start, QThread.start
+
+    def tracked(original: Callable[..., None], registry: weakref.WeakKeyDictionary) -> Callable[..., None]:
+        def start(self: Any, *args: Any) -> None:
+            registry[self] = _started_here()
+            original(self, *args)
+        return start
+
+    monkeypatch.setattr(QTimer, "start", tracked(timer_start, timers))
+    monkeypatch.setattr(QThread, "start", tracked(qthread_start, qthreads))
+    threads_before = set(threading.enumerate())
+    yield
+
+    def alive(check: Callable[[Any], bool], registry: weakref.WeakKeyDictionary) -> list[tuple[Any, str]]:
+        found = []
+        for obj, where in list(registry.items()):
+            with contextlib.suppress(RuntimeError):  # its C++ object is gone: nothing left running
+                if check(obj):
+                    found.append((obj, where))
+        return found
+
+    def new_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate()
+                if t not in threads_before and t.is_alive() and not t.name.startswith("Dummy")]
+
+    def all_ended() -> bool:
+        QApplication.processEvents()  # a thread may be waiting for the event loop to take its last signal
+        return not new_threads() and not alive(QThread.isRunning, qthreads)
+
+    problems = []
+    with contextlib.suppress(AssertionError):
+        wait_until(all_ended, timeout=LEAK_WAIT_S)
+    for thread in new_threads():
+        problems.append(f"thread {thread.name!r} still running")
+    for qthread, where in alive(QThread.isRunning, qthreads):
+        problems.append(f"QThread started at {where} still running")
+        with contextlib.suppress(RuntimeError):
+            qthread.quit()
+            qthread.wait(2000)
+    for timer, where in alive(QTimer.isActive, timers):
+        problems.append(f"QTimer started at {where} still active")
+        with contextlib.suppress(RuntimeError):
+            timer.stop()
+    for widget in QApplication.topLevelWidgets():
+        if widget.isVisible():
+            problems.append(f"top-level widget {type(widget).__name__} {widget.windowTitle()!r} left open")
+            widget.close()
+    if problems:
+        pytest.fail("the test left Qt work running:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+# -- runtimes -----------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def start_runtime() -> Iterator:
+def start_runtime() -> Iterator[Callable[..., RuntimeProcess]]:
     """Start runtimes for a test and make sure every one is gone afterwards."""
     started: list[RuntimeProcess] = []
 
-    def start(config: DeviceConfig | None = None, **kwargs) -> RuntimeProcess:
+    def start(config: DeviceConfig | None = None, **kwargs: Any) -> RuntimeProcess:
         runtime = RuntimeProcess(config or DeviceConfig(), **kwargs)
         runtime.start()
         started.append(runtime)
@@ -61,13 +152,53 @@ def start_runtime() -> Iterator:
         assert runtime.wait_exited(10), "runtime did not exit"
 
 
+class SharedRuntime:
+    """One runtime that a module's tests take turns on (starting one costs seconds). A test that leaves it
+    anything but ready and idle (a job still running, or the runtime killed) has it replaced, so the next
+    test never finds it busy."""
+
+    def __init__(self, config: DeviceConfig):
+        self.config = config
+        self.runtime: RuntimeProcess | None = None
+
+    def take(self) -> RuntimeProcess:
+        if self.runtime is None or self.runtime.state != READY:
+            self.discard()
+            runtime = RuntimeProcess(self.config)
+            runtime.start()
+            if runtime.pid is not None:
+                SHARED_PIDS.add(runtime.pid)
+            self.runtime = runtime
+            runtime.wait_ready()
+        while self.runtime.next_event(0) is not None:  # start-up events, or a previous test's leftovers
+            pass
+        return self.runtime
+
+    def give_back(self) -> None:
+        if self.runtime is not None and self.runtime.state != READY:
+            self.discard()
+
+    def discard(self) -> None:
+        runtime, self.runtime = self.runtime, None
+        if runtime is None:
+            return
+        if runtime.state != READY:
+            runtime.kill(reason="a test left it busy")
+        runtime.stop(timeout=5)
+        runtime.wait_exited(10)
+        SHARED_PIDS.discard(runtime.pid or -1)
+
+
 @pytest.fixture(scope="module")
-def three_cpus() -> Iterator[RuntimeProcess]:
-    """One shared runtime with 3 logical CPUs, for tests that only run jobs in it."""
-    runtime = RuntimeProcess(DeviceConfig(cpu_devices=3))
-    runtime.start()
-    runtime.wait_ready()
-    while runtime.next_event(0.2) is not None:  # drop start-up events
-        pass
-    yield runtime
-    runtime.stop()
+def _three_cpus_shared() -> Iterator[SharedRuntime]:
+    shared = SharedRuntime(DeviceConfig(cpu_devices=3))
+    yield shared
+    shared.discard()
+
+
+@pytest.fixture
+def three_cpus(_three_cpus_shared: SharedRuntime) -> Iterator[RuntimeProcess]:
+    """A ready, idle runtime with 3 logical CPUs, shared by a module's tests; replaced after a test that
+    leaves it busy or dead."""
+    yield _three_cpus_shared.take()
+    _three_cpus_shared.give_back()

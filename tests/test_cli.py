@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import ROOT
+from helpers import ROOT, wait_until
+from tf_device_panel.core import events
+from tf_device_panel.core.history import RunHistory
 
 
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -126,15 +127,19 @@ def test_jobs_snippet_and_runs(two_cpus: str) -> None:
 def test_ctrl_c_cancels_the_job_cleanly(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "run", "fit", "--param", "epochs=10000",
                                 "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def training() -> bool:
+        # The run history records the job's events as they come (TF_DEVICE_PANEL_HOME is this test's own).
+        runs = RunHistory().summaries(limit=1)
+        try:
+            recorded = RunHistory().events(runs[0]["run_id"]) if runs else []
+        except OSError:  # its events file is created just after its summary
+            return False
+        return any(e.type == events.PROGRESS and e.data["done"] >= 1 for e in recorded)
+
     try:
-        runtime = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and runtime is None:
-            children = psutil.Process(process.pid).children()
-            runtime = children[0] if children else None
-            time.sleep(0.2)
-        assert runtime is not None
-        time.sleep(6)  # let the runtime start and the job begin
+        runtime = wait_until(lambda: next(iter(psutil.Process(process.pid).children()), None), timeout=60,
+                             message="the command started no runtime")
+        wait_until(training, timeout=120, message="the job never started training")
         process.send_signal(signal.SIGINT)
         out, err = process.communicate(timeout=60)
     finally:

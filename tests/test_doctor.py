@@ -10,7 +10,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 from tf_device_panel.core import doctor
 from tf_device_panel.core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
 from tf_device_panel.core.nvml import Nvml

@@ -5,13 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import collect_job, of_type
+from helpers import collect_job, events_until, of_type, progress_at_least, wait_until
 from tf_device_panel.core import events
 from tf_device_panel.core.cluster import TASK_MODULE, cluster_commands
 from tf_device_panel.core.jobs import JOBS, ParamError
@@ -116,8 +114,9 @@ def test_parameters_are_validated_before_the_job_starts(job: str, params: dict, 
 
 def test_cancelling_a_benchmark(three_cpus: RuntimeProcess) -> None:
     job_id = three_cpus.submit("benchmark", {"sizes": "512,1024,2048", "repeats": 50})
-    threading.Timer(1.0, three_cpus.cancel).start()
-    seen = collect_job(three_cpus, job_id)
+    seen = events_until(three_cpus, progress_at_least(1), timeout=60)  # measuring, between two checks of the flag
+    three_cpus.cancel(grace=20)
+    seen += collect_job(three_cpus, job_id)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
     assert three_cpus.state == "ready"
 
@@ -162,18 +161,22 @@ def test_parameter_server_variables_live_on_ps(three_cpus: RuntimeProcess) -> No
 @pytest.mark.slow
 def test_a_killed_worker_ends_the_job_with_an_error_naming_it(three_cpus: RuntimeProcess) -> None:
     job_id = three_cpus.submit("multi-worker", {"workers": 2, "steps": 100_000, "log_placement": False})
-    deadline = time.monotonic() + 120
-    victim = None
-    while victim is None and time.monotonic() < deadline:
+
+    def worker_1() -> psutil.Process | None:
         for process in cluster_processes(three_cpus):
             with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
                 if json.loads(process.environ().get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1:
-                    victim = process
-        time.sleep(0.2)
-    assert victim is not None, "worker 1 never started"
-    time.sleep(3)  # let it join the cluster and start training
-    ports = listening_ports(cluster_processes(three_cpus))
-    assert ports, "the workers should be listening by now"
+                    return process
+        return None
+
+    victim = wait_until(worker_1, timeout=120, message="worker 1 never started")
+
+    def both_listening() -> set[int] | None:
+        # Each worker's gRPC server listens once it has imported TensorFlow and joined the cluster.
+        ports = listening_ports(cluster_processes(three_cpus))
+        return ports if len(ports) >= 2 else None
+
+    ports = wait_until(both_listening, timeout=120, message="the workers never listened")
     if os.readlink(f"/proc/{victim.pid}/ns/net") != os.readlink("/proc/self/ns/net"):
         for port in ports:  # isolated: TF's 0.0.0.0 listeners are invisible from this machine's network
             assert_port_free(port)
@@ -189,9 +192,7 @@ def test_a_killed_worker_ends_the_job_with_an_error_naming_it(three_cpus: Runtim
 @pytest.mark.slow
 def test_cancelling_a_multi_worker_run_stops_every_worker(three_cpus: RuntimeProcess) -> None:
     job_id = three_cpus.submit("multi-worker", {"workers": 2, "steps": 100_000, "log_placement": False})
-    deadline = time.monotonic() + 60
-    while len(cluster_processes(three_cpus)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(lambda: len(cluster_processes(three_cpus)) >= 2, timeout=60, message="the workers never started")
     three_cpus.cancel(grace=20)
     seen = collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
@@ -219,14 +220,10 @@ def test_cluster_config_for_real_machines() -> None:
 ])
 def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict) -> None:
     job_id = three_cpus.submit(job, params)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:  # wait until it is really training
-        event = three_cpus.next_event(0.2)
-        if event is not None and event.type == events.PROGRESS and event.data["done"] >= 1:
-            break
-    time.sleep(1)
+    # training (custom-loop), or the cluster's processes started (parameter-server): there is something to stop
+    seen = events_until(three_cpus, progress_at_least(1), timeout=90)
     three_cpus.cancel(grace=20)
-    seen = collect_job(three_cpus, job_id, timeout=60)
+    seen += collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
     assert three_cpus.state == READY, "the job did not stop by itself: its runtime had to be killed"
     assert cluster_processes(three_cpus) == []
@@ -252,12 +249,12 @@ def test_a_killed_runtime_takes_its_cluster_with_it(start_runtime) -> None:
     runtime = start_runtime()
     runtime.wait_ready()
     runtime.submit("parameter-server", {"workers": 1, "steps": 100_000})
-    deadline = time.monotonic() + 120
-    tasks: list[psutil.Process] = []
-    while len(tasks) < 3 and time.monotonic() < deadline:  # ps, worker and coordinator
+
+    def whole_cluster() -> list[psutil.Process] | None:
         tasks = cluster_processes(runtime)
-        time.sleep(0.2)
-    assert len(tasks) == 3, "the cluster never started"
+        return tasks if len(tasks) == 3 else None  # ps, worker and coordinator
+
+    tasks = wait_until(whole_cluster, timeout=120, message="the cluster never started")
     runtime.kill(reason="killed by the test")
     _, alive = psutil.wait_procs(tasks, timeout=10)
     assert not alive, f"orphaned cluster tasks: {[' '.join(p.cmdline()[:4]) for p in alive]}"

@@ -7,12 +7,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
-import psutil
 import pytest
-from conftest import ROOT, collect_job, of_type
+from helpers import ROOT, collect_job, events_until, of_type, output_line, process_gone, progress_at_least, wait_until
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable
@@ -105,13 +103,9 @@ def test_cancel_stops_a_long_fit(start_runtime) -> None:
     runtime = start_runtime(DeviceConfig(cpu_devices=2))
     runtime.wait_ready()
     job_id = runtime.submit("fit", {"epochs": 10_000, "samples": 2000})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        event = runtime.next_event(0.5)
-        if event is not None and event.type == events.PROGRESS and event.data["done"] > 3:
-            break
+    seen = events_until(runtime, progress_at_least(4), timeout=60)  # training, not still building the model
     runtime.cancel(grace=20)
-    seen = collect_job(runtime, job_id, timeout=30)
+    seen += collect_job(runtime, job_id, timeout=30)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
     assert runtime.state == READY  # cancelled cleanly: no kill needed, the runtime lives on
 
@@ -145,6 +139,7 @@ def test_cancel_interrupts_a_script_that_never_checks(start_runtime, tmp_path: P
     runtime = start_runtime()
     runtime.wait_ready()
     path = _script(tmp_path, """
+        print("looping", flush=True)
         while True:
             try:
                 sum(range(1000))
@@ -152,7 +147,7 @@ def test_cancel_interrupts_a_script_that_never_checks(start_runtime, tmp_path: P
                 swallowed = True
     """)
     job_id = runtime.submit("script", {"path": path})
-    time.sleep(0.5)
+    events_until(runtime, output_line("looping"), timeout=60)  # the script's own code runs: nothing checks the flag
     runtime.cancel(grace=15)
     seen = collect_job(runtime, job_id, timeout=30)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
@@ -168,7 +163,7 @@ def test_job_that_ignores_cancel_gets_its_runtime_killed(start_runtime, tmp_path
         time.sleep(600)   # blocked in C: neither the flag nor an async exception reaches it
     """)
     job_id = runtime.submit("script", {"path": path})
-    time.sleep(0.5)
+    events_until(runtime, output_line("sleeping"), timeout=60)
     runtime.cancel(grace=2)
     seen = collect_job(runtime, job_id, timeout=30)
     assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
@@ -186,11 +181,7 @@ def test_runtime_killed_mid_job_is_reported_with_its_last_lines(start_runtime, t
         time.sleep(600)
     """)
     job_id = runtime.submit("script", {"path": path})
-    seen = []
-    while not any(e.type == events.LOG and e.data["text"] == "step 2" for e in seen):
-        event = runtime.next_event(10)
-        assert event is not None
-        seen.append(event)
+    seen = events_until(runtime, output_line("step 2"), timeout=60)
     os.kill(runtime.pid, signal.SIGKILL)
     seen += collect_job(runtime, job_id)
     error = of_type(seen, events.ERROR)[0].data
@@ -232,16 +223,7 @@ def test_no_orphan_runtime_when_the_client_goes_away(tmp_path: Path, how: str) -
     """)
     done = subprocess.run([sys.executable, "-c", client], capture_output=True, text=True, timeout=120)
     runtime_pid = int(done.stdout.split()[0])
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and psutil.pid_exists(runtime_pid):
-        try:
-            if psutil.Process(runtime_pid).status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.NoSuchProcess:
-            break
-        time.sleep(0.1)
-    alive = psutil.pid_exists(runtime_pid) and psutil.Process(runtime_pid).status() != psutil.STATUS_ZOMBIE
-    assert not alive, f"runtime {runtime_pid} outlived its client ({how})"
+    wait_until(lambda: process_gone(runtime_pid), timeout=15, message=f"runtime {runtime_pid} outlived its client")
 
 
 def test_submit_when_not_ready_is_refused(start_runtime) -> None:
@@ -259,13 +241,10 @@ def test_a_job_sent_while_another_runs_still_gets_its_closing_events(start_runti
     runtime = start_runtime(DeviceConfig())
     runtime.wait_ready()
     first = runtime.submit("fit", {"epochs": 10_000})
-    runtime._send({"cmd": "run", "job_id": "second", "job": "matmul", "params": {}})  # bypassing the client's guard
-    deadline = time.monotonic() + 60
-    closing = []
-    while time.monotonic() < deadline and len(closing) < 2:
-        event = runtime.next_event(0.5)
-        if event is not None and event.job_id == "second":
-            closing.append(event)
+    # The client refuses a second job itself; only its private command channel can show what the runtime does.
+    runtime._send({"cmd": "run", "job_id": "second", "job": "matmul", "params": {}})
+    seen = events_until(runtime, lambda e: e.job_id == "second" and e.type == events.JOB_FINISHED, timeout=60)
+    closing = [e for e in seen if e.job_id == "second"]
     assert [e.type for e in closing] == [events.ERROR, events.JOB_FINISHED]
     assert closing[0].data["type"] == "Busy"
     runtime.cancel()
@@ -277,10 +256,11 @@ def test_a_runtime_killed_on_purpose_stops_its_job_and_says_why(start_runtime, t
     runtime.wait_ready()
     path = _script(tmp_path, """
         import time
+        print("sleeping", flush=True)
         time.sleep(600)
     """)
     job_id = runtime.submit("script", {"path": path})
-    time.sleep(0.5)
+    events_until(runtime, output_line("sleeping"), timeout=60)
     runtime.kill(reason="the window was closed during a run")
     seen = collect_job(runtime, job_id, timeout=30)
     message = of_type(seen, events.ERROR)[0].data["message"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
-from collections.abc import Callable
+import threading
 
 import numpy as np
 import pytest
 from fake_nvml import FakeGpus, no_library, process
+from helpers import wait_until
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.telemetry import History, Sampler, Series, read_csv
 
@@ -83,22 +83,11 @@ def test_the_sampler_thread_samples_at_its_interval_and_stops(monkeypatch: pytes
     seen = []
     sampler = Sampler(seen.append, interval=0.1, nvml=Nvml())
     sampler.start()
-    deadline = time.monotonic() + 10
-    while len(seen) < 5 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(seen) >= 5, timeout=10, message=lambda: f"only {len(seen)} samples")
     sampler.stop()
-    count = len(seen)
-    time.sleep(0.3)
-    assert count >= 5 and len(seen) == count
+    # stopped means its thread has ended, so no sample can come after stop() returns
+    assert "telemetry-sampler" not in {t.name for t in threading.enumerate()}
     assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 5
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(0.02)
 
 
 def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
@@ -113,10 +102,10 @@ def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
     sampler = Sampler(broken_listener, interval=0.1, nvml=Nvml())
     sampler.start()
     try:
-        wait_for(lambda: len(calls) >= 3)
+        wait_until(lambda: len(calls) >= 3, timeout=10, message=lambda: f"only {len(calls)} calls")
     finally:
         sampler.stop()
-    assert sampler._thread is not None and not sampler._thread.is_alive()
+    assert "telemetry-sampler" not in {t.name for t in threading.enumerate()}
     assert capfd.readouterr().out == ""  # stdout is the command line's output; a thread must never write there
     failures = [r for r in caplog.records if r.name == "tf_device_panel.core.telemetry"]
     assert [r.levelno for r in failures] == [logging.ERROR]  # the same failure every tick is logged once

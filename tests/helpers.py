@@ -1,0 +1,89 @@
+"""What tests share: waiting for a condition with a deadline, reading a runtime's events, and finding what
+a test left running. Tests import this module; conftest.py only holds fixtures."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.runtime import RuntimeProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], timeout: float, message: str | Callable[[], str] = "",
+               interval: float = 0.05) -> T:
+    """Poll `condition` until it returns something truthy, and return that; fail after `timeout` seconds.
+
+    The one way a test outside Qt's event loop waits (inside it, qtbot.waitUntil / waitSignal): the deadline
+    is generous because it only matters when the condition never comes, so a loaded machine costs time, not a
+    failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"not so after {timeout:g} s: {text or getattr(condition, '__name__', condition)}")
+        time.sleep(interval)
+
+
+def events_until(runtime: RuntimeProcess, predicate: Callable[[Event], bool], timeout: float = 120.0) -> list[Event]:
+    """Events from a queue-mode runtime up to and including the first one matching `predicate`."""
+    deadline = time.monotonic() + timeout
+    seen: list[Event] = []
+    while time.monotonic() < deadline:
+        event = runtime.next_event(min(0.5, max(deadline - time.monotonic(), 0.0)))
+        if event is None:
+            continue
+        seen.append(event)
+        if predicate(event):
+            return seen
+    raise AssertionError(f"no matching event in {timeout:g} s; got {[e.type for e in seen][-30:]}")
+
+
+def collect_job(runtime: RuntimeProcess, job_id: str, timeout: float = 120.0) -> list[Event]:
+    """Events from a queue-mode runtime until `job_id` finishes."""
+    try:
+        return events_until(runtime, lambda e: e.type == events.JOB_FINISHED and e.job_id == job_id, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"job {job_id} did not finish: {exc}") from None
+
+
+def of_type(seen: list[Event], kind: str) -> list[Event]:
+    return [e for e in seen if e.type == kind]
+
+
+def output_line(text: str) -> Callable[[Event], bool]:
+    """Matches the log event of a line the job printed."""
+    return lambda e: e.type == events.LOG and e.data.get("text") == text
+
+
+def progress_at_least(done: float) -> Callable[[Event], bool]:
+    """Matches a progress report of at least `done` steps: the job is past its set-up and really working."""
+    return lambda e: e.type == events.PROGRESS and e.data["done"] >= done
+
+
+def children_alive() -> list[psutil.Process]:
+    """This process's descendants that still run (zombies, already dead, do not count)."""
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended while we looked
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(child)
+    return alive
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
