@@ -210,7 +210,6 @@ def test_runtime_crash_inside_tensorflow_is_reported(start_runtime, tmp_path: Pa
 def test_no_orphan_runtime_when_the_client_goes_away(tmp_path: Path, how: str) -> None:
     client = textwrap.dedent(f"""
         import os, sys, signal, time
-        sys.path.insert(0, {str(ROOT)!r})
         from tf_device_panel.core.config import DeviceConfig
         from tf_device_panel.core.runtime import RuntimeProcess
         runtime = RuntimeProcess(DeviceConfig())
