@@ -242,6 +242,7 @@ def _format_result(outcome: JobOutcome) -> list[str]:
         widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
         lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+        lines += [f"  note: {note}" for note in result.get("notes", [])]
     if result.get("kind") == "cluster":
         lines.append(f"result: {result['strategy']} with {result['workers']} workers on "
                      + "; ".join(f"{k} {', '.join(v)}" for k, v in result["addresses"].items()))

@@ -283,10 +283,12 @@ class ResultView(QStackedWidget):
 
     def _show_benchmark(self, result: dict[str, Any]) -> None:
         rows = result["rows"]
+        notes = "".join(f"<br><small>{_escape(n)}</small>" for n in result.get("notes", []))
         self._fill_rows(f"<b>{_escape(result.get('title', ''))}</b> — {result.get('repeats')} matmuls per figure; "
-                        "unsupported: the device has no kernel for that dtype",
-                        ["Device", "dtype", "Size", "GFLOP/s", "Seconds"],
-                        [[r["device"], r["dtype"], r["size"], r.get("gflops"), r.get("seconds")] for r in rows])
+                        f"unsupported: the device has no kernel for that dtype{notes}",
+                        ["Device", "dtype", "Size", "GFLOP/s", "Seconds", "× NumPy", "Check"],
+                        [[r["device"], r["dtype"], r["size"], r.get("gflops"), r.get("seconds"), r.get("vs_numpy"),
+                          r.get("check")] for r in rows])
         series: dict[str, tuple[list[float], list[float]]] = {}
         for row in rows:
             if row.get("gflops") is not None:
