@@ -22,6 +22,7 @@ from tf_device_panel.core.config import (
     ProfileError,
     load_profile,
     to_python_snippet,
+    unchecked_gpus_warning,
     validate,
 )
 from tf_device_panel.core.events import Event
@@ -60,11 +61,20 @@ def nvml_gpu_inventory() -> list[GpuInfo] | None:
     return [GpuInfo(g.index, g.name or "", g.memory_total_mib) for g in nvml.gpus()]
 
 
+def no_gpu_reason() -> str:
+    """Why this machine's GPUs cannot be checked, in NVML's words."""
+    return f"NVML sees no GPU on this machine ({shared_nvml().message or 'no NVIDIA driver'})"
+
+
 def load_config(path: str | None) -> DeviceConfig:
     config = DeviceConfig() if path is None else load_profile(path)
-    problems = validate(config, nvml_gpu_inventory())
+    gpus = nvml_gpu_inventory()
+    problems = validate(config, gpus)
     if problems:
         raise ConfigError(problems)
+    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
     return config
 
 
@@ -81,12 +91,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"  - {problem}")
         return EXIT_USAGE
-    problems = validate(config, nvml_gpu_inventory())
+    gpus = nvml_gpu_inventory()
+    problems = validate(config, gpus)
     if problems:
         print(f"{args.file}: {len(problems)} problem(s) on this machine")
         for problem in problems:
             print(f"  - {problem}")
         return EXIT_USAGE
+    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if warning is not None:
+        # A profile for another machine is legitimate, but "valid" alone would promise it runs here.
+        print(f"{args.file}: valid as a profile, but its GPUs could not be checked — {config.summary()}")
+        print(f"  - warning: {warning}")
+        return EXIT_OK
     print(f"{args.file}: valid — {config.summary()}")
     return EXIT_OK
 
