@@ -272,6 +272,21 @@ JOBS: dict[str, JobSpec] = {
              Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.")),
         ),
         JobSpec(
+            "session", "TF1 graph and Session",
+            "The seeds' TensorFlow 1 examples: a graph run in tf.compat.v1.Session with "
+            "ConfigProto(log_device_placement=True, allow_soft_placement=...). TensorFlow prints the "
+            "Device mapping block and a 'name: device' line per node; a node pinned to a missing device "
+            "fails (soft placement off) or moves (on).",
+            "tf_device_panel.core.jobs.tf1:session",
+            (Param("example", CHOICE, "placement", "placement: a @ b, placed by TensorFlow; pin-cpu: the "
+                   "constants under tf.device('/cpu:0'); two-devices: a @ b on each device, summed by add_n "
+                   "on /cpu:0 (→ [[44,56],[98,128]] on two devices); missing-device: everything on /gpu:2.",
+                   choices=("placement", "pin-cpu", "two-devices", "missing-device")),
+             Param("soft_placement", BOOL, False, "ConfigProto allow_soft_placement (TF1's default: off)."),
+             Param("devices", DEVICES, "", "For two-devices: the devices to multiply on. Empty: all GPUs, "
+                   "or all CPUs if there is no GPU.")),
+        ),
+        JobSpec(
             "fit", "Keras fit",
             "Keras model.fit under tf.distribute.MirroredStrategy over the chosen logical devices, with "
             "the seeds' one-unit Dense model or their small CNN; the global batch grows with the number of "
