@@ -88,6 +88,6 @@ def test_a_missing_gpu_with_soft_placement_falls_back(two_cpus: RuntimeProcess) 
 
 def test_the_code_shown_is_the_tf1_program() -> None:
     code = JOBS["session"].code()
-    for needle in ("tf.compat.v1", "ConfigProto", "log_device_placement", "allow_soft_placement", "Session(",
-                   "tf.add_n", "with tf.device"):
+    for needle in ("tf.compat.v1", "v1.ConfigProto()", "config.log_device_placement = True",
+                   "allow_soft_placement", "Session(", "tf.add_n", "with tf.device"):
         assert needle in code, needle

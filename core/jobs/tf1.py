@@ -16,31 +16,11 @@ from tf_device_panel.core.jobs.context import JobContext, JobError
 EXAMPLES = ("placement", "pin-cpu", "two-devices", "missing-device")
 
 
-def session_config(tf: Any, soft_placement: bool) -> Any:
-    """The seeds' ConfigProto(log_device_placement=True, allow_soft_placement=...), on this runtime's devices.
-
-    A Session creates its devices from the ConfigProto it is given, not from tf.config: a bare ConfigProto
-    sees one CPU however many logical CPUs tf.config made. So start from the one tf.config built.
-    """
-    from tensorflow.python.eager import context
-
-    config = tf.compat.v1.ConfigProto()
-    config.CopyFrom(context.context().config)
-    config.log_device_placement = True
-    config.allow_soft_placement = soft_placement
-    # Both of TensorFlow's graph optimizers would fold a matmul of two constants into one constant before
-    # anything runs, and no MatMul would run anywhere: keep the seeds' graph as written.
-    options = config.graph_options
-    options.rewrite_options.constant_folding = options.rewrite_options.OFF
-    options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
-    options.optimizer_options.do_constant_folding = False
-    return config
-
-
 def session(ctx: JobContext, example: str = "placement", soft_placement: bool = False,
             devices: str = "") -> dict[str, Any]:
     import tensorflow as tf
     from tensorflow.python.client import device_lib
+    from tensorflow.python.eager import context
 
     v1 = tf.compat.v1
     graph = tf.Graph()
@@ -72,7 +52,18 @@ def session(ctx: JobContext, example: str = "placement", soft_placement: bool = 
             if example == "missing-device":
                 pinned[fetch.op.name] = device
 
-    config = session_config(tf, soft_placement)
+    # The seeds' ConfigProto(log_device_placement=True, allow_soft_placement=...). A Session creates its
+    # devices from the ConfigProto it is given, not from tf.config: a bare one sees one CPU however many
+    # logical CPUs tf.config made, so start from the one tf.config built for this runtime.
+    config = v1.ConfigProto()
+    config.CopyFrom(context.context().config)
+    config.log_device_placement = True
+    config.allow_soft_placement = soft_placement
+    # Both of TensorFlow's graph optimizers would fold a matmul of two constants into one constant before
+    # anything runs, and no MatMul would run anywhere: keep the seeds' graph as written.
+    config.graph_options.rewrite_options.constant_folding = config.graph_options.rewrite_options.OFF
+    config.graph_options.optimizer_options.opt_level = v1.OptimizerOptions.L0
+    config.graph_options.optimizer_options.do_constant_folding = False
     mapping = {d.name: d.physical_device_desc for d in device_lib.list_local_devices(config)
                if d.physical_device_desc}  # what the session prints as its "Device mapping:" block
     metadata = v1.RunMetadata()
