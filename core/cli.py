@@ -243,6 +243,13 @@ def _format_result(outcome: JobOutcome) -> list[str]:
                         else ""))
         lines.append(f"  global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)")
         lines += [f"  {unit} {i}: loss {v:.6f}" for i, v in enumerate(result["loss"], 1)]
+        if result.get("strategy"):
+            lines.append(f"  {result['strategy']}, cross-device ops {result.get('cross_device_ops') or 'none'}, "
+                         f"learning rate {result['learning_rate']:g} ({result['learning_rate_rule']})"
+                         + (f", input {result['input']}" if result.get("input") else ""))
+        if result.get("evaluate"):
+            lines.append("  evaluate: " + ", ".join(f"{k} {v:.6f}" for k, v in result["evaluate"].items()))
+        lines += [f"  note: {note}" for note in result.get("notes", [])]
     if result.get("kind") == "script":
         lines.append(f"result: {' '.join(result['argv'])} finished (exit 0)")
     if result.get("kind") == "memory":

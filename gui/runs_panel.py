@@ -247,7 +247,13 @@ class ResultView(QStackedWidget):
         model = (f" — {result['model']} model, {result['parameters']:,} parameters" if "parameters" in result else "")
         self.training_caption.setText(
             f"{result['replicas_in_sync']} replicas in sync over {_escape(', '.join(result['devices']))}; "
-            f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica){model}")
+            f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica){model}"
+            + (f"<br>{_escape(result['strategy'])}, cross-device ops {_escape(str(result.get('cross_device_ops')))}, "
+               f"learning rate {result['learning_rate']:g} ({_escape(result['learning_rate_rule'])})"
+               if result.get("strategy") else "")
+            + ("<br>evaluate: " + ", ".join(f"{_escape(k)} {v:.5f}" for k, v in result["evaluate"].items())
+               if result.get("evaluate") else "")
+            + "".join(f"<br><small>{_escape(n)}</small>" for n in result.get("notes", [])))
         self.plot.setLabel("bottom", "step" if result.get("loop") == "custom" else "epoch")
         self._plot_losses(result["loss"])
         self.setCurrentIndex(2)

@@ -251,6 +251,17 @@ class JobSpec:
                 "params": [p.to_json() for p in self.params]}
 
 
+_CROSS_DEVICE_OPS = Param(
+    "cross_device_ops", CHOICE, "NcclAllReduce", "How MirroredStrategy combines the replicas' gradients "
+    "(tf.distribute.NcclAllReduce, HierarchicalCopyAllReduce or ReductionToOneDevice). NCCL needs NVIDIA GPUs: "
+    "elsewhere the job says so and uses HierarchicalCopyAllReduce. With one device and no devices named, the "
+    "default strategy runs instead.",
+    choices=("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"))
+_LR_RULE = Param(
+    "lr_rule", CHOICE, "fixed", "fixed: the job's usual learning rate; by-global-batch: the seeds' "
+    "LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}, looked up by the global batch.",
+    choices=("fixed", "by-global-batch"))
+
 JOBS: dict[str, JobSpec] = {
     spec.name: spec
     for spec in (
@@ -302,7 +313,13 @@ JOBS: dict[str, JobSpec] = {
                    "(Conv2D/MaxPooling, dropout, sigmoid) on synthetic images, to put visible load on the devices.",
                    choices=("dense", "cnn")),
              Param("image_size", INT, 32, "Image side in pixels for the cnn model (the seed used 150).",
-                   minimum=8, maximum=512)),
+                   minimum=8, maximum=512),
+             _CROSS_DEVICE_OPS,
+             Param("data", CHOICE, "dataset", "dataset: a tf.data.Dataset batched by the global batch; numpy: "
+                   "NumPy arrays with batch_size = the global batch, which Keras splits across the replicas.",
+                   choices=("dataset", "numpy")),
+             _LR_RULE,
+             Param("evaluate", BOOL, True, "Run model.evaluate on the dataset after fit.")),
         ),
         JobSpec(
             "custom-loop", "Custom training loop",
@@ -312,9 +329,12 @@ JOBS: dict[str, JobSpec] = {
             (Param("steps", INT, 20, "Training steps.", minimum=1, maximum=1_000_000),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
                    minimum=1, maximum=1_000_000),
-             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate (with lr_rule=fixed).", minimum=1e-6,
+                   maximum=10.0),
              Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over. Empty: all GPUs, "
-                   "or all CPUs if there is no GPU.")),
+                   "or all CPUs if there is no GPU."),
+             _CROSS_DEVICE_OPS,
+             _LR_RULE),
         ),
         JobSpec(
             "memory", "Memory behaviour",
