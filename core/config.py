@@ -6,6 +6,7 @@ A configuration is applied by the runtime process before TensorFlow initializes 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -32,6 +33,7 @@ KEYS = (
     "soft_placement",
     "log_placement",
     "gpu_allocator",
+    "memory_fraction",
 )
 
 
@@ -66,10 +68,13 @@ class DeviceConfig:
     soft_placement: bool = True
     log_placement: bool = True
     gpu_allocator: str = "default"
+    # TF2's counterpart of TF1's gpu_options.per_process_gpu_memory_fraction: each visible GPU becomes one
+    # logical GPU limited to this share of its total memory. None: not set.
+    memory_fraction: float | None = None
     version: int = SUPPORTED_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "version": self.version,
             "visible_gpus": None if self.visible_gpus is None else list(self.visible_gpus),
             "memory_growth": self.memory_growth,
@@ -79,6 +84,9 @@ class DeviceConfig:
             "log_placement": self.log_placement,
             "gpu_allocator": self.gpu_allocator,
         }
+        if self.memory_fraction is not None:  # written only when set: older profiles round-trip unchanged
+            data["memory_fraction"] = self.memory_fraction
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> DeviceConfig:
@@ -108,6 +116,8 @@ class DeviceConfig:
         parts = [gpus]
         if self.memory_growth:
             parts.append("memory growth")
+        if self.memory_fraction is not None:
+            parts.append(f"memory fraction {self.memory_fraction:g} per GPU")
         for index, limits in sorted(self.virtual_gpus.items()):
             parts.append(f"GPU {index} split {'+'.join(map(str, limits))} MiB")
         if self.cpu_devices > 1:
@@ -241,6 +251,19 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
                                 f"use at most {MAX_CPU_DEVICES}; 2–8 are enough to demonstrate distribution"))
         cpu_devices = MAX_CPU_DEVICES
 
+    fraction = data.get("memory_fraction")
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction):
+            problems.append(Problem("memory_fraction", f"expected a number between 0 and 1, got "
+                                    f"{_type_name(fraction)} {quote(fraction)}", "e.g. 0.4 for 40% of each GPU"))
+            fraction = None
+        elif not 0 < fraction <= 1:
+            problems.append(Problem("memory_fraction", f"{quote(fraction)} is not above 0 and at most 1",
+                                    "e.g. 0.4 for 40% of each GPU; null to leave the memory alone"))
+            fraction = None
+        else:
+            fraction = float(fraction)
+
     allocator = data.get("gpu_allocator", "default")
     if allocator not in ALLOCATORS:
         problems.append(Problem("gpu_allocator", f"unknown allocator {quote(allocator)}",
@@ -256,6 +279,7 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
         soft_placement=boolean("soft_placement", True),
         log_placement=boolean("log_placement", True),
         gpu_allocator=str(allocator),
+        memory_fraction=fraction,
     )
     problems.extend(validate(config))
     return config, problems
@@ -269,6 +293,15 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> lis
             "memory_growth", "memory growth cannot be combined with virtual GPUs",
             "TensorFlow rejects or silently ignores growth on split GPUs: turn memory_growth off "
             "or remove virtual_gpus"))
+    if config.memory_fraction is not None and config.memory_growth:
+        problems.append(Problem(
+            "memory_fraction", "a memory fraction cannot be combined with memory growth",
+            "the fraction makes a logical GPU with a fixed limit, on which TensorFlow ignores growth: "
+            "turn memory_growth off or remove memory_fraction"))
+    if config.memory_fraction is not None and config.virtual_gpus:
+        problems.append(Problem(
+            "memory_fraction", "a memory fraction cannot be combined with virtual GPUs",
+            "both set the logical GPUs' memory limits: remove virtual_gpus, or memory_fraction"))
     if config.visible_gpus is not None:
         for index in sorted(config.virtual_gpus):
             if index not in config.visible_gpus:
@@ -425,6 +458,20 @@ def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
         raise
 
 
+def gpu_total_mib(index: int) -> int:
+    """Total memory of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver."""
+    import ctypes
+    import os
+
+    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    device, total = ctypes.c_int(), ctypes.c_size_t()
+    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
+                   cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device)):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s memory")
+    return int(total.value // 2**20)
+
+
 def to_python_snippet(config: DeviceConfig) -> str:
     """The configuration as code to paste at the top of a training script, before anything uses TF."""
     lines = [
@@ -441,14 +488,31 @@ def to_python_snippet(config: DeviceConfig) -> str:
         "",
         'gpus = tf.config.list_physical_devices("GPU")',
     ]
+    if config.memory_fraction is not None:
+        # tf.config does not tell a GPU's total memory; the CUDA driver does, in TensorFlow's own order
+        # (CUDA_DEVICE_ORDER=PCI_BUS_ID, after CUDA_VISIBLE_DEVICES). The runtime calls this same function.
+        lines += ["", *inspect.getsource(gpu_total_mib).splitlines(), ""]
     body: list[str] = []
     if config.visible_gpus is not None:
         indices = ", ".join(map(str, config.visible_gpus)) + ("," if len(config.visible_gpus) == 1 else "")
         body.append(f'tf.config.set_visible_devices([gpus[i] for i in ({indices}) if i < len(gpus)], "GPU")')
     if config.memory_growth:
         body += [
+            "# The same can be had without code: TF_FORCE_GPU_ALLOW_GROWTH=true in the environment before",
+            "# TensorFlow is imported (os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'; platform specific).",
             'for gpu in tf.config.get_visible_devices("GPU"):',
             "    tf.config.experimental.set_memory_growth(gpu, True)",
+        ]
+    if config.memory_fraction is not None:
+        body += [
+            f"# memory_fraction {config.memory_fraction:g}: TF1's gpu_options.per_process_gpu_memory_fraction. "
+            "TF2 has no fraction,",
+            "# so each visible GPU becomes one logical GPU limited to that share of its total memory.",
+            "for index, gpu in enumerate(gpus):",
+            '    if gpu in tf.config.get_visible_devices("GPU"):',
+            f"        limit = int(gpu_total_mib(index) * {config.memory_fraction!r})",
+            "        tf.config.set_logical_device_configuration(",
+            "            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])",
         ]
     for index, limits in sorted(config.virtual_gpus.items()):
         devices = ", ".join(f"tf.config.LogicalDeviceConfiguration(memory_limit={m})" for m in limits)
