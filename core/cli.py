@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome, run_job_once
+from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -46,7 +48,8 @@ class ConfigRejected(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        raise UsageError(message)
+        # argparse quotes a bad value whole, however large: shorten each quoted value, keep the rest
+        raise UsageError(clip(re.sub(r"'([^']{60,})'", lambda m: quote(m.group(1)), message), 600))
 
 
 def _emit_json(data: Any) -> None:
@@ -311,7 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for item in args.param or []:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param device=/GPU:0")
+            raise UsageError(f"--param {quote(item)}: expected NAME=VALUE, e.g. --param device=/GPU:0")
         texts[name.strip()] = value
     params = spec.resolve(texts=texts)
     config = load_config(args.config)

@@ -74,7 +74,7 @@ class DeviceConfig:
     version: int = SUPPORTED_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "version": self.version,
             "visible_gpus": None if self.visible_gpus is None else list(self.visible_gpus),
             "memory_growth": self.memory_growth,

@@ -131,3 +131,10 @@ def test_a_missing_script_exits_2_before_tensorflow_starts() -> None:
     done = run_cli("run", "script", "-p", "path=missing.py")
     assert done.returncode == 2 and "'missing.py' does not exist" in done.stderr
     assert "runtime ready" not in done.stdout
+
+
+def test_huge_command_line_values_are_quoted_shortened() -> None:
+    huge = "y" * 100_000
+    for args in ((huge,), ("run", "matmul", "-p", huge), ("run", huge)):
+        done = run_cli(*args)
+        assert done.returncode == 2 and "..." in done.stderr and len(done.stderr) < 1500, done.stderr[:300]

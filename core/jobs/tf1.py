@@ -47,10 +47,10 @@ def session(ctx: JobContext, example: str = "placement", soft_placement: bool = 
                 b = tf.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[3, 2], name="b")
             with tf.device(device if example == "missing-device" else None):
                 fetch = tf.matmul(a, b)
-            if device:
+            if device is not None:
                 pinned.update({"a": device, "b": device})
             if example == "missing-device":
-                pinned[fetch.op.name] = device
+                pinned[fetch.op.name] = "/gpu:2"
 
     # The seeds' ConfigProto(log_device_placement=True, allow_soft_placement=...). A Session creates its
     # devices from the ConfigProto it is given, not from tf.config: a bare one sees one CPU however many
