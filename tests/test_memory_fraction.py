@@ -125,3 +125,18 @@ def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(mon
     tf = SimpleNamespace(config=FakeConfigApi(), debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     with pytest.raises(runtime_main.ConfigStepError, match=r"GPU:0's total memory for memory_fraction.*libcuda"):
         runtime_main.apply_config(tf, DeviceConfig(memory_fraction=0.5))
+
+
+@pytest.mark.gpu
+def test_the_cuda_driver_reports_each_gpus_total_memory_as_nvml_does() -> None:
+    from tf_device_panel.core.config import gpu_total_mib
+    from tf_device_panel.core.nvml import Nvml
+
+    nvml = Nvml()
+    if not nvml.init() or not nvml.gpus():
+        pytest.skip(f"needs a real NVIDIA GPU and driver ({nvml.message or 'no GPU'})")
+    for gpu in nvml.gpus():
+        total = gpu_total_mib(gpu.index)  # no CUDA_VISIBLE_DEVICES here, so CUDA's order is NVML's (PCI)
+        print(f"GPU {gpu.index}: CUDA {total} MiB, NVML {gpu.memory_total_mib} MiB")
+        # NVML counts memory the driver reserves for itself (an H100: 81559 MiB against CUDA's 81079)
+        assert 0.95 * gpu.memory_total_mib <= total <= gpu.memory_total_mib
