@@ -138,3 +138,21 @@ def test_huge_command_line_values_are_quoted_shortened() -> None:
     for args in ((huge,), ("run", "matmul", "-p", huge), ("run", huge)):
         done = run_cli(*args)
         assert done.returncode == 2 and "..." in done.stderr and len(done.stderr) < 1500, done.stderr[:300]
+
+
+def test_the_doctor_warns_about_gpus_it_cannot_check_and_growth_with_a_fraction() -> None:
+    from tf_device_panel.core import doctor
+    from tf_device_panel.core.doctor import PASS, WARN, Facts
+
+    def configuration(config: dict, nvml: dict, growth_env: str | None = None) -> doctor.Check:
+        facts = Facts(system="Linux", release="6.8.0", machine="x86_64", python="3.11.7",
+                      env={"TF_FORCE_GPU_ALLOW_GROWTH": growth_env}, packages={}, cuda_requirements=[],
+                      nvml=nvml, probe={}, tf_stderr=[], config=config)
+        return doctor.check_configuration(facts)
+
+    no_driver = {"available": False, "message": "no NVIDIA driver found"}
+    check = configuration({"version": 1, "visible_gpus": [0]}, no_driver)
+    assert check.status == WARN and "could not be checked" in check.summary and "no NVIDIA driver" in check.summary
+    assert configuration({"version": 1, "cpu_devices": 2}, no_driver).status == PASS
+    check = configuration({"version": 1, "memory_fraction": 0.5}, {"available": True, "gpus": []}, "true")
+    assert check.status == WARN and "memory_fraction" in check.summary and "memory_fraction" in check.fix
