@@ -48,6 +48,9 @@ def test_the_seed_graph_runs_and_its_placement_log_is_parsed(two_cpus: RuntimePr
     assert error is None, error
     assert result["kind"] == "matrix" and result["matrix"] == [[22, 28], [49, 64]]
     assert result["session_config"] == {"log_device_placement": True, "allow_soft_placement": False}
+    # no GPU here: the runtime's configuration gave the session's gpu_options nothing to carry
+    assert result["gpu_options"] == {"allow_growth": False, "per_process_gpu_memory_fraction": 0.0,
+                                     "virtual_device_limits_mib": []}
     assert {"a", "b", "MatMul"} <= set(result["nodes"])
     assert {"a": "/CPU:0", "b": "/CPU:0", "MatMul": "/CPU:0"}.items() <= graph_placements(seen).items()
 

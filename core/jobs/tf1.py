@@ -64,6 +64,15 @@ def session(ctx: JobContext, example: str = "placement", soft_placement: bool = 
     config.graph_options.rewrite_options.constant_folding = config.graph_options.rewrite_options.OFF
     config.graph_options.optimizer_options.opt_level = v1.OptimizerOptions.L0
     config.graph_options.optimizer_options.do_constant_folding = False
+    # TF1's gpu_options.allow_growth and per_process_gpu_memory_fraction come from the profile's memory_growth
+    # and memory_fraction: GPU memory is set up once per process, before TensorFlow initializes, so a
+    # session in a running runtime could not change it. Show what this session's ConfigProto carries.
+    gpu_options = {"allow_growth": config.gpu_options.allow_growth,
+                   "per_process_gpu_memory_fraction": config.gpu_options.per_process_gpu_memory_fraction,
+                   "virtual_device_limits_mib": [list(v.memory_limit_mb)
+                                                 for v in config.gpu_options.experimental.virtual_devices]}
+    print(f"session ConfigProto: log_device_placement=True, allow_soft_placement={soft_placement}, "
+          f"gpu_options {gpu_options}", flush=True)
     mapping = {d.name: d.physical_device_desc for d in device_lib.list_local_devices(config)
                if d.physical_device_desc}  # what the session prints as its "Device mapping:" block
     metadata = v1.RunMetadata()
@@ -94,6 +103,7 @@ def session(ctx: JobContext, example: str = "placement", soft_placement: bool = 
         "example": example,
         "session_config": {"log_device_placement": True, "allow_soft_placement": soft_placement},
         "device_mapping": mapping,
+        "gpu_options": gpu_options,
         "nodes": {name: device for name, device in sorted(placed.items()) if not name.startswith("_")},
     }
     if example == "two-devices":
