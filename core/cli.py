@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, TextIO, cast
@@ -29,6 +30,7 @@ from tf_device_panel.core.config import (
     ProfileError,
     load_profile,
     to_python_snippet,
+    unchecked_gpus_warning,
     validate,
 )
 from tf_device_panel.core.diagnostics import configure_logging
@@ -38,6 +40,7 @@ from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import run_job_once
+from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -53,7 +56,8 @@ class ConfigRejected(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        raise UsageError(message)
+        # argparse quotes a bad value whole, however large: shorten each quoted value, keep the rest
+        raise UsageError(clip(re.sub(r"'([^']{60,})'", lambda m: quote(m.group(1)), message), 600))
 
 
 def _emit_json(data: Any) -> None:
@@ -73,11 +77,20 @@ def nvml_gpu_inventory() -> list[GpuInfo] | None:
     return [GpuInfo(g.index, g.name or "", g.memory_total_mib) for g in nvml.gpus()]
 
 
+def no_gpu_reason() -> str:
+    """Why this machine's GPUs cannot be checked, in NVML's words."""
+    return f"NVML sees no GPU on this machine ({shared_nvml().message or 'no NVIDIA driver'})"
+
+
 def load_config(path: str | None) -> DeviceConfig:
     config = DeviceConfig() if path is None else load_profile(path)
-    problems = validate(config, nvml_gpu_inventory())
+    gpus = nvml_gpu_inventory()
+    problems = validate(config, gpus)
     if problems:
         raise ConfigError(problems)
+    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
     return config
 
 
@@ -92,10 +105,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         _print_lines(problems_text(args.file, exc.problems))
         return EXIT_USAGE
-    problems = validate(config, nvml_gpu_inventory())
+    gpus = nvml_gpu_inventory()
+    problems = validate(config, gpus)
     if problems:
         _print_lines(problems_text(f"{args.file} on this machine", problems))
         return EXIT_USAGE
+    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if warning is not None:
+        # A profile for another machine is legitimate, but "valid" alone would promise it runs here.
+        print(f"{args.file}: valid as a profile, but its GPUs could not be checked — {config.summary()}")
+        print(f"  - warning: {warning}")
+        return EXIT_OK
     print(f"{args.file}: valid — {config.summary()}")
     return EXIT_OK
 
@@ -150,7 +170,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for item in args.param or []:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
-            raise UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param device=/GPU:0")
+            raise UsageError(f"--param {quote(item)}: expected NAME=VALUE, e.g. --param device=/GPU:0")
         texts[name.strip()] = value
     params = spec.resolve(texts=texts)
     config = load_config(args.config)

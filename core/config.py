@@ -6,15 +6,22 @@ A configuration is applied by the runtime process before TensorFlow initializes 
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.text import clip, quote
+
 SUPPORTED_VERSION = 1
+MAX_PROFILE_BYTES = 1024 * 1024  # a real profile is a few hundred bytes
+MAX_NUMBER_CHARS = 30            # longer numbers in a profile are typos or attacks, never settings
 MAX_CPU_DEVICES = 64
 ALLOCATORS = ("default", "cuda_malloc_async")
 KEYS = (
@@ -26,6 +33,7 @@ KEYS = (
     "soft_placement",
     "log_placement",
     "gpu_allocator",
+    "memory_fraction",
 )
 
 
@@ -60,10 +68,13 @@ class DeviceConfig:
     soft_placement: bool = True
     log_placement: bool = True
     gpu_allocator: str = "default"
+    # TF2's counterpart of TF1's gpu_options.per_process_gpu_memory_fraction: each visible GPU becomes one
+    # logical GPU limited to this share of its total memory. None: not set.
+    memory_fraction: float | None = None
     version: int = SUPPORTED_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "version": self.version,
             "visible_gpus": None if self.visible_gpus is None else list(self.visible_gpus),
             "memory_growth": self.memory_growth,
@@ -73,6 +84,9 @@ class DeviceConfig:
             "log_placement": self.log_placement,
             "gpu_allocator": self.gpu_allocator,
         }
+        if self.memory_fraction is not None:  # written only when set: older profiles round-trip unchanged
+            data["memory_fraction"] = self.memory_fraction
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> DeviceConfig:
@@ -102,6 +116,8 @@ class DeviceConfig:
         parts = [gpus]
         if self.memory_growth:
             parts.append("memory growth")
+        if self.memory_fraction is not None:
+            parts.append(f"memory fraction {self.memory_fraction:g} per GPU")
         for index, limits in sorted(self.virtual_gpus.items()):
             parts.append(f"GPU {index} split {'+'.join(map(str, limits))} MiB")
         if self.cpu_devices > 1:
@@ -131,6 +147,12 @@ class ProfileError(ValueError):
         super().__init__(f"{self.path}:\n{lines}")
 
 
+def _field_name(key: Any) -> str:
+    """A key as a field name: as written when short and printable, else quoted and shortened."""
+    text = str(key)
+    return text if len(text) <= 40 and text.isprintable() else quote(key)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -151,19 +173,19 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
 
     for key in data:
         if key not in KEYS:
-            problems.append(Problem(str(key), "unknown key", f"remove it; known keys are: {', '.join(KEYS)}"))
+            problems.append(Problem(_field_name(key), "unknown key", f"remove it; known keys are: {', '.join(KEYS)}"))
 
     version = data.get("version")
     if "version" not in data:
         problems.append(Problem("version", "missing", f'add "version": {SUPPORTED_VERSION}'))
     elif not _is_int(version) or version != SUPPORTED_VERSION:
-        problems.append(Problem("version", f"unsupported version {version!r}",
+        problems.append(Problem("version", f"unsupported version {quote(version)}",
                                 f"this release reads version {SUPPORTED_VERSION}"))
 
     def boolean(key: str, default: bool) -> bool:
         value = data.get(key, default)
         if not isinstance(value, bool):
-            problems.append(Problem(key, f"expected true or false, got {_type_name(value)} {value!r}"))
+            problems.append(Problem(key, f"expected true or false, got {_type_name(value)} {quote(value)}"))
             return default
         return value
 
@@ -172,11 +194,11 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
     if raw_visible is not None:
         if not isinstance(raw_visible, list):
             problems.append(Problem("visible_gpus", f"expected a list of GPU indices or null, got "
-                                    f"{_type_name(raw_visible)} {raw_visible!r}", "e.g. [0, 1]"))
+                                    f"{_type_name(raw_visible)} {quote(raw_visible)}", "e.g. [0, 1]"))
         else:
             bad = [v for v in raw_visible if not _is_int(v) or v < 0]
             if bad:
-                problems.append(Problem("visible_gpus", f"GPU indices must be integers ≥ 0, got {bad!r}",
+                problems.append(Problem("visible_gpus", f"GPU indices must be integers ≥ 0, got {quote(bad)}",
                                         "use the indices shown by `tf-device-panel devices`"))
             else:
                 dupes = sorted({v for v in raw_visible if raw_visible.count(v) > 1})
@@ -194,28 +216,32 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
                                 f"{_type_name(raw_virtual)}", 'e.g. {"0": [2048, 2048]}'))
     else:
         for key, limits in raw_virtual.items():
-            where = f"virtual_gpus[{key!r}]"
+            where = f"virtual_gpus[{quote(key)}]"
             try:
                 index = int(key)
                 if index < 0 or str(index) != str(key).strip():
                     raise ValueError
             except ValueError:
-                problems.append(Problem(where, f"{key!r} is not a GPU index", 'keys are indices as strings, e.g. "0"'))
+                problems.append(Problem(where, f"{quote(key)} is not a GPU index",
+                                        'keys are indices as strings, e.g. "0"'))
                 continue
             if not isinstance(limits, list) or not limits:
-                problems.append(Problem(where, f"expected a non-empty list of memory limits in MiB, got {limits!r}",
+                problems.append(Problem(where,
+                                        f"expected a non-empty list of memory limits in MiB, got {quote(limits)}",
                                         "give one limit per logical GPU, e.g. [2048, 2048]"))
                 continue
             bad = [v for v in limits if not _is_int(v) or v <= 0]
             if bad:
-                problems.append(Problem(where, f"every logical GPU needs a positive memory limit in MiB, got {bad!r}",
+                problems.append(Problem(where,
+                                        f"every logical GPU needs a positive memory limit in MiB, got {quote(bad)}",
                                         "TensorFlow requires a memory limit for each virtual GPU"))
                 continue
             virtual[index] = tuple(limits)
 
     cpu_devices = data.get("cpu_devices", 1)
     if not _is_int(cpu_devices):
-        problems.append(Problem("cpu_devices", f"expected an integer, got {_type_name(cpu_devices)} {cpu_devices!r}"))
+        problems.append(Problem("cpu_devices",
+                                f"expected an integer, got {_type_name(cpu_devices)} {quote(cpu_devices)}"))
         cpu_devices = 1
     elif cpu_devices < 1:
         problems.append(Problem("cpu_devices", f"{cpu_devices} is less than 1", "use 1 for the unsplit CPU"))
@@ -225,9 +251,22 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
                                 f"use at most {MAX_CPU_DEVICES}; 2–8 are enough to demonstrate distribution"))
         cpu_devices = MAX_CPU_DEVICES
 
+    fraction = data.get("memory_fraction")
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction):
+            problems.append(Problem("memory_fraction", f"expected a number between 0 and 1, got "
+                                    f"{_type_name(fraction)} {quote(fraction)}", "e.g. 0.4 for 40% of each GPU"))
+            fraction = None
+        elif not 0 < fraction <= 1:
+            problems.append(Problem("memory_fraction", f"{quote(fraction)} is not above 0 and at most 1",
+                                    "e.g. 0.4 for 40% of each GPU; null to leave the memory alone"))
+            fraction = None
+        else:
+            fraction = float(fraction)
+
     allocator = data.get("gpu_allocator", "default")
     if allocator not in ALLOCATORS:
-        problems.append(Problem("gpu_allocator", f"unknown allocator {allocator!r}",
+        problems.append(Problem("gpu_allocator", f"unknown allocator {quote(allocator)}",
                                 f"use one of: {', '.join(ALLOCATORS)}"))
         allocator = "default"
 
@@ -240,6 +279,7 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
         soft_placement=boolean("soft_placement", True),
         log_placement=boolean("log_placement", True),
         gpu_allocator=str(allocator),
+        memory_fraction=fraction,
     )
     problems.extend(validate(config))
     return config, problems
@@ -253,6 +293,15 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> lis
             "memory_growth", "memory growth cannot be combined with virtual GPUs",
             "TensorFlow rejects or silently ignores growth on split GPUs: turn memory_growth off "
             "or remove virtual_gpus"))
+    if config.memory_fraction is not None and config.memory_growth:
+        problems.append(Problem(
+            "memory_fraction", "a memory fraction cannot be combined with memory growth",
+            "the fraction makes a logical GPU with a fixed limit, on which TensorFlow ignores growth: "
+            "turn memory_growth off or remove memory_fraction"))
+    if config.memory_fraction is not None and config.virtual_gpus:
+        problems.append(Problem(
+            "memory_fraction", "a memory fraction cannot be combined with virtual GPUs",
+            "both set the logical GPUs' memory limits: remove virtual_gpus, or memory_fraction"))
     if config.visible_gpus is not None:
         for index in sorted(config.virtual_gpus):
             if index not in config.visible_gpus:
@@ -282,27 +331,109 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> lis
     return problems
 
 
+class _Malformed(ValueError):
+    """A profile file this reader refuses (too large, not a file, a number too long); the message says which."""
+
+    def __init__(self, message: str, hint: str = "fix the file or save a new profile"):
+        super().__init__(message)
+        self.hint = hint
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Malformed(f"a number with {len(text)} digits ({quote(text)}) is far too large for any setting")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if len(text) > MAX_NUMBER_CHARS or not math.isfinite(value):
+        raise _Malformed(f"the number {quote(text)} is too long or too large for any setting")
+    return value
+
+
+def _parse_constant(text: str) -> float:
+    raise _Malformed(f"{text} is not a number JSON allows; write a plain number")
+
+
+def parse_profile_text(raw: bytes) -> Any:
+    """Decode a profile's bytes (UTF-8, with or without a byte-order mark) and parse its JSON.
+
+    Raises `_Malformed` with a one-line message for anything unreadable, however large or deep.
+    """
+    try:
+        text = raw.decode("utf-8-sig")  # editors on Windows save a BOM; it is not part of the JSON
+    except UnicodeDecodeError as exc:
+        raise _Malformed(f"cannot be read as UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
+                         "save it as UTF-8") from None
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+    except json.JSONDecodeError as exc:
+        raise _Malformed(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise _Malformed("nested too deeply to be a profile (a profile is at most three levels deep)") from None
+
+
+def _read_limited(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file of at most MAX_PROFILE_BYTES; never blocks on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise _Malformed("is a folder, not a profile file", "give the path of a profile's .json file")
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+            raise _Malformed(f"is {kind}, not a regular file", "save the profile as a .json file and give its path")
+        chunks, size = [], 0
+        while size <= MAX_PROFILE_BYTES:
+            chunk = os.read(fd, MAX_PROFILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_PROFILE_BYTES:
+            raise _Malformed(f"larger than {MAX_PROFILE_BYTES // 1024} KiB, so not a profile "
+                             "(a profile is a few hundred bytes)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_profile(path: str | os.PathLike[str]) -> DeviceConfig:
     """Read a JSON profile. Raises `ProfileError` naming every problem; never modifies the file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = parse_profile_text(_read_limited(path))
     except FileNotFoundError:
         raise ProfileError(path, [Problem("(file)", "no such file", "check the path")]) from None
     except IsADirectoryError:
         raise ProfileError(path, [Problem("(file)", "is a folder, not a profile file")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(path, [Problem("(file)", f"cannot be read: {exc}")]) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(path, [Problem(
-            "(file)", f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
-            "fix the JSON or save a new profile")]) from None
+    except _Malformed as exc:
+        raise ProfileError(path, [Problem("(file)", str(exc), exc.hint)]) from None
+    except OSError as exc:
+        raise ProfileError(path, [Problem("(file)", f"cannot be read: {clip(exc.strerror or str(exc))}")]) from None
     config, problems = parse_config(data)
     if problems or config is None:
         raise ProfileError(path, problems)
     return config
+
+
+def named_gpus(config: DeviceConfig) -> list[int]:
+    """The physical GPU indices a configuration names (visible or split)."""
+    return sorted(set(config.visible_gpus or ()) | set(config.virtual_gpus))
+
+
+def unchecked_gpus_warning(config: DeviceConfig, why: str) -> Problem | None:
+    """A warning when the configuration names GPUs that this machine cannot check (no GPU seen): `why` says why."""
+    indices = named_gpus(config)
+    if not indices:
+        return None
+    listed = ", ".join(map(str, indices))
+    return Problem("visible_gpus" if config.visible_gpus else "virtual_gpus",
+                   f"names GPU {listed}, which could not be checked: {why}",
+                   "on this machine TensorFlow will refuse this profile; it is meant for a machine with those "
+                   "GPUs (check there with `tf-device-panel validate`)")
 
 
 def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
@@ -327,6 +458,20 @@ def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
         raise
 
 
+def gpu_total_mib(index: int) -> int:
+    """Total memory of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver."""
+    import ctypes
+    import os
+
+    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    device, total = ctypes.c_int(), ctypes.c_size_t()
+    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
+                   cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device)):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s memory")
+    return int(total.value // 2**20)
+
+
 def to_python_snippet(config: DeviceConfig) -> str:
     """The configuration as code to paste at the top of a training script, before anything uses TF."""
     lines = [
@@ -343,14 +488,31 @@ def to_python_snippet(config: DeviceConfig) -> str:
         "",
         'gpus = tf.config.list_physical_devices("GPU")',
     ]
+    if config.memory_fraction is not None:
+        # tf.config does not tell a GPU's total memory; the CUDA driver does, in TensorFlow's own order
+        # (CUDA_DEVICE_ORDER=PCI_BUS_ID, after CUDA_VISIBLE_DEVICES). The runtime calls this same function.
+        lines += ["", *inspect.getsource(gpu_total_mib).splitlines(), ""]
     body: list[str] = []
     if config.visible_gpus is not None:
         indices = ", ".join(map(str, config.visible_gpus)) + ("," if len(config.visible_gpus) == 1 else "")
         body.append(f'tf.config.set_visible_devices([gpus[i] for i in ({indices}) if i < len(gpus)], "GPU")')
     if config.memory_growth:
         body += [
+            "# The same can be had without code: TF_FORCE_GPU_ALLOW_GROWTH=true in the environment before",
+            "# TensorFlow is imported (os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'; platform specific).",
             'for gpu in tf.config.get_visible_devices("GPU"):',
             "    tf.config.experimental.set_memory_growth(gpu, True)",
+        ]
+    if config.memory_fraction is not None:
+        body += [
+            f"# memory_fraction {config.memory_fraction:g}: TF1's gpu_options.per_process_gpu_memory_fraction. "
+            "TF2 has no fraction,",
+            "# so each visible GPU becomes one logical GPU limited to that share of its total memory.",
+            "for index, gpu in enumerate(gpus):",
+            '    if gpu in tf.config.get_visible_devices("GPU"):',
+            f"        limit = int(gpu_total_mib(index) * {config.memory_fraction!r})",
+            "        tf.config.set_logical_device_configuration(",
+            "            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])",
         ]
     for index, limits in sorted(config.virtual_gpus.items()):
         devices = ", ".join(f"tf.config.LogicalDeviceConfiguration(memory_limit={m})" for m in limits)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from packaging.requirements import Requirement
-from tf_device_panel.core.config import DeviceConfig, GpuInfo, validate
+from tf_device_panel.core.config import DeviceConfig, GpuInfo, unchecked_gpus_warning, validate
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
 from tf_device_panel.core.gpus import created_gpus, same_bus
 from tf_device_panel.core.nvml import Nvml
@@ -433,11 +433,18 @@ def check_configuration(facts: Facts) -> Check:
     problems = validate(config, gpus if facts.nvml.get("available") else None)
     check.evidence = [config.summary()] + [str(p) for p in problems]
     growth_env = (facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"
-    if growth_env and config.virtual_gpus:
-        problems_text = "TF_FORCE_GPU_ALLOW_GROWTH=true is set together with virtual GPUs"
+    if growth_env and (config.virtual_gpus or config.memory_fraction is not None):
+        problems_text = ("TF_FORCE_GPU_ALLOW_GROWTH=true is set together with "
+                         + ("virtual GPUs" if config.virtual_gpus else "memory_fraction"))
         check.evidence.append(problems_text)
         check.status, check.summary = WARN, problems_text + " (TensorFlow rejects growth on split GPUs)"
-        check.fix = "unset TF_FORCE_GPU_ALLOW_GROWTH, or remove the virtual GPU split"
+        check.fix = ("unset TF_FORCE_GPU_ALLOW_GROWTH, or remove "
+                     + ("the virtual GPU split" if config.virtual_gpus else "memory_fraction"))
+    unchecked = None if facts.nvml.get("available") else unchecked_gpus_warning(
+        config, f"NVML is not available ({facts.nvml.get('message') or 'no NVIDIA driver'})")
+    if unchecked is not None and not problems and check.status == PASS:
+        check.evidence.append(str(unchecked))
+        check.status, check.summary, check.fix = WARN, f"{unchecked.field}: {unchecked.message}", unchecked.hint
     if problems:
         check.status = FAIL
         check.summary = f"{len(problems)} problem(s): {problems[0]}"

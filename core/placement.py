@@ -15,7 +15,11 @@ from dataclasses import dataclass
 _CPP_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:[\d.]+\s+\d+ ([\w.]+):\d+\] ")
 _EAGER = re.compile(r"Executing op (\S+) in device (\S+)")
 _GRAPH = re.compile(r"^(\S.*?): \((\w+)\): (/job:\S+)$")
-_DEVICE = re.compile(r"/device:([A-Za-z_]+):(\d+)$")
+# TensorFlow 1's Session log, as in the seeds: 'b: /job:localhost/replica:0/task:0/gpu:0' (no op type).
+_GRAPH_V1 = re.compile(r"^(\S+): (/job:[\w-]+/replica:\d+/task:\d+/(?:device:)?[A-Za-z_]+:\d+)$")
+# A Session's 'Device mapping:' block: '/job:localhost/replica:0/task:0/device:GPU:0 -> device: 0, name: …'
+_MAPPING = re.compile(r"^(/job:[\w-]+/replica:\d+/task:\d+/(?:device:)?[A-Za-z_]+:\d+) -> (.+)$")
+_DEVICE = re.compile(r"(?:^|/task:\d+)/(?:device:)?([A-Za-z_]+):(\d+)$")
 _ONEDNN_PREFIXES = ("_MklNative", "_Mkl")
 
 PLACEMENT = "placement"
@@ -73,6 +77,22 @@ def canonical_device(spec: str) -> str:
     return f"/{match.group(1).upper()}:{match.group(2)}" if match else text
 
 
+def device_mapping(lines: list[str]) -> dict[str, str]:
+    """The 'Device mapping:' block of a Session's log: device name -> physical description."""
+    mapping: dict[str, str] = {}
+    for line in lines:
+        prefix = _CPP_PREFIX.match(line)
+        match = _MAPPING.match(line[prefix.end():] if prefix else line)
+        if match:
+            mapping[match.group(1)] = match.group(2).strip()
+    return mapping
+
+
+def _node_type(node: str) -> str:
+    """TF1 placement lines name the node only; TF's default node names are the op type plus '_N'."""
+    return re.sub(r"_\d+$", "", node.rsplit("/", 1)[-1])
+
+
 def _op_type(kernel: str) -> str:
     for prefix in _ONEDNN_PREFIXES:
         if kernel.startswith(prefix) and len(kernel) > len(prefix):
@@ -99,6 +119,11 @@ def parse_line(line: str, stream: str) -> tuple[str, Placement | None]:
         return {"I": TF_INFO, "W": WARNING}.get(severity, ERROR), None
     if stream == "stdout" and _GRAPH.match(line):
         return PLACEMENT, None
+    v1 = _GRAPH_V1.match(line)
+    if v1:
+        return PLACEMENT, Placement(v1.group(1), _node_type(v1.group(1)), "", v1.group(2), "graph")
+    if _MAPPING.match(line) or line.strip() == "Device mapping:":
+        return TF_INFO, None
     if line.startswith(("INFO:tensorflow:", "INFO:absl:")):
         return TF_INFO, None
     if line.startswith(("WARNING:tensorflow:", "WARNING:absl:", "WARNING: All log messages")):

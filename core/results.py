@@ -38,6 +38,12 @@ class MatrixResult(_MatrixBase, total=False):
     device_type: str
     replicas: dict[str, str]          # device asked for -> device the MatMul ran on
     products: list[list[list[float]]]
+    # the TF1 session job
+    example: str
+    session_config: dict[str, bool]   # the ConfigProto's placement switches
+    device_mapping: dict[str, str]    # the session's "Device mapping:" block: device -> its description
+    gpu_options: dict[str, Any]       # what the session's ConfigProto carries
+    nodes: dict[str, str]             # graph node -> device it ran on
 
 
 class _TrainingBase(TypedDict):
@@ -57,6 +63,15 @@ class TrainingResult(_TrainingBase, total=False):
     loop: Literal["custom"]
     steps_per_epoch: int
     steps: int
+    input: str                        # "dataset" or "numpy" (fit)
+    learning_rate: float
+    learning_rate_rule: str           # where the learning rate came from
+    strategy: str
+    cross_device_ops: str | None      # what was used (None: the default strategy)
+    requested_cross_device_ops: str
+    note: str | None                  # why the requested cross-device ops were replaced
+    evaluate: dict[str, float]        # model.evaluate after fit
+    notes: list[str]
 
 
 class MemoryRow(TypedDict):
@@ -102,6 +117,10 @@ class TableResult(_TableBase, total=False):
     column_titles: dict[str, str]     # key -> heading; a key without one is its own heading
     repeats: int
     plot: PlotSpec
+    peak: dict[str, Any]              # the CPU's physical peak, the bound no figure may pass
+    best: list[dict[str, Any]]        # the best figure per size
+    flags: list[str]                  # figures above the peak or far above NumPy's
+    notes: list[str]
 
 
 class Timing(TypedDict):
@@ -287,6 +306,11 @@ def _matrix(result: MatrixResult) -> Presentation:
         warnings = (f"soft-placement fallback: asked for {result.get('requested_device')}",)
     lines = tuple(f"replica MatMul on {device} → ran on {short_device_name(actual)}"
                   for device, actual in (result.get("replicas") or {}).items())
+    if "session_config" in result:
+        switches = ", ".join(f"{k}={v}" for k, v in result["session_config"].items())
+        lines += (f"TF1 session example {result.get('example')!r}: ConfigProto({switches})",
+                  *(f"node {name} ran on {short_device_name(device)}" for name, device in
+                    (result.get("nodes") or {}).items()))
     table = Table(tuple(Column("", "right", "g") for _ in range(width)), tuple(tuple(row) for row in rows),
                   matrix=True)
     return Presentation(f"matrix on {result.get('device')}", lines, warnings, (table,))
@@ -297,9 +321,17 @@ def _training(result: TrainingResult) -> Presentation:
     unit = "step" if result.get("loop") == "custom" else "epoch"
     model = f" ({result['model']} model, {result['parameters']:,} parameters)" if "parameters" in result else ""
     loss = result["loss"]
+    lines = [f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)"]
+    if result.get("strategy"):
+        lines.append(f"{result['strategy']}, cross-device ops {result.get('cross_device_ops') or 'none'}, "
+                     f"learning rate {result['learning_rate']:g} ({result['learning_rate_rule']})"
+                     + (f", input {result['input']}" if result.get("input") else ""))
+    if result.get("evaluate"):
+        lines.append("evaluate: " + ", ".join(f"{k} {v:.6f}" for k, v in result["evaluate"].items()))
+    lines += [f"note: {note}" for note in result.get("notes", [])]
     return Presentation(
         f"{result['replicas_in_sync']} replicas in sync over {', '.join(result['devices'])}{model}",
-        (f"global batch {result['global_batch_size']} ({result['batch_per_replica']} per replica)",),
+        tuple(lines),
         tables=(Table((Column(unit, "right"), Column("loss", "right", "loss")),
                       tuple((number, value) for number, value in enumerate(loss, 1))),),
         plots=(Plot(unit, "loss", (_series("loss", loss),)),))
@@ -343,6 +375,7 @@ def _table(result: TableResult) -> Presentation:
         lines.append(f"{result['repeats']} matmuls per figure")
     if any(r.get("unsupported") is not None for r in rows):
         lines.append(f"{MISSING}: unsupported (the device has no kernel for that dtype)")
+    lines += [note for note in result.get("notes", []) if not note.startswith("FLAGGED ")]
     plots: tuple[Plot, ...] = ()
     spec = result.get("plot")
     if spec:
@@ -354,7 +387,7 @@ def _table(result: TableResult) -> Presentation:
                 ys.append(float(row[spec["y"]]))
         plots = (Plot(titles.get(spec["x"], spec["x"]), titles.get(spec["y"], spec["y"]),
                       tuple(_series(name, ys, xs) for name, (xs, ys) in grouped.items())),)
-    return Presentation(result.get("title", ""), tuple(lines),
+    return Presentation(result.get("title", ""), tuple(lines), tuple(result.get("flags", [])),
                         tables=(Table(columns, tuple(tuple(r.get(k) for k in keys) for r in rows)),), plots=plots)
 
 

@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 from tf_device_panel.core import events
-from tf_device_panel.core.config import ConfigError, DeviceConfig
+from tf_device_panel.core.config import ConfigError, DeviceConfig, gpu_total_mib
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.placement import short_device_name
@@ -68,6 +68,7 @@ def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
     Raises ConfigStepError naming the step and carrying TensorFlow's own message.
     """
     done: list[str] = []
+    fraction_limits.clear()
     gpus = tf.config.list_physical_devices("GPU")
     cpus = tf.config.list_physical_devices("CPU")
 
@@ -98,6 +99,19 @@ def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
         logical = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in limits]
         step(f"set_logical_device_configuration(GPU:{index}, {list(limits)} MiB)",
              lambda index=index, logical=logical: tf.config.set_logical_device_configuration(gpus[index], logical))
+    if config.memory_fraction is not None:
+        fraction = config.memory_fraction
+        for gpu in visible:
+            index = gpus.index(gpu)
+            try:
+                total = gpu_total_mib(index)
+            except (OSError, RuntimeError, AttributeError) as exc:
+                raise ConfigStepError(f"read GPU:{index}'s total memory for memory_fraction", exc) from exc
+            limit = int(total * fraction)
+            fraction_limits.append(limit)
+            step(f"set_logical_device_configuration(GPU:{index}, [{limit}] MiB = {fraction:g} × {total} MiB)",
+                 lambda gpu=gpu, limit=limit: tf.config.set_logical_device_configuration(
+                     gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)]))
     if config.cpu_devices > 1:
         step(f"set_logical_device_configuration(CPU:0, {config.cpu_devices} logical CPUs)",
              lambda: tf.config.set_logical_device_configuration(
@@ -108,6 +122,9 @@ def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
         # After initialization this call silently does nothing, so it must come before.
         step("set_log_device_placement(True)", lambda: tf.debugging.set_log_device_placement(True))
     return done
+
+
+fraction_limits: list[int] = []  # the MiB limits memory_fraction gave each visible GPU, in order
 
 
 class ConfigStepError(Exception):
@@ -137,14 +154,14 @@ def describe_devices(tf: Any, config: DeviceConfig) -> dict[str, Any]:
         physical.append(entry)
 
     logical = []
-    gpu_limits = [m for _, limits in sorted(config.virtual_gpus.items()) for m in limits]
+    gpu_limits = [m for _, limits in sorted(config.virtual_gpus.items()) for m in limits] or list(fraction_limits)
     for device in tf.config.list_logical_devices():  # this initializes the runtime
         short = short_device_name(device.name)
         entry = {"name": f"/job:localhost/replica:0/task:0{device.name}", "short_name": short,
                  "device_type": device.device_type}
         logical.append(entry)
     split_gpus = [d for d in logical if d["device_type"] == "GPU"]
-    if config.virtual_gpus and len(gpu_limits) == len(split_gpus):
+    if gpu_limits and len(gpu_limits) == len(split_gpus):
         for device, limit in zip(split_gpus, gpu_limits, strict=False):
             device["memory_limit_mib"] = limit
 

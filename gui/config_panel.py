@@ -9,6 +9,7 @@ from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -155,6 +156,7 @@ class ConfigPanel(QWidget):
         self._hidden_gpus_config: dict[int, tuple[int, ...]] = {}
         self._unknown_visible: tuple[int, ...] = ()
         self._visible_is_all = True
+        self._loaded_fraction: float | None = None
 
         self.gpu_box = QVBoxLayout()
         self.no_gpu_label = QLabel("TensorFlow sees no GPU on this machine.")
@@ -164,6 +166,14 @@ class ConfigPanel(QWidget):
         self.memory_growth = QCheckBox("Memory growth (all visible GPUs)")
         self.memory_growth.setToolTip("Allocate GPU memory as needed instead of nearly all of it at start.\n"
                                       "Grown memory is not given back. Cannot be combined with logical GPUs.")
+        self.memory_fraction = QDoubleSpinBox()
+        self.memory_fraction.setRange(0.0, 1.0)
+        self.memory_fraction.setSingleStep(0.05)
+        self.memory_fraction.setDecimals(2)
+        self.memory_fraction.setSpecialValueText("off")  # 0 is not a fraction TensorFlow can use: it means unset
+        self.memory_fraction.setToolTip(
+            "TF1's per_process_gpu_memory_fraction: each visible GPU becomes one logical GPU limited to this\n"
+            "share of its total memory. Cannot be combined with memory growth or logical GPU splits.")
         self.cpu_devices = QSpinBox()
         self.cpu_devices.setRange(1, MAX_CPU_DEVICES)
         self.cpu_devices.setToolTip("Split the CPU into N logical devices: /CPU:0 … /CPU:N-1")
@@ -174,11 +184,14 @@ class ConfigPanel(QWidget):
         self.allocator = QComboBox()
         self.allocator.addItems(list(ALLOCATORS))
         self.allocator.setToolTip("TF_GPU_ALLOCATOR; cuda_malloc_async can reduce fragmentation")
-        self.field_problems = {key: _problem_label() for key in ("memory_growth", "cpu_devices", "visible_gpus")}
+        self.field_problems = {key: _problem_label()
+                               for key in ("memory_growth", "memory_fraction", "cpu_devices", "visible_gpus")}
 
         general = QFormLayout()
         general.addRow(self.memory_growth)
         general.addRow(self.field_problems["memory_growth"])
+        general.addRow("Memory fraction per GPU:", self.memory_fraction)
+        general.addRow(self.field_problems["memory_fraction"])
         general.addRow("Logical CPU devices:", self.cpu_devices)
         general.addRow(self.field_problems["cpu_devices"])
         general.addRow(self.soft_placement)
@@ -210,7 +223,8 @@ class ConfigPanel(QWidget):
         layout.addStretch(1)
 
         for signal in (self.memory_growth.toggled, self.soft_placement.toggled, self.log_placement.toggled,
-                       self.cpu_devices.valueChanged, self.allocator.currentIndexChanged):
+                       self.cpu_devices.valueChanged, self.allocator.currentIndexChanged,
+                       self.memory_fraction.valueChanged):
             signal.connect(self._on_edit)
         self.set_config(DeviceConfig())
 
@@ -237,6 +251,8 @@ class ConfigPanel(QWidget):
         self._loading = True
         try:
             self.memory_growth.setChecked(config.memory_growth)
+            self.memory_fraction.setValue(config.memory_fraction or 0.0)
+            self._loaded_fraction = config.memory_fraction
             self.cpu_devices.setValue(config.cpu_devices)
             self.soft_placement.setChecked(config.soft_placement)
             self.log_placement.setChecked(config.log_placement)
@@ -267,7 +283,17 @@ class ConfigPanel(QWidget):
         return DeviceConfig(visible_gpus=visible, memory_growth=self.memory_growth.isChecked(),
                             virtual_gpus=virtual, cpu_devices=self.cpu_devices.value(),
                             soft_placement=self.soft_placement.isChecked(),
-                            log_placement=self.log_placement.isChecked(), gpu_allocator=self.allocator.currentText())
+                            log_placement=self.log_placement.isChecked(), gpu_allocator=self.allocator.currentText(),
+                            memory_fraction=self._fraction())
+
+    def _fraction(self) -> float | None:
+        """The spin box's fraction; a loaded profile's own value while the box shows it rounded, so that
+        loading 0.333 and saving again neither changes the file nor marks the runtime stale."""
+        value = self.memory_fraction.value()
+        loaded = self._loaded_fraction
+        if loaded is not None and round(loaded, self.memory_fraction.decimals()) == value:
+            return loaded
+        return value or None
 
     def _on_edit(self, *_: Any) -> None:
         if self._loading:

@@ -116,7 +116,7 @@ def test_jobs_snippet_and_runs(two_cpus: str) -> None:
     assert {job["name"] for job in jobs} >= {"matmul", "replicate", "fit", "script"}
     fit = next(job for job in jobs if job["name"] == "fit")
     assert {p["name"] for p in fit["params"]} == {"epochs", "batch_per_replica", "samples", "devices", "model",
-                                                  "image_size"}
+                                                  "image_size", "cross_device_ops", "data", "lr_rule", "evaluate"}
     snippet = cli("snippet", "--config", two_cpus).stdout
     assert "LogicalDeviceConfiguration()] * 2" in snippet
     cli("run", "matmul")

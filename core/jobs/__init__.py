@@ -8,16 +8,51 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from tf_device_panel.core.text import clip, quote
 
 INT, FLOAT, BOOL, CHOICE, DEVICE, DEVICES, PATH, ARGS, INTS, MULTI = (
     "int", "float", "bool", "choice", "device", "devices", "path", "args", "ints", "multi")
 
-_DEVICE_SPEC = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?(/?(device:)?[A-Za-z_]+:\d+)$")
+# What TensorFlow's DeviceSpec parses: '/GPU:1', 'gpu:1', '/device:GPU:1', '/job:x/replica:0/task:0/device:GPU:1'.
+# The short form knows only CPU, GPU and TPU ('/FOO:0' is "Unknown attribute 'foo'"); indices are 32-bit.
+_DEVICE_SPEC = re.compile(r"^(?:/job:[A-Za-z0-9_-]+(?:/replica:[0-9]+)?(?:/task:[0-9]+)?)?"
+                          r"(?:/?(?P<short>cpu|gpu|tpu)|/device:(?P<full>cpu|gpu|tpu|xla_cpu|xla_gpu)):(?P<index>[0-9]+)$",
+                          re.IGNORECASE | re.ASCII)
+MAX_DEVICE_INDEX = 2**31 - 1
+MAX_NUMBER_CHARS = 30
+
+
+def device_spec_problem(text: str) -> str | None:
+    """Why `text` is not a device TensorFlow can parse, or None if it is."""
+    match = _DEVICE_SPEC.match(text.strip())
+    if not match:
+        return (f"{quote(text)} is not a TensorFlow device name; use e.g. /GPU:0, /CPU:1, /device:GPU:1 or "
+                "/job:localhost/replica:0/task:0/device:GPU:1 (device types: CPU, GPU, TPU)")
+    if int(match.group("index")[:MAX_NUMBER_CHARS]) > MAX_DEVICE_INDEX:
+        return f"{quote(text)}: device index {quote(match.group('index'))} is too large (TensorFlow's are 32-bit)"
+    return None
+
+
+class _NotANumber(ValueError):
+    """A number written so that Python would misread or refuse it; the message says how to write it."""
+
+
+def _ascii_number(text: str, what: str) -> str:
+    """`text` if written in ASCII and not absurdly long: Python's int() reads '٣' as 3 and refuses 5000 digits."""
+    if not text.isascii():
+        raise _NotANumber(f"expected {what} in plain digits 0-9, got {quote(text)}")
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _NotANumber(f"expected {what}, got {len(text)} characters ({quote(text)})")
+    return text
 
 
 class ParamError(ValueError):
@@ -48,21 +83,25 @@ class Param:
         text = text.strip()
         if self.type == INT:
             try:
-                return int(text)
+                return int(_ascii_number(text, "a whole number"))
+            except _NotANumber:
+                raise
             except ValueError:
-                raise ValueError(f"expected a whole number, got {text!r}") from None
+                raise ValueError(f"expected a whole number, got {quote(text)}") from None
         if self.type == FLOAT:
             try:
-                return float(text)
+                return float(_ascii_number(text, "a number"))
+            except _NotANumber:
+                raise
             except ValueError:
-                raise ValueError(f"expected a number, got {text!r}") from None
+                raise ValueError(f"expected a number, got {quote(text)}") from None
         if self.type == BOOL:
             lowered = text.lower()
             if lowered in ("1", "true", "yes", "on"):
                 return True
             if lowered in ("0", "false", "no", "off"):
                 return False
-            raise ValueError(f"expected true or false, got {text!r}")
+            raise ValueError(f"expected true or false, got {quote(text)}")
         return text
 
     def check(self, value: Any) -> Any:
@@ -70,52 +109,80 @@ class Param:
         kind = self.type
         if kind == INT:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"expected a whole number, got {value!r}")
+                raise ValueError(f"expected a whole number, got {quote(value)}")
         elif kind == FLOAT:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"expected a number, got {value!r}")
-            value = float(value)
+                raise ValueError(f"expected a number, got {quote(value)}")
+            try:
+                value = float(value)
+            except OverflowError:
+                raise ValueError(f"{quote(value)} is too large") from None
+            if not math.isfinite(value):
+                raise ValueError(f"expected a finite number, got {value}")
         elif kind == BOOL:
             if not isinstance(value, bool):
-                raise ValueError(f"expected true or false, got {value!r}")
+                raise ValueError(f"expected true or false, got {quote(value)}")
         elif not isinstance(value, str):
-            raise ValueError(f"expected text, got {value!r}")
+            raise ValueError(f"expected text, got {quote(value)}")
         if kind in (INT, FLOAT):
             if self.minimum is not None and value < self.minimum:
-                raise ValueError(f"{value} is below the minimum {self.minimum:g}")
+                raise ValueError(f"{quote(value)} is below the minimum {self.minimum:g}")
             if self.maximum is not None and value > self.maximum:
-                raise ValueError(f"{value} is above the maximum {self.maximum:g}")
+                raise ValueError(f"{quote(value)} is above the maximum {self.maximum:g}")
         if kind == CHOICE and value not in self.choices:
-            raise ValueError(f"{value!r} is not one of: {', '.join(self.choices)}")
-        if kind == DEVICE and value.strip() and not _DEVICE_SPEC.match(value.strip()):
-            raise ValueError(f"{value!r} is not a device name; use e.g. /GPU:0, /CPU:1 or "
-                             "/job:localhost/replica:0/task:0/device:GPU:1")
+            raise ValueError(f"{quote(value)} is not one of: {', '.join(self.choices)}")
+        if kind == DEVICE and value.strip():
+            problem = device_spec_problem(value)
+            if problem:
+                raise ValueError(problem)
         if kind == DEVICES:
             for item in split_devices(value):
-                if not _DEVICE_SPEC.match(item):
-                    raise ValueError(f"{item!r} is not a device name; list devices like /CPU:0,/CPU:1")
+                problem = device_spec_problem(item)
+                if problem:
+                    raise ValueError(f"{problem}; list devices like /CPU:0,/CPU:1")
         if kind == INTS:
             items = split_devices(value)
             if not items:
                 raise ValueError("give at least one number, e.g. 256,512")
             for item in items:
-                if not item.isdigit() or int(item) <= 0:
-                    raise ValueError(f"{item!r} is not a whole number above 0; write e.g. 256,512,1024")
+                if not (item.isascii() and item.isdigit()) or len(item) > MAX_NUMBER_CHARS or int(item) <= 0:
+                    raise ValueError(f"{quote(item)} is not a whole number above 0 in digits 0-9; "
+                                     "write e.g. 256,512,1024")
                 if self.maximum is not None and int(item) > self.maximum:
                     raise ValueError(f"{item} is above the maximum {self.maximum:g}")
         if kind == MULTI:
             items = split_devices(value)
-            unknown = [item for item in items if item not in self.choices]
+            unknown = [quote(item) for item in items if item not in self.choices]
             if unknown or not items:
                 raise ValueError(f"{', '.join(unknown) or 'nothing'} chosen; use some of: {', '.join(self.choices)}")
-        if kind == PATH and self.default == "" and not value.strip():
-            raise ValueError("a file is required")
+        if kind == PATH:
+            if self.default == "" and not value.strip():
+                raise ValueError("a file is required")
+            if value.strip():
+                problem = path_problem(value)
+                if problem:
+                    raise ValueError(problem)
         if kind == ARGS:
             try:
                 shlex.split(value)
             except ValueError as exc:
                 raise ValueError(f"cannot split arguments: {exc}") from None
         return value
+
+
+def path_problem(text: str) -> str | None:
+    """Why `text` is not a readable file, or None; checked before TensorFlow starts, so a typo costs nothing."""
+    file = Path(text.strip()).expanduser()
+    try:
+        if not file.exists():
+            return f"{quote(text)} does not exist (looked in {quote(str(Path.cwd()))}); check the path"
+        if not file.is_file():
+            return f"{quote(text)} is not a file"
+    except OSError as exc:  # a name too long for the file system, a permission denied on a folder
+        return f"{quote(text)} cannot be checked: {exc.strerror or exc}"
+    if not os.access(file, os.R_OK):
+        return f"{quote(text)} cannot be read (permissions)"
+    return None
 
 
 def split_devices(text: str) -> list[str]:
@@ -161,7 +228,7 @@ class JobSpec:
             param = known.get(name)
             if param is None:
                 choices = ", ".join(known) or "none"
-                problems.append((name, f"unknown parameter for job {self.name!r} (parameters: {choices})"))
+                problems.append((quote(name), f"unknown parameter for job {self.name!r} (parameters: {choices})"))
                 continue
             try:
                 resolved[name] = param.check(param.from_text(raw) if is_text else raw)
@@ -184,6 +251,17 @@ class JobSpec:
                 "params": [p.to_json() for p in self.params]}
 
 
+_CROSS_DEVICE_OPS = Param(
+    "cross_device_ops", CHOICE, "NcclAllReduce", "How MirroredStrategy combines the replicas' gradients "
+    "(tf.distribute.NcclAllReduce, HierarchicalCopyAllReduce or ReductionToOneDevice). NCCL needs NVIDIA GPUs: "
+    "elsewhere the job says so and uses HierarchicalCopyAllReduce. With one device and no devices named, the "
+    "default strategy runs instead.",
+    choices=("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"))
+_LR_RULE = Param(
+    "lr_rule", CHOICE, "fixed", "fixed: the job's usual learning rate; by-global-batch: the seeds' "
+    "LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}, looked up by the global batch.",
+    choices=("fixed", "by-global-batch"))
+
 JOBS: dict[str, JobSpec] = {
     spec.name: spec
     for spec in (
@@ -205,6 +283,21 @@ JOBS: dict[str, JobSpec] = {
              Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.")),
         ),
         JobSpec(
+            "session", "TF1 graph and Session",
+            "The seeds' TensorFlow 1 examples: a graph run in tf.compat.v1.Session with "
+            "ConfigProto(log_device_placement=True, allow_soft_placement=...). TensorFlow prints the "
+            "Device mapping block and a 'name: device' line per node; a node pinned to a missing device "
+            "fails (soft placement off) or moves (on).",
+            "tf_device_panel.core.jobs.tf1:session",
+            (Param("example", CHOICE, "placement", "placement: a @ b, placed by TensorFlow; pin-cpu: the "
+                   "constants under tf.device('/cpu:0'); two-devices: a @ b on each device, summed by add_n "
+                   "on /cpu:0 (→ [[44,56],[98,128]] on two devices); missing-device: everything on /gpu:2.",
+                   choices=("placement", "pin-cpu", "two-devices", "missing-device")),
+             Param("soft_placement", BOOL, False, "ConfigProto allow_soft_placement (TF1's default: off)."),
+             Param("devices", DEVICES, "", "For two-devices: the devices to multiply on. Empty: all GPUs, "
+                   "or all CPUs if there is no GPU.")),
+        ),
+        JobSpec(
             "fit", "Keras fit",
             "Keras model.fit under tf.distribute.MirroredStrategy over the chosen logical devices, with "
             "the seeds' one-unit Dense model or their small CNN; the global batch grows with the number of "
@@ -220,7 +313,13 @@ JOBS: dict[str, JobSpec] = {
                    "(Conv2D/MaxPooling, dropout, sigmoid) on synthetic images, to put visible load on the devices.",
                    choices=("dense", "cnn")),
              Param("image_size", INT, 32, "Image side in pixels for the cnn model (the seed used 150).",
-                   minimum=8, maximum=512)),
+                   minimum=8, maximum=512),
+             _CROSS_DEVICE_OPS,
+             Param("data", CHOICE, "dataset", "dataset: a tf.data.Dataset batched by the global batch; numpy: "
+                   "NumPy arrays with batch_size = the global batch, which Keras splits across the replicas.",
+                   choices=("dataset", "numpy")),
+             _LR_RULE,
+             Param("evaluate", BOOL, True, "Run model.evaluate on the dataset after fit.")),
         ),
         JobSpec(
             "custom-loop", "Custom training loop",
@@ -230,9 +329,12 @@ JOBS: dict[str, JobSpec] = {
             (Param("steps", INT, 20, "Training steps.", minimum=1, maximum=1_000_000),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
                    minimum=1, maximum=1_000_000),
-             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate (with lr_rule=fixed).", minimum=1e-6,
+                   maximum=10.0),
              Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over. Empty: all GPUs, "
-                   "or all CPUs if there is no GPU.")),
+                   "or all CPUs if there is no GPU."),
+             _CROSS_DEVICE_OPS,
+             _LR_RULE),
         ),
         JobSpec(
             "memory", "Memory behaviour",
@@ -301,4 +403,4 @@ def get_job(name: str) -> JobSpec:
     try:
         return JOBS[name]
     except KeyError:
-        raise ParamError(name, [("job", f"unknown job {name!r}; jobs: {', '.join(JOBS)}")]) from None
+        raise ParamError(clip(name, 60), [("job", f"unknown job {quote(name)}; jobs: {', '.join(JOBS)}")]) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from tf_device_panel.core.jobs import split_devices
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
@@ -27,28 +27,62 @@ def pick_devices(requested: str) -> list[str]:
     return [by_short[canonical_device(n)] for n in names]
 
 
-_collective_devices: tuple[str, ...] | None = None  # the first MirroredStrategy's devices in this runtime
+CROSS_DEVICE_OPS = ("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice")
+# The seed's table: a larger global batch takes a larger learning rate.
+LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}
 
 
-def mirrored_strategy(names: list[str]) -> Any:
-    """MirroredStrategy over `names`, working around TF's one-group-per-process collectives.
+def nccl_unavailable(names: list[str]) -> str | None:
+    """Why NCCL cannot all-reduce over these devices, or None if it can."""
+    import platform
 
-    TensorFlow keys collective all-reduce groups per process: after a strategy over 3 devices, one over
-    2 fails with "joining a group with size2, but that group has size 3". So a later strategy over
-    other devices reduces through one device instead, and says so.
-    """
+    if platform.system() == "Windows":
+        return "NCCL does not exist on Windows"
+    others = [n for n in names if "GPU" not in n.upper()]
+    if others:
+        return f"NCCL all-reduces between NVIDIA GPUs only, not over {', '.join(others)}"
+    return None
+
+
+class StrategyChoice(TypedDict, total=False):
+    strategy: str
+    cross_device_ops: str | None
+    requested_cross_device_ops: str
+    note: str | None
+
+
+def choose_strategy(names: list[str], cross_device_ops: str, devices_named: bool) -> tuple[Any, StrategyChoice]:
+    """The seeds' strategy for `names`: MirroredStrategy with the requested cross-device ops, or the default
+    strategy when TensorFlow has just one device to use (the seeds' `tf.distribute.get_strategy()`)."""
     import tensorflow as tf
 
-    global _collective_devices
-    if _collective_devices is None:
-        _collective_devices = tuple(names)
-    if tuple(names) == _collective_devices:
-        return tf.distribute.MirroredStrategy(devices=names)
-    print(f"note: this runtime already all-reduced over {', '.join(_collective_devices)}; TensorFlow cannot "
-          "form collective groups over other devices in the same process, so this run reduces through one "
-          "device (ReductionToOneDevice). Apply the configuration again for a fresh runtime with all-reduce.",
-          flush=True)
-    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    if len(names) == 1 and not devices_named:
+        return tf.distribute.get_strategy(), {
+            "strategy": "default strategy (tf.distribute.get_strategy())", "cross_device_ops": None,
+            "note": f"one device ({names[0]}): nothing to mirror, so the default strategy runs as plain TensorFlow"}
+    used, note = cross_device_ops, ""
+    if cross_device_ops == "NcclAllReduce":
+        why = nccl_unavailable(names)
+        if why:
+            used = "HierarchicalCopyAllReduce"
+            note = (f"NcclAllReduce cannot run here ({why}); using HierarchicalCopyAllReduce instead — "
+                    "choose it (or ReductionToOneDevice) explicitly on this machine")
+    ops = getattr(tf.distribute, used)()
+    info: StrategyChoice = {"strategy": "MirroredStrategy", "cross_device_ops": used,
+                            "requested_cross_device_ops": cross_device_ops, "note": note}
+    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops), info
+
+
+def learning_rate_for(rule: str, global_batch: int, fixed: float) -> tuple[float, str]:
+    """The learning rate and where it came from; the seed's table knows global batches 5, 10 and 20 only."""
+    if rule == "fixed":
+        return fixed, "fixed"
+    if global_batch not in LEARNING_RATES_BY_BATCH_SIZE:
+        known = ", ".join(map(str, LEARNING_RATES_BY_BATCH_SIZE))
+        raise JobError(f"lr_rule: the global batch is {global_batch}, and LEARNING_RATES_BY_BATCH_SIZE only knows "
+                       f"{known}; choose batch_per_replica so that it times the replicas is one of those, "
+                       "or use lr_rule=fixed")
+    return LEARNING_RATES_BY_BATCH_SIZE[global_batch], f"LEARNING_RATES_BY_BATCH_SIZE[{global_batch}]"
 
 
 def seed_cnn(image_size: int) -> Any:
@@ -83,26 +117,32 @@ def synthetic_images(samples: int, image_size: int) -> Any:
 
 
 def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: int = 100,
-        devices: str = "", model: str = "dense", image_size: int = 32) -> TrainingResult:
+        devices: str = "", model: str = "dense", image_size: int = 32, cross_device_ops: str = "NcclAllReduce",
+        data: str = "dataset", lr_rule: str = "fixed", evaluate: bool = True) -> TrainingResult:
+    import numpy as np
     import tensorflow as tf
 
     names = pick_devices(devices)
-    strategy = mirrored_strategy(names)
+    strategy, chosen = choose_strategy(names, cross_device_ops, bool(devices.strip()))
     replicas = strategy.num_replicas_in_sync
     global_batch = batch_per_replica * replicas
     steps_per_epoch = -(-samples // global_batch)
+    learning_rate, lr_source = learning_rate_for(lr_rule, global_batch, 1e-4 if model == "cnn" else 0.01)
 
     with strategy.scope():  # the model must be built and compiled inside the scope to be replicated
         if model == "cnn":
             keras_model = seed_cnn(image_size)
-            keras_model.compile(loss="binary_crossentropy", optimizer=tf.keras.optimizers.Adam(1e-4),
+            keras_model.compile(loss="binary_crossentropy", optimizer=tf.keras.optimizers.Adam(learning_rate),
                                 metrics=["acc"])
         else:
             keras_model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
-            keras_model.compile(loss="mse", optimizer="sgd")
+            keras_model.compile(loss="mse", optimizer=tf.keras.optimizers.SGD(learning_rate))
+    # A dataset is batched by the global batch; NumPy arrays get batch_size, which Keras splits across replicas.
     if model == "cnn":
-        dataset = tf.data.Dataset.from_tensor_slices(synthetic_images(samples, image_size)).batch(global_batch)
+        inputs, targets = synthetic_images(samples, image_size)
+        dataset = tf.data.Dataset.from_tensor_slices((inputs, targets)).batch(global_batch)
     else:
+        inputs, targets = np.ones((samples, 1)), np.ones((samples, 1))
         dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(samples).batch(global_batch)
 
     class Progress(tf.keras.callbacks.Callback):
@@ -120,12 +160,19 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
             ctx.metric("loss", loss, step=epoch + 1)
             print(f"epoch {epoch + 1}/{epochs}: loss {loss:.6f}", flush=True)
 
-    print(f"MirroredStrategy over {', '.join(names)}: {replicas} replicas in sync, "
-          f"global batch {global_batch} ({batch_per_replica} per replica)", flush=True)
-    history = keras_model.fit(dataset, epochs=epochs, verbose=0, callbacks=[Progress()])
+    print(f"{chosen['strategy']} over {', '.join(names)}: {replicas} replicas in sync, global batch {global_batch} "
+          f"({batch_per_replica} per replica), cross-device ops {chosen['cross_device_ops']}, "
+          f"learning rate {learning_rate:g} ({lr_source}), input {data}", flush=True)
+    if chosen.get("note"):
+        print(f"note: {chosen['note']}", flush=True)
+    if data == "numpy":
+        history = keras_model.fit(inputs, targets, epochs=epochs, batch_size=global_batch, verbose=0,
+                                  callbacks=[Progress()])
+    else:
+        history = keras_model.fit(dataset, epochs=epochs, verbose=0, callbacks=[Progress()])
     if ctx.cancel_requested.is_set():
         raise JobCancelled("training stopped by the user")
-    return {
+    result: TrainingResult = {
         "kind": "training",
         "model": model,
         "parameters": int(keras_model.count_params()),
@@ -135,18 +182,30 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
         "batch_per_replica": batch_per_replica,
         "steps_per_epoch": steps_per_epoch,
         "loss": [float(v) for v in history.history.get("loss", [])],
+        "input": data,
+        "learning_rate": learning_rate,
+        "learning_rate_rule": lr_source,
+        **chosen,
     }
+    if evaluate:
+        ctx.progress(1, 1, "model.evaluate on the training data", force=True)
+        scores = keras_model.evaluate(dataset, verbose=0, return_dict=True)
+        result["evaluate"] = {name: float(value) for name, value in scores.items()}
+        print(f"evaluate: {', '.join(f'{k} {v:.6f}' for k, v in result['evaluate'].items())}", flush=True)
+    result["notes"] = [n for n in (chosen.get("note"),) if n]
+    return result
 
 
 def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, learning_rate: float = 0.1,
-                devices: str = "") -> TrainingResult:
+                devices: str = "", cross_device_ops: str = "NcclAllReduce", lr_rule: str = "fixed") -> TrainingResult:
     """The seeds' custom training loop under MirroredStrategy."""
     import tensorflow as tf
 
     names = pick_devices(devices)
-    strategy = mirrored_strategy(names)
+    strategy, chosen = choose_strategy(names, cross_device_ops, bool(devices.strip()))
     replicas = strategy.num_replicas_in_sync
     global_batch_size = batch_per_replica * replicas  # the global batch grows with the replicas
+    learning_rate, lr_source = learning_rate_for(lr_rule, global_batch_size, learning_rate)
 
     with strategy.scope():
         model = tf.keras.Sequential([tf.keras.Input(shape=(1,)), tf.keras.layers.Dense(1)])
@@ -175,8 +234,11 @@ def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, le
         per_replica_losses = strategy.run(train_step, args=(dist_inputs,))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
 
-    print(f"MirroredStrategy over {', '.join(names)}: {replicas} replicas, "
-          f"global batch {global_batch_size} ({batch_per_replica} per replica)", flush=True)
+    print(f"{chosen['strategy']} over {', '.join(names)}: {replicas} replicas, global batch {global_batch_size} "
+          f"({batch_per_replica} per replica), cross-device ops {chosen['cross_device_ops']}, "
+          f"learning rate {learning_rate:g} ({lr_source})", flush=True)
+    if chosen.get("note"):
+        print(f"note: {chosen['note']}", flush=True)
     losses: list[float] = []
     for step, dist_inputs in enumerate(dist_dataset, 1):
         ctx.check_cancelled()
@@ -195,4 +257,8 @@ def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, le
         "batch_per_replica": batch_per_replica,
         "steps": len(losses),
         "loss": losses,
+        "learning_rate": learning_rate,
+        "learning_rate_rule": lr_source,
+        **chosen,
+        "notes": [n for n in (chosen.get("note"),) if n],
     }

@@ -1,0 +1,33 @@
+"""Quoting user input in messages: one line, and short whatever the input's size."""
+
+from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+_short = reprlib.Repr()
+_short.maxstring = 40
+_short.maxother = 40
+_short.maxlist = _short.maxtuple = _short.maxdict = _short.maxset = 6
+_short.maxlevel = 3
+MAX_DIGITS = 40
+
+
+def quote(value: Any) -> str:
+    """`repr(value)`, cut to a few dozen characters (with '...') so a 15 MB value never fills a terminal.
+
+    Integers too long to print (Python refuses past 4300 digits) are described by their size instead.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_DIGITS * 3.33:
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    try:
+        text = _short.repr(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__} too large to show>"
+    return text.replace("\n", "\\n")
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """One line of at most `limit` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

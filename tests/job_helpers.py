@@ -1,0 +1,50 @@
+"""Running jobs in a real runtime from tests, independent of the shared fixtures in conftest."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.runtime import RuntimeProcess
+
+
+@contextmanager
+def runtime_with(config: DeviceConfig) -> Iterator[RuntimeProcess]:
+    """A ready queue-mode runtime with `config`, stopped (and waited for) afterwards."""
+    runtime = RuntimeProcess(config)
+    runtime.start()
+    try:
+        runtime.wait_ready()
+        while runtime.next_event(0.2) is not None:  # drop start-up events
+            pass
+        yield runtime
+    finally:
+        runtime.stop(timeout=5)
+        assert runtime.wait_exited(10), "runtime did not exit"
+
+
+def run_job(runtime: RuntimeProcess, job: str, params: dict[str, Any] | None = None,
+            timeout: float = 180.0) -> tuple[Any, dict[str, Any] | None, list[Event]]:
+    """Run one job to its end: (result or None, error or None, every event seen meanwhile)."""
+    job_id = runtime.submit(job, params or {})
+    deadline = time.monotonic() + timeout
+    seen: list[Event] = []
+    while time.monotonic() < deadline:
+        event = runtime.next_event(0.5)
+        if event is None:
+            continue
+        seen.append(event)
+        if event.type == events.JOB_FINISHED and event.job_id == job_id:
+            results = [e.data["result"] for e in seen if e.type == events.RESULT and e.job_id == job_id]
+            errors = [e.data for e in seen if e.type == events.ERROR and e.job_id == job_id]
+            return (results[0] if results else None), (errors[0] if errors else None), seen
+    raise AssertionError(f"job {job} did not finish in {timeout} s; got {[e.type for e in seen]}")
+
+
+def placements(seen: list[Event]) -> list[dict[str, Any]]:
+    return [e.data for e in seen if e.type == events.PLACEMENT]

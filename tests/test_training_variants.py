@@ -1,0 +1,68 @@
+"""The seeds' training variants: cross-device ops, evaluate, NumPy input, the learning-rate table, default strategy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import pytest
+from job_helpers import run_job, runtime_with
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.jobs.context import JobError
+from tf_device_panel.core.jobs.training import learning_rate_for, nccl_unavailable
+from tf_device_panel.core.runtime import RuntimeProcess
+
+
+def test_nccl_needs_gpus_and_the_learning_rate_table_is_the_seeds() -> None:
+    assert nccl_unavailable(["/job:localhost/replica:0/task:0/device:GPU:0", "/device:GPU:1"]) is None
+    assert "not over /device:CPU:1" in (nccl_unavailable(["/device:GPU:0", "/device:CPU:1"]) or "")
+    assert learning_rate_for("by-global-batch", 10, 0.01) == (0.15, "LEARNING_RATES_BY_BATCH_SIZE[10]")
+    assert learning_rate_for("fixed", 10, 0.01) == (0.01, "fixed")
+    with pytest.raises(JobError, match=r"global batch is 6.*only knows 5, 10, 20"):
+        learning_rate_for("by-global-batch", 6, 0.01)
+
+
+@pytest.fixture(scope="module")
+def two_cpus() -> Iterator[RuntimeProcess]:
+    with runtime_with(DeviceConfig(cpu_devices=2, log_placement=False)) as runtime:
+        yield runtime
+
+
+def test_nccl_on_cpus_says_so_and_uses_hierarchical_copy_then_evaluates(two_cpus: RuntimeProcess) -> None:
+    result, error, _ = run_job(two_cpus, "fit", {"epochs": 2})
+    assert error is None, error
+    assert result["requested_cross_device_ops"] == "NcclAllReduce"
+    assert result["cross_device_ops"] == "HierarchicalCopyAllReduce" and result["replicas_in_sync"] == 2
+    assert any("NcclAllReduce cannot run here" in note for note in result["notes"])
+    assert math.isfinite(result["evaluate"]["loss"]) and result["evaluate"]["loss"] <= result["loss"][0]
+
+
+@pytest.mark.parametrize("ops", ["HierarchicalCopyAllReduce", "ReductionToOneDevice"])
+def test_numpy_input_with_each_cross_device_op_and_the_lr_table(two_cpus: RuntimeProcess, ops: str) -> None:
+    params = {"epochs": 3, "data": "numpy", "cross_device_ops": ops, "lr_rule": "by-global-batch",
+              "evaluate": False}
+    result, error, _ = run_job(two_cpus, "fit", params)
+    assert error is None, error
+    assert result["cross_device_ops"] == ops and result["notes"] == [] and result["input"] == "numpy"
+    assert result["global_batch_size"] == 10 and result["learning_rate"] == 0.15
+    assert result["loss"][-1] < result["loss"][0] and "evaluate" not in result
+
+
+def test_custom_loop_with_cross_device_ops_and_a_global_batch_off_the_table(two_cpus: RuntimeProcess) -> None:
+    result, error, _ = run_job(two_cpus, "custom-loop", {"steps": 4, "cross_device_ops": "ReductionToOneDevice"})
+    assert error is None, error
+    assert result["cross_device_ops"] == "ReductionToOneDevice" and result["loss"][-1] < result["loss"][0]
+    result, error, _ = run_job(two_cpus, "custom-loop", {"steps": 2, "batch_per_replica": 3,
+                                                          "lr_rule": "by-global-batch"})
+    assert result is None and error is not None and "global batch is 6" in error["message"]
+
+
+def test_one_device_runs_under_the_default_strategy() -> None:
+    with runtime_with(DeviceConfig(log_placement=False)) as runtime:
+        result, error, _ = run_job(runtime, "custom-loop", {"steps": 3})
+        assert error is None, error
+        assert result["strategy"].startswith("default strategy") and result["replicas_in_sync"] == 1
+        assert result["cross_device_ops"] is None and result["loss"][-1] < result["loss"][0]
+        result, error, _ = run_job(runtime, "fit", {"epochs": 1, "devices": "/CPU:0"})  # named: mirrored
+        assert error is None, error
+        assert result["strategy"] == "MirroredStrategy"
