@@ -43,20 +43,18 @@ class _Formatter(logging.Formatter):
         return super().format(bare) + " (--verbose shows the traceback)"
 
 
-_stderr_handler: logging.Handler | None = None
-
 
 def configure_logging(verbose: bool = False) -> None:
     """The package's records from WARNING to stderr, or from DEBUG with tracebacks when `verbose`.
 
     Calling it again only changes the level: one process, one stderr handler.
     """
-    global _stderr_handler
     package = logging.getLogger(PACKAGE_LOGGER)
-    if _stderr_handler is None:
-        _stderr_handler = _CurrentStderr()
-        package.addHandler(_stderr_handler)
-    _stderr_handler.setFormatter(_Formatter(tracebacks=verbose))
+    handler = next((h for h in package.handlers if isinstance(h, _CurrentStderr)), None)
+    if handler is None:
+        handler = _CurrentStderr()
+        package.addHandler(handler)
+    handler.setFormatter(_Formatter(tracebacks=verbose))
     package.setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 

@@ -11,11 +11,12 @@ from tf_device_panel.core.diagnostics import PACKAGE_LOGGER, RepeatedFailureLog,
 
 
 @pytest.fixture
-def package_logger(monkeypatch: pytest.MonkeyPatch) -> Iterator[logging.Logger]:
-    """The package logger as configure_logging leaves it, put back afterwards for the other tests."""
+def package_logger() -> Iterator[logging.Logger]:
+    """The package logger without a stderr handler (an in-process CLI test may have added one), put back
+    afterwards for the other tests."""
     logger = logging.getLogger(PACKAGE_LOGGER)
     handlers, level = list(logger.handlers), logger.level
-    monkeypatch.setattr(diagnostics, "_stderr_handler", None)
+    logger.handlers[:] = [h for h in handlers if not isinstance(h, diagnostics._CurrentStderr)]
     yield logger
     logger.handlers[:] = handlers
     logger.setLevel(level)
