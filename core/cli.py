@@ -43,6 +43,7 @@ from tf_device_panel.core.session import run_job_once
 from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_EXPORTER_PORT = 9848  # core.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
 
 
 class UsageError(Exception):
@@ -241,6 +242,40 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_exporter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from tf_device_panel.core import exporter
+
+    try:
+        host, port = exporter.parse_listen(args.listen)
+        exporter.install_test_nvml()
+        server = exporter.Exporter(host, port, interval=exporter.check_interval(args.interval),
+                                   certfile=args.certfile, keyfile=args.keyfile)
+        server.start()
+    except exporter.ExporterError as exc:
+        raise UsageError(str(exc)) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # systemd stops the unit with SIGTERM
+    print(f"serving {server.url} (read-only; Ctrl+C stops)", flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 1 or 0.5, got {text!r}") from None
+
+
 def _count(text: str) -> int:
     """A whole number of 0 or more, for --limit."""
     try:
@@ -304,7 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--limit", type=_count, default=50, help="list at most this many (newest first)")
     p.set_defaults(func=cmd_runs)
-    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor"):
+
+    p = sub.add_parser("exporter", help="serve this machine's GPU, host and run metrics to Prometheus (/metrics)")
+    p.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_EXPORTER_PORT}", metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:9848: this machine only)")
+    p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS", help="sampling period (default 1)")
+    p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate (with --keyfile)")
+    p.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
+    p.set_defaults(func=cmd_exporter)
+    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor", "exporter"):
         sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                                        help="show TensorFlow's log lines and tracebacks")
     return parser

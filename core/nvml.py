@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
@@ -101,6 +102,8 @@ class Nvml:
         self._versions: dict[tuple[str, int], str] = {}  # (query family, GPU index) -> the version the driver has
         self._reported: set[tuple[str, ...]] = set()   # failures already logged, so a 500 ms sampler logs once
         self._reported_lock = threading.Lock()
+        # (GPU index or None, NVML function) -> reads that came back unanswered, for the exporter's error counter
+        self._failures: Counter[tuple[int | None, str]] = Counter()
 
     # -- the one way into NVML -------------------------------------------------------------------------
     def query(self, function: str, *args: Any, gpu: int | None = None, probing: bool = False,
@@ -125,12 +128,14 @@ class Nvml:
                 raise
             if probing:
                 return MISSING
+            self._count_failure(gpu, function)
             self._once(logging.WARNING, ("missing", function),
                        "NVML has no %s (the driver and nvidia-ml-py do not match); it reads as N/A", function)
             return None
         except pynvml.NVMLError as exc:
             if raise_errors:
                 raise
+            self._count_failure(gpu, function)
             if gpu is not None and isinstance(exc, pynvml.NVMLError_GpuIsLost):
                 self._row_errors[gpu] = GPU_LOST
                 self._once(logging.WARNING, ("lost", str(gpu)), "GPU %d: %s; the other GPUs keep reading", gpu,
@@ -141,6 +146,15 @@ class Nvml:
             self._once(logging.INFO, ("failed", function, type(exc).__name__, str(gpu)), "%s%s failed (%s); N/A",
                        where, function, exc)
             return None
+
+    def _count_failure(self, gpu: int | None, function: str) -> None:
+        with self._reported_lock:
+            self._failures[(gpu, function)] += 1
+
+    def failures(self) -> dict[tuple[int | None, str], int]:
+        """Every read NVML could not answer so far, by (GPU index or None, NVML function); a lost GPU counts once."""
+        with self._reported_lock:
+            return dict(self._failures)
 
     def _once(self, level: int, key: tuple[str, ...], message: str, *args: Any) -> None:
         with self._reported_lock:

@@ -1,0 +1,243 @@
+"""The Prometheus exporter: exposition text (parsed with prometheus-client's own parser) for normal fake GPUs,
+a NotSupported field, a lost GPU and no NVML; the panel's own run metrics from the history folder; only GET
+/metrics is served; the command listens only where it is told and says clearly why it cannot."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from fake_nvml import GIB, FakeGpus, no_library, process
+from helpers import ROOT, wait_until
+from prometheus_client.parser import text_string_to_metric_families
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.exporter import Exporter, ExporterError, parse_listen
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.nvml import Nvml
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+def parse(text: str) -> Samples:
+    """Sample name -> [(labels, value)], from the library's parser (which raises on invalid text)."""
+    found: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def by_gpu(samples: Samples, name: str) -> dict[str, float]:
+    return {labels["gpu"]: value for labels, value in samples.get(name, [])}
+
+
+@pytest.fixture
+def start_exporter() -> Iterator[Callable[..., Exporter]]:
+    started: list[Exporter] = []
+
+    def start(**kwargs: object) -> Exporter:
+        exporter = Exporter("127.0.0.1", 0, interval=0.1, nvml=Nvml(), **kwargs)  # type: ignore[arg-type]
+        exporter.start()
+        started.append(exporter)
+        return exporter
+
+    yield start
+    for exporter in started:
+        exporter.stop()
+
+
+def test_fake_gpus_as_metrics_with_their_labels(monkeypatch: pytest.MonkeyPatch,
+                                                start_exporter: Callable[..., Exporter]) -> None:
+    gpus = FakeGpus(2, unsupported=())
+    gpus.processes[1] = [process(os.getpid(), 300)]
+    gpus.install(monkeypatch)
+    samples = parse(scrape(start_exporter().url))
+
+    assert by_gpu(samples, "tfdp_gpu_memory_used_bytes") == {"0": 1 * GIB, "1": 2 * GIB}
+    assert by_gpu(samples, "tfdp_gpu_memory_total_bytes") == {"0": 16 * GIB, "1": 16 * GIB}
+    assert by_gpu(samples, "tfdp_gpu_utilization_ratio") == {"0": 0.42, "1": 0.42}
+    assert by_gpu(samples, "tfdp_gpu_temperature_celsius") == {"0": 55, "1": 55}
+    assert by_gpu(samples, "tfdp_gpu_power_watts") == {"0": 70, "1": 70}
+    assert by_gpu(samples, "tfdp_gpu_sm_clock_hertz") == {"0": 1.5e9, "1": 1.5e9}
+    assert by_gpu(samples, "tfdp_gpu_memory_clock_hertz") == {"0": 6e9, "1": 6e9}
+    labels = samples["tfdp_gpu_memory_used_bytes"][1][0]
+    assert labels == {"gpu": "1", "uuid": "GPU-fake-1", "pci_bus_id": "00000000:02:00.0", "name": "Fake GPU 1"}
+    [(process_labels, used)] = samples["tfdp_gpu_process_memory_used_bytes"]
+    assert used == 300 * 2**20
+    assert process_labels["pid"] == str(os.getpid()) and process_labels["gpu"] == "1"
+    assert process_labels["process"] == psutil.Process().name()
+    [(build, _)] = samples["tfdp_build_info"]
+    assert build["driver"] == "570.86" and build["cuda"] == "12.8" and build["version"]
+    assert samples["tfdp_nvml_available"] == [({}, 1.0)]
+    assert "tfdp_nvml_read_errors_total" not in samples  # nothing failed
+    [(_, total)] = samples["tfdp_host_memory_total_bytes"]
+    assert total == psutil.virtual_memory().total
+    [(_, cpu)] = samples["tfdp_host_cpu_utilization_ratio"]
+    assert 0.0 <= cpu <= 1.0
+    assert "tfdp_run_info" not in samples  # no panel run goes
+
+
+def test_a_not_supported_field_is_left_out_and_counted(monkeypatch: pytest.MonkeyPatch,
+                                                       start_exporter: Callable[..., Exporter]) -> None:
+    FakeGpus(2, unsupported=("power",)).install(monkeypatch)
+    url = start_exporter().url
+    samples = parse(scrape(url))
+    assert "tfdp_gpu_power_watts" not in samples
+    assert by_gpu(samples, "tfdp_gpu_temperature_celsius") == {"0": 55, "1": 55}
+
+    def power_errors() -> dict[str, float]:
+        errors = parse(scrape(url))["tfdp_nvml_read_errors_total"]
+        return {labels["gpu"]: value for labels, value in errors if labels["field"] == "power"}
+
+    first = power_errors()
+    assert set(first) == {"0", "1"} and min(first.values()) >= 1
+    wait_until(lambda: power_errors()["0"] > first["0"], 10, "the counter grows with each sample that fails")
+
+
+def test_a_lost_gpu_drops_its_series_and_the_others_stay(monkeypatch: pytest.MonkeyPatch,
+                                                        start_exporter: Callable[..., Exporter]) -> None:
+    gpus = FakeGpus(2, unsupported=())
+    gpus.install(monkeypatch)
+    url = start_exporter().url
+    assert set(by_gpu(parse(scrape(url)), "tfdp_gpu_memory_used_bytes")) == {"0", "1"}
+    gpus.lose(1)
+    samples = wait_until(lambda: (s := parse(scrape(url))) and
+                         set(by_gpu(s, "tfdp_gpu_memory_used_bytes")) == {"0"} and s, 10, "GPU 1's series dropped")
+    for name in ("tfdp_gpu_utilization_ratio", "tfdp_gpu_temperature_celsius", "tfdp_gpu_sm_clock_hertz"):
+        assert set(by_gpu(samples, name)) == {"0"}
+    lost = [labels for labels, _ in samples["tfdp_nvml_read_errors_total"] if labels["gpu"] == "1"]
+    assert lost, "the read that found GPU 1 lost is counted"
+
+
+def test_without_nvml_the_host_metrics_remain(monkeypatch: pytest.MonkeyPatch,
+                                              start_exporter: Callable[..., Exporter]) -> None:
+    no_library(monkeypatch)
+    samples = parse(scrape(start_exporter().url))
+    assert samples["tfdp_nvml_available"] == [({}, 0.0)]
+    assert not [name for name in samples if name.startswith("tfdp_gpu_") and samples[name]]
+    assert samples["tfdp_host_memory_used_bytes"][0][1] > 0
+    [(build, _)] = samples["tfdp_build_info"]
+    assert build["driver"] == "" and build["cuda"] == ""
+
+
+def test_the_run_in_progress_its_configuration_and_tf_allocator(monkeypatch: pytest.MonkeyPatch, panel_home: Path,
+                                                                start_exporter: Callable[..., Exporter]) -> None:
+    no_library(monkeypatch)
+    history = RunHistory()
+    finished = history.new_run("matmul", {}, {"version": 1}, None)
+    finished.finish(status="ok")
+    recorder = history.new_run("memory", {"steps": 4}, {"version": 1, "memory_growth": True, "visible_gpus": [0, 1],
+                                                        "virtual_gpus": {"0": [1024, 2048]}}, None)
+    url = start_exporter().url
+    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 100.0, "peak_mib": 150.0}))
+    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 120.0, "peak_mib": 150.0}))
+    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 8.0, "peak_mib": 9.5}))
+
+    def allocator() -> dict[str, float]:
+        found = parse(scrape(url)).get("tfdp_tf_allocator_current_bytes", [])
+        return {labels["device"]: value for labels, value in found}
+
+    wait_until(lambda: allocator() == {"/GPU:0": 120 * 2**20, "/GPU:1": 8 * 2**20}, 10, allocator)
+    samples = parse(scrape(url))
+    assert {labels["device"]: v for labels, v in samples["tfdp_tf_allocator_peak_bytes"]} == {
+        "/GPU:0": 150 * 2**20, "/GPU:1": 9.5 * 2**20}
+    [(run, _)] = samples["tfdp_run_info"]
+    assert run == {"run_id": recorder.run_id, "job": "memory", "status": "running"}
+    [(config, _)] = samples["tfdp_device_config_info"]
+    assert config["memory_growth"] == "true" and config["visible_gpus"] == "0,1"
+    assert config["virtual_gpus"] == "0=1024,2048" and config["memory_fraction"] == ""
+
+    recorder.finish(status="ok")
+    wait_until(lambda: "tfdp_run_info" not in parse(scrape(url)), 10, "a finished run is no longer current")
+    assert "tfdp_tf_allocator_current_bytes" not in parse(scrape(url))
+
+
+def test_only_get_metrics_is_served(monkeypatch: pytest.MonkeyPatch, start_exporter: Callable[..., Exporter]) -> None:
+    no_library(monkeypatch)
+    base = start_exporter().url.removesuffix("/metrics")
+    for path in ("/", "/favicon.ico", "/metrics/", "/metricsx", "/debug", "/../metrics2"):
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(base + path, timeout=10)
+        assert caught.value.code == 404, path
+    for method in ("POST", "PUT", "DELETE"):
+        request = urllib.request.Request(base + "/metrics", data=b"x", method=method)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)
+        assert caught.value.code == 405, method
+    assert "tfdp_build_info" in scrape(base + "/metrics")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("127.0.0.1:9848", ("127.0.0.1", 9848)), (":9000", ("127.0.0.1", 9000)), ("[::1]:80", ("::1", 80)),
+    ("0.0.0.0:0", ("0.0.0.0", 0))])
+def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("9848", "expected HOST:PORT"), ("host:http", "must be a number"), ("h:70000", "0–65535"),
+    ("::1:80", "in brackets")])
+def test_bad_listen_addresses_are_named(text: str, message: str) -> None:
+    with pytest.raises(ExporterError, match=message):
+        parse_listen(text)
+
+
+def exporter_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tf_device_panel", "exporter", *args]
+
+
+def test_the_command_listens_only_where_told_and_stops_on_sigterm(tmp_path: Path) -> None:
+    child = subprocess.Popen(exporter_command("--listen", "127.0.0.1:0", "--interval", "0.5"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line.startswith("serving http://127.0.0.1:"), line
+        url = line.split()[1]
+        listening = [c for c in psutil.Process(child.pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert [(c.laddr.ip, c.laddr.port) for c in listening] == [("127.0.0.1", int(url.rsplit(":", 1)[1]
+                                                                                    .split("/")[0]))]
+        assert "tfdp_host_memory_total_bytes" in scrape(url)
+        child.terminate()
+        assert child.wait(15) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_the_command_names_what_it_cannot_do(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, message in (
+                (("--listen", f"127.0.0.1:{port}"), f"port {port} on 127.0.0.1 is in use"),
+                (("--listen", "nonsense"), "expected HOST:PORT"),
+                (("--listen", "192.0.2.1:0"), "192.0.2.1 is not an address of this machine"),
+                (("--interval", "0"), "--interval 0: must be between 0.1 and 10 s"),
+                (("--interval", "fast"), "expected seconds"),
+                (("--listen", "127.0.0.1:0", "--certfile", str(tmp_path / "none.pem"), "--keyfile",
+                  str(tmp_path / "none.key")), "cannot load the TLS certificate"),
+                (("--listen", "127.0.0.1:0", "--certfile", "x.pem"), "TLS needs both --certfile and --keyfile")):
+            done = subprocess.run(exporter_command(*args), capture_output=True, text=True, timeout=60,
+                                  cwd=ROOT)
+            assert done.returncode == 2, (args, done.stderr)
+            assert message in done.stderr, (args, done.stderr)
+            assert "Traceback" not in done.stderr
