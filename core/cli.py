@@ -269,6 +269,25 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_machines(args: argparse.Namespace) -> int:
+    from tf_device_panel.core import machines
+
+    try:
+        source = machines.make_source(args.prometheus, args.exporter)
+    except machines.SourceError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        found = source.fetch()
+    except machines.SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_JOB_FAILED
+    if args.json:
+        _emit_json({"source": source.description, "machines": [m.to_json() for m in found]})
+    else:
+        _print_lines(machines.machines_text(found, source.description))
+    return EXIT_OK
+
+
 def _seconds(text: str) -> float:
     try:
         return float(text)
@@ -347,7 +366,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate (with --keyfile)")
     p.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
     p.set_defaults(func=cmd_exporter)
-    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor", "exporter"):
+
+    p = sub.add_parser("machines", help="the GPUs and hosts of many machines, from Prometheus or exporters")
+    p.add_argument("--prometheus", metavar="URL", help="a Prometheus server, e.g. http://prometheus.lab:9090")
+    p.add_argument("--exporter", action="append", metavar="URL",
+                   help="an exporter to scrape directly, e.g. http://gpu01:9848 (repeatable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_machines)
+    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor", "exporter",
+                 "machines"):
         sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                                        help="show TensorFlow's log lines and tracebacks")
     return parser
