@@ -241,3 +241,24 @@ def test_the_command_names_what_it_cannot_do(tmp_path: Path) -> None:
             assert done.returncode == 2, (args, done.stderr)
             assert message in done.stderr, (args, done.stderr)
             assert "Traceback" not in done.stderr
+
+
+def test_tls_with_a_certificate_and_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                        start_exporter: Callable[..., Exporter]) -> None:
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    no_library(monkeypatch)
+    exporter = start_exporter(certfile=str(cert), keyfile=str(key))
+    assert exporter.url.startswith("https://127.0.0.1:")
+    trusted = ssl.create_default_context(cafile=str(cert))
+    with urllib.request.urlopen(exporter.url, context=trusted, timeout=10) as response:
+        assert "tfdp_build_info" in response.read().decode()
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP gets no metrics from a TLS exporter
+        urllib.request.urlopen(exporter.url.replace("https://", "http://"), timeout=10)
