@@ -43,6 +43,7 @@ from tf_device_panel.gui.doctor_panel import DoctorPanel
 from tf_device_panel.gui.history_panel import HistoryPanel
 from tf_device_panel.gui.log_handler import WindowLogHandler
 from tf_device_panel.gui.log_panel import LogPanel
+from tf_device_panel.gui.machines_panel import MachinesPanel
 from tf_device_panel.gui.memory_panel import MemoryPanel
 from tf_device_panel.gui.notice import show_notice
 from tf_device_panel.gui.runs_panel import RunsPanel
@@ -81,6 +82,7 @@ class MainWindow(QMainWindow):
         self.history_panel = HistoryPanel(self.history)
         self.doctor = DoctorPanel(self.config_panel.config)
         self.memory = MemoryPanel(shared_nvml())
+        self.machines = MachinesPanel(self.settings)
 
         self.setCentralWidget(self.runs)
         config_scroll = QScrollArea()
@@ -95,6 +97,7 @@ class MainWindow(QMainWindow):
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
             "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.BottomDockWidgetArea),
+            "machines": self._dock("Machines (lab)", self.machines, Qt.DockWidgetArea.RightDockWidgetArea),
         }
         self.tabifyDockWidget(self.docks["log"], self.docks["memory"])
         self.docks["log"].raise_()
@@ -103,6 +106,8 @@ class MainWindow(QMainWindow):
         self.docks["config"].raise_()
         self.docks["history"].hide()
         self.docks["doctor"].hide()
+        self.docks["machines"].hide()  # it fetches only once shown: a window without a lab asks no network
+        self.docks["machines"].visibilityChanged.connect(self.machines.on_shown)
 
         self.runtime_label = QLabel("Runtime: not started")
         self.restart_button = QPushButton("Start runtime")
@@ -420,5 +425,6 @@ class MainWindow(QMainWindow):
         self.settings.setValue("window_state", self.saveState())
         self.controller.shutdown()
         self.memory.stop()
+        self.machines.stop()
         self.doctor.wait(30)
         super().closeEvent(event)

@@ -104,7 +104,9 @@ def by_instance(machines: list[MachineStatus]) -> dict[str, MachineStatus]:
 
 
 def test_prometheus_reads_back_the_fakes_and_a_stopped_exporter_is_offline(
-        lab: Callable[[], tuple[str, dict[str, object]]], children: Children) -> None:
+        lab: Callable[[], tuple[str, dict[str, object]]], children: Children, qtbot) -> None:
+    from tf_device_panel.gui.machines_panel import MachinesPanel
+
     url, parts = lab()
     gpus, host = str(parts["gpus"]), str(parts["host"])
     server = parts["server"]
@@ -146,11 +148,23 @@ def test_prometheus_reads_back_the_fakes_and_a_stopped_exporter_is_offline(
     assert {value for _, value in history["gpu1"]} == {2 * GIB}
     assert {value for _, value in history["gpu0.total"]} == {16 * GIB}
 
-    host_child = parts["host_child"]
-    assert isinstance(host_child, subprocess.Popen)
-    children.stop(host_child)
-    offline = wait_until(lambda: (m := by_instance(source.fetch())[host]) and not m.online and m, 30,
-                         "the stopped exporter shows as offline")
+    panel = MachinesPanel(None, refresh_s=0.5)  # the window's Machines view on the same server
+    qtbot.addWidget(panel)
+    panel.set_source(PrometheusSource(url))
+    try:
+        qtbot.waitUntil(lambda: {gpus, host} <= set(panel.tiles), timeout=30_000)
+        assert panel.tile_lines()[gpus][2:] == ["gpu0 1.0/16.0 GiB 42%", "gpu1 2.0/16.0 GiB 42%",
+                                                panel.tile_lines()[gpus][-1]]
+        assert panel.tile_lines()[host][2].startswith("host ")  # no GPU rows: host-only
+
+        host_child = parts["host_child"]
+        assert isinstance(host_child, subprocess.Popen)
+        children.stop(host_child)
+        offline = wait_until(lambda: (m := by_instance(source.fetch())[host]) and not m.online and m, 30,
+                             "the stopped exporter shows as offline")
+        qtbot.waitUntil(lambda: panel.tile_lines()[host][2].startswith("OFFLINE: "), timeout=30_000)
+    finally:
+        panel.stop()
     assert offline.error  # Prometheus's own reason, e.g. "connection refused"
     assert by_instance(source.fetch())[gpus].online
     done = subprocess.run([sys.executable, "-m", "tf_device_panel", "machines", "--prometheus", url],

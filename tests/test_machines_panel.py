@@ -1,0 +1,185 @@
+"""The Machines view under pytest-qt: tiles from a fake source (fetched off the GUI thread), the offline state,
+a source that fails, remembered settings, and a tile opened onto its history."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QPoint, QSettings, Qt
+from tf_device_panel.core.machines import GpuStatus, MachineStatus, SourceError
+from tf_device_panel.gui.machines_panel import EXPORTERS, PROMETHEUS, MachinesPanel
+
+GIB = 2**30
+
+
+def lab(count: int, gpus: int = 2, offline: tuple[int, ...] = (), step: int = 0) -> list[MachineStatus]:
+    now = time.time()
+    machines = []
+    for index in range(count):
+        instance = f"gpu{index:02d}:9848"
+        if index in offline:
+            machines.append(MachineStatus(instance, name=instance, online=False, error="connection refused"))
+            continue
+        machines.append(MachineStatus(
+            instance, name=f"gpu{index:02d}.lab", last_sample=now - 3,
+            gpus=[GpuStatus(str(g), "Fake GPU", f"GPU-{index}-{g}", (g + 1 + step) * GIB, 16 * GIB, 0.42)
+                  for g in range(gpus)],
+            host_memory_used_bytes=4 * GIB, host_memory_total_bytes=32 * GIB, exporters=["tfdp"]))
+    return machines
+
+
+class FakeSource:
+    """A source whose answers the test sets; records the threads it was called on."""
+
+    def __init__(self, machines: list[MachineStatus]):
+        self.description = "a fake lab"
+        self.machines = machines
+        self.error: str | None = None
+        self.threads: set[str] = set()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fetches = 0
+
+    def fetch(self) -> list[MachineStatus]:
+        self.threads.add(threading.current_thread().name)
+        self.gate.wait(10)
+        self.fetches += 1
+        if self.error:
+            raise SourceError(self.error)
+        return self.machines
+
+    def history(self, instance: str, seconds: float) -> dict[str, list[tuple[float, float]]]:
+        self.threads.add(threading.current_thread().name)
+        now = time.time()
+        return {"gpu0": [(now - 20, 1.0 * GIB), (now - 10, 1.5 * GIB)], "gpu0.total": [(now - 20, 16.0 * GIB)],
+                "host": [(now - 20, 4.0 * GIB)]}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> QSettings:
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def panel(qtbot, settings: QSettings) -> Iterator[MachinesPanel]:
+    view = MachinesPanel(settings, refresh_s=0.1)
+    qtbot.addWidget(view)
+    view.resize(1100, 700)
+    view.show()
+    yield view
+    view.stop()
+    view.close()
+
+
+def test_tiles_show_each_machine_and_the_offline_one(qtbot, panel: MachinesPanel) -> None:
+    source = FakeSource(lab(3, offline=(1,)))
+    panel.set_source(source)
+    qtbot.waitUntil(lambda: len(panel.tiles) == 3, timeout=10_000)
+    lines = panel.tile_lines()
+    assert lines["gpu00:9848"][0] == "gpu00.lab"
+    assert lines["gpu00:9848"][1].startswith("gpu00:9848 · ") and lines["gpu00:9848"][1].endswith(" s ago")
+    assert lines["gpu00:9848"][2:] == ["gpu0 1.0/16.0 GiB 42%", "gpu1 2.0/16.0 GiB 42%", "host 4.0/32.0 GiB"]
+    assert lines["gpu01:9848"][2] == "OFFLINE: connection refused"
+    assert "3 machine(s) from a fake lab: 2 online, 4 GPU(s), 1 offline" in panel.status.text()
+    assert "MainThread" not in source.threads  # fetching never runs on the GUI thread
+
+    source.machines = lab(2, step=1)  # values change, a machine leaves the lab
+    qtbot.waitUntil(lambda: len(panel.tiles) == 2 and panel.tile_lines()["gpu00:9848"][2].startswith("gpu0 2.0"),
+                    timeout=10_000)
+
+
+def test_a_slow_source_does_not_block_the_gui_thread(qtbot, panel: MachinesPanel) -> None:
+    source = FakeSource(lab(2))
+    source.gate.clear()  # every fetch waits until the test lets it go
+    started = time.perf_counter()
+    panel.set_source(source)
+    assert time.perf_counter() - started < 0.5
+    assert panel.tiles == {} and "Connecting to a fake lab" in panel.status.text()
+    source.gate.set()
+    qtbot.waitUntil(lambda: len(panel.tiles) == 2, timeout=10_000)
+
+
+def test_a_failing_source_keeps_the_last_answer_and_says_why(qtbot, panel: MachinesPanel) -> None:
+    source = FakeSource(lab(2))
+    panel.set_source(source)
+    qtbot.waitUntil(lambda: len(panel.tiles) == 2, timeout=10_000)
+    source.error = "cannot reach Prometheus at http://prom:9090: Connection refused"
+    qtbot.waitUntil(lambda: "cannot reach Prometheus" in panel.status.text(), timeout=10_000)
+    assert len(panel.tiles) == 2
+
+
+def test_a_bad_address_is_named_and_nothing_starts(qtbot, panel: MachinesPanel) -> None:
+    panel.kind.setCurrentText(PROMETHEUS)
+    panel.address.setText("ftp://nowhere")
+    assert not panel.connect_source()
+    assert "expected an http:// or https:// URL" in panel.status.text() and panel.fetcher is None
+
+
+def test_source_and_columns_are_remembered(qtbot, panel: MachinesPanel, settings: QSettings) -> None:
+    panel.kind.setCurrentText(EXPORTERS)
+    panel.address.setText("http://127.0.0.1:9 http://127.0.0.1:10")
+    panel.columns.setValue(3)
+    assert panel.connect_source()
+    qtbot.waitUntil(lambda: len(panel.tiles) == 2, timeout=10_000)  # both offline: nothing listens there
+    assert all(lines[2].startswith("OFFLINE") for lines in panel.tile_lines().values())
+    panel.stop()
+    again = MachinesPanel(settings, refresh_s=0.1)
+    qtbot.addWidget(again)
+    assert again.kind.currentText() == EXPORTERS and again.address.text() == "http://127.0.0.1:9 http://127.0.0.1:10"
+    assert again.columns.value() == 3
+    assert again.fetcher is None  # nothing is fetched until the view is shown
+    again.on_shown(True)
+    try:
+        qtbot.waitUntil(lambda: len(again.tiles) == 2, timeout=10_000)
+    finally:
+        again.stop()
+
+
+def test_the_grid_follows_the_column_count(qtbot, panel: MachinesPanel) -> None:
+    panel.columns.setValue(2)
+    panel.set_source(FakeSource(lab(5)))
+    qtbot.waitUntil(lambda: len(panel.tiles) == 5, timeout=10_000)
+    positions = {panel.grid.getItemPosition(panel.grid.indexOf(t))[:2] for t in panel.tiles.values()}
+    assert positions == {(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)}
+    panel.columns.setValue(5)
+    positions = {panel.grid.getItemPosition(panel.grid.indexOf(t))[:2] for t in panel.tiles.values()}
+    assert positions == {(0, c) for c in range(5)}
+
+
+def test_opening_a_tile_shows_its_history(qtbot, panel: MachinesPanel) -> None:
+    source = FakeSource(lab(2))
+    panel.set_source(source)
+    qtbot.waitUntil(lambda: len(panel.tiles) == 2, timeout=10_000)
+    tile = panel.tiles["gpu01:9848"]
+    with qtbot.waitSignal(tile.opened, timeout=5000):
+        qtbot.mouseClick(tile, Qt.MouseButton.LeftButton, pos=QPoint(20, 10))
+    [dialog] = panel.dialogs
+    qtbot.waitUntil(lambda: "graph(s)" in dialog.status.text(), timeout=10_000)
+    assert dialog.series["gpu0"][-1][1] == 1.5 * GIB
+    assert "2 graph(s) from a fake lab" in dialog.status.text()
+    assert len(dialog.graphs.ci.items) == 2  # GPU 0 and the host
+    dialog.close()
+
+
+def test_the_window_docks_the_view_and_stops_it_on_close(qtbot, settings: QSettings) -> None:
+    from tf_device_panel.core.history import RunHistory
+    from tf_device_panel.gui.main_window import MainWindow
+
+    window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+    window.show()
+    dock = window.docks["machines"]
+    assert not dock.isVisible()
+    view_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
+    assert dock.toggleViewAction() in view_menu.actions() and dock.toggleViewAction().text() == "Machines (lab)"
+    dock.show()
+    window.machines.set_source(FakeSource(lab(2)))
+    qtbot.waitUntil(lambda: len(window.machines.tiles) == 2, timeout=10_000)
+    window.close()
+    assert window.machines.fetcher is None
