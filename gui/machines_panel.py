@@ -47,6 +47,7 @@ BAR_BACK = QColor("#e0e0e0")
 BAR_FILL = QColor("#1e88e5")
 BAR_HIGH = QColor("#fb8c00")  # memory nearly full
 HOST_FILL = QColor("#43a047")
+OFFLINE_ROWS = 3  # the reason a machine is offline, wrapped (Prometheus's errors are long: 'Get "http://…": dial …')
 
 
 def _gib(value: float | None) -> str:
@@ -80,8 +81,10 @@ class MachineTile(QWidget):
         self._bold.setBold(True)
 
     def set_machine(self, machine: MachineStatus, now: float) -> None:
-        rows = len(machine.gpus) if machine.online else 1
+        rows = len(machine.gpus) if machine.online else OFFLINE_ROWS
         height = 2 * ROW_HEIGHT + 8 + ROW_HEIGHT * (rows + 1)
+        if machine.online != self.machine.online or machine.error != self.machine.error:
+            self.setToolTip(f"Offline: {machine.error}" if not machine.online else "Open this machine's memory graphs")
         self.machine, self.now = machine, now
         if self.height() != height:
             self.setFixedHeight(height)
@@ -120,7 +123,8 @@ class MachineTile(QWidget):
         if not machine.online:
             painter.setPen(OFFLINE)
             painter.setFont(self._bold)
-            painter.drawText(6, top + ROW_HEIGHT - 4, metrics.elidedText(lines[2], Qt.TextElideMode.ElideRight, width))
+            painter.drawText(QRectF(6, top, width, ROW_HEIGHT * (OFFLINE_ROWS + 1) - 6),
+                             int(Qt.TextFlag.TextWrapAnywhere) | int(Qt.AlignmentFlag.AlignTop), lines[2])
             return
         rows: list[tuple[str, float | None, float | None, QColor]] = [
             (line, gpu.memory_used_bytes, gpu.memory_total_bytes, BAR_FILL)
@@ -395,7 +399,7 @@ class MachinesPanel(QWidget):
         for tile in ordered:
             self.grid.removeWidget(tile)
         for position, tile in enumerate(ordered):
-            self.grid.addWidget(tile, position // columns, position % columns)
+            self.grid.addWidget(tile, position // columns, position % columns, Qt.AlignmentFlag.AlignTop)
             tile.show()
         if self.settings is not None:
             self.settings.setValue("machines/columns", columns)

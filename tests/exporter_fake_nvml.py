@@ -5,7 +5,12 @@ real `tf-device-panel exporter` command, in its own process, against known value
 
 from __future__ import annotations
 
-from fake_nvml import FakeGpus, process
+import os
+
+from fake_nvml import GIB, FakeGpus, process
+
+# How many fake GPUs, and each one's used memory in GiB ("3,9.5,14"), for scripts/lab_screenshot.py's lab.
+COUNT_ENV, USED_ENV = "TF_DEVICE_PANEL_FAKE_GPUS", "TF_DEVICE_PANEL_FAKE_USED_GIB"
 
 
 class _Patcher:
@@ -16,6 +21,9 @@ class _Patcher:
 
 
 def install() -> None:
-    gpus = FakeGpus(2)
+    gpus = FakeGpus(int(os.environ.get(COUNT_ENV, "2")))
+    if os.environ.get(USED_ENV):
+        for index, used in enumerate(os.environ[USED_ENV].split(",")[:gpus.count]):
+            gpus.used[index] = int(float(used) * GIB)
     gpus.processes[0] = [process(4242, 512)]
     gpus.install(_Patcher())  # type: ignore[arg-type]
