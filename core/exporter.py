@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from tf_device_panel.core import events
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import GpuSnapshot, Nvml
-from tf_device_panel.core.telemetry import MAX_INTERVAL_S, MIN_INTERVAL_S, Sample, Sampler
+from tf_device_panel.core.telemetry import MAX_INTERVAL_S, MIN_INTERVAL_S, History, Sample, Sampler
 
 log = logging.getLogger(__name__)
 
@@ -127,21 +127,41 @@ class PanelState:
     tf_memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # device -> (current, peak) MiB
 
 
-def read_panel_state(history: RunHistory) -> PanelState:
+class PanelStateReader:
     """The newest run still 'running' (a client that died shows as interrupted, so it is not one) and the last
-    allocator figures it recorded per logical device."""
-    for summary in history.summaries(limit=RECENT_RUNS):
-        if summary.get("status") != "running":
-            continue
+    allocator figures it recorded per logical device.
+
+    A run's event log can grow to megabytes (placement floods), so it is parsed again only when it has grown:
+    its size is read from the layout core/history.py documents (<root>/<run_id>/events.jsonl)."""
+
+    def __init__(self, history: RunHistory):
+        self.history = history
+        self._seen: tuple[str, int] | None = None  # (run_id, events.jsonl size) last parsed
+        self._figures: dict[str, tuple[float, float]] = {}
+
+    def read(self) -> PanelState:
+        for summary in self.history.summaries(limit=RECENT_RUNS):
+            if summary.get("status") == "running":
+                return PanelState(summary, dict(self._tf_memory(str(summary["run_id"]))))
+        self._seen, self._figures = None, {}
+        return PanelState()
+
+    def _tf_memory(self, run_id: str) -> dict[str, tuple[float, float]]:
+        try:
+            size = (self.history.root / run_id / "events.jsonl").stat().st_size
+        except OSError:
+            size = -1
+        if self._seen == (run_id, size):
+            return self._figures
         figures: dict[str, tuple[float, float]] = {}
         with contextlib.suppress(KeyError, OSError):  # the run finished and was removed between the two reads
-            for event in history.events(str(summary["run_id"])):
+            for event in self.history.events(run_id):
                 if event.type == events.TF_MEMORY:
                     data = event.data
                     with contextlib.suppress(KeyError, TypeError, ValueError):
                         figures[str(data["device"])] = (float(data["current_mib"]), float(data["peak_mib"]))
-        return PanelState(summary, figures)
-    return PanelState()
+        self._seen, self._figures = (run_id, size), figures
+        return figures
 
 
 def _label(value: Any) -> str:
@@ -305,7 +325,10 @@ class Exporter:
         self.tls = tls_context(certfile, keyfile) if certfile and keyfile else None
         if bool(certfile) != bool(keyfile):
             raise ExporterError("TLS needs both --certfile and --keyfile")
-        self.sampler = Sampler(self._sampled, interval=self.interval, nvml=self.nvml)
+        # A scrape reads only the newest sample: a minute of ring buffer is plenty (the window keeps an hour).
+        self.sampler = Sampler(self._sampled, interval=self.interval, nvml=self.nvml,
+                               history=History(self.interval, history_s=60.0))
+        self.panel_reader = PanelStateReader(self.history)
         self.collector: PanelCollector | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self._server: ThreadingWSGIServer | None = None
@@ -323,7 +346,7 @@ class Exporter:
         if collector is None:
             return
         try:
-            collector.panel = read_panel_state(self.history)
+            collector.panel = self.panel_reader.read()
         except Exception as exc:  # an odd history folder must not stop the GPU metrics
             self._panel_failures += 1
             if self._panel_failures == 1:

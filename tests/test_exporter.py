@@ -262,3 +262,22 @@ def test_tls_with_a_certificate_and_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
         assert "tfdp_build_info" in response.read().decode()
     with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP gets no metrics from a TLS exporter
         urllib.request.urlopen(exporter.url.replace("https://", "http://"), timeout=10)
+
+
+def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.MonkeyPatch, panel_home: Path) -> None:
+    from tf_device_panel.core.exporter import PanelStateReader
+
+    history = RunHistory()
+    recorder = history.new_run("memory", {}, {"version": 1}, None)
+    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 1.0, "peak_mib": 2.0}))
+    parsed = []
+    original = history.events
+    monkeypatch.setattr(history, "events", lambda run_id: parsed.append(run_id) or original(run_id))
+    reader = PanelStateReader(history)
+    assert reader.read().tf_memory == {"/GPU:0": (1.0, 2.0)}
+    assert reader.read().tf_memory == {"/GPU:0": (1.0, 2.0)}
+    assert len(parsed) == 1
+    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 3.0, "peak_mib": 3.0}))
+    assert reader.read().tf_memory == {"/GPU:0": (3.0, 3.0)} and len(parsed) == 2
+    recorder.finish(status="ok")
+    assert reader.read().run is None
