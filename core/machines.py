@@ -505,13 +505,14 @@ def machines_text(machines: Sequence[MachineStatus], description: str, now: floa
     for machine in machines:
         state = "online" if machine.online else "OFFLINE"
         run = f"{machine.run.get('job', '')} ({machine.run.get('status', '')})" if machine.run else ""
+        if not machine.online:
+            lines.append(f"{machine.name[:24]:<24} {state:<8} {'-':<12} {'-':>5}  {'-':<11} -")
+            lines.append(f"  {machine.instance}: {machine.error}")
+            continue
         lines.append(f"{machine.name[:24]:<24} {state:<8} {_age(machine.age_s(now)):<12} "
                      f"{_percent(machine.host_cpu_utilization_ratio):>5}  "
                      f"{_gib(machine.host_memory_used_bytes) + '/' + _gib(machine.host_memory_total_bytes):<11} "
                      f"{len(machine.gpus):<4} {run}".rstrip())
-        if not machine.online:
-            lines.append(f"  {machine.instance}: {machine.error}")
-            continue
         if machine.name != machine.instance:
             lines.append(f"  {machine.instance} ({', '.join(machine.exporters) or 'no known metrics'})")
         for gpu in machine.gpus:

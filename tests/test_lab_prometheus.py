@@ -156,6 +156,11 @@ def test_prometheus_reads_back_the_fakes_and_a_stopped_exporter_is_offline(
         assert panel.tile_lines()[gpus][2:] == ["gpu0 1.0/16.0 GiB 42%", "gpu1 2.0/16.0 GiB 42%",
                                                 panel.tile_lines()[gpus][-1]]
         assert panel.tile_lines()[host][2].startswith("host ")  # no GPU rows: host-only
+        dialog = panel.open_machine(gpus)  # what clicking the tile does: graphs from range queries
+        assert dialog is not None
+        qtbot.waitUntil(lambda: "gpu1" in dialog.series, timeout=30_000)
+        assert {value for _, value in dialog.series["gpu1"]} == {2 * GIB}
+        dialog.close()
 
         host_child = parts["host_child"]
         assert isinstance(host_child, subprocess.Popen)
