@@ -282,6 +282,8 @@ class PanelCollector(Collector):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 10  # a client that connects and says nothing holds one request thread for this long, not forever
+
     def log_message(self, format: str, *args: Any) -> None:  # a scrape a second would flood the terminal
         pass
 
@@ -400,7 +402,9 @@ class Exporter:
                 raise ExporterError(f"not allowed to listen on {where} (ports below 1024 need privileges)") from None
             raise ExporterError(f"cannot listen on {where}: {exc.strerror or exc}") from None
         if self.tls is not None:
-            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
+            # The handshake then happens on the request's own thread, at its first read: done in accept(), one
+            # silent client would stall the accepting thread and so every scrape.
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         self.port = server.server_address[1]  # the real one when 0 asked for any free port
         return server
 

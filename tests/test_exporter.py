@@ -258,7 +258,9 @@ def test_tls_with_a_certificate_and_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
     exporter = start_exporter(certfile=str(cert), keyfile=str(key))
     assert exporter.url.startswith("https://127.0.0.1:")
     trusted = ssl.create_default_context(cafile=str(cert))
-    with urllib.request.urlopen(exporter.url, context=trusted, timeout=10) as response:
+    # a client that connects and never starts its handshake must not hold up the others
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=10), \
+            urllib.request.urlopen(exporter.url, context=trusted, timeout=5) as response:
         assert "tfdp_build_info" in response.read().decode()
     with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP gets no metrics from a TLS exporter
         urllib.request.urlopen(exporter.url.replace("https://", "http://"), timeout=10)
@@ -281,3 +283,11 @@ def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.Mo
     assert reader.read().tf_memory == {"/GPU:0": (3.0, 3.0)} and len(parsed) == 2
     recorder.finish(status="ok")
     assert reader.read().run is None
+
+
+def test_a_silent_client_does_not_stall_other_scrapes(monkeypatch: pytest.MonkeyPatch,
+                                                      start_exporter: Callable[..., Exporter]) -> None:
+    no_library(monkeypatch)
+    exporter = start_exporter()
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=10):  # connects, never sends a request
+        assert "tfdp_build_info" in scrape(exporter.url)
