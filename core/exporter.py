@@ -289,14 +289,14 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 def metrics_only(app: Callable[..., Any]) -> Callable[..., Any]:
-    """prometheus-client's app answers any path; this one answers GET/HEAD /metrics only."""
+    """prometheus-client's app answers any path; this one answers GET /metrics only."""
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         if environ.get("PATH_INFO") != METRICS_PATH:
             start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
             return [f"not found: this exporter serves {METRICS_PATH} only\n".encode()]
-        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
+        if environ.get("REQUEST_METHOD") != "GET":
+            start_response("405 Method Not Allowed", [("Allow", "GET"), ("Content-Type", "text/plain")])
             return [b"read-only: GET /metrics\n"]
         result: list[bytes] = app(environ, start_response)
         return result

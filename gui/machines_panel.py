@@ -196,7 +196,12 @@ class MachineDialog(QDialog):
         self.series: dict[str, list[tuple[float, float]]] = {}
         layout = QVBoxLayout(self)
         self.status = QLabel(f"{machine.instance}: loading the last {HISTORY_S / 60:.0f} min of history…")
-        layout.addWidget(self.status)
+        self.reload_button = QPushButton("Reload")
+        self.reload_button.clicked.connect(self.refresh)
+        top = QHBoxLayout()
+        top.addWidget(self.status, 1)
+        top.addWidget(self.reload_button)
+        layout.addLayout(top)
         self.graphs = pg.GraphicsLayoutWidget()
         layout.addWidget(self.graphs, 1)
         self.resize(700, 520)
@@ -356,7 +361,7 @@ class MachinesPanel(QWidget):
             fetcher.fetched.disconnect(self.show_machines)
             fetcher.failed.disconnect(self._failed)
             fetcher.stop()
-        for dialog in self.dialogs:
+        for dialog in list(self.dialogs):  # closing one removes it from the list
             dialog.wait()
             dialog.close()
         self.dialogs.clear()

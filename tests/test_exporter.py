@@ -174,8 +174,9 @@ def test_only_get_metrics_is_served(monkeypatch: pytest.MonkeyPatch, start_expor
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(base + path, timeout=10)
         assert caught.value.code == 404, path
-    for method in ("POST", "PUT", "DELETE"):
-        request = urllib.request.Request(base + "/metrics", data=b"x", method=method)
+    for method in ("POST", "PUT", "DELETE", "HEAD", "OPTIONS"):
+        request = urllib.request.Request(base + "/metrics", data=None if method in ("HEAD", "OPTIONS") else b"x",
+                                         method=method)
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=10)
         assert caught.value.code == 405, method

@@ -164,7 +164,14 @@ def test_opening_a_tile_shows_its_history(qtbot, panel: MachinesPanel) -> None:
     assert dialog.series["gpu0"][-1][1] == 1.5 * GIB
     assert "2 graph(s) from a fake lab" in dialog.status.text()
     assert len(dialog.graphs.ci.items) == 2  # GPU 0 and the host
-    dialog.close()
+    source.history = lambda instance, seconds: {"gpu0": [(time.time(), 3.0 * GIB)]}  # type: ignore[method-assign]
+    qtbot.mouseClick(dialog.reload_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.series["gpu0"][-1][1] == 3.0 * GIB, timeout=10_000)
+    assert len(dialog.graphs.ci.items) == 1
+    second = panel.open_machine("gpu00:9848")
+    assert second is not None and len(panel.dialogs) == 2
+    panel.stop()  # closes every open dialog
+    assert panel.dialogs == [] and not dialog.isVisible() and not second.isVisible()
 
 
 def test_the_window_docks_the_view_and_stops_it_on_close(qtbot, settings: QSettings) -> None:
