@@ -27,28 +27,12 @@ def pick_devices(requested: str) -> list[str]:
     return [by_short[canonical_device(n)] for n in names]
 
 
-_collective_devices: tuple[str, ...] | None = None  # the first MirroredStrategy's devices in this runtime
-
-
 def mirrored_strategy(names: list[str]) -> Any:
-    """MirroredStrategy over `names`, working around TF's one-group-per-process collectives.
-
-    TensorFlow keys collective all-reduce groups per process: after a strategy over 3 devices, one over
-    2 fails with "joining a group with size2, but that group has size 3". So a later strategy over
-    other devices reduces through one device instead, and says so.
-    """
+    """MirroredStrategy over `names`. Each run has a fresh process, so its collectives never meet an earlier
+    job's groups (TF keys them per process: a second strategy over other devices used to fail)."""
     import tensorflow as tf
 
-    global _collective_devices
-    if _collective_devices is None:
-        _collective_devices = tuple(names)
-    if tuple(names) == _collective_devices:
-        return tf.distribute.MirroredStrategy(devices=names)
-    print(f"note: this runtime already all-reduced over {', '.join(_collective_devices)}; TensorFlow cannot "
-          "form collective groups over other devices in the same process, so this run reduces through one "
-          "device (ReductionToOneDevice). Apply the configuration again for a fresh runtime with all-reduce.",
-          flush=True)
-    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=tf.distribute.ReductionToOneDevice())
+    return tf.distribute.MirroredStrategy(devices=names)
 
 
 def seed_cnn(image_size: int) -> Any:
