@@ -171,6 +171,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = run_text(outcome)
         _print_lines(lines[:-1])
         if outcome.error:
+            # A script's traceback holds only its own frames: shown as a bare run shows it, on stderr.
+            user_traceback = spec.name == "script" and outcome.error.get("traceback") and not args.verbose
+            if user_traceback:
+                print(str(outcome.error["traceback"]).rstrip(), file=sys.stderr)
             _print_lines(error_text(outcome.error, args.verbose), sys.stderr)
         _print_lines(lines[-1:])
     if spec.name == "script" and outcome.returncode is not None:

@@ -276,6 +276,8 @@ class RuntimeProcess:
         self._stop_requested = True
         if self.state == BUSY and self.running_job is not None:
             self.kill(reason="stopped while the job was running")
+        elif self.state == STARTING:
+            self.kill()  # no need to let it finish importing TensorFlow first
         else:
             self._set_state(STOPPING)
         self._close_commands()

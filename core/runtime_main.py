@@ -266,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
     emit = EventWriter(args.events_fd)
-    # Until a job runs, Ctrl+C meant for the panel (or a cancelled spare) ends this process quietly.
-    signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_OK))
+    # Until the job runs, Ctrl+C (a job cancelled the moment it was handed over) ends this process as it
+    # would end a bare one, by the signal, without a KeyboardInterrupt traceback from inside an import.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def fail(stage: str, exc: BaseException, **extra: Any) -> int:
         emit(events.Event(events.STARTUP_ERROR, {"stage": stage, "type": type(exc).__name__,

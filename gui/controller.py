@@ -194,14 +194,14 @@ class RuntimeController(QObject):
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop every process; wait for every helper thread. Called when the window closes."""
         timeout = self.stop_timeout_s if timeout is None else timeout
-        self._generation += 1
+        self._generation += 1  # no spare's or describe run's events any more; the running job's still count
         processes = [p for p in (self.current, self.spare, self.describer) if p is not None]
-        self.current = self.spare = self.describer = None
         for process in processes:
             if process.state == BUSY:
                 process.kill(reason="the window was closed during a run")
         for process in processes:
             process.stop(timeout)
+        self.current = self.spare = self.describer = None
         for thread in self._retired:
             thread.join(timeout)
         self._closing.set()

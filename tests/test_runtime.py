@@ -12,7 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import collect_job, events_until, of_type, output_line, output_lines, process_gone, progress_at_least, wait_until
+from helpers import (
+    collect_job,
+    events_until,
+    of_type,
+    output_line,
+    output_lines,
+    process_gone,
+    progress_at_least,
+    wait_until,
+)
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable, describe_devices

@@ -82,10 +82,9 @@ def test_an_uncaught_exception_shows_the_scripts_own_traceback(tmp_path: Path) -
     """)
     done = cli(script)
     assert done.returncode == 1 == bare(script)
-    assert 'user_script.py", line 5, in <module>' in done.stdout
-    assert 'user_script.py", line 3, in train' in done.stdout
-    assert "ValueError: learning rate must be positive" in done.stdout
-    assert "tf_device_panel" not in done.stdout.split("Traceback", 1)[1].split("ValueError")[0]  # no panel frames
+    assert 'user_script.py", line 5, in <module>' in done.stderr
+    assert 'user_script.py", line 3, in train' in done.stderr
+    assert "tf_device_panel" not in done.stderr.split("Traceback", 1)[1].split("ValueError")[0]  # no panel frames
     assert "error: ValueError: learning rate must be positive" in done.stderr
 
 
