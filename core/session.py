@@ -194,6 +194,7 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
             previous[signum] = signal.signal(signum, lambda signum, _frame: signals.append(signum))
     started = time.monotonic()
     acted_on = 0
+    killed_at: float | None = None
     try:
         runtime.start()
         while not exited.wait(0.05):
@@ -202,8 +203,11 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
                 acted_on = wanted
                 if acted_on >= 2 or not submitted.is_set():
                     runtime.kill(reason="interrupted twice" if acted_on >= 2 else "cancelled before the job started")
+                    killed_at = killed_at or time.monotonic()
                 else:
                     runtime.cancel(grace_s)
+            if killed_at is not None and time.monotonic() - killed_at > grace_s:
+                break  # the reader is stuck (e.g. on a terminal that takes no output): never hang on it
             if not submitted.is_set() and not run.finished and time.monotonic() - started > ready_timeout_s:
                 runtime.kill(reason=f"not ready after {ready_timeout_s:.0f} s")
     finally:

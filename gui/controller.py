@@ -207,6 +207,12 @@ class RuntimeController(QObject):
         self._closing.set()
         self._wake.set()
         self._pump.join(timeout)
+        # What the pump had no time left to send (the running job's last events): handed over here, on the
+        # GUI thread, so the window still sees the job finish.
+        with self._lock:
+            rest, self._buffer = self._buffer, []
+        if rest:
+            self._emit_batch([line for event in rest for line in split_lines(event)])
 
     # -- events ------------------------------------------------------------------------------
     def _on_event(self, generation: int, role: str, process: RuntimeProcess, event: Event) -> None:

@@ -140,7 +140,7 @@ def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
     assert window.runs.stop_button.isEnabled() and not window.runs.run_button.isEnabled()
     with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
-    assert finished.args[0].status == "cancelled"
+    assert finished.args[0].status == "cancelled", finished.args[0].error
     assert window.runs.status.text().startswith("Cancelled")
     # the live graphs marked the job and followed its process's memory while it ran
     qtbot.waitUntil(lambda: {"fit started", "fit cancelled"} <= set(window.memory.marker_labels()), timeout=5000)
