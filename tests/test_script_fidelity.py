@@ -44,7 +44,8 @@ def bare(script: Path) -> int:
 def test_main_thread_signal_handler_atexit_stdin_and_exit_status(tmp_path: Path) -> None:
     marker = tmp_path / "atexit-ran"
     script = write(tmp_path, f"""
-        import atexit, signal, sys, threading
+        import atexit, signal, sys, threading, time
+        threading.Thread(target=lambda: (time.sleep(0.5), print("worker thread done", flush=True))).start()
         signal.signal(signal.SIGTERM, lambda *_: print("checkpoint saved"))  # only possible on the main thread
         atexit.register(lambda: open({str(marker)!r}, "w").write("yes"))
         print("main thread:", threading.current_thread() is threading.main_thread())
@@ -57,6 +58,7 @@ def test_main_thread_signal_handler_atexit_stdin_and_exit_status(tmp_path: Path)
     done = cli(script)
     assert done.returncode == 3 == bare(script), done.stderr
     assert "main thread: True" in done.stdout and "stdin is closed" in done.stdout
+    assert "worker thread done" in done.stdout  # the interpreter waits for non-daemon threads at exit
     assert marker.read_text() == "yes"
     assert "Traceback" not in done.stderr
 
