@@ -87,9 +87,14 @@ class RuntimeController(QObject):
 
     @property
     def state(self) -> str:
+        """Ready once the spare is warm and the configuration's devices are known (forms pick from them)."""
         if self.running:
             return BUSY
-        return self.spare.state if self.spare is not None else "not started"
+        if self.spare is None:
+            return "not started"
+        if self.spare.state == READY and self.devices is None:
+            return STARTING
+        return self.spare.state
 
     @property
     def ready_info(self) -> dict[str, Any] | None:
@@ -233,7 +238,15 @@ class RuntimeController(QObject):
                     process.describe()
                 except RuntimeUnavailable as exc:
                     self.problem.emit(f"Could not list the devices: {exc}")
-            if event.type != events.READY or generation != self._generation:
+            if generation != self._generation:
+                return
+            if event.type == events.RUNTIME_EXITED and self.devices is None and not process.startup_error:
+                # Without the list, runs still work: their own `ready` brings the devices.
+                self.devices = {**(process.warm_info or {}), "logical": []}
+                self.problem.emit(f"Could not list the devices: {process.failure_message()}")
+                self.stateChanged.emit(self.state)
+                return
+            if event.type != events.READY:
                 return
         elif not is_current_run:
             if generation != self._generation or process is not self.spare:
