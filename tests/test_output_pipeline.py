@@ -3,6 +3,7 @@ memory bounded; and the run record's compact layout, cap and compatibility with 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import psutil
 import pytest
 from helpers import ROOT, wait_until
 from tf_device_panel.core import events
+from tf_device_panel.core.cli_output import RunPrinter
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.history import RunHistory
@@ -46,7 +48,7 @@ def output_bytes(panel_home: Path) -> int:
     return output.stat().st_size if output is not None else 0
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_a_flood_loses_nothing_and_finalizes_the_record(tmp_path: Path, panel_home: Path,
                                                                         stop: signal.Signals) -> None:
     printed = tmp_path / "printed.txt"
@@ -60,7 +62,7 @@ def test_a_signal_during_a_flood_loses_nothing_and_finalizes_the_record(tmp_path
             process.kill()
             process.wait()
     assert b"Traceback" not in err, err
-    assert process.returncode == 130  # the script ended by Ctrl+C (the CLI forwards SIGTERM as Ctrl+C too)
+    assert process.returncode == 130  # the script ended by Ctrl+C (the CLI cancels on SIGTERM and SIGHUP alike)
     (summary,) = RunHistory().summaries()
     assert summary["status"] == "cancelled"
     lines = RunHistory().events(summary["run_id"])
@@ -156,3 +158,21 @@ def test_a_record_written_before_the_raw_output_layout_still_opens(panel_home: P
     loaded = RunHistory().events(folder.name)
     assert [e.type for e in loaded] == [events.JOB_STARTED, events.LOG, events.JOB_FINISHED]
     assert loaded[1].data["text"] == "hello"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_progress_bar_is_redrawn_in_place_on_a_terminal_only(terminal: bool) -> None:
+    out = Terminal() if terminal else io.StringIO()
+    printer = RunPrinter(False, out)
+    for text in ("1/3 [=>  ]", "2/3 [==> ]"):
+        printer(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": text, "partial": True}))
+    printer(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "3/3 [===]"}))
+    if terminal:
+        assert out.getvalue() == ("\r\x1b[K  | 1/3 [=>  ]\r\x1b[K  | 2/3 [==> ]\r\x1b[K  | 3/3 [===]\n")
+    else:
+        assert out.getvalue() == "  | 3/3 [===]\n"
