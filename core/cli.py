@@ -9,6 +9,7 @@ import argparse
 import json
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn, TextIO, cast
 
@@ -39,6 +40,7 @@ from tf_device_panel.core.gpus import tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
+from tf_device_panel.core.runtime import shell_status
 from tf_device_panel.core.session import run_job_once
 from tf_device_panel.core.text import clip, quote
 
@@ -140,28 +142,23 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from tf_device_panel.core.runtime import RuntimeProcess, RuntimeUnavailable
+    from tf_device_panel.core.runtime import RuntimeUnavailable, describe_devices
 
     config = load_config(args.config)
     nvml = shared_nvml()
     nvml_info: dict[str, Any] = {
         "available": nvml.init(), "message": nvml.message, "driver_version": nvml.driver_version(),
         "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
-    runtime = RuntimeProcess(config)
-    runtime.start()
     try:
-        info = runtime.wait_ready()
+        info, lines = describe_devices(config)
     except RuntimeUnavailable as exc:
-        if runtime.startup_error:
+        if "rejected the configuration" in str(exc):
             raise ConfigRejected(str(exc)) from None
         raise
-    finally:
-        runtime.stop()
     if args.json:
-        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(runtime.recent_lines())})
+        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(lines)})
         return EXIT_OK
-    _print_lines(devices_text(cast(ReadyData, info), config.summary(), nvml_info,
-                              tf_gpu_messages(runtime.recent_lines())))
+    _print_lines(devices_text(cast(ReadyData, info), config.summary(), nvml_info, tf_gpu_messages(lines)))
     return EXIT_OK
 
 
@@ -175,10 +172,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         texts[name.strip()] = value
     params = spec.resolve(texts=texts)
     config = load_config(args.config)
-    printer = None if args.json else RunPrinter(args.verbose, sys.stdout)
+    # A closed stdout (`run … | head`) cancels the run, as it would end a bare `python file.py`.
+    stop = threading.Event()
+    printer = None if args.json else RunPrinter(args.verbose, sys.stdout, on_broken_pipe=stop.set)
     if args.json and args.verbose:
         printer = RunPrinter(True, sys.stderr)
-    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory())
+    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop)
+    if printer is not None:
+        printer.end_live_line()
     if outcome.error and outcome.error.get("type") == "ConfigRejected":
         if args.json:
             _emit_json(outcome.to_json())
@@ -187,12 +188,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.json:
         _emit_json(outcome.to_json())
-        return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
-    lines = run_text(outcome)
-    _print_lines(lines[:-1])
-    if outcome.error:
-        _print_lines(error_text(outcome.error, args.verbose), sys.stderr)
-    _print_lines(lines[-1:])
+    else:
+        lines = run_text(outcome)
+        _print_lines(lines[:-1])
+        if outcome.error:
+            # A script's traceback holds only its own frames: shown as a bare run shows it, on stderr.
+            user_traceback = spec.name == "script" and outcome.error.get("traceback") and not args.verbose
+            if user_traceback:
+                print(str(outcome.error["traceback"]).rstrip(), file=sys.stderr)
+            _print_lines(error_text(outcome.error, args.verbose), sys.stderr)
+        _print_lines(lines[-1:])
+    if spec.name == "script" and outcome.returncode is not None:
+        return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
 
 

@@ -6,9 +6,11 @@ prints any description (`presentation_text`), as the window draws it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO, cast
 
 from tf_device_panel.core import events
@@ -21,47 +23,94 @@ ERROR_WIDTH = 60
 
 
 class RunPrinter:
-    """Streams a run to the terminal: progress, placements, fallbacks, the job's own output."""
+    """Streams a run to the terminal: progress, placements, fallbacks, the job's own output.
 
-    def __init__(self, verbose: bool, stream: TextIO):
+    Called on the thread that reads the run's pipes, so a slow terminal slows the run's writes. A line a
+    progress bar redraws with `\r` is redrawn in place on a terminal (elsewhere only its final state is
+    printed). When the reader of our output goes away (`run … | head`), printing stops and
+    `on_broken_pipe` is called once.
+    """
+
+    def __init__(self, verbose: bool, stream: TextIO, *, on_broken_pipe: Callable[[], None] = lambda: None):
         self.verbose = verbose
         self.out = stream
         self.last_message = ""
+        self.on_broken_pipe = on_broken_pipe
+        self.broken = False
+        self.live_line = False
+        try:
+            self.terminal = stream.isatty()
+        except (AttributeError, ValueError):
+            self.terminal = False
 
     def __call__(self, event: Event) -> None:
+        if self.broken:
+            return
+        try:
+            self._print(event)
+        except BrokenPipeError:
+            self.broken = True
+            # Python would complain again when it flushes stdout at exit: point it at nothing instead.
+            with contextlib.suppress(OSError, ValueError):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.out.fileno())
+                os.close(devnull)
+            self.on_broken_pipe()
+
+    def end_live_line(self) -> None:
+        """Finish a line left half-drawn by a progress bar, so what follows starts on a line of its own."""
+        if self.live_line and not self.broken:
+            self.live_line = False
+            with contextlib.suppress(OSError, ValueError):
+                self.out.write("\n")
+                self.out.flush()
+
+    def _line(self, text: str) -> None:
+        if self.live_line:
+            self.out.write("\r\x1b[K")
+            self.live_line = False
+        self.out.write(text + "\n")
+
+    def _print(self, event: Event) -> None:
         out = self.out
-        if event.type == events.READY:
+        if event.type == events.LOG:
+            log = cast(events.LogData, event.data)
+            if log.get("partial"):
+                if self.terminal and log["kind"] == "output":
+                    out.write(f"\r\x1b[K  | {log['text']}")
+                    out.flush()
+                    self.live_line = True
+            elif log["kind"] == "output" or (self.verbose and log["kind"] != "placement"):
+                self._line("  | " + log["text"].replace("\n", "\n  | "))
+        elif event.type == events.READY:
             ready = cast(events.ReadyData, event.data)
             names = ", ".join(d["short_name"] for d in ready["logical"])
-            print(f"runtime ready: TensorFlow {ready['tf_version']}, logical devices {names} "
-                  f"[pid {ready['pid']}]", file=out)
+            self._line(f"runtime ready: TensorFlow {ready['tf_version']}, logical devices {names} "
+                       f"[pid {ready['pid']}]")
         elif event.type == events.PROGRESS:
             progress = cast(events.ProgressData, event.data)
             if progress.get("message") and progress["message"] != self.last_message:
                 self.last_message = progress["message"]
-                print(f"… {progress['message']}", file=out)
+                self._line(f"… {progress['message']}")
         elif event.type == events.PLACEMENT:
             placed = cast(events.PlacementData, event.data)
-            print(f"  placed {placed['op_type']:<16} {placed['op']:<28} → {placed['short_device']}"
-                  f"  ({placed['mode']})", file=out)
+            self._line(f"  placed {placed['op_type']:<16} {placed['op']:<28} → {placed['short_device']}"
+                       f"  ({placed['mode']})")
         elif event.type == events.FALLBACK:
             fallback = cast(events.FallbackData, event.data)
-            print(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
-                  f"ran on {fallback['actual_short']}", file=out)
-        elif event.type == events.LOG:
-            log = cast(events.LogData, event.data)
-            if log["kind"] == "output" or (self.verbose and log["kind"] != "placement"):
-                print(f"  | {log['text']}", file=out)
+            self._line(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
+                       f"ran on {fallback['actual_short']}")
         elif event.type == events.STARTUP_ERROR:
             error = cast(events.StartupErrorData, event.data)
-            print(f"TensorFlow rejected the configuration at {error['stage']}: {error['type']}: "
-                  f"{error['message']}", file=out)
+            self._line(f"TensorFlow rejected the configuration at {error['stage']}: {error['type']}: "
+                       f"{error['message']}")
         elif event.type == events.RUNTIME_EXITED:
             exited = cast(events.RuntimeExitedData, event.data)
             if not exited.get("expected"):
-                print(f"runtime {exited['description']}", file=out)
+                self._line(f"runtime {exited['description']}")
                 for line in exited.get("last_lines", [])[-10:]:
-                    print(f"  last output | {line}", file=out)
+                    self._line(f"  last output | {line}")
+            out.flush()
 
 
 def table_text(table: Table) -> list[str]:

@@ -1,7 +1,7 @@
 """Structured events between the runtime process and its client, and their wire format.
 
-The runtime writes one JSON object per line to a dedicated pipe that TensorFlow's C++ code never
-writes into; the client turns the runtime's raw stdout/stderr into `log` and `placement` events.
+A run process writes one JSON object per line to a dedicated pipe that TensorFlow's C++ code never
+writes into; the client turns the process's raw stdout/stderr into `log` and `placement` events.
 
 Each event type's payload (`Event.data`) is declared once below as a TypedDict. On the wire and in
 the run history it stays a plain JSON object, so records written before these declarations still load;
@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-READY = "ready"
+WARM = "warm"                    # a spare process: TensorFlow imported and configured, not initialized
+READY = "ready"                  # TensorFlow initialized: the logical devices (a run's first event)
 STARTUP_ERROR = "startup_error"
 JOB_STARTED = "job_started"
 PROGRESS = "progress"
@@ -29,7 +30,8 @@ ERROR = "error"
 JOB_FINISHED = "job_finished"
 RUNTIME_EXITED = "runtime_exited"
 
-# Events that close a job: the client holds them back until every line the job printed has arrived.
+# Events that close a job: the client holds them back until its process has exited and its output pipes
+# have reached end of file, so every byte the job printed comes before them.
 JOB_CLOSING = frozenset({RESULT, ERROR, JOB_FINISHED})
 
 
@@ -57,6 +59,18 @@ class CreatedGpu(TypedDict):
     memory_mb: int
     name: str
     pci_bus_id: str
+
+
+class WarmData(TypedDict, total=False):
+    tf_version: str
+    python: str
+    platform: str
+    build: dict[str, Any]
+    physical: list[PhysicalDevice]
+    pid: int
+    applied: list[str]
+    import_s: float
+    config: dict[str, Any]
 
 
 class ReadyData(TypedDict, total=False):
@@ -97,6 +111,7 @@ class LogData(TypedDict, total=False):
     kind: str                 # one of core.placement's line kinds
     text: str
     task: str                 # a cluster task's lines: "worker:0"
+    partial: bool             # a line still being drawn with "\r" (a progress bar): it replaces the live line
 
 
 class PlacementData(TypedDict, total=False):
@@ -148,6 +163,7 @@ class JobFinishedData(TypedDict, total=False):
     job: str
     status: str               # ok, error, cancelled, crashed
     duration_s: float | None
+    returncode: int | None    # the run process's exit status as Popen gives it (negative: killed by a signal)
 
 
 class RuntimeExitedData(TypedDict, total=False):
@@ -161,7 +177,8 @@ class RuntimeExitedData(TypedDict, total=False):
 
 # Every event type and the shape of its data.
 PAYLOADS: dict[str, type] = {
-    READY: ReadyData, STARTUP_ERROR: StartupErrorData, JOB_STARTED: JobStartedData, PROGRESS: ProgressData,
+    WARM: WarmData, READY: ReadyData, STARTUP_ERROR: StartupErrorData, JOB_STARTED: JobStartedData,
+    PROGRESS: ProgressData,
     LOG: LogData, PLACEMENT: PlacementData, FALLBACK: FallbackData, METRIC: MetricData, TF_MEMORY: TfMemoryData,
     RESULT: ResultData, ERROR: ErrorData, JOB_FINISHED: JobFinishedData, RUNTIME_EXITED: RuntimeExitedData,
 }

@@ -1,16 +1,27 @@
-"""Client side of the runtime process: start it, send jobs, receive its events in order.
+"""Client side of a run process: start it warm, hand it one job (or a describe request), receive its events.
 
-One reader thread watches three pipes of the child with raw `os.read`: the events pipe, and the
-child's stdout and stderr, where TensorFlow's C++ code prints (placement lines among them). What it
-reads goes to a `core.streams.StreamDemux`, which makes `log` and `placement` events of output lines
-and holds a job's closing events back until the job's fence marker has come through both output
-streams, so every line a job printed precedes its result.
+A `RuntimeProcess` is one process, used once. `start()` launches `core.supervisor`, which starts
+`core.runtime_main` below it: TensorFlow imported and configured, not initialized (state READY once its
+`warm` event has come: a warm spare). `submit` hands it a job; the process initializes TensorFlow, runs
+the job on its main thread and exits with the job's status. `describe` asks only for the devices.
+
+One reader thread watches three pipes with raw `os.read`: the events pipe, and the process's stdout and
+stderr, where TensorFlow's C++ code prints (placement lines among them). What it reads goes to a
+`core.streams.StreamDemux`, which makes `log` and `placement` events of output lines. Whatever the process
+printed before an event is read before that event is delivered, and the job's closing events are delivered
+only once the process has exited and both output pipes have reached end of file. The reader calls
+`on_event` synchronously: a consumer that falls behind makes the process's writes wait, as a terminal does.
+
+Cancel is what Ctrl+C does in a terminal: SIGINT (KeyboardInterrupt in the job's main thread), then
+SIGTERM, then, after the grace period, the supervisor ends the process and everything it started.
 """
 
 from __future__ import annotations
 
+import array
 import atexit
 import contextlib
+import fcntl
 import itertools
 import json
 import logging
@@ -19,6 +30,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 import weakref
@@ -31,12 +43,14 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.gpus import created_gpu
-from tf_device_panel.core.processes import start_module
+from tf_device_panel.core.processes import module_command, start_module
 from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux
 
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
     "not started", "starting", "ready", "busy", "stopping", "exited")
 LAST_LINES = 40
+READ_SIZE = 65536
+PIPES_AFTER_EXIT_S = 1.0   # how long output pipes may stay open after the supervisor exited (they should not)
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +64,11 @@ def _kill_all_runtimes() -> None:
 
 
 class RuntimeUnavailable(RuntimeError):
-    """The runtime cannot take this request now (not ready, busy, or exited)."""
+    """The process cannot take this request now (not warm yet, already used, or exited)."""
 
 
 def describe_exit(returncode: int | None, killed_because: str | None = None) -> str:
-    """How a runtime ended, in words; `killed_because` is the reason when the client killed it on purpose."""
+    """How a process ended, in words; `killed_because` is the reason when the client killed it on purpose."""
     if killed_because and returncode is not None and returncode < 0:
         return f"was killed: {killed_because}"
     if returncode is None:
@@ -69,8 +83,23 @@ def describe_exit(returncode: int | None, killed_because: str | None = None) -> 
     return f"exited with code {returncode}"
 
 
+def shell_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: 128 + N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _available(fd: int) -> int:
+    """Bytes waiting in a pipe right now."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    except OSError:
+        return 0
+    return count[0]
+
+
 class RuntimeProcess:
-    """A TensorFlow runtime in a child process, configured once, running one job at a time.
+    """One run process, configured once, used for one job (or one describe request), then gone.
 
     `on_event` is called on the reader thread for every event, in order. Without it, events are
     queued and read with `next_event`.
@@ -84,10 +113,12 @@ class RuntimeProcess:
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.state = NOT_STARTED
-        self.ready_info: dict[str, Any] | None = None
+        self.warm_info: dict[str, Any] | None = None    # TF version, build, physical devices: no initialization
+        self.ready_info: dict[str, Any] | None = None   # after initialization: the logical devices too
         self.startup_error: dict[str, Any] | None = None
         self.exit_info: dict[str, Any] | None = None
         self.running_job: str | None = None
+        self.job_name: str | None = None
         self._last_lines: deque[str] = deque(maxlen=LAST_LINES)  # appended by the reader thread
         self._last_lines_lock = threading.Lock()
         self.tf_gpus: list[dict[str, Any]] = []  # from TF's "Created device" lines: logical GPU -> bus id
@@ -100,48 +131,58 @@ class RuntimeProcess:
         self._commands_fd: int | None = None
         self._reader: threading.Thread | None = None
         self._stop_requested = False
+        self._cancel_requested = False
         self._killed_reason: str | None = None
         self._killed_for_cancel = False
         self._write_lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
 
     def recent_lines(self) -> list[str]:
-        """The runtime's last output lines (a copy: the reader thread keeps appending)."""
+        """The process's last output lines (a copy: the reader thread keeps appending)."""
         with self._last_lines_lock:
             return list(self._last_lines)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
+        """The run process (where TensorFlow runs) once it is warm; its supervisor before."""
+        if self.warm_info is not None:
+            return int(self.warm_info["pid"])
+        return self._process.pid if self._process else None
+
+    @property
+    def supervisor_pid(self) -> int | None:
         return self._process.pid if self._process else None
 
     def start(self) -> None:
         if self._process is not None:
-            raise RuntimeUnavailable("this runtime was already started; create a new one")
+            raise RuntimeUnavailable("this process was already started; create a new one")
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
         env = {**self.config.environment(),
-               "PYTHONUNBUFFERED": "1",
                "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
+               "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r}",
                **self.extra_env}
+        run_argv = module_command("tf_device_panel.core.runtime_main", "--events-fd", str(events_w),
+                                  "--commands-fd", str(commands_r), "--config", json.dumps(self.config.to_json()),
+                                  python=self.python)
         self._set_state(STARTING)
         try:
-            # Its own session: Ctrl+C in a terminal goes to the client, which cancels cleanly.
+            # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
             self._process = start_module(
-                "tf_device_panel.core.runtime_main", "--events-fd", str(events_w), "--commands-fd", str(commands_r),
-                "--config", json.dumps(self.config.to_json()), python=self.python, env=env,
+                "tf_device_panel.core.supervisor", "--", *run_argv, python=self.python, env=env, die_with_parent=True,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r))
         except OSError:
-            for fd in (events_r, events_w, commands_r, commands_w):
+            for fd in (events_r, commands_w):
                 os.close(fd)
             self._set_state(EXITED)
             raise
         finally:
-            if self._process is not None:
-                os.close(events_w)
-                os.close(commands_r)
+            os.close(events_w)
+            os.close(commands_r)
         self._commands_fd = commands_w
         _live.add(self)
-        log.debug("runtime pid %d started with %s", self._process.pid, self.config.summary())
+        log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
         self._reader = threading.Thread(
             target=self._read_loop, name=f"runtime-reader-{self._process.pid}", daemon=True,
@@ -149,7 +190,7 @@ class RuntimeProcess:
         self._reader.start()
 
     def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
-        """Block until ready; raises RuntimeUnavailable with TF's message if the runtime did not start."""
+        """Block until warm; raises RuntimeUnavailable with TF's message if the process did not get there."""
         deadline = time.monotonic() + timeout
         with self._state_changed:
             while self.state == STARTING:
@@ -157,9 +198,19 @@ class RuntimeProcess:
                 if left <= 0:
                     raise RuntimeUnavailable(f"the runtime did not become ready within {timeout:.0f} s")
                 self._state_changed.wait(left)
-        if self.ready_info is None:
+        if self.warm_info is None:
             raise RuntimeUnavailable(self.failure_message())
-        return self.ready_info
+        return self.warm_info
+
+    def wait_exited(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._state_changed:
+            while self.state != EXITED:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state_changed.wait(left)
+        return True
 
     def failure_message(self) -> str:
         if self.startup_error:
@@ -172,41 +223,64 @@ class RuntimeProcess:
         return "the runtime is not ready"
 
     def submit(self, job: str, params: Mapping[str, Any] | None = None) -> str:
+        """Hand the job to this warm process; returns its job id. A process takes one job only."""
         with self._state_changed:
             if self.state != READY:
-                raise RuntimeUnavailable(f"the runtime is {self.state}; it can run a job only when ready")
+                raise RuntimeUnavailable(f"the runtime is {self.state}; it can take a job only when ready")
             job_id = f"{os.getpid()}-{next(self._ids)}-{int(time.time() * 1000) % 100000}"
             self.running_job = job_id
+            self.job_name = job
             self.state = BUSY
             self._state_changed.notify_all()
         self._send({"cmd": "run", "job_id": job_id, "job": job, "params": dict(params or {})})
         return job_id
 
+    def describe(self) -> None:
+        """Ask this warm process to initialize TensorFlow, report the devices (`ready`) and exit."""
+        with self._state_changed:
+            if self.state != READY:
+                raise RuntimeUnavailable(f"the runtime is {self.state}; it can describe only when ready")
+            self.state = BUSY
+            self._state_changed.notify_all()
+        self._send({"cmd": "describe"})
+
     def cancel(self, grace: float = 5.0) -> None:
-        """Ask the running job to stop; if it has not within `grace` seconds, kill the runtime."""
+        """Ctrl+C for the job: SIGINT now, SIGTERM at half the grace period, everything killed at its end."""
         job_id = self.running_job
-        if job_id is None:
+        if job_id is None or self._process is None:
             return
-        self._send({"cmd": "cancel", "job_id": job_id})
+        self._cancel_requested = True
+        self._signal(signal.SIGINT)
+
+        def terminate() -> None:
+            if self.running_job == job_id and self.state == BUSY:
+                self._signal(signal.SIGTERM)
 
         def enforce() -> None:
             if self.running_job == job_id and self.state == BUSY:
                 self._killed_for_cancel = True
                 self.kill(reason=f"the job did not stop within {grace:g} s of being cancelled")
 
-        timer = threading.Timer(grace, enforce)
-        timer.daemon = True
-        timer.start()
+        for delay, action in ((grace / 2, terminate), (grace, enforce)):
+            timer = threading.Timer(delay, action)
+            timer.daemon = True
+            timer.start()
+            self._timers.append(timer)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop gracefully (cancelling any job), killing the process if it does not exit in time."""
+        """End the process: a spare leaves quietly when its command pipe closes; a running job is killed."""
         process = self._process
         if process is None or process.poll() is not None:
             self._join_reader(timeout)
             return
         self._stop_requested = True
-        self._set_state(STOPPING)
-        self._send({"cmd": "stop", "grace": max(timeout - 1.0, 0.5)})
+        if self.state == BUSY and self.running_job is not None:
+            self.kill(reason="stopped while the job was running")
+        elif self.state == STARTING:
+            self.kill()  # no need to let it finish importing TensorFlow first
+        else:
+            self._set_state(STOPPING)
+        self._close_commands()
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -214,26 +288,31 @@ class RuntimeProcess:
         self._join_reader(timeout)
 
     def kill(self, reason: str | None = None) -> None:
+        """End the process and everything it started, at once (the supervisor does it: SIGHUP)."""
         process = self._process
         if process is None or process.poll() is not None:
             return
-        if reason:
+        if reason and self._killed_reason is None:
             self._killed_reason = reason
-        log.info("killing runtime pid %d: %s", process.pid, reason or "asked to")
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)  # the whole group: a script's own children too
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
+        log.info("killing run process under supervisor %d: %s", process.pid, reason or "asked to")
+        self._signal(signal.SIGHUP)
 
-    def wait_exited(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._state_changed:
-            while self.state != EXITED:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._state_changed.wait(left)
-        return True
+        def by_force() -> None:
+            # A supervisor that did not end everything in time: its process group, run process included.
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+
+        timer = threading.Timer(3.0, by_force)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def _signal(self, sig: int) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(sig)
 
     def __enter__(self) -> RuntimeProcess:
         self.start()
@@ -251,19 +330,17 @@ class RuntimeProcess:
             return self._queue.popleft() if self._queue else None
 
     def _deliver(self, event: Event) -> None:
-        if event.type == events.READY:
+        if event.type == events.WARM:
+            self.warm_info = event.data
+            with self._state_changed:
+                if self.state == STARTING:
+                    self.state = READY
+                self._state_changed.notify_all()
+        elif event.type == events.READY:
             event.data["gpu_devices"] = list(self.tf_gpus)
             self.ready_info = event.data
-            self._set_state(READY)
         elif event.type == events.STARTUP_ERROR:
             self.startup_error = event.data
-        elif event.type == events.JOB_FINISHED:
-            with self._state_changed:
-                if self.running_job == event.job_id:
-                    self.running_job = None
-                    if self.state == BUSY:
-                        self.state = READY
-                self._state_changed.notify_all()
         if self._on_event is not None:
             try:
                 self._on_event(event)
@@ -290,6 +367,13 @@ class RuntimeProcess:
             except OSError as exc:
                 raise RuntimeUnavailable(f"the runtime is not listening ({exc.strerror})") from None
 
+    def _close_commands(self) -> None:
+        with self._write_lock:
+            fd, self._commands_fd = self._commands_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def _join_reader(self, timeout: float) -> None:
         if self._reader is not None and self._reader is not threading.current_thread():
             self._reader.join(timeout)
@@ -302,80 +386,155 @@ class RuntimeProcess:
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
         open_fds = set(streams)
+
+        def read(fd: int, size: int = READ_SIZE) -> None:
+            try:
+                chunk = os.read(fd, size)
+            except OSError:
+                chunk = b""
+            if chunk:
+                demux.feed(streams[fd], chunk)
+            else:
+                selector.unregister(fd)
+                open_fds.discard(fd)
+                demux.close(streams[fd])
+
         exited_at: float | None = None
         try:
             while open_fds:
                 for key, _ in selector.select(timeout=0.1):
                     fd = int(key.fd)
-                    try:
-                        chunk = os.read(fd, 65536)
-                    except OSError:
-                        chunk = b""
-                    if chunk:
-                        demux.feed(streams[fd], chunk)
-                    else:
-                        selector.unregister(fd)
-                        open_fds.discard(fd)
-                        demux.close(streams[fd])
-                demux.release()
+                    if fd not in open_fds:
+                        continue
+                    if fd == events_fd:
+                        # What the process printed before writing this event is already in the output pipes:
+                        # read it first, so every line comes before the events that follow it.
+                        for output_fd in (stdout_fd, stderr_fd):
+                            waiting = _available(output_fd) if output_fd in open_fds else 0
+                            while waiting > 0 and output_fd in open_fds:
+                                read(output_fd, min(waiting, READ_SIZE))
+                                waiting -= READ_SIZE
+                    read(fd)
                 process = self._process
                 if process is not None and process.poll() is not None:
-                    # A grandchild may hold the output pipes open; do not wait on it for ever.
+                    # Every descendant is gone with the supervisor, so the pipes close; never wait for ever.
                     exited_at = exited_at or time.monotonic()
-                    if time.monotonic() - exited_at > 1.0:
+                    if time.monotonic() - exited_at > PIPES_AFTER_EXIT_S:
                         break
         finally:
-            demux.release(force=True)
             for fd in list(open_fds):
                 selector.unregister(fd)
+                demux.close(streams[fd])
             selector.close()
             os.close(events_fd)
-            self._finish()
+            self._finish(demux.closing)
 
     def _remember_line(self, line: str) -> None:
         with self._last_lines_lock:
             self._last_lines.append(line)
-        if self.state == STARTING and "Created device" in line:
+        if self.ready_info is None and "Created device" in line:
             created = created_gpu(line)
             if created is not None:
                 self.tf_gpus.append(created)
 
-    def _finish(self) -> None:
+    def _finish(self, closing: list[Event]) -> None:
         process = self._process
         assert process is not None
         try:
             returncode = process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.kill()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
             returncode = process.wait()
+        for timer in self._timers:
+            timer.cancel()
         for handle in (process.stdout, process.stderr):
             with contextlib.suppress(OSError):
                 if handle is not None:
                     handle.close()
-        if self._commands_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._commands_fd)
-            self._commands_fd = None
-        expected = self._stop_requested and self._killed_reason is None and returncode == 0
+        self._close_commands()
         description = describe_exit(returncode, self._killed_reason)
+        job_id = self.running_job
+        finished = [e for e in closing if e.type == events.JOB_FINISHED and e.job_id == job_id]
+        expected = self._killed_reason is None and (
+            bool(finished) or (job_id is None and (self._stop_requested or returncode == 0)))
         info: events.RuntimeExitedData = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
             "description": description, "expected": expected, "last_lines": self.recent_lines(),
             "killed_for_cancel": self._killed_for_cancel}
         self.exit_info = dict(info)
-        job_id = self.running_job
         if job_id is not None:
-            # Killed on purpose (Stop that timed out, window closed, new configuration): the job was
-            # stopped, not crashed.
-            cancelled = self._killed_for_cancel or self._killed_reason is not None
-            message = (f"the runtime was killed while the job was running: {self._killed_reason}"
-                       if self._killed_reason else f"the runtime {description} while the job was running")
-            error: events.ErrorData = {"type": "RuntimeExited", "message": message,
-                                       "last_lines": info["last_lines"][-12:]}
-            finished: events.JobFinishedData = {"status": "cancelled" if cancelled else "crashed", "duration_s": None}
-            self._deliver(Event(events.ERROR, dict(error), job_id=job_id))
-            self._deliver(Event(events.JOB_FINISHED, dict(finished), job_id=job_id))
+            if not finished:
+                closing = [e for e in closing if e.job_id == job_id] + self._closing_for(job_id, returncode,
+                                                                                          description)
+            for event in closing:
+                if event.type == events.JOB_FINISHED:
+                    event.data["returncode"] = returncode
+                self._deliver(event)
         self.running_job = None
         _live.discard(self)
         self._set_state(EXITED)
         self._deliver(Event(events.RUNTIME_EXITED, dict(info)))
+
+    def _closing_for(self, job_id: str, returncode: int, description: str) -> list[Event]:
+        """The closing events of a job whose process ended without sending them (killed, crashed, os._exit)."""
+        last_lines = self.recent_lines()[-12:]
+        error: events.ErrorData | None
+        if self._killed_reason is not None:
+            status = "cancelled"
+            error = {"type": "RuntimeExited", "last_lines": last_lines,
+                     "message": f"the runtime was killed while the job was running: {self._killed_reason}"}
+        elif returncode == 0:
+            status, error = "ok", None  # os._exit(0): a bare run would call that success too
+        elif self._cancel_requested and -returncode in (signal.SIGINT, signal.SIGTERM):
+            status, error = "cancelled", {"type": "Cancelled", "message": "cancelled by the user"}
+        else:
+            status = "crashed"
+            error = {"type": "RuntimeExited", "message": f"the runtime {description} while the job was running",
+                     "last_lines": last_lines}
+        finished: events.JobFinishedData = {"job": self.job_name or "", "status": status, "duration_s": None}
+        closing = [] if error is None else [Event(events.ERROR, dict(error), job_id=job_id)]
+        return [*closing, Event(events.JOB_FINISHED, dict(finished), job_id=job_id)]
+
+
+
+_described: dict[str, tuple[dict[str, Any], list[str]]] = {}
+_described_lock = threading.Lock()
+
+
+def config_key(config: DeviceConfig) -> str:
+    return json.dumps(config.to_json(), sort_keys=True)
+
+
+def cached_devices(config: DeviceConfig) -> tuple[dict[str, Any], list[str]] | None:
+    with _described_lock:
+        return _described.get(config_key(config))
+
+
+def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[dict[str, Any], list[str]]:
+    """The devices TensorFlow makes of `config` (a short describe run, cached per configuration), and the
+    run's last output lines (TensorFlow's reasons when it sees no GPU). Raises RuntimeUnavailable."""
+    cached = cached_devices(config)
+    if cached is not None:
+        return cached
+    runtime = RuntimeProcess(config)
+    runtime.start()
+    try:
+        runtime.wait_ready(timeout)
+        runtime.describe()
+        if not runtime.wait_exited(timeout):
+            raise RuntimeUnavailable(f"the devices were not described within {timeout:.0f} s")
+    finally:
+        runtime.stop()
+    if runtime.ready_info is None:
+        raise RuntimeUnavailable(runtime.failure_message())
+    described = (runtime.ready_info, runtime.recent_lines())
+    with _described_lock:
+        _described[config_key(config)] = described
+    return described
+
+
+def remember_devices(config: DeviceConfig, info: dict[str, Any], lines: list[str]) -> None:
+    """A run's own `ready` event describes its configuration as well as a describe run would."""
+    with _described_lock:
+        _described[config_key(config)] = (info, lines)

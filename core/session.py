@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import queue
+import contextlib
+import signal
 import threading
 import time
 from collections import Counter
@@ -14,7 +15,7 @@ from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.history import RunHistory, RunRecorder
-from tf_device_panel.core.runtime import RuntimeProcess
+from tf_device_panel.core.runtime import RuntimeProcess, RuntimeUnavailable
 
 MAX_KEPT_PLACEMENTS = 100_000
 
@@ -35,6 +36,7 @@ class JobOutcome:
     duration_s: float | None = None
     run_id: str | None = None
     job_id: str | None = None
+    returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
 
     @property
     def finished(self) -> bool:
@@ -50,7 +52,7 @@ class JobOutcome:
 
 
 class JobRun:
-    """Consumes the events of one job (and runtime-wide ones meanwhile) into a `JobOutcome`.
+    """Consumes the events of one job (and its process's meanwhile) into a `JobOutcome`.
 
     A runtime's reader thread feeds it while the window's thread asks whether it has finished: both go
     through one lock. Once finished, the outcome no longer changes and can be read freely.
@@ -94,7 +96,11 @@ class JobRun:
         if self.recorder is not None:
             self.recorder.append(event)
         kind = event.type
-        if kind == events.PLACEMENT:
+        if kind == events.READY:
+            outcome.devices = event.data
+            if self.recorder is not None:
+                self.recorder.summary["devices"] = event.data
+        elif kind == events.PLACEMENT:
             placed = cast(events.PlacementData, event.data)
             outcome.placement_counts[(placed["op_type"], placed["short_device"])] += 1
             if len(outcome.placements) < MAX_KEPT_PLACEMENTS:
@@ -114,11 +120,13 @@ class JobRun:
         elif kind == events.JOB_FINISHED:
             finished = cast(events.JobFinishedData, event.data)
             outcome.status = str(finished.get("status", "error"))
+            outcome.returncode = finished.get("returncode")
             outcome.duration_s = finished.get("duration_s") or (time.monotonic() - self._started)
             self._finish()
         elif kind == events.RUNTIME_EXITED and not outcome.finished:
             exited = cast(events.RuntimeExitedData, event.data)
             outcome.status = "crashed"
+            outcome.returncode = exited.get("returncode")
             outcome.error = outcome.error or {"type": "RuntimeExited", "message": exited.get("description", "")}
             self._finish()
         return outcome.finished
@@ -135,57 +143,80 @@ class JobRun:
         if self.recorder is not None:
             o = self.outcome
             self.recorder.finish(status=o.status, result=o.result, error=o.error, duration_s=o.duration_s,
+                                 returncode=o.returncode,
                                  fallbacks=o.fallbacks,
                                  placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()])
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
                  on_event: Callable[[Event], None] | None = None, history: RunHistory | None = None,
                  cancel: threading.Event | None = None, grace_s: float = 5.0,
                  ready_timeout_s: float = 180.0) -> JobOutcome:
-    """Start a runtime with `config`, run one job, stop the runtime. Ctrl+C cancels the job."""
-    inbox: queue.Queue[Event] = queue.Queue()
-    runtime = RuntimeProcess(config, on_event=inbox.put)
-    run: JobRun | None = None
-    started = time.monotonic()
-    cancel_sent = False
-    runtime.start()
-    try:
-        while True:
+    """Start a run process with `config`, hand it the job, wait for it to exit.
+
+    Events are handled on the reader thread as they are read (printed, recorded), so a slow consumer
+    slows the job's writes instead of piling them up. Ctrl+C, SIGTERM and SIGHUP (on the main thread) and
+    `cancel` cancel the job; a second one kills it. The run record always ends with a final status.
+    """
+    run = JobRun(job, params, config, None, history)
+    exited = threading.Event()
+    submitted = threading.Event()
+    signals: list[int] = []
+
+    def handle(event: Event) -> None:
+        if on_event is not None:
+            on_event(event)
+        if event.type == events.WARM and not submitted.is_set():
             try:
-                event = inbox.get(timeout=0.1)
-            except queue.Empty:
-                event = None
-            except KeyboardInterrupt:
-                event = None
-                if cancel_sent:
-                    runtime.kill(reason="interrupted twice")
-                cancel = cancel or threading.Event()
-                cancel.set()
-            if cancel is not None and cancel.is_set() and not cancel_sent:
-                cancel_sent = True
-                if run is None:
-                    runtime.kill(reason="cancelled before the job started")
-                else:
-                    runtime.cancel(grace_s)
-            if event is None:
-                if run is None and time.monotonic() - started > ready_timeout_s:
-                    runtime.kill(reason=f"not ready after {ready_timeout_s:.0f} s")
-                continue
-            if on_event is not None:
-                on_event(event)
-            if run is None and event.type == events.READY:
-                run = JobRun(job, params, config, event.data, history)
                 run.attach(runtime.submit(job, params))
-            elif run is None and event.type == events.RUNTIME_EXITED:
-                run = JobRun(job, params, config, None, history)
+                submitted.set()
+            except RuntimeUnavailable as exc:  # it died between saying warm and now
+                run.fail("RuntimeUnavailable", str(exc), status="crashed")
+        elif event.type == events.RUNTIME_EXITED:
+            if not run.finished:
                 if runtime.startup_error:
                     run.fail("ConfigRejected", runtime.failure_message())
                 else:
                     run.fail("RuntimeExited", runtime.failure_message(),
-                             status="cancelled" if cancel_sent else "crashed")
-                return run.outcome
-            elif run is not None and run.feed(event):
-                return run.outcome
+                             status="cancelled" if signals or (cancel and cancel.is_set()) else "crashed")
+            exited.set()
+            return
+        run.feed(event)
+
+    runtime = RuntimeProcess(config, on_event=handle)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        # Only note the signal here: the loop below acts on it, so no lock is ever held when it lands.
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, lambda signum, _frame: signals.append(signum))
+    started = time.monotonic()
+    acted_on = 0
+    killed_at: float | None = None
+    try:
+        runtime.start()
+        while not exited.wait(0.05):
+            wanted = len(signals) + (1 if cancel is not None and cancel.is_set() else 0)
+            if wanted > acted_on:
+                acted_on = wanted
+                if acted_on >= 2 or not submitted.is_set():
+                    runtime.kill(reason="interrupted twice" if acted_on >= 2 else "cancelled before the job started")
+                    killed_at = killed_at or time.monotonic()
+                else:
+                    runtime.cancel(grace_s)
+            if killed_at is not None and time.monotonic() - killed_at > grace_s:
+                break  # the reader is stuck (e.g. on a terminal that takes no output): never hang on it
+            if not submitted.is_set() and not run.finished and time.monotonic() - started > ready_timeout_s:
+                runtime.kill(reason=f"not ready after {ready_timeout_s:.0f} s")
     finally:
+        if not exited.is_set():
+            runtime.kill(reason="the client is leaving")
         runtime.stop()
+        for stop_signal, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(stop_signal, handler)
+        if not run.finished:
+            run.fail("Interrupted", "the client stopped before the run ended", status="interrupted")
+    return run.outcome

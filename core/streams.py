@@ -1,89 +1,104 @@
-"""The runtime's three output streams turned into one ordered stream of events; no file descriptors here.
+"""A run process's three output streams turned into one ordered stream of events; no file descriptors here.
 
-The runtime writes JSON events to its events pipe while TensorFlow's C++ code and the job print to
-stdout and stderr. `StreamDemux` takes the raw bytes as they are read, cuts them into lines, makes
-`log` and `placement` events of output lines, and holds a job's closing events back until the job's
-fence marker has come through both output streams (or a stream closed, or FENCE_WAIT_S passed), so
-every line a job printed is delivered before its result.
+The run process writes JSON events to its events pipe while TensorFlow's C++ code and the job print to
+stdout and stderr. `StreamDemux` takes the raw bytes as they are read, cuts them into lines and makes
+`log` and `placement` events of output lines. A fragment ended by `\\r` (a progress bar redrawing its line)
+is delivered at once as a `partial` log event, the live state of the current line; the finished line
+replaces it. The job's closing events (result, error, finished) are not delivered here: they are kept in
+`closing` for the client, which hands them on once the process has exited and both output pipes have
+reached end of file, so every byte the job printed comes before its result. There are no markers in the
+streams.
 """
 
 from __future__ import annotations
 
-import time
+import re
 from collections.abc import Callable
 
 from tf_device_panel.core import events, placement
 from tf_device_panel.core.events import Event
 
-FENCE_PREFIX = "\x1eTFDP-FENCE:"
-FENCE_WAIT_S = 2.0
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
 OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
+KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
+
+# Anything in a block of lines that `placement.parse_line` could take for more than plain output. A block
+# without it is delivered as one log event: a flood of prints costs one event per read, not one per line.
+_MAYBE_SPECIAL = re.compile(
+    rb"^(?:[IWEF]\d{4} |INFO:|WARNING|ERROR:|Traceback)|\): /job:|(?:Error|Exception|Warning): ", re.M)
 
 
-def fence_tag(event: Event) -> str | None:
-    """The fence an event must wait for: the job's for closing events, ready/startup at start-up."""
-    if event.type in events.JOB_CLOSING and event.job_id:
-        return event.job_id
-    return {events.READY: "ready", events.STARTUP_ERROR: "startup"}.get(event.type)
+def split_lines(event: Event) -> list[Event]:
+    """A log event of several lines (a block of plain output) as one event per line, for line-wise views."""
+    text = event.data.get("text", "")
+    if event.type != events.LOG or "\n" not in text:
+        return [event]
+    return [Event(event.type, {**event.data, "text": line}, job_id=event.job_id, time=event.time)
+            for line in text.split("\n")]
+
+
+def visible_text(raw: bytes) -> bytes:
+    """What a terminal would show of a line redrawn with `\\r`: its last non-empty drawing."""
+    if b"\r" not in raw:
+        return raw
+    drawings = [part for part in raw.split(b"\r") if part]
+    return drawings[-1] if drawings else b""
 
 
 class StreamDemux:
     """Feed it bytes per stream; it calls `deliver` with each event, in order, as soon as it may.
 
-    `job_id()` names the job an output line belongs to, asked when the line is delivered (a job's
-    closing events, delivered just before, may have ended it). `on_line` sees every output line first.
+    `job_id()` names the job an output line belongs to. `on_line` sees every finished output line first.
     """
 
     def __init__(self, deliver: Callable[[Event], None], *, job_id: Callable[[], str | None] = lambda: None,
-                 on_line: Callable[[str], None] = lambda line: None, fence_wait_s: float = FENCE_WAIT_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 on_line: Callable[[str], None] = lambda line: None):
         self._deliver = deliver
         self._job_id = job_id
         self._on_line = on_line
-        self._fence_wait_s = fence_wait_s
-        self._clock = clock
         self._partial = {EVENTS: b"", STDOUT: b"", STDERR: b""}
-        self._fences_seen: dict[str, set[str]] = {}
-        self._held: list[tuple[float, str | None, Event]] = []  # (since, fence tag, event), in arrival order
-        self._closed: set[str] = set()
+        self._live = {STDOUT: b"", STDERR: b""}  # the partial line last delivered, per output stream
+        self.closed: set[str] = set()
+        self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
 
     def feed(self, stream: str, chunk: bytes) -> None:
-        *lines, self._partial[stream] = (self._partial[stream] + chunk).split(b"\n")
+        *lines, rest = (self._partial[stream] + chunk).split(b"\n")
+        self._partial[stream] = rest
+        if stream == EVENTS:
+            for raw in lines:
+                if raw.strip():
+                    self._event_line(raw)
+            return
         if stream == STDERR:
             self._stderr_kind = ""  # a C++ message and its continuation come in one write
-        for raw in lines:
-            self._line(stream, raw)
+        block = b"\n".join(lines) if len(lines) > 1 else b""
+        if block and b"\r" not in block and _MAYBE_SPECIAL.search(block) is None:
+            self._output_block(block, lines, stream)
+        else:
+            for raw in lines:
+                self._output_line(visible_text(raw), stream)
+        self._live_line(stream, rest)
 
     def close(self, stream: str) -> None:
-        """End of `stream`: its last unterminated line counts, and its fences no longer need to come."""
+        """End of `stream`: its last line without a newline counts."""
         rest, self._partial[stream] = self._partial[stream], b""
         if rest:
-            self._line(stream, rest)
-        self._closed.add(stream)
+            if stream == EVENTS:
+                self._event_line(rest)
+            else:
+                self._output_line(visible_text(rest), stream)
+        self.closed.add(stream)
 
-    @property
-    def holding(self) -> bool:
-        return bool(self._held)
-
-    def release(self, force: bool = False) -> None:
-        """Deliver held events in order, stopping at the first whose fence has not come through."""
-        now = self._clock()
-        while self._held:
-            since, tag, event = self._held[0]
-            fenced = tag is None or (self._fences_seen.get(tag, set()) | self._closed) >= OUTPUT_STREAMS
-            if not (force or fenced or now - since > self._fence_wait_s):
-                return
-            self._held.pop(0)
-            self._deliver(event)
-
-    def _line(self, stream: str, raw: bytes) -> None:
-        if stream == EVENTS:
-            if raw.strip():
-                self._event_line(raw)
-        else:
-            self._output_line(raw.decode("utf-8", errors="replace").rstrip("\r"), stream)
+    def _live_line(self, stream: str, rest: bytes) -> None:
+        if b"\r" not in rest:
+            return
+        shown = visible_text(rest)
+        if shown and shown != self._live[stream]:
+            self._live[stream] = shown
+            text = shown.decode("utf-8", errors="replace")
+            self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text,
+                                             "partial": True}, job_id=self._job_id()))
 
     def _event_line(self, raw: bytes) -> None:
         try:
@@ -91,18 +106,22 @@ class StreamDemux:
         except (ValueError, KeyError) as exc:
             event = Event(events.LOG, {"stream": EVENTS, "kind": placement.ERROR,
                                        "text": f"unreadable event ({exc}): {raw[:200]!r}"})
-        tag = fence_tag(event)
-        if tag is None and not self._held:
+        if event.type in events.JOB_CLOSING and event.job_id:
+            self.closing.append(event)
+        else:
             self._deliver(event)
-            return
-        self._held.append((self._clock(), tag, event))
-        self.release()
 
-    def _output_line(self, line: str, stream: str) -> None:
-        if line.startswith(FENCE_PREFIX):
-            self._fences_seen.setdefault(line[len(FENCE_PREFIX):], set()).add(stream)
-            self.release()
-            return
+    def _output_block(self, block: bytes, lines: list[bytes], stream: str) -> None:
+        self._live[stream] = b""
+        text = block.decode("utf-8", errors="replace")
+        for line in lines[-KEPT_LINES:]:
+            self._on_line(line.decode("utf-8", errors="replace"))
+        self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text},
+                            job_id=self._job_id()))
+
+    def _output_line(self, raw: bytes, stream: str) -> None:
+        self._live[stream] = b""
+        line = raw.decode("utf-8", errors="replace")
         self._on_line(line)
         kind, placed = placement.parse_line(line, stream)
         if stream == STDERR:

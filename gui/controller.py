@@ -1,11 +1,15 @@
-"""The window's link to the runtime: owns a `RuntimeProcess`, delivers its events to the GUI thread.
+"""The window's link to its run processes: a warm spare per configuration, the run in progress, the devices.
 
-Events arrive on the runtime's reader thread; they are recorded there (run history) and buffered.
+Every run gets a fresh process. The controller keeps one *spare* for the applied configuration, already
+started, TensorFlow imported and configured but not initialized; Run hands the job to it and at once starts
+warming the next spare. Apply replaces the spare. The device list comes from a short describe run of the
+configuration (cached per configuration), or from a run's own `ready` event.
+
+Events arrive on the processes' reader threads; they are recorded there (run history) and buffered.
 A pump thread emits the buffer as one `eventsArrived` batch every 50 ms, so a flood of placement
 lines reaches widgets as a few large updates. The pump sends the next batch only once the window has
 taken the last one (`batch_done`), so batches never pile up in Qt's queue and the event loop always
-gets to run between them. Starting and stopping runtimes happens off the GUI
-thread too: nothing here blocks it.
+gets to run between them. Nothing here blocks the GUI thread: stopping processes happens on helper threads.
 """
 
 from __future__ import annotations
@@ -19,8 +23,18 @@ from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.runtime import BUSY, EXITED, READY, STARTING, RuntimeProcess, RuntimeUnavailable
+from tf_device_panel.core.runtime import (
+    BUSY,
+    EXITED,
+    READY,
+    STARTING,
+    RuntimeProcess,
+    RuntimeUnavailable,
+    cached_devices,
+    remember_devices,
+)
 from tf_device_panel.core.session import JobRun
+from tf_device_panel.core.streams import split_lines
 
 BATCH_INTERVAL_S = 0.05
 MAX_BATCH = 4000          # events per signal: one batch is a bounded amount of GUI work
@@ -28,6 +42,7 @@ MAX_BUFFERED = 100_000    # past this, the oldest raw log lines are skipped (the
 ACK_WAIT_S = 1.0          # how long the pump waits for the window to take a batch before sending more
 STOP_TIMEOUT_S = 5.0
 CANCEL_GRACE_S = 5.0
+SPARE, DESCRIBE = "spare", "describe"  # a run's process starts as a spare
 
 
 class RuntimeController(QObject):
@@ -40,11 +55,15 @@ class RuntimeController(QObject):
                  cancel_grace_s: float = CANCEL_GRACE_S, stop_timeout_s: float = STOP_TIMEOUT_S):
         super().__init__(parent)
         self.history = history or RunHistory()
-        # How long a cancelled job may take to stop before its runtime is killed (and restarted), and how long
-        # a runtime may take to stop; settable so that tests need not wait out the defaults.
+        # How long a cancelled job may take to stop before its process is killed, and how long a process
+        # may take to stop; settable so that tests need not wait out the defaults.
         self.cancel_grace_s = cancel_grace_s
         self.stop_timeout_s = stop_timeout_s
-        self.runtime: RuntimeProcess | None = None
+        self.spare: RuntimeProcess | None = None       # warm (or warming) for the applied configuration
+        self.current: RuntimeProcess | None = None     # the process of the last job handed over
+        self.describer: RuntimeProcess | None = None
+        self.devices: dict[str, Any] | None = None     # the applied configuration's devices, once known
+        self.device_lines: list[str] = []              # the output of the run that described them
         self.applied: DeviceConfig | None = None
         self.job_run: JobRun | None = None
         self._buffer: list[Event] = []
@@ -58,88 +77,188 @@ class RuntimeController(QObject):
         self._generation = 0
 
     @property
+    def running(self) -> bool:
+        return self.current is not None and self.current.state == BUSY
+
+    @property
+    def runtime(self) -> RuntimeProcess | None:
+        """The process the window describes: the run in progress, else the spare."""
+        return self.current if self.running else self.spare
+
+    @property
     def state(self) -> str:
-        return self.runtime.state if self.runtime is not None else "not started"
+        """Ready once the spare is warm and the configuration's devices are known (forms pick from them)."""
+        if self.running:
+            return BUSY
+        if self.spare is None:
+            return "not started"
+        if self.spare.state == READY and self.devices is None:
+            return STARTING
+        return self.spare.state
 
     @property
     def ready_info(self) -> dict[str, Any] | None:
-        return self.runtime.ready_info if self.runtime is not None else None
+        """The applied configuration's devices (with the spare's pid once it is warm)."""
+        if self.devices is None:
+            return None
+        spare = self.spare.warm_info if self.spare is not None else None
+        return {**self.devices, "pid": spare["pid"]} if spare else self.devices
 
-    # -- runtime lifecycle ---------------------------------------------------------------------
+    def status_text(self) -> str:
+        """The spare's and the run's state in a few words, for the status bar."""
+        if self.running and self.job_run is not None:
+            return f"running {self.job_run.outcome.job} (pid {self.current.pid if self.current else '?'})"
+        spare = self.spare
+        if spare is None:
+            return "no runtime"
+        if spare.state == STARTING:
+            return "spare warming…"
+        if spare.state == READY and spare.warm_info is not None:
+            logical = [d["short_name"] for d in (self.devices or {}).get("logical", [])]
+            devices = f", {len(logical)} logical devices" if logical else ", devices being listed…"
+            return f"spare ready (TF {spare.warm_info.get('tf_version')}{devices})"
+        if spare.state == EXITED and spare.exit_info is not None:
+            if spare.startup_error:
+                return "spare exited: " + spare.failure_message()
+            return f"spare exited: {spare.exit_info['description']}"
+        return f"spare {spare.state}"
+
+    # -- processes -------------------------------------------------------------------------------
     def apply(self, config: DeviceConfig) -> None:
-        """Replace the runtime with a fresh one using `config` (the old one is stopped in the background)."""
-        old, self.runtime = self.runtime, None
-        if old is not None:
-            self._retire(old)
-        self.applied = config
+        """A fresh spare (and device list) for `config`; the old processes are stopped in the background."""
         self._generation += 1
-        generation = self._generation
-        runtime = RuntimeProcess(config, on_event=lambda event: self._on_event(generation, event))
-        self.runtime = runtime
-        try:
-            runtime.start()
-        except OSError as exc:
-            self.problem.emit(f"Could not start the TensorFlow runtime: {exc}")
-        self.stateChanged.emit(runtime.state)
+        for old in (self.spare, self.describer):
+            if old is not None:
+                self._retire(old)
+        if self.running and self.current is not None:
+            self.current.kill(reason="replaced by a new configuration")
+        self.spare = self.describer = None
+        self.applied = config
+        self.devices, self.device_lines = None, []
+        cached = cached_devices(config)
+        if cached is not None:
+            self.devices, self.device_lines = cached
+            self._buffer_event(Event(events.READY, dict(cached[0])))
+        else:
+            self.describer = self._start(DESCRIBE)
+        self.spare = self._start(SPARE)
+        self.stateChanged.emit(self.state)
 
-    def _retire(self, runtime: RuntimeProcess) -> None:
-        if self.job_run is not None and not self.job_run.finished:
-            runtime.kill(reason="replaced by a new configuration")
-        thread = threading.Thread(target=runtime.stop, args=(self.stop_timeout_s,), name="runtime-stop",
+    def _start(self, role: str) -> RuntimeProcess | None:
+        assert self.applied is not None
+        generation = self._generation
+        started: list[RuntimeProcess] = []  # its events come only after start(), when this holds it
+        process = RuntimeProcess(self.applied,
+                                 on_event=lambda event: self._on_event(generation, role, started[0], event))
+        started.append(process)
+        try:
+            process.start()
+        except OSError as exc:
+            self.problem.emit(f"Could not start a TensorFlow process: {exc}")
+            return None
+        return process
+
+    def _retire(self, process: RuntimeProcess) -> None:
+        thread = threading.Thread(target=process.stop, args=(self.stop_timeout_s,), name="runtime-stop",
                                   daemon=True)
         thread.start()
         self._retired.append(thread)
 
     def run(self, job: str, params: Mapping[str, Any]) -> bool:
-        runtime = self.runtime
-        if runtime is None or runtime.state != READY:
+        spare = self.spare
+        if self.running or spare is None or spare.state != READY:
             self.problem.emit(f"The runtime is {self.state}; wait until it is ready, or press Apply to start one.")
             return False
         assert self.applied is not None
-        self.job_run = JobRun(job, params, self.applied, runtime.ready_info, self.history)
+        self.job_run = JobRun(job, params, self.applied, self.devices, self.history)
         try:
-            self.job_run.attach(runtime.submit(job, params))
+            self.job_run.attach(spare.submit(job, params))
         except RuntimeUnavailable as exc:
             self.job_run.fail("RuntimeUnavailable", str(exc))
             self.problem.emit(str(exc))
             return False
+        # The spare is the run's process now; the next one starts warming at once.
+        self.current = spare
+        self.spare = self._start(SPARE)
         self.stateChanged.emit(BUSY)
         return True
 
     def cancel(self) -> bool:
-        """Ask the running job to stop (its runtime is killed, and restarted, if it has not in `cancel_grace_s`)."""
-        if self.runtime is not None and self.runtime.state == BUSY:
-            self.runtime.cancel(self.cancel_grace_s)
+        """Ctrl+C for the running job: SIGINT, then SIGTERM, then kill after `cancel_grace_s`."""
+        if self.running and self.current is not None:
+            self.current.cancel(self.cancel_grace_s)
             return True
         return False
 
     def kill_runtime(self) -> None:
-        if self.runtime is not None:
-            self.runtime.kill(reason="Runtime → Kill runtime was chosen")
+        """Runtime → Kill: the running job's process if there is one, else the spare."""
+        target = self.current if self.running else self.spare
+        if target is not None:
+            target.kill(reason="Runtime → Kill runtime was chosen")
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Stop the job and the runtime; wait for every helper thread. Called when the window closes."""
+        """Stop every process; wait for every helper thread. Called when the window closes."""
         timeout = self.stop_timeout_s if timeout is None else timeout
-        runtime, self.runtime = self.runtime, None
-        if runtime is not None:
-            if runtime.state == BUSY:
-                runtime.kill(reason="the window was closed during a run")
-            runtime.stop(timeout)
+        self._generation += 1  # no spare's or describe run's events any more; the running job's still count
+        processes = [p for p in (self.current, self.spare, self.describer) if p is not None]
+        for process in processes:
+            if process.state == BUSY:
+                process.kill(reason="the window was closed during a run")
+        for process in processes:
+            process.stop(timeout)
+        self.current = self.spare = self.describer = None
         for thread in self._retired:
             thread.join(timeout)
         self._closing.set()
         self._wake.set()
         self._pump.join(timeout)
+        # What the pump had no time left to send (the running job's last events): handed over here, on the
+        # GUI thread, so the window still sees the job finish.
+        with self._lock:
+            rest, self._buffer = self._buffer, []
+        if rest:
+            self._emit_batch([line for event in rest for line in split_lines(event)])
 
     # -- events ------------------------------------------------------------------------------
-    def _on_event(self, generation: int, event: Event) -> None:
-        """Runs on a runtime's reader thread. Events of replaced runtimes are dropped."""
-        if generation != self._generation:
-            return
+    def _on_event(self, generation: int, role: str, process: RuntimeProcess, event: Event) -> None:
+        """Runs on a process's reader thread. Events of replaced processes are dropped, except a running
+        job's own, which its run record and the window still need."""
         run = self.job_run
-        if run is not None and not run.finished and (event.job_id == run.job_id
-                                                     or event.type == events.RUNTIME_EXITED):
+        is_current_run = process is self.current
+        if is_current_run and run is not None and not run.finished and (
+                event.job_id == run.job_id or event.type == events.RUNTIME_EXITED):
             run.feed(event)
+        if event.type == events.READY:  # a run's or a describe run's: TensorFlow's devices for this configuration
+            remember_devices(process.config, event.data, process.recent_lines())
+            if generation == self._generation:
+                self.devices, self.device_lines = event.data, process.recent_lines()
+        if role == DESCRIBE:
+            if event.type == events.WARM:
+                try:
+                    process.describe()
+                except RuntimeUnavailable as exc:
+                    self.problem.emit(f"Could not list the devices: {exc}")
+            if generation != self._generation:
+                return
+            if event.type == events.RUNTIME_EXITED and self.devices is None and not process.startup_error:
+                # Without the list, runs still work: their own `ready` brings the devices.
+                self.devices = {**(process.warm_info or {}), "logical": []}
+                self.problem.emit(f"Could not list the devices: {process.failure_message()}")
+                self.stateChanged.emit(self.state)
+                return
+            if event.type != events.READY:
+                return
+        elif not is_current_run:
+            if generation != self._generation or process is not self.spare:
+                return
+            if event.type == events.RUNTIME_EXITED and event.data.get("expected"):
+                return
+        elif event.type == events.RUNTIME_EXITED and event.data.get("killed_for_cancel"):
+            # Stop had to kill the run's process: the job's outcome says so; the spare is already there.
+            event = Event(event.type, {**event.data, "expected": True}, time=event.time)
+        self._buffer_event(event)
+
+    def _buffer_event(self, event: Event) -> None:
         with self._lock:
             self._buffer.append(event)
             if len(self._buffer) > MAX_BUFFERED:
@@ -153,7 +272,7 @@ class RuntimeController(QObject):
         skipped = half - len(kept)
         if skipped:
             notice = Event(events.LOG, {"stream": "panel", "kind": "warning",
-                                        "text": f"… {skipped} log lines skipped to keep the window responsive "
+                                        "text": f"… {skipped} log events skipped to keep the window responsive "
                                                 "(the run history has them all)"})
             self._buffer = [*kept, notice, *self._buffer[half:]]
 
@@ -174,14 +293,14 @@ class RuntimeController(QObject):
                     self._wake.clear()
             if batch:
                 self._taken.clear()
-                self._emit_batch(batch)
+                self._emit_batch([line for event in batch for line in split_lines(event)])
                 self._taken.wait(ACK_WAIT_S)
 
     def _emit_batch(self, batch: list[Event]) -> None:
         self.eventsArrived.emit(batch)
         for event in batch:
-            if event.type in (events.READY, events.RUNTIME_EXITED, events.STARTUP_ERROR):
-                self.stateChanged.emit(self.state if event.type != events.RUNTIME_EXITED else EXITED)
+            if event.type in (events.WARM, events.READY, events.RUNTIME_EXITED, events.STARTUP_ERROR):
+                self.stateChanged.emit(self.state)
             if event.type == events.JOB_FINISHED and self.job_run is not None \
                     and event.job_id == self.job_run.job_id:
                 self.jobFinished.emit(self.job_run.outcome)

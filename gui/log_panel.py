@@ -176,6 +176,10 @@ class LogPanel(QWidget):
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.view.setFont(mono)
         self.view.setMinimumHeight(120)
+        self.live_line = QLabel()
+        self.live_line.setFont(mono)
+        self.live_line.setTextFormat(Qt.TextFormat.PlainText)
+        self.live_line.hide()
 
         self.model = PlacementModel(self)
         proxy = QSortFilterProxyModel(self)
@@ -205,7 +209,12 @@ class LogPanel(QWidget):
         right_layout.addWidget(self.table, 1)
         # The filter row spans the panel: under the log alone its width squeezed the placement table.
         splitter = QSplitter()
-        splitter.addWidget(self.view)
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(self.view, 1)
+        left_layout.addWidget(self.live_line)
+        splitter.addWidget(left)
         splitter.addWidget(right)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
@@ -221,9 +230,16 @@ class LogPanel(QWidget):
         lines: list[tuple[str, str]] = []
         placements: list[dict[str, Any]] = []
         for event in batch:
+            if event.type == events.LOG and event.data.get("partial"):
+                # A progress bar redrawing its line with "\r": one live line, replaced until the line ends.
+                self.live_line.setText(str(event.data.get("text", "")))
+                self.live_line.show()
+                continue
             entry = event_log_entry(event)
             if entry is not None:
                 lines.append(entry)
+                if event.type == events.LOG:
+                    self.live_line.hide()
             if event.type == events.PLACEMENT:
                 placements.append(event.data)
             elif event.type == events.FALLBACK:

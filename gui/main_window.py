@@ -37,7 +37,7 @@ from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
+from tf_device_panel.gui.controller import BUSY, EXITED, READY, RuntimeController
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
 from tf_device_panel.gui.history_panel import HistoryPanel
@@ -290,22 +290,10 @@ class MainWindow(QMainWindow):
 
     def _refresh_status(self) -> None:
         state = self.controller.state
-        runtime = self.controller.runtime
         applied = self.controller.applied
         summary = applied.summary() if applied else ""
         stale = self.config_panel.is_stale and state not in (EXITED, "not started")
-        if state in (READY, BUSY):
-            info = self.controller.ready_info or {}
-            text = (f"Runtime {'busy' if state == BUSY else 'ready'} — pid {info.get('pid')}, "
-                    f"TensorFlow {info.get('tf_version')}, {summary}")
-        elif state == STARTING:
-            text = f"Runtime starting… ({summary})"
-        elif state == EXITED and runtime is not None and runtime.exit_info is not None:
-            text = f"Runtime exited: {runtime.exit_info['description']}"
-            if runtime.startup_error:
-                text = "Runtime exited: " + runtime.failure_message()
-        else:
-            text = f"Runtime {state}"
+        text = f"Runtime: {self.controller.status_text()} — {summary}" if summary else "Runtime not started"
         if stale:
             text = "⟳ STALE (configuration changed; Apply to restart) — " + text
         self.runtime_label.setText(text)

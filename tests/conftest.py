@@ -21,12 +21,11 @@ import psutil
 import pytest
 from helpers import children_alive, wait_until
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runtime import READY, RuntimeProcess
+from tf_device_panel.core.runtime import RuntimeProcess
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt's qapp makes the QApplication
 
 LEAK_WAIT_S = 10.0  # what a test started may take to end by itself after the test (a cancel's grace timer)
-SHARED_PIDS: set[int] = set()  # runtimes deliberately kept across tests (SharedRuntime)
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +53,7 @@ def no_child_process_left() -> Iterator[None]:
     yield
 
     def left() -> list[psutil.Process]:
-        return [p for p in children_alive() if p.pid not in before and p.pid not in SHARED_PIDS]
+        return [p for p in children_alive() if p.pid not in before]
 
     with contextlib.suppress(AssertionError):
         wait_until(lambda: not left(), timeout=LEAK_WAIT_S, interval=0.1)
@@ -152,53 +151,9 @@ def start_runtime() -> Iterator[Callable[..., RuntimeProcess]]:
         assert runtime.wait_exited(10), "runtime did not exit"
 
 
-class SharedRuntime:
-    """One runtime that a module's tests take turns on (starting one costs seconds). A test that leaves it
-    anything but ready and idle (a job still running, or the runtime killed) has it replaced, so the next
-    test never finds it busy."""
-
-    def __init__(self, config: DeviceConfig):
-        self.config = config
-        self.runtime: RuntimeProcess | None = None
-
-    def take(self) -> RuntimeProcess:
-        if self.runtime is None or self.runtime.state != READY:
-            self.discard()
-            runtime = RuntimeProcess(self.config)
-            runtime.start()
-            if runtime.pid is not None:
-                SHARED_PIDS.add(runtime.pid)
-            self.runtime = runtime
-            runtime.wait_ready()
-        while self.runtime.next_event(0) is not None:  # start-up events, or a previous test's leftovers
-            pass
-        return self.runtime
-
-    def give_back(self) -> None:
-        if self.runtime is not None and self.runtime.state != READY:
-            self.discard()
-
-    def discard(self) -> None:
-        runtime, self.runtime = self.runtime, None
-        if runtime is None:
-            return
-        if runtime.state != READY:
-            runtime.kill(reason="a test left it busy")
-        runtime.stop(timeout=5)
-        runtime.wait_exited(10)
-        SHARED_PIDS.discard(runtime.pid or -1)
-
-
-@pytest.fixture(scope="module")
-def _three_cpus_shared() -> Iterator[SharedRuntime]:
-    shared = SharedRuntime(DeviceConfig(cpu_devices=3))
-    yield shared
-    shared.discard()
-
-
 @pytest.fixture
-def three_cpus(_three_cpus_shared: SharedRuntime) -> Iterator[RuntimeProcess]:
-    """A ready, idle runtime with 3 logical CPUs, shared by a module's tests; replaced after a test that
-    leaves it busy or dead."""
-    yield _three_cpus_shared.take()
-    _three_cpus_shared.give_back()
+def three_cpus(start_runtime: Callable[..., RuntimeProcess]) -> RuntimeProcess:
+    """A warm process with 3 logical CPUs, ready for one job (every run has a fresh process)."""
+    runtime = start_runtime(DeviceConfig(cpu_devices=3))
+    runtime.wait_ready()
+    return runtime

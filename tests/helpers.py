@@ -63,8 +63,14 @@ def of_type(seen: list[Event], kind: str) -> list[Event]:
 
 
 def output_line(text: str) -> Callable[[Event], bool]:
-    """Matches the log event of a line the job printed."""
-    return lambda e: e.type == events.LOG and e.data.get("text") == text
+    """Matches the log event of a line the job printed (plain output may come as a block of lines)."""
+    return lambda e: e.type == events.LOG and not e.data.get("partial") and text in e.data.get("text", "").split("\n")
+
+
+def output_lines(seen: list[Event]) -> list[str]:
+    """Every finished line the job printed, blocks of plain output split into their lines."""
+    return [line for e in seen if e.type == events.LOG and e.data.get("kind") == "output" and not e.data.get("partial")
+            for line in e.data["text"].split("\n")]
 
 
 def progress_at_least(done: float) -> Callable[[Event], bool]:

@@ -21,7 +21,8 @@ def test_a_run_is_recorded_as_it_happens(panel_home: Path) -> None:
     assert summary["devices"]["logical"][1]["short_name"] == "/CPU:1"
     recorded = history.events(outcome.run_id)
     kinds = [e.type for e in recorded]
-    assert kinds[0] == events.JOB_STARTED and kinds[-1] == events.JOB_FINISHED
+    assert kinds.index(events.WARM) < kinds.index(events.READY) < kinds.index(events.JOB_STARTED)
+    assert kinds[-1] == events.JOB_FINISHED and summary["returncode"] == 0
     assert {e.data["short_device"] for e in recorded if e.type == events.PLACEMENT} == {"/CPU:0", "/CPU:1"}
 
 
@@ -31,6 +32,7 @@ def test_crash_mid_run_keeps_what_was_written(panel_home: Path) -> None:
     run.attach("job-1")
     run.feed(Event(events.JOB_STARTED, {"job": "fit"}, job_id="job-1"))
     run.feed(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "epoch 1"}, job_id="job-1"))
+    run.feed(Event(events.PROGRESS, {"done": 1, "total": 2, "message": ""}, job_id="job-1"))  # output flushed
     assert run.recorder is not None
     folder = run.recorder.folder
     with (folder / "events.jsonl").open("a") as handle:  # a line cut short by a crash
@@ -38,7 +40,7 @@ def test_crash_mid_run_keeps_what_was_written(panel_home: Path) -> None:
     summary = json.loads((folder / "run.json").read_text())
     summary["client_pid"] = 2**22 + 12345  # a client that no longer exists
     (folder / "run.json").write_text(json.dumps(summary))
-    assert [e.type for e in history.events(run.recorder.run_id)] == [events.JOB_STARTED, events.LOG]
+    assert [e.type for e in history.events(run.recorder.run_id)] == [events.JOB_STARTED, events.LOG, events.PROGRESS]
     assert history.summaries()[0]["status"] == "interrupted"
 
 

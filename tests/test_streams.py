@@ -1,29 +1,20 @@
-"""The runtime's streams demultiplexed from raw bytes: lines, log and placement events, fences. No processes."""
+"""A run's streams demultiplexed from raw bytes: lines, live `\\r` lines, log and placement events. No processes."""
 
 from __future__ import annotations
 
 from tf_device_panel.core import events, placement
 from tf_device_panel.core.events import Event
-from tf_device_panel.core.streams import EVENTS, FENCE_PREFIX, STDERR, STDOUT, StreamDemux
+from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux, split_lines
 
 EAGER = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
          "/job:localhost/replica:0/task:0/device:CPU:1")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(job: str | None = "j1") -> tuple[StreamDemux, list[Event], list[str], Clock]:
+def make(job: str | None = "j1") -> tuple[StreamDemux, list[Event], list[str]]:
     delivered: list[Event] = []
     lines: list[str] = []
-    clock = Clock()
-    demux = StreamDemux(delivered.append, job_id=lambda: job, on_line=lines.append, clock=clock)
-    return demux, delivered, lines, clock
+    demux = StreamDemux(delivered.append, job_id=lambda: job, on_line=lines.append)
+    return demux, delivered, lines
 
 
 def closing(job_id: str = "j1") -> bytes:
@@ -31,12 +22,8 @@ def closing(job_id: str = "j1") -> bytes:
             + Event(events.JOB_FINISHED, {"status": "ok"}, job_id=job_id).encode())
 
 
-def fence(job_id: str = "j1") -> bytes:
-    return f"{FENCE_PREFIX}{job_id}\n".encode()
-
-
 def test_lines_split_across_reads_become_one_event_each() -> None:
-    demux, delivered, lines, _ = make()
+    demux, delivered, lines = make()
     demux.feed(STDOUT, b"hel")
     assert delivered == []
     demux.feed(STDOUT, b"lo\r\nwor")
@@ -49,7 +36,7 @@ def test_lines_split_across_reads_become_one_event_each() -> None:
 
 
 def test_placement_lines_become_placement_events() -> None:
-    demux, delivered, _, _ = make()
+    demux, delivered, _ = make()
     demux.feed(STDERR, EAGER.encode() + b"\n")
     (event,) = delivered
     assert event.type == events.PLACEMENT and event.data["short_device"] == "/CPU:1"
@@ -57,14 +44,14 @@ def test_placement_lines_become_placement_events() -> None:
 
 
 def test_a_tensorflow_message_continues_on_unprefixed_stderr_lines_of_the_same_write() -> None:
-    demux, delivered, _, _ = make()
+    demux, delivered, _ = make()
     demux.feed(STDERR, b"W0000 00:00:1.0 1 cuda.cc:1] could not load libcudart\n  detail line\n")
     demux.feed(STDERR, b"plain output\n")  # a later write starts afresh
     assert [e.data["kind"] for e in delivered] == [placement.WARNING, placement.WARNING, placement.OUTPUT]
 
 
 def test_events_pass_through_and_a_bad_line_is_reported_not_fatal() -> None:
-    demux, delivered, _, _ = make()
+    demux, delivered, _ = make()
     progress = Event(events.PROGRESS, {"done": 1, "total": 2, "message": "half"}, job_id="j1")
     demux.feed(EVENTS, progress.encode()[:10])
     demux.feed(EVENTS, progress.encode()[10:] + b"\n{not json\n")
@@ -72,71 +59,33 @@ def test_events_pass_through_and_a_bad_line_is_reported_not_fatal() -> None:
     assert delivered[1].type == events.LOG and "unreadable event" in delivered[1].data["text"]
 
 
-def test_a_result_waits_for_the_fence_on_both_output_streams() -> None:
-    demux, delivered, lines, _ = make()
-    demux.feed(EVENTS, closing())
-    demux.release()
-    assert delivered == [] and demux.holding
-    demux.feed(STDOUT, b"last words\n" + fence())
-    assert [e.type for e in delivered] == [events.LOG]  # stderr's fence is still missing
-    demux.feed(STDERR, fence() + b"after\n")
-    assert [e.type for e in delivered] == [events.LOG, events.RESULT, events.JOB_FINISHED, events.LOG]
-    assert FENCE_PREFIX not in "".join(lines)  # fences are markers, never output
+def test_closing_events_are_kept_for_the_client_and_nothing_else_is_held() -> None:
+    demux, delivered, _ = make()
+    demux.feed(EVENTS, closing() + Event(events.PROGRESS, {"done": 1, "total": 1, "message": ""}).encode())
+    assert [e.type for e in delivered] == [events.PROGRESS]
+    assert [e.type for e in demux.closing] == [events.RESULT, events.JOB_FINISHED]
 
 
-def test_later_events_keep_their_place_behind_a_held_one() -> None:
-    demux, delivered, _, _ = make()
-    demux.feed(EVENTS, closing() + Event(events.RUNTIME_EXITED, {"description": "exited"}).encode())
-    assert delivered == []
-    demux.feed(STDOUT, fence())
-    demux.feed(STDERR, fence())
-    assert [e.type for e in delivered] == [events.RESULT, events.JOB_FINISHED, events.RUNTIME_EXITED]
+def test_a_carriage_return_fragment_is_a_live_line_replaced_by_the_finished_line() -> None:
+    demux, delivered, lines = make()
+    demux.feed(STDOUT, b"\r 10%")
+    demux.feed(STDOUT, b"\r 50%")
+    demux.feed(STDOUT, b"\r 50%")  # the same drawing again: nothing new to show
+    demux.feed(STDOUT, b"\r100%\nnext")
+    assert [(e.data["text"], bool(e.data.get("partial"))) for e in delivered] == [
+        (" 10%", True), (" 50%", True), ("100%", False)]
+    assert lines == ["100%"]
+    demux.close(STDOUT)
+    assert delivered[-1].data["text"] == "next" and not delivered[-1].data.get("partial")
 
 
-def test_a_missing_fence_is_waited_for_only_so_long() -> None:
-    demux, delivered, _, clock = make()
-    demux.feed(EVENTS, closing())
-    clock.now += 1.0
-    demux.release()
-    assert delivered == []
-    clock.now += 1.5
-    demux.release()
-    assert [e.type for e in delivered] == [events.RESULT, events.JOB_FINISHED]
-
-
-def test_a_closed_stream_no_longer_owes_its_fence_and_force_releases_all() -> None:
-    demux, delivered, _, _ = make()
-    demux.feed(EVENTS, closing())
-    demux.feed(STDOUT, fence())
-    demux.close(STDERR)
-    demux.release()
-    assert [e.type for e in delivered] == [events.RESULT, events.JOB_FINISHED]
-    demux.feed(EVENTS, closing("j2"))
-    demux.release()
-    assert len(delivered) == 2
-    demux.release(force=True)
-    assert [e.job_id for e in delivered[2:]] == ["j2", "j2"]
-
-
-def test_ready_waits_for_the_ready_fence_and_lines_belong_to_the_job_running_then() -> None:
-    running: list[str | None] = [None]
-    delivered: list[Event] = []
-
-    def deliver(event: Event) -> None:
-        delivered.append(event)
-        if event.type == events.JOB_FINISHED:
-            running[0] = None
-
-    running[0] = "j1"
-    demux = StreamDemux(deliver, job_id=lambda: running[0])
-    demux.feed(EVENTS, closing())
-    # The fence and a following line in one read: the line comes after the job ended.
-    demux.feed(STDERR, fence())
-    demux.feed(STDOUT, b"job line\n" + fence() + b"idle line\n")
-    assert [(e.type, e.job_id) for e in delivered] == [
-        (events.LOG, "j1"), (events.RESULT, "j1"), (events.JOB_FINISHED, "j1"), (events.LOG, None)]
-    demux.feed(EVENTS, Event(events.READY, {"pid": 1}).encode())
-    assert delivered[-1].type == events.LOG
-    demux.feed(STDOUT, f"{FENCE_PREFIX}ready\n".encode())
-    demux.feed(STDERR, f"{FENCE_PREFIX}ready\n".encode())
-    assert delivered[-1].type == events.READY
+def test_plain_output_comes_as_one_block_and_tensorflow_lines_one_by_one() -> None:
+    demux, delivered, lines = make()
+    demux.feed(STDOUT, b"".join(f"line {i}\n".encode() for i in range(100)))
+    (block,) = delivered
+    assert block.data["kind"] == placement.OUTPUT
+    assert block.data["text"].split("\n") == [f"line {i}" for i in range(100)]
+    assert split_lines(block)[7].data["text"] == "line 7" and len(split_lines(block)) == 100
+    assert lines == [f"line {i}" for i in range(60, 100)]  # the client keeps only the last lines anyway
+    demux.feed(STDERR, b"plain\n" + EAGER.encode() + b"\n")
+    assert [e.type for e in delivered[1:]] == [events.LOG, events.PLACEMENT]

@@ -1,12 +1,10 @@
-"""What a job sees while it runs in the runtime process: progress, cancellation, fallbacks."""
+"""What a job sees while it runs in its run process: progress, cancellation, fallbacks."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from tf_device_panel.core import events
@@ -38,9 +36,6 @@ class JobContext:
         self._progress_lock = threading.Lock()
         self._held_progress: tuple[float, float, str] | None = None
         self._progress_timer: threading.Timer | None = None
-        self._interrupt_lock = threading.Lock()
-        self._interruptible_thread: int | None = None
-        self._interrupted = False
 
     def emit(self, event_type: str, /, **data: Any) -> None:
         self._emit(events.Event(event_type, data, job_id=self.job_id))
@@ -89,40 +84,6 @@ class JobContext:
         if self.cancel_requested.is_set():
             raise JobCancelled("cancelled by the user")
 
-    @contextlib.contextmanager
-    def interruptible(self) -> Iterator[None]:
-        """Run code that never checks for cancellation (a user's script): `interrupt` raises JobCancelled in it.
-
-        The exception can only land inside this block, never in the runtime's own reporting after it,
-        which would end the job's thread without its closing events.
-        """
-        with self._interrupt_lock:
-            self._interruptible_thread = threading.get_ident()
-        try:
-            yield
-        finally:
-            self._close_interrupt_window()
-
-    def _close_interrupt_window(self) -> None:
-        while True:
-            try:
-                with self._interrupt_lock:
-                    thread, self._interruptible_thread = self._interruptible_thread, None
-                    if thread is not None and self._interrupted:
-                        _set_async_exception(thread, None)  # withdraw it if it has not landed yet
-                return
-            except JobCancelled:  # it landed here, after the code it was meant for had ended
-                continue
-
-    def interrupt(self) -> bool:
-        """Raise JobCancelled in the job's thread if it is inside `interruptible`; at most once per job."""
-        with self._interrupt_lock:
-            if self._interruptible_thread is None or self._interrupted:
-                return False
-            self._interrupted = True
-            _set_async_exception(self._interruptible_thread, JobCancelled)
-            return True
-
     def check_placement(self, requested: str, actual: str, op: str) -> bool:
         """Report a soft-placement fallback when an op did not run where it was pinned. True if it did."""
         if not requested or canonical_device(requested) == short_device_name(actual):
@@ -133,8 +94,3 @@ class JobContext:
         self.emit(events.FALLBACK, **fallback)
         return False
 
-
-def _set_async_exception(thread: int, exception: type[BaseException] | None) -> None:
-    """Schedule `exception` in another thread, or with None withdraw the one scheduled (NULL in C)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
-                                               None if exception is None else ctypes.py_object(exception))

@@ -1,0 +1,162 @@
+"""The supervisor between the panel and one run process: nothing a run starts outlives it.
+
+Started by `core.runtime.RuntimeProcess` as `python -m tf_device_panel.core.supervisor -- ARGV...`. It makes
+itself a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`), so every process the run starts, even one that
+calls `setsid` or double-forks, stays its descendant; it starts the run process (ARGV), and when that
+exits it ends every remaining descendant and exits with the run's own status (the same signal when the
+run was killed by one), so its parent sees what a bare `python file.py` would have given.
+
+Signals it takes from the panel:
+- SIGINT and SIGTERM are forwarded to the run process (Ctrl+C, then a polite termination);
+- SIGHUP ends the run process and every descendant at once (the panel gave up waiting, or the panel
+  died: the supervisor's parent-death signal is SIGHUP). Not SIGTERM: that one belongs to the run, whose
+  script may handle it (save a checkpoint) as it would in a terminal.
+
+Kept free of the panel's other modules (and of TensorFlow), so it starts in a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+PARENT_PID_ENV = "TF_DEVICE_PANEL_PARENT_PID"  # the same variable core.processes sets
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+TERM_WAIT_S = 1.0   # what a leftover descendant gets between SIGTERM and SIGKILL
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root`, read from /proc (no psutil: this process must start fast)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:  # it ended while we looked
+            continue
+        # The command name may hold spaces and parentheses: the fields after its last ')' are fixed.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields[0] == b"Z":
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def reap_all() -> None:
+    """Collect every exited child (orphans that came to this subreaper included), without blocking."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def end_descendants(grace_s: float) -> None:
+    """SIGTERM every descendant, then SIGKILL those still there after `grace_s`; loops until none is left,
+    since a process being ended may still start another."""
+    deadline = time.monotonic() + grace_s
+    signal_all(descendants(os.getpid()), signal.SIGTERM)
+    while True:
+        reap_all()
+        left = descendants(os.getpid())
+        if not left:
+            return
+        if time.monotonic() >= deadline:
+            signal_all(left, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+class Supervisor:
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self.run: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []
+        self.kill_everything = False
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            self.kill_everything = True
+            signal_all(descendants(os.getpid()), signal.SIGKILL)
+        elif self.run is None:
+            self.pending.append(signum)
+        else:
+            signal_all([self.run.pid], signum)
+
+    def main(self) -> int:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.on_signal)
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        parent = os.environ.pop(PARENT_PID_ENV, "")
+        if parent.isdigit():
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
+            if os.getppid() != int(parent):  # the parent died before we asked
+                return 1
+        # The run process's own parent-death signal names this process (core.processes.die_with_parent).
+        env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
+        fds = tuple(int(fd) for fd in os.environ.get("TF_DEVICE_PANEL_PASS_FDS", "").split(",") if fd)
+        self.run = subprocess.Popen(self.argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL)
+        for fd in fds:
+            os.close(fd)  # only the run process holds them: their other ends see end-of-file when it exits
+        for pending in self.pending:
+            signal_all([self.run.pid], pending)
+        if self.kill_everything:
+            signal_all([self.run.pid], signal.SIGKILL)
+        status = self.wait_for_run()
+        end_descendants(0.0 if self.kill_everything else TERM_WAIT_S)
+        return status
+
+    def wait_for_run(self) -> int:
+        """The run's wait status as Popen gives it (negative: killed by that signal); reaps orphans meanwhile."""
+        assert self.run is not None
+        while True:
+            pid, status = os.waitpid(-1, 0)
+            if pid == self.run.pid:
+                self.run.returncode = os.waitstatus_to_exitcode(status)
+                return self.run.returncode
+
+
+def exit_like(status: int) -> None:
+    """Leave with the run's status: the same exit code, or death by the same signal."""
+    sys.stdout.flush()
+    if status >= 0:
+        os._exit(status)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the run already dumped core if it was going to
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL's action cannot be set, and needs not be
+        signal.signal(-status, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [-status])
+    os.kill(os.getpid(), -status)
+    os._exit(128 - status)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print("usage: python -m tf_device_panel.core.supervisor -- COMMAND...", file=sys.stderr)
+        sys.exit(2)
+    exit_like(Supervisor(args).main())

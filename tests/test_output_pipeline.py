@@ -1,0 +1,178 @@
+"""The output pipeline under a flood: lossless on Ctrl+C and SIGTERM, the record always finalized, the CLI's
+memory bounded; and the run record's compact layout, cap and compatibility with old records."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import ROOT, wait_until
+from tf_device_panel.core import events
+from tf_device_panel.core.cli_output import RunPrinter
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.session import JobRun
+
+FLOOD = """
+    import itertools, sys
+    count = itertools.count() if "--endless" in sys.argv else range(1_000_000)
+    for i in count:
+        print(f"line {i}")
+"""
+
+
+def start_flood(tmp_path: Path, sink: Path | None, *extra: str) -> subprocess.Popen[bytes]:
+    script = tmp_path / "flood.py"
+    script.write_text(textwrap.dedent(FLOOD))
+    out = sink.open("wb") if sink is not None else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}", *extra],
+                            cwd=ROOT, stdout=out, stderr=subprocess.PIPE, env=os.environ.copy())
+
+
+def recorded_output(panel_home: Path) -> Path | None:
+    runs = sorted((panel_home / "runs").glob("*/output.txt")) if (panel_home / "runs").is_dir() else []
+    return runs[-1] if runs else None
+
+
+def output_bytes(panel_home: Path) -> int:
+    output = recorded_output(panel_home)
+    return output.stat().st_size if output is not None else 0
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_a_flood_loses_nothing_and_finalizes_the_record(tmp_path: Path, panel_home: Path,
+                                                                        stop: signal.Signals) -> None:
+    printed = tmp_path / "printed.txt"
+    process = start_flood(tmp_path, printed)
+    try:
+        wait_until(lambda: output_bytes(panel_home) > 200_000, timeout=120, message="the flood never started")
+        process.send_signal(stop)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert b"Traceback" not in err, err
+    assert process.returncode == 130  # the script ended by Ctrl+C (the CLI cancels on SIGTERM and SIGHUP alike)
+    (summary,) = RunHistory().summaries()
+    assert summary["status"] == "cancelled"
+    lines = RunHistory().events(summary["run_id"])
+    texts = [e.data["text"] for e in lines if e.type == events.LOG and e.data.get("stream") == "stdout"]
+    assert 20_000 < len(texts) < 1_000_000, "the signal did not land during the flood"
+    assert texts == [f"line {i}" for i in range(len(texts))]  # every line, in order, none lost
+    shown = [line for line in printed.read_text().splitlines() if line.startswith("  | line ")]
+    assert shown == [f"  | line {i}" for i in range(len(texts))]  # the terminal saw exactly the same lines
+
+
+def test_an_endless_flood_keeps_the_cli_small(tmp_path: Path, panel_home: Path) -> None:
+    process = start_flood(tmp_path, None, "-p", "args=--endless")
+    peak = [0]
+
+    def flooded_far() -> bool:
+        peak[0] = max(peak[0], psutil.Process(process.pid).memory_info().rss)
+        return output_bytes(panel_home) > 40_000_000  # well over 3M lines
+
+    try:
+        wait_until(flooded_far, timeout=240, interval=0.1, message="the flood did not get far")
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
+    assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+def test_a_closed_stdout_cancels_the_run_and_finalizes_the_record(tmp_path: Path, panel_home: Path) -> None:
+    script = tmp_path / "flood.py"
+    script.write_text(textwrap.dedent(FLOOD))
+    command = (f"{sys.executable} -m tf_device_panel run script -p path={script} -p args=--endless | head -n 5000"
+               " > /dev/null")
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env=os.environ.copy())
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+def line_event(text: str, stream: str = "stdout") -> Event:
+    return Event(events.LOG, {"stream": stream, "kind": "output", "text": text}, job_id="job-1")
+
+
+def test_the_record_is_raw_text_past_the_cap_head_and_tail_with_the_count_dropped(panel_home: Path) -> None:
+    run = JobRun("script", {}, DeviceConfig(), None, RunHistory(cap_bytes=80_000))
+    run.attach("job-1")
+    run.feed(Event(events.JOB_STARTED, {"job": "script"}, job_id="job-1"))
+    for block in range(100):
+        run.feed(line_event("\n".join(f"line {block * 100 + i}" for i in range(100))))
+    run.feed(line_event("a warning", "stderr"))
+    run.feed(Event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
+    assert run.recorder is not None
+    folder = run.recorder.folder
+    summary = json.loads((folder / "run.json").read_text())
+    kept = sum(path.stat().st_size for path in folder.glob("output*"))
+    assert kept <= 80_000 * 1.05 and summary["output"]["lines"] == 10_001
+    dropped = summary["output"]["dropped_lines"]
+    assert dropped > 0
+    loaded = RunHistory().events(run.recorder.run_id)
+    texts = [e.data["text"] for e in loaded if e.type == events.LOG]
+    notice = next(i for i, text in enumerate(texts) if "lines dropped" in text)
+    assert texts[:notice] == [f"line {i}" for i in range(notice)]  # the head
+    assert texts[-2:] == ["line 9999", "a warning"]  # the tail, the stream switch kept
+    assert len(texts) - 1 == 10_001 - dropped
+    assert loaded[0].type == events.JOB_STARTED and loaded[-1].type == events.JOB_FINISHED
+
+
+def test_the_record_is_compact(panel_home: Path) -> None:
+    run = JobRun("script", {}, DeviceConfig(), None, RunHistory())
+    run.attach("job-1")
+    raw = 0
+    for block in range(100):
+        text = "\n".join(f"line {block * 1000 + i}" for i in range(1000))
+        raw += len(text) + 1
+        run.feed(line_event(text))
+    run.feed(Event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
+    assert run.recorder is not None
+    stored = sum(path.stat().st_size for path in run.recorder.folder.iterdir() if path.name != "run.json")
+    assert stored <= 1.5 * raw
+
+
+def test_a_record_written_before_the_raw_output_layout_still_opens(panel_home: Path) -> None:
+    folder = panel_home / "runs" / "20260101-000000-matmul-abcdef"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"run_id": folder.name, "job": "matmul", "status": "ok",
+                                                 "started": 1.0, "client_pid": os.getpid()}))
+    old = [Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+           Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "hello"}, job_id="j"),
+           Event(events.JOB_FINISHED, {"status": "ok"}, job_id="j")]
+    (folder / "events.jsonl").write_text("".join(json.dumps(e.to_json()) + "\n" for e in old))
+    loaded = RunHistory().events(folder.name)
+    assert [e.type for e in loaded] == [events.JOB_STARTED, events.LOG, events.JOB_FINISHED]
+    assert loaded[1].data["text"] == "hello"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_progress_bar_is_redrawn_in_place_on_a_terminal_only(terminal: bool) -> None:
+    out = Terminal() if terminal else io.StringIO()
+    printer = RunPrinter(False, out)
+    for text in ("1/3 [=>  ]", "2/3 [==> ]"):
+        printer(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": text, "partial": True}))
+    printer(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "3/3 [===]"}))
+    if terminal:
+        assert out.getvalue() == ("\r\x1b[K  | 1/3 [=>  ]\r\x1b[K  | 2/3 [==> ]\r\x1b[K  | 3/3 [===]\n")
+    else:
+        assert out.getvalue() == "  | 3/3 [===]\n"
