@@ -1,4 +1,6 @@
-"""Running jobs in a real runtime from tests, independent of the shared fixtures in conftest."""
+"""Running jobs in real run processes from tests, independent of the shared fixtures in conftest.
+
+Every run has a fresh process of its own (as in the product), so a test names a configuration, not a runtime."""
 
 from __future__ import annotations
 
@@ -28,10 +30,16 @@ def runtime_with(config: DeviceConfig) -> Iterator[RuntimeProcess]:
         assert runtime.wait_exited(10), "runtime did not exit"
 
 
-def run_job(runtime: RuntimeProcess, job: str, params: dict[str, Any] | None = None,
+def run_job(config: DeviceConfig, job: str, params: dict[str, Any] | None = None,
             timeout: float = 180.0) -> tuple[Any, dict[str, Any] | None, list[Event]]:
-    """Run one job to its end: (result or None, error or None, every event seen meanwhile)."""
-    job_id = runtime.submit(job, params or {})
+    """Run one job in a fresh process with `config` to its end: (result or None, error or None, every event
+    seen meanwhile)."""
+    with runtime_with(config) as runtime:
+        return _finish(runtime, runtime.submit(job, params or {}), job, timeout)
+
+
+def _finish(runtime: RuntimeProcess, job_id: str, job: str,
+            timeout: float) -> tuple[Any, dict[str, Any] | None, list[Event]]:
     deadline = time.monotonic() + timeout
     seen: list[Event] = []
     while time.monotonic() < deadline:

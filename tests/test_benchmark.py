@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from job_helpers import run_job, runtime_with
+from job_helpers import run_job
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.jobs.benchmark import NUMPY_ROW, best_per_size, check_rows, cpu_peak
 
@@ -59,11 +59,11 @@ def test_best_per_size_names_the_fastest_device_and_its_ratio() -> None:
 def test_time_grows_with_repeats_and_figures_are_plausible() -> None:
     # 1024: large enough that the fixed cost of a call (launch, fetch, thread wake-up) is small beside one matmul
     params = {"sizes": "1024", "dtypes": "float32", "devices": "/CPU:0"}
-    with runtime_with(DeviceConfig(log_placement=False)) as runtime:
-        one, error, _ = run_job(runtime, "benchmark", {**params, "repeats": 1})
-        assert error is None, error
-        ten, error, _ = run_job(runtime, "benchmark", {**params, "repeats": 10})
-        assert error is None, error
+    config = DeviceConfig(log_placement=False)
+    one, error, _ = run_job(config, "benchmark", {**params, "repeats": 1})
+    assert error is None, error
+    ten, error, _ = run_job(config, "benchmark", {**params, "repeats": 10})
+    assert error is None, error
 
     def tf_row(result: dict) -> dict:
         (row,) = [r for r in result["rows"] if r["device"] == "/CPU:0"]

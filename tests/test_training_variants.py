@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
-from job_helpers import run_job, runtime_with
+from job_helpers import run_job
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.jobs.context import JobError
 from tf_device_panel.core.jobs.training import learning_rate_for, nccl_unavailable
-from tf_device_panel.core.runtime import RuntimeProcess
 
 
 def test_nccl_needs_gpus_and_the_learning_rate_table_is_the_seeds() -> None:
@@ -22,13 +20,12 @@ def test_nccl_needs_gpus_and_the_learning_rate_table_is_the_seeds() -> None:
         learning_rate_for("by-global-batch", 6, 0.01)
 
 
-@pytest.fixture(scope="module")
-def two_cpus() -> Iterator[RuntimeProcess]:
-    with runtime_with(DeviceConfig(cpu_devices=2, log_placement=False)) as runtime:
-        yield runtime
+@pytest.fixture
+def two_cpus() -> DeviceConfig:
+    return DeviceConfig(cpu_devices=2, log_placement=False)
 
 
-def test_nccl_on_cpus_says_so_and_uses_hierarchical_copy_then_evaluates(two_cpus: RuntimeProcess) -> None:
+def test_nccl_on_cpus_says_so_and_uses_hierarchical_copy_then_evaluates(two_cpus: DeviceConfig) -> None:
     result, error, _ = run_job(two_cpus, "fit", {"epochs": 2})
     assert error is None, error
     assert result["requested_cross_device_ops"] == "NcclAllReduce"
@@ -38,7 +35,7 @@ def test_nccl_on_cpus_says_so_and_uses_hierarchical_copy_then_evaluates(two_cpus
 
 
 @pytest.mark.parametrize("ops", ["HierarchicalCopyAllReduce", "ReductionToOneDevice"])
-def test_numpy_input_with_each_cross_device_op_and_the_lr_table(two_cpus: RuntimeProcess, ops: str) -> None:
+def test_numpy_input_with_each_cross_device_op_and_the_lr_table(two_cpus: DeviceConfig, ops: str) -> None:
     params = {"epochs": 3, "data": "numpy", "cross_device_ops": ops, "lr_rule": "by-global-batch",
               "evaluate": False}
     result, error, _ = run_job(two_cpus, "fit", params)
@@ -48,7 +45,7 @@ def test_numpy_input_with_each_cross_device_op_and_the_lr_table(two_cpus: Runtim
     assert result["loss"][-1] < result["loss"][0] and "evaluate" not in result
 
 
-def test_custom_loop_with_cross_device_ops_and_a_global_batch_off_the_table(two_cpus: RuntimeProcess) -> None:
+def test_custom_loop_with_cross_device_ops_and_a_global_batch_off_the_table(two_cpus: DeviceConfig) -> None:
     result, error, _ = run_job(two_cpus, "custom-loop", {"steps": 4, "cross_device_ops": "ReductionToOneDevice"})
     assert error is None, error
     assert result["cross_device_ops"] == "ReductionToOneDevice" and result["loss"][-1] < result["loss"][0]
@@ -58,11 +55,11 @@ def test_custom_loop_with_cross_device_ops_and_a_global_batch_off_the_table(two_
 
 
 def test_one_device_runs_under_the_default_strategy() -> None:
-    with runtime_with(DeviceConfig(log_placement=False)) as runtime:
-        result, error, _ = run_job(runtime, "custom-loop", {"steps": 3})
-        assert error is None, error
-        assert result["strategy"].startswith("default strategy") and result["replicas_in_sync"] == 1
-        assert result["cross_device_ops"] is None and result["loss"][-1] < result["loss"][0]
-        result, error, _ = run_job(runtime, "fit", {"epochs": 1, "devices": "/CPU:0"})  # named: mirrored
-        assert error is None, error
-        assert result["strategy"] == "MirroredStrategy"
+    one_cpu = DeviceConfig(log_placement=False)
+    result, error, _ = run_job(one_cpu, "custom-loop", {"steps": 3})
+    assert error is None, error
+    assert result["strategy"].startswith("default strategy") and result["replicas_in_sync"] == 1
+    assert result["cross_device_ops"] is None and result["loss"][-1] < result["loss"][0]
+    result, error, _ = run_job(one_cpu, "fit", {"epochs": 1, "devices": "/CPU:0"})  # named: mirrored
+    assert error is None, error
+    assert result["strategy"] == "MirroredStrategy"
