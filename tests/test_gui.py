@@ -416,7 +416,7 @@ def test_doctor_panel_runs_in_the_background_and_copies_a_report(qtbot, window: 
     assert "TensorFlow 2." in items["tensorflow"].text(1)
     if not window.doctor.facts.nvml.get("available"):
         driver = items["driver"]
-        assert driver.isExpanded() and any(driver.child(i).text(0) == "fix" for i in range(driver.childCount()))
+        assert driver.isExpanded() and any(driver.child(i).text(0) == "Fix" for i in range(driver.childCount()))
     window.doctor.copy_report()
     from PySide6.QtGui import QGuiApplication
 

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, collect_job, events_until, of_type, output_line, process_gone, progress_at_least, wait_until
+from helpers import collect_job, events_until, of_type, output_line, process_gone, progress_at_least, wait_until
 from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable
