@@ -134,6 +134,8 @@ class PlacementModel(QAbstractTableModel):
             return QBrush(QColor(255, 170, 0, 90))
         if role == Qt.ItemDataRole.ToolTipRole and row[4]:
             return "Soft placement moved this op: it was pinned to a device that does not exist"
+        if role == Qt.ItemDataRole.ToolTipRole and column == 0:
+            return row[0]  # a long graph node name is elided in its cell
         if role == Qt.ItemDataRole.FontRole and column == 2:
             font = QFont()
             font.setBold(True)
@@ -214,8 +216,12 @@ class LogPanel(QWidget):
         self.table.setModel(self.proxy)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(3, Qt.SortOrder.DescendingOrder)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        # The op name takes the room left and elides (hover for it); the table never scrolls sideways.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
         self.table.setMinimumWidth(280)

@@ -35,6 +35,7 @@ from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.config_panel import ConfigPanel
 from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
+from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
 from tf_device_panel.gui.history_panel import HistoryPanel
@@ -85,6 +86,9 @@ class MainWindow(QMainWindow):
         self.history_panel = HistoryPanel(self.history)
         self.doctor = DoctorPanel(self.config_panel.config)
         self.memory = MemoryPanel(shared_nvml())
+        self.device_map = DeviceMapPanel(
+            lambda: self.controller.applied.to_json() if self.controller.applied else None, self._nvml_by_tf_index)
+        self.memory.sampleShown.connect(self.device_map.on_sample)
 
         self.setCentralWidget(self.runs)
         config_scroll = QScrollArea()
@@ -104,9 +108,11 @@ class MainWindow(QMainWindow):
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
             "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.BottomDockWidgetArea),
+            "map": self._dock("Device map", self.device_map, Qt.DockWidgetArea.BottomDockWidgetArea),
         }
         self.tabifyDockWidget(self.docks["log"], self.docks["memory"])
-        self.docks["log"].raise_()
+        self.tabifyDockWidget(self.docks["log"], self.docks["map"])
+        self.docks["map"].raise_()  # the picture an instructor points at
         self.tabifyDockWidget(self.docks["history"], self.docks["doctor"])
         self.tabifyDockWidget(self.docks["devices"], self.docks["config"])
         self.docks["config"].raise_()
@@ -239,6 +245,7 @@ class MainWindow(QMainWindow):
     def _handle_events(self, batch: list[Event]) -> None:
         self.log.add_events(batch)
         self.memory.on_events(batch)
+        self.device_map.on_events(batch)
         for event in batch:
             if event.type == events.READY:
                 self._on_ready(event.data)
@@ -269,6 +276,11 @@ class MainWindow(QMainWindow):
         reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in info["logical"]])
+
+    def _nvml_by_tf_index(self, info: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        created = info.get("gpu_devices", [])
+        return {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
+                for d in info.get("physical", []) if d["device_type"] == "GPU"}
 
     @staticmethod
     def _gpu_name(info: dict[str, Any], index: int) -> str:

@@ -69,6 +69,8 @@ class _Bridge(QObject):
 
 
 class MemoryPanel(QWidget):
+    sampleShown = Signal(object)  # each telemetry Sample, on the GUI thread, once the table shows it
+
     def __init__(self, nvml: Nvml | None = None, *, interval_s: float = 0.5, start: bool = True,
                  parent: QWidget | None = None):
         super().__init__(parent)
@@ -216,6 +218,7 @@ class MemoryPanel(QWidget):
     def _on_sample(self, sample: Sample) -> None:
         self.last_sample = sample
         self._update_table(sample)
+        self.sampleShown.emit(sample)
 
     def _update_table(self, sample: Sample) -> None:
         names = {g.index: g for g in self.sampler.gpus}

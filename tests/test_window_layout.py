@@ -45,13 +45,17 @@ def widths(win: MainWindow) -> dict[str, int]:
 
 
 def sideways_scroll_bars(win: MainWindow) -> list[str]:
-    """Every visible horizontal scroll bar that can move, named by the widget that owns it."""
+    """Every horizontal scroll bar a person can see and move, named by the widget that owns it, with each
+    tabbed dock raised in turn (the docks behind a tab are "visible" to Qt, but off-screen)."""
     found = []
-    for area in win.findChildren(QAbstractScrollArea):
-        bar: QScrollBar = area.horizontalScrollBar()
-        if area.isVisible() and bar.isVisible() and bar.maximum() > 0:
-            found.append(f"{type(area).__name__} {area.objectName() or area.accessibleName()}")
-    return found
+    for raised in ("log", "memory", "map"):
+        win.docks[raised].raise_()
+        QApplication.processEvents()
+        for area in win.findChildren(QAbstractScrollArea):
+            bar: QScrollBar = area.horizontalScrollBar()
+            if area.isVisible() and not area.visibleRegion().isEmpty() and bar.isVisible() and bar.maximum() > 0:
+                found.append(f"{raised}: {type(area).__name__} {area.objectName() or area.accessibleName()}")
+    return sorted(set(found))
 
 
 def settle(qtbot, win: MainWindow) -> None:
