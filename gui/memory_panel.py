@@ -366,7 +366,7 @@ class MemoryPanel(QWidget):
         start = min(max(since if since is not None else first_sample, first_sample), now - MIN_SPAN_S)
         first = next(iter(self.plots.values()))
         pixels = max(int(first.getViewBox().width()), 100)
-        columns: dict[tuple[int, float, float], Columns] = {}  # series sampled together share their columns
+        columns: dict[tuple[Any, ...], Columns] = {}  # series sampled together share their columns
         for name, curve in self.curves.items():
             times, values = data.get(name, (np.empty(0), np.empty(0)))
             drawn = (len(times), times[-1] if len(times) else None, times[0] if len(times) else None, pixels)
@@ -374,10 +374,10 @@ class MemoryPanel(QWidget):
                 continue  # nothing new for this curve: handing pyqtgraph the same data costs a repaint
             self._drawn[name] = drawn
             # A min/max pair per two pixels: as many points as the plot has pixels, peaks kept.
-            key = drawn[:3]
-            if key not in columns:
-                columns[key] = columns_for(times, start, now, pixels // 2)
-            shown_times, shown_values = columns[key].apply(times, values)
+            same_times = drawn[:3]
+            if same_times not in columns:
+                columns[same_times] = columns_for(times, start, now, pixels // 2)
+            shown_times, shown_values = columns[same_times].apply(times, values)
             curve.setData(shown_times, shown_values)
         for key, plot in self.plots.items():
             if key == "cpu":

@@ -19,7 +19,7 @@ def test_gaps_stay_gaps_and_short_series_are_untouched() -> None:
     times = np.arange(5000, dtype=float)
     values = np.ones(5000)
     values[1000:2000] = np.nan
-    t, v = decimate(times, values, 0.0, 5000.0, 100)
+    _, v = decimate(times, values, 0.0, 5000.0, 100)
     assert np.isnan(v).any() and np.nanmax(v) == 1.0
     short_t, short_v = decimate(times[:50], values[:50], 0.0, 50.0, 100)
     assert np.array_equal(short_t, times[:50]) and np.array_equal(short_v, values[:50])
