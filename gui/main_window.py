@@ -146,6 +146,8 @@ class MainWindow(QMainWindow):
         self.config_panel.snippet_button.clicked.connect(self.show_snippet)
         self.runs.runRequested.connect(self.run_job)
         self.runs.stopRequested.connect(self.stop_job)
+        self.history_panel.runAgainRequested.connect(self.run_again)
+        self.history_panel.applyConfigRequested.connect(self.apply_from_history)
         self.history_panel.refresh()
         self.devices.doctor_button.clicked.connect(self.open_doctor)
 
@@ -235,6 +237,19 @@ class MainWindow(QMainWindow):
             self.log.start_job()
             self.runs.job_started(job)
         self._refresh_status()
+
+    def run_again(self, job: str, params: dict[str, Any]) -> None:
+        """A past run's job and parameters in the form, run at once when the runtime is ready."""
+        self.runs.load_params(job, params)
+        if self.runs.run_button.isEnabled():
+            self.runs.run_button.click()
+        else:
+            self.statusBar().showMessage(f"{job}'s parameters are in the form; press Run once the runtime is "
+                                         "ready", 10_000)
+
+    def apply_from_history(self, config: DeviceConfig) -> None:
+        self.config_panel.set_config(config)
+        self.apply_current()
 
     def _on_events(self, batch: list[Event]) -> None:
         try:

@@ -340,3 +340,39 @@ def test_snippet_and_code_are_monospace_with_copy(qtbot, window: MainWindow) -> 
         dialog.close()
     for box in window.findChildren(QMessageBox):
         box.close()
+
+
+# -- history ------------------------------------------------------------------------------------------------
+
+
+def test_history_shows_date_parameters_and_configuration_and_offers_run_again_and_apply(qtbot,
+                                                                                         window: MainWindow) -> None:
+    from tf_device_panel.core.config import DeviceConfig
+
+    config = DeviceConfig(cpu_devices=3, soft_placement=False)
+    recorder = window.history.new_run("fit", {"epochs": 4, "model": "cnn", "devices": ""}, config.to_json(), None)
+    recorder.finish(status="ok", result=RESULTS["fit"], error=None, duration_s=2.5)
+    panel = window.history_panel
+    panel.refresh()
+    row = {panel.table.horizontalHeaderItem(c).text(): panel.table.item(0, c).text()
+           for c in range(panel.table.columnCount())}
+    assert row["Job"] == "fit" and row["Date"][:2] == "20" and row["Duration"] == "2.50 s"
+    assert row["Parameters"] == "epochs=4, model=cnn"
+    assert "3 logical CPUs" in row["Configuration"] and "soft placement off" in row["Configuration"]
+    window.docks["history"].show()
+    settle(qtbot, window)
+    assert panel.table.horizontalScrollBar().maximum() == 0
+
+    dialog = panel.open_run(recorder.run_id)
+    assert "epochs=4, model=cnn" in dialog.details.text() and "3 logical CPUs" in dialog.details.text()
+    assert dialog.result_view.tables  # the recorded result, drawn again
+    window.runs.set_can_run(False, "no runtime in this test")
+    qtbot.mouseClick(dialog.run_again_button, Qt.MouseButton.LeftButton)
+    assert window.runs.current_job == "fit" and window.runs.form().values()["epochs"] == 4
+    assert window.runs.form().values()["model"] == "cnn"
+    applied: list[DeviceConfig] = []
+    window.controller.apply = applied.append  # the restart itself is the controller's; here, what it is given
+    qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
+    assert applied == [config] and window.config_panel.config() == config
+    dialog.close()
+    window.docks["history"].hide()
