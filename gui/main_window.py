@@ -13,10 +13,12 @@ from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
     QFileDialog,
+    QHBoxLayout,
     QMainWindow,
     QMessageBox,
     QPushButton,
     QScrollArea,
+    QVBoxLayout,
     QWidget,
 )
 from tf_device_panel.core import events
@@ -56,6 +58,8 @@ READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each r
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
+BOTTOM_DOCK_SHARE = 0.32
+SCREEN_SHARE = 0.9
 
 
 class MainWindow(QMainWindow):
@@ -100,9 +104,24 @@ class MainWindow(QMainWindow):
                                           + config_scroll.verticalScrollBar().sizeHint().width() + 4,
                                           SIDE_DOCK_WIDTH))
         self.config_scroll = config_scroll
+        # Apply and Copy as Python stay in sight below the fields, however far those scroll.
+        config_dock_body = QWidget()
+        config_column = QVBoxLayout(config_dock_body)
+        config_column.setContentsMargins(0, 0, 0, 4)
+        config_column.addWidget(config_scroll, 1)
+        panel_layout = self.config_panel.layout()
+        for pinned in (self.config_panel.stale_label, self.config_panel.apply_button, self.config_panel.snippet_button):
+            if panel_layout is not None:
+                panel_layout.removeWidget(pinned)
+        config_buttons = QHBoxLayout()
+        config_buttons.setContentsMargins(8, 0, 8, 0)
+        config_buttons.addWidget(self.config_panel.apply_button)
+        config_buttons.addWidget(self.config_panel.snippet_button)
+        config_column.addWidget(self.config_panel.stale_label)
+        config_column.addLayout(config_buttons)
         self.docks = {
             "devices": self._dock("Devices", self.devices, Qt.DockWidgetArea.LeftDockWidgetArea),
-            "config": self._dock("Configuration (before TF initializes)", config_scroll,
+            "config": self._dock("Configuration (before TF initializes)", config_dock_body,
                                  Qt.DockWidgetArea.LeftDockWidgetArea),
             "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
@@ -461,10 +480,19 @@ class MainWindow(QMainWindow):
         available = self._available()
         frame_w = max(self.frameGeometry().width() - self.width(), 0)
         frame_h = max(self.frameGeometry().height() - self.height(), 0) or 32
-        width = min(DEFAULT_SIZE[0], available.width() - frame_w)
-        height = min(DEFAULT_SIZE[1], available.height() - frame_h)
+        # Most of a large screen, all of a small one.
+        width = min(max(DEFAULT_SIZE[0], int(available.width() * SCREEN_SHARE)), available.width() - frame_w)
+        height = min(max(DEFAULT_SIZE[1], int(available.height() * SCREEN_SHARE)), available.height() - frame_h)
         self.resize(max(width, self.minimumWidth()), max(height, self.minimumHeight()))
         self.move(available.topLeft())
+        self._default_dock_sizes()
+
+    def _default_dock_sizes(self) -> None:
+        """Side docks as wide as their fields; the bottom docks a third of the height, so the job form and its
+        result keep the rest even on a 720-pixel screen."""
+        self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
+        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 180)
+        self.resizeDocks([self.docks["log"]], [bottom], Qt.Orientation.Vertical)
 
     def reset_layout(self) -> None:
         """Docks where a fresh window has them, and the window fitted to its screen."""
@@ -473,7 +501,6 @@ class MainWindow(QMainWindow):
             if dock.isFloating():
                 dock.setFloating(False)
         self._fit_to_screen()
-        self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
 
     def layout_fits(self) -> bool:
         """Whether the window lies within its screen and its centre has room for the job list and form."""

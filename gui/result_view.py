@@ -186,6 +186,7 @@ def _table_widget(table: Table) -> QTableWidget:
     widget.setMaximumHeight(header + widget.verticalHeader().length() + frame)
     widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
     widget.setMinimumWidth(80)  # never widens the window: the splitter gives it its columns' width when it can
+    widget.setMaximumWidth(table_content_width(widget))  # nor stretches into an empty grid beside a small table
     return widget
 
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut
+from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QStyle,
@@ -94,7 +93,11 @@ class RunsPanel(QWidget):
         self.code_button.setToolTip("The code this job runs inside the TensorFlow runtime")
         self.code_button.clicked.connect(self.show_code)
         self.code_dialogs: list[QDialog] = []
-        self.form_stack = QStackedWidget()
+        # Every form in one column, only the selected one shown: a column sizes to its shown widgets, while a
+        # QStackedWidget's height-for-width is its tallest page's, which made short forms scroll.
+        self.form_stack = QWidget()
+        self.form_column = QVBoxLayout(self.form_stack)
+        self.form_column.setContentsMargins(0, 0, 0, 0)
         self.form_error = QLabel()
         self.form_error.setObjectName("problem")
         self.form_error.setWordWrap(True)
@@ -189,28 +192,29 @@ class RunsPanel(QWidget):
         """Rebuild the forms so device pickers list the running runtime's logical devices."""
         old_values = {name: form.values() for name, form in self.forms.items()}
         self.devices = devices
-        while self.form_stack.count():
-            widget = self.form_stack.widget(0)
-            if widget is not None:
-                self.form_stack.removeWidget(widget)
-                widget.deleteLater()
+        for old in self.forms.values():
+            self.form_column.removeWidget(old)
+            old.deleteLater()
         self.forms = {}
         for spec in JOBS.values():
             form = ParamForm(spec, devices)
             for name, value in old_values.get(spec.name, {}).items():
                 form.set_value(name, value)
             self.forms[spec.name] = form
-            self.form_stack.addWidget(form)
+            form.hide()
+            self.form_column.addWidget(form)
+        self._show_form(self.job_list.currentRow())
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        # The style's real sizes (fonts, combo boxes) are known once shown: give the form its room again.
         self._show_form(self.job_list.currentRow())
 
     def _show_form(self, row: int) -> None:
         if row >= 0:
             spec = JOBS[self.current_job]
-            self.form_stack.setCurrentWidget(self.forms[spec.name])
-            for name, form in self.forms.items():  # the stack then sizes to the shown form, not the largest
-                policy = QSizePolicy.Policy.Preferred if name == spec.name else QSizePolicy.Policy.Ignored
-                form.setSizePolicy(policy, policy)
-            self.form_stack.adjustSize()
+            for name, form in self.forms.items():
+                form.setVisible(name == spec.name)
             # Room for the whole form up to 7 rows or so; longer ones scroll.
             self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 230))
             self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")

@@ -1,6 +1,6 @@
 """Open the real window, apply a configuration, run a job, and save a screenshot of the X screen.
 
-Run under a display, e.g.: xvfb-run -s "-screen 0 1400x900x24" .venv/bin/python scripts/screenshot.py OUT.png
+Run under a display, e.g.: xvfb-run -s "-screen 0 1280x720x24" .venv/bin/python scripts/screenshot.py OUT.png
 Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first),
 --runs N (run the job N times in a row), --dock-height PX.
 """
@@ -36,9 +36,9 @@ def main() -> int:
     app = QApplication(sys.argv[:1])
     settings = QSettings(str(Path(tempfile.mkdtemp()) / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    window.resize(1400, 900)
-    window.move(0, 0)
     window.show()
+    # The whole screen, as a person maximises the window for a class (there is no window manager to ask).
+    window.setGeometry(app.primaryScreen().availableGeometry())
     for name in args.dock:
         window.docks[name].show()
         window.docks[name].raise_()
