@@ -47,14 +47,20 @@ class DeviceMapCanvas(QWidget):
         self.fallbacks: list[tuple[str, str]] = []
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.setMouseTracking(True)
+        self.room = 0.0  # the height the scroll area shows: the boxes grow into it
 
     def current_map(self) -> DeviceMap:
         return layout_device_map(self.devices, max(self.width() - 2, 1), ops=self.ops, memory=self.memory,
-                                 fallbacks=self.fallbacks)
+                                 fallbacks=self.fallbacks, height=max(self.room - 4, 0) or None)
 
     def refresh(self) -> None:
         self.setFixedHeight(math.ceil(self.current_map().height) + 4)
         self.update()
+
+    def set_room(self, height: float) -> None:
+        if height != self.room:
+            self.room = height
+            self.refresh()
 
     def sizeHint(self) -> QSize:
         return QSize(600, self.height())
@@ -151,6 +157,18 @@ class DeviceMapCanvas(QWidget):
         return super().event(event)
 
 
+class _RoomReportingScrollArea(QScrollArea):
+    """Tells the canvas how tall its view is, so a map with few boxes fills it instead of leaving it empty."""
+
+    def __init__(self, canvas: DeviceMapCanvas):
+        super().__init__()
+        self._canvas = canvas
+
+    def resizeEvent(self, event: Any) -> None:
+        super().resizeEvent(event)
+        self._canvas.set_room(self.viewport().height())
+
+
 class DeviceMapPanel(QWidget):
     """The map in a vertical scroll area, fed by the runtime's events and the telemetry samples."""
 
@@ -166,7 +184,7 @@ class DeviceMapPanel(QWidget):
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
         self.note.setWordWrap(True)
         self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        scroll = QScrollArea()
+        scroll = _RoomReportingScrollArea(self.canvas)
         scroll.setWidgetResizable(True)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)

@@ -14,7 +14,8 @@ from typing import Any
 BOX_MIN_WIDTH = 340.0   # px; below twice this the boxes stack in one column
 BOX_GAP = 12.0
 TITLE_HEIGHT = 20.0
-SEGMENT_HEIGHT = 58.0
+SEGMENT_HEIGHT = 58.0      # the least; a map with room to spare grows its boxes up to MAX_SEGMENT_HEIGHT
+MAX_SEGMENT_HEIGHT = 150.0
 PADDING = 6.0
 MISSING_TITLE = "Asked for, but not on this machine"
 
@@ -117,9 +118,9 @@ def _segment_lines(device: LogicalDevice, physical: PhysicalDevice, ops: Mapping
 
 
 def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: Mapping[str, int] | None = None,
-                      memory: Mapping[str, float] | None = None,
-                      fallbacks: Sequence[tuple[str, str]] = ()) -> DeviceMap:
-    """Boxes, segments and arrows for `devices` drawn `width` px wide.
+                      memory: Mapping[str, float] | None = None, fallbacks: Sequence[tuple[str, str]] = (),
+                      height: float | None = None) -> DeviceMap:
+    """Boxes, segments and arrows for `devices` drawn `width` px wide, filling `height` px when given.
 
     `ops`: placements per short device name; `memory`: MiB in use per logical device (TensorFlow's allocator)
     or per physical box title key "CPU" / "GPU <index>"; `fallbacks`: (asked for, ran on) short names."""
@@ -129,7 +130,12 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
     missing = list(dict.fromkeys(missing))
     columns = max(1, min(len(devices) + bool(missing), int((width + BOX_GAP) // (BOX_MIN_WIDTH + BOX_GAP))))
     box_width = (width - BOX_GAP * (columns - 1)) / columns
-    box_height = TITLE_HEIGHT + SEGMENT_HEIGHT + 2 * PADDING
+    rows = -(-(len(devices) + bool(missing)) // columns)
+    segment_height = SEGMENT_HEIGHT
+    if height is not None and rows:
+        room = (height - BOX_GAP * (rows - 1)) / rows - TITLE_HEIGHT - 2 * PADDING
+        segment_height = min(max(room, SEGMENT_HEIGHT), MAX_SEGMENT_HEIGHT)
+    box_height = TITLE_HEIGHT + segment_height + 2 * PADDING
     boxes: list[Box] = []
 
     def place(number: int) -> Rect:
@@ -139,7 +145,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
     for number, device in enumerate(devices):
         rect = place(number)
         box = Box(device.title, rect, hidden=not device.visible, growth=device.memory_growth)
-        inner = Rect(rect.x + PADDING, rect.y + PADDING + TITLE_HEIGHT, rect.width - 2 * PADDING, SEGMENT_HEIGHT)
+        inner = Rect(rect.x + PADDING, rect.y + PADDING + TITLE_HEIGHT, rect.width - 2 * PADDING, segment_height)
         logical = device.logical if device.visible else ()
         limits = [d.memory_limit_mib or 0.0 for d in logical]
         if device.kind == "GPU" and logical and all(limits):
@@ -165,7 +171,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
         inner_width = rect.width - 2 * PADDING
         for number, asked in enumerate(missing):
             segment_rect = Rect(rect.x + PADDING + number * inner_width / len(missing), rect.y + PADDING + TITLE_HEIGHT,
-                                inner_width / len(missing), SEGMENT_HEIGHT)
+                                inner_width / len(missing), segment_height)
             box.segments.append(Segment(asked, asked, segment_rect, [asked, "does not exist"], missing=True))
         boxes.append(box)
     result = DeviceMap(boxes, [], max((b.rect.y + b.rect.height for b in boxes), default=0.0))

@@ -58,7 +58,7 @@ READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each r
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
-BOTTOM_DOCK_SHARE = 0.32
+BOTTOM_DOCK_SHARE = 0.27
 SCREEN_SHARE = 0.9
 
 
@@ -491,7 +491,7 @@ class MainWindow(QMainWindow):
         """Side docks as wide as their fields; the bottom docks a third of the height, so the job form and its
         result keep the rest even on a 720-pixel screen."""
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
-        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 180)
+        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 170)
         self.resizeDocks([self.docks["log"]], [bottom], Qt.Orientation.Vertical)
 
     def reset_layout(self) -> None:

@@ -48,7 +48,7 @@ def main() -> int:
     window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())
-    state = {"submitted": False, "since": 0.0, "runs": 0}
+    state = {"submitted": False, "since": 0.0, "runs": 0, "done_at": 0.0}
 
     def tick() -> None:
         finished = window.controller.job_run is not None and window.controller.job_run.outcome.finished
@@ -60,12 +60,16 @@ def main() -> int:
                 name, _, value = item.partition("=")
                 window.runs.form().set_value(name, type(window.runs.form().values()[name])(value))
             window.run_job(args.job, window.runs.form().values())
-            state["submitted"], state["since"] = True, time.monotonic()
+            state["submitted"], state["since"], state["done_at"] = True, time.monotonic(), 0.0
             state["runs"] += 1
         elif state["submitted"]:
             done = window.controller.job_run is not None and window.controller.job_run.outcome.finished
+            if done and not state["done_at"]:
+                state["done_at"] = time.monotonic()
             waited = time.monotonic() - state["since"] > args.delay
-            if waited and (args.during or done):
+            # A result's plots paint on a later pass of the event loop than the one that created them.
+            painted = done and time.monotonic() - state["done_at"] > 0.6
+            if waited and (args.during or painted):
                 shot = app.primaryScreen().grabWindow(0)  # the whole X screen, as a person sees it
                 shot.save(args.out)
                 print(f"saved {args.out} ({shot.width()}x{shot.height()})")

@@ -80,6 +80,13 @@ def test_a_fallback_to_a_missing_device_is_an_arrow_from_a_missing_segment() -> 
     assert arrow.start == missing.segments[0].rect.centre and arrow.end == device_map.segment("/CPU:0").rect.centre
 
 
+def test_a_map_with_room_grows_its_boxes_up_to_a_limit() -> None:
+    devices = devices_from_ready(ready(cpus=2), None)
+    plain, filled = layout_device_map(devices, 600), layout_device_map(devices, 600, height=150)
+    assert plain.height < filled.height <= 150 + 1e-6
+    assert layout_device_map(devices, 600, height=2000).height < 250  # not one giant box
+
+
 def test_boxes_wrap_into_columns_by_width() -> None:
     devices = [PhysicalDevice("GPU", n, "", 16 * GIB, logical=(LogicalDevice(f"/GPU:{n}", full(f"/GPU:{n}")),))
                for n in range(4)]
