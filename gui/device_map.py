@@ -132,13 +132,15 @@ class DeviceMapCanvas(QWidget):
                 font.setBold(False)
                 painter.setFont(font)
         for arrow in device_map.arrows:
-            self._paint_arrow(painter, QPointF(*arrow.start), QPointF(*arrow.end))
+            self._paint_arrow(painter, [QPointF(*point) for point in arrow.points])
 
     @staticmethod
-    def _paint_arrow(painter: QPainter, start: QPointF, end: QPointF) -> None:
+    def _paint_arrow(painter: QPainter, points: list[QPointF]) -> None:
         color = QColor(FALLBACK_COLOR)
         painter.setPen(QPen(color, 3))
-        painter.drawLine(start, end)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPolyline(QPolygonF(points))
+        start, end = points[-2], points[-1]
         angle = math.atan2(end.y() - start.y(), end.x() - start.x())
         head = [end, end - QPointF(math.cos(angle - 0.4) * 14, math.sin(angle - 0.4) * 14),
                 end - QPointF(math.cos(angle + 0.4) * 14, math.sin(angle + 0.4) * 14)]

@@ -17,6 +17,7 @@ TITLE_HEIGHT = 20.0
 SEGMENT_HEIGHT = 58.0      # the least; a map with room to spare grows its boxes up to MAX_SEGMENT_HEIGHT
 MAX_SEGMENT_HEIGHT = 150.0
 PADDING = 6.0
+ARROW_LANE = 14.0          # px below the boxes for each fallback arrow's horizontal run
 MISSING_TITLE = "Asked for, but not on this machine"
 
 
@@ -83,9 +84,19 @@ class Box:
 
 @dataclass
 class Arrow:
-    start: tuple[float, float]
-    end: tuple[float, float]
+    """From the bottom of the segment asked for, down into a lane below the boxes, along it, and up into the
+    segment the op ran on: it never crosses another device's segment."""
+
+    points: list[tuple[float, float]]
     label: str
+
+    @property
+    def start(self) -> tuple[float, float]:
+        return self.points[0]
+
+    @property
+    def end(self) -> tuple[float, float]:
+        return self.points[-1]
 
 
 @dataclass
@@ -133,6 +144,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
     rows = -(-(len(devices) + bool(missing)) // columns)
     segment_height = SEGMENT_HEIGHT
     if height is not None and rows:
+        height -= ARROW_LANE * len(dict.fromkeys(fallbacks))  # the arrows' lanes below the boxes
         room = (height - BOX_GAP * (rows - 1)) / rows - TITLE_HEIGHT - 2 * PADDING
         segment_height = min(max(room, SEGMENT_HEIGHT), MAX_SEGMENT_HEIGHT)
     box_height = TITLE_HEIGHT + segment_height + 2 * PADDING
@@ -172,13 +184,23 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
         for number, asked in enumerate(missing):
             segment_rect = Rect(rect.x + PADDING + number * inner_width / len(missing), rect.y + PADDING + TITLE_HEIGHT,
                                 inner_width / len(missing), segment_height)
-            box.segments.append(Segment(asked, asked, segment_rect, [asked, "does not exist"], missing=True))
+            ran_on = ", ".join(dict.fromkeys(actual for wanted, actual in fallbacks if wanted == asked))
+            box.segments.append(Segment(asked, asked, segment_rect,
+                                        [asked, "does not exist", f"soft placement ran it on {ran_on}"],
+                                        missing=True))
         boxes.append(box)
-    result = DeviceMap(boxes, [], max((b.rect.y + b.rect.height for b in boxes), default=0.0))
+    bottom = max((b.rect.y + b.rect.height for b in boxes), default=0.0)
+    result = DeviceMap(boxes, [], bottom)
     for asked, actual in dict.fromkeys(fallbacks):
         source, target = result.segment(asked), result.segment(actual)
-        if source is not None and target is not None and source is not target:
-            result.arrows.append(Arrow(source.rect.centre, target.rect.centre, f"soft placement: {asked} → {actual}"))
+        if source is None or target is None or source is target:
+            continue
+        lane = bottom + ARROW_LANE * (len(result.arrows) + 1) - ARROW_LANE / 2
+        (source_x, _), (target_x, _) = source.rect.centre, target.rect.centre
+        result.arrows.append(Arrow([(source_x, source.rect.y + source.rect.height), (source_x, lane),
+                                    (target_x, lane), (target_x, target.rect.y + target.rect.height)],
+                                   f"soft placement: {asked} → {actual}"))
+    result.height = bottom + ARROW_LANE * len(result.arrows)
     return result
 
 

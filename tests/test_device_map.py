@@ -75,9 +75,14 @@ def test_a_fallback_to_a_missing_device_is_an_arrow_from_a_missing_segment() -> 
     devices = devices_from_ready(ready(cpus=2), None)
     device_map = layout_device_map(devices, 900, fallbacks=[("/GPU:2", "/CPU:0"), ("/GPU:2", "/CPU:0")])
     missing = device_map.boxes[-1]
-    assert missing.title == MISSING_TITLE and missing.segments[0].lines == ["/GPU:2", "does not exist"]
+    assert missing.title == MISSING_TITLE and missing.segments[0].lines == ["/GPU:2", "does not exist",
+                                                                           "soft placement ran it on /CPU:0"]
     (arrow,) = device_map.arrows
-    assert arrow.start == missing.segments[0].rect.centre and arrow.end == device_map.segment("/CPU:0").rect.centre
+    source, target = missing.segments[0].rect, device_map.segment("/CPU:0").rect
+    assert arrow.start == (source.centre[0], source.y + source.height)
+    assert arrow.end == (target.centre[0], target.y + target.height)
+    lane = arrow.points[1][1]  # the run between them passes below every box, through no other segment
+    assert lane > max(box.rect.y + box.rect.height for box in device_map.boxes) and device_map.height >= lane
 
 
 def test_a_map_with_room_grows_its_boxes_up_to_a_limit() -> None:
