@@ -51,7 +51,7 @@ MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-sta
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
 PLOT_MIN_HEIGHT = 130  # px per plot; with many GPUs the graphs scroll instead of shrinking
-MIN_SPAN_S = 10.0      # the shortest time span drawn, so a fresh window's first samples are not one line
+MIN_SPAN_S = 60.0      # the shortest time span drawn, so a fresh window's first samples are not one line
 
 
 def _label_background() -> QColor:
@@ -362,8 +362,10 @@ class MemoryPanel(QWidget):
         data = self.history.snapshot(since, self.curves)
         first_sample = min((t[0] for t, _ in data.values() if len(t)), default=now)
         first_sample = min([first_sample, *(m.time for m in self.history.markers_since(since))])
-        # The window starts at the first sample (or marker): a fresh window is not mostly empty.
-        start = min(max(since if since is not None else first_sample, first_sample), now - MIN_SPAN_S)
+        # The window starts at the first sample (or marker): a fresh window is not mostly empty. It spans at
+        # least a minute, which fills from the left as samples come (the time axis then reads in seconds).
+        start = max(since if since is not None else first_sample, first_sample)
+        end = max(now, start + MIN_SPAN_S)
         first = next(iter(self.plots.values()))
         pixels = max(int(first.getViewBox().width()), 100)
         columns: dict[tuple[Any, ...], Columns] = {}  # series sampled together share their columns
@@ -376,7 +378,7 @@ class MemoryPanel(QWidget):
             # A min/max pair per two pixels: as many points as the plot has pixels, peaks kept.
             same_times = drawn[:3]
             if same_times not in columns:
-                columns[same_times] = columns_for(times, start, now, pixels // 2)
+                columns[same_times] = columns_for(times, start, end, pixels // 2)
             shown_times, shown_values = columns[same_times].apply(times, values)
             curve.setData(shown_times, shown_values)
         for key, plot in self.plots.items():
@@ -390,8 +392,8 @@ class MemoryPanel(QWidget):
                 if self._y_ranges.get(key) != top:
                     self._y_ranges[key] = top
                     plot.setYRange(0, top, padding=0)
-        first.setXRange(start, now, padding=0)
-        self._draw_markers(start, now)
+        first.setXRange(start, end, padding=0)
+        self._draw_markers(start, end)
         self.redraws += 1
 
     def _ceiling(self, key: str) -> float:
