@@ -60,6 +60,17 @@ def _label_background() -> QColor:
     return background
 
 
+def faint(color: QColor, amount: float) -> QColor:
+    """`color` mixed with the plot background: as light as a translucent pen, without blending each pixel."""
+    background = QColor(palette_colors()[0])
+
+    def mix(own: float, behind: float) -> float:
+        return own + (behind - own) * amount
+
+    return QColor.fromRgbF(mix(color.redF(), background.redF()), mix(color.greenF(), background.greenF()),
+                           mix(color.blueF(), background.blueF()))
+
+
 def nice_ceiling(value: float) -> float:
     """The next of 1, 2, 2.5, 5 × 10^k at or above `value`."""
     if value <= 0:
@@ -231,10 +242,9 @@ class MemoryPanel(QWidget):
             color = device_color(f"GPU:{index}")
             self._add_curve(f"gpu{index}", f"gpu{index}.memory_used_mib", "used", f"GPU {index} used",
                             pg.mkPen(color, width=1))
-            faint = QColor(color)
-            faint.setAlpha(110)  # solid and faint rather than dashed: a dashed hour-long line is slow to paint
+            # Faint rather than dashed: a dashed hour-long line is slow to paint.
             self._add_curve(f"gpu{index}", f"gpu{index}.memory_total_mib", "total", f"GPU {index} total",
-                            pg.mkPen(faint, width=1))
+                            pg.mkPen(faint(color, 0.55), width=1))
             self._add_curve(f"gpu{index}", f"gpu{index}.runtime_used_mib", "this panel's runtime",
                             f"GPU {index} used by the runtime", pg.mkPen("#2aa198", width=1))
         for plot in list(self.plots.values())[:-1]:
@@ -423,9 +433,7 @@ class MemoryPanel(QWidget):
                 if curve is None:
                     if not len(times):
                         continue
-                    faint = QColor(color)
-                    faint.setAlpha(140)
-                    curve = pg.PlotCurveItem(pen=pg.mkPen(faint, width=1))
+                    curve = pg.PlotCurveItem(pen=pg.mkPen(faint(QColor(color), 0.45), width=1))
                     plot.addItem(curve, ignoreBounds=True)
                     self._marker_curves[key, kind] = curve
                 drawn = (len(times), times[-1] if len(times) else None, bottom, top)
