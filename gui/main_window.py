@@ -488,7 +488,7 @@ class MainWindow(QMainWindow):
         self._default_dock_sizes()
 
     def _default_dock_sizes(self) -> None:
-        """Side docks as wide as their fields; the bottom docks a third of the height, so the job form and its
+        """Side docks as wide as their fields; the bottom docks about a quarter of the height, so the job form and its
         result keep the rest even on a 720-pixel screen."""
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
         bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 170)
