@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 from typing import Any, cast
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
@@ -172,15 +171,11 @@ class _RoomReportingScrollArea(QScrollArea):
 
 
 class DeviceMapPanel(QWidget):
-    """The map in a vertical scroll area, fed by the runtime's events and the telemetry samples."""
+    """The map in a vertical scroll area: the window gives it a ready runtime's devices; the runtime's events
+    and the telemetry samples then fill in op counts and memory."""
 
-    def __init__(self, config_source: Callable[[], dict[str, Any] | None],
-                 nvml_source: Callable[[dict[str, Any]], dict[int, dict[str, Any]]], parent: QWidget | None = None):
-        """`config_source`: the applied profile's JSON; `nvml_source(ready)`: NVML's record of each of
-        TensorFlow's physical GPUs, by TF's index (matched by bus id, not by index)."""
+    def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.config_source = config_source
-        self.nvml_source = nvml_source
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
@@ -196,12 +191,13 @@ class DeviceMapPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(scroll, 1)
 
-    def set_devices(self, info: dict[str, Any]) -> None:
-        config = info.get("config") or self.config_source()
-        nvml = self.nvml_source(info)
+    def set_devices(self, info: dict[str, Any], config: dict[str, Any] | None,
+                    nvml: dict[int, dict[str, Any]]) -> None:
+        """A ready runtime's devices: `config` the applied profile's JSON (else the one the report carries),
+        `nvml` NVML's record of each of TensorFlow's physical GPUs by TF's index (matched by bus id)."""
         self._tf_index_of = {record["index"]: tf_index for tf_index, record in nvml.items() if "index" in record}
         totals = {tf_index: record.get("memory_total_mib") for tf_index, record in nvml.items()}
-        self.canvas.devices = devices_from_ready(info, config, totals)
+        self.canvas.devices = devices_from_ready(info, info.get("config") or config, totals)
         self.canvas.ops.clear()
         self.canvas.memory.clear()
         self.canvas.fallbacks.clear()
@@ -213,9 +209,7 @@ class DeviceMapPanel(QWidget):
         changed = False
         for event in batch:
             data = event.data
-            if event.type == events.READY:
-                self.set_devices(data)
-            elif event.type == events.JOB_STARTED:
+            if event.type == events.JOB_STARTED:
                 self.canvas.ops.clear()
                 self.canvas.fallbacks.clear()
                 changed = True

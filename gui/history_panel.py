@@ -80,10 +80,12 @@ class HistoryPanel(QWidget):
         open_button.clicked.connect(self.open_selected)
         self.run_again_button = QPushButton("Run again")
         self.run_again_button.setToolTip("The same job with the same parameters, in the current runtime")
-        self.run_again_button.clicked.connect(lambda: self._emit_for_selected(self.run_again))
+        # Bound methods, not lambdas: a lambda holding self ties the panel into a reference cycle, which Python's
+        # garbage collector may then free on whatever thread it runs, and PySide deadlocks deleting widgets there.
+        self.run_again_button.clicked.connect(self._run_again_selected)
         self.apply_button = QPushButton("Apply this configuration")
         self.apply_button.setToolTip("Load the run's device configuration and restart the runtime with it")
-        self.apply_button.clicked.connect(lambda: self._emit_for_selected(self.apply_config))
+        self.apply_button.clicked.connect(self._apply_selected)
         buttons = QHBoxLayout()
         for button in (refresh, open_button, self.run_again_button, self.apply_button):
             buttons.addWidget(button)
@@ -113,10 +115,30 @@ class HistoryPanel(QWidget):
         item = self.table.currentItem()
         return str(item.data(Qt.ItemDataRole.UserRole)) if item is not None else None
 
-    def _emit_for_selected(self, action: Any) -> None:
+    def _run_again_selected(self) -> None:
         run_id = self.selected_run()
         if run_id is not None:
-            action(run_id)
+            self.run_again(run_id)
+
+    def _apply_selected(self) -> None:
+        run_id = self.selected_run()
+        if run_id is not None:
+            self.apply_config(run_id)
+
+    def _dialog_of_sender(self) -> RunDialog | None:
+        button = self.sender()
+        dialog = button.window() if isinstance(button, QWidget) else None
+        return dialog if isinstance(dialog, RunDialog) else None
+
+    def _run_again_from_dialog(self) -> None:
+        dialog = self._dialog_of_sender()
+        if dialog is not None:
+            self.run_again(dialog.run_id)
+
+    def _apply_from_dialog(self) -> None:
+        dialog = self._dialog_of_sender()
+        if dialog is not None:
+            self.apply_config(dialog.run_id)
 
     def run_again(self, run_id: str) -> None:
         summary = self.summaries.get(run_id) or self.history.get(run_id)
@@ -134,8 +156,8 @@ class HistoryPanel(QWidget):
 
     def open_run(self, run_id: str) -> QDialog:
         dialog = RunDialog(self.history, run_id, self)
-        dialog.run_again_button.clicked.connect(lambda: self.run_again(run_id))
-        dialog.apply_button.clicked.connect(lambda: self.apply_config(run_id))
+        dialog.run_again_button.clicked.connect(self._run_again_from_dialog)
+        dialog.apply_button.clicked.connect(self._apply_from_dialog)
         self.dialogs.append(dialog)
         dialog.finished.connect(lambda _: self.dialogs.remove(dialog))
         dialog.show()
@@ -145,6 +167,7 @@ class HistoryPanel(QWidget):
 class RunDialog(QDialog):
     def __init__(self, history: RunHistory, run_id: str, parent: QWidget | None = None):
         super().__init__(parent)
+        self.run_id = run_id
         self.setWindowTitle(f"Run {run_id}")
         self.resize(900, 600)
         self.log = LogPanel()

@@ -69,7 +69,7 @@ class ParamForm(QWidget):
             self.widgets[param.name] = widget
             self.problem_labels[param.name] = problem
             if isinstance(widget, QSpinBox | QDoubleSpinBox):
-                widget.valueChanged.connect(lambda _value, name=param.name: self._check_range(name))
+                widget.valueChanged.connect(self._check_ranges)
         for param in spec.params:
             if param.shown_when is not None:
                 chooser = self.widgets.get(param.shown_when[0])
@@ -101,6 +101,10 @@ class ParamForm(QWidget):
         if (low is not None and value < low) or (high is not None and value > high):
             return f"{value:g} is out of range: use a value {range_text(param)}"
         return ""
+
+    def _check_ranges(self) -> None:
+        for param in self.spec.params:
+            self._check_range(param.name)
 
     def _check_range(self, name: str) -> None:
         problem = self.range_problem(name)

@@ -90,8 +90,7 @@ class MainWindow(QMainWindow):
         self.history_panel = HistoryPanel(self.history)
         self.doctor = DoctorPanel(self.config_panel.config)
         self.memory = MemoryPanel(shared_nvml())
-        self.device_map = DeviceMapPanel(
-            lambda: self.controller.applied.to_json() if self.controller.applied else None, self._nvml_by_tf_index)
+        self.device_map = DeviceMapPanel()
         self.memory.sampleShown.connect(self.device_map.on_sample)
 
         self.setCentralWidget(self.runs)
@@ -138,7 +137,7 @@ class MainWindow(QMainWindow):
         self.docks["history"].hide()
         self.docks["doctor"].hide()
         for name in ("history", "doctor"):
-            self.docks[name].visibilityChanged.connect(lambda shown, name=name: self._widen_reading_dock(name, shown))
+            self.docks[name].visibilityChanged.connect(self._widen_reading_dock)
 
         # Elided with the whole text as its tooltip: a long failure must not widen the window.
         self.runtime_label = ElidedLabel("Runtime: not started")
@@ -310,6 +309,8 @@ class MainWindow(QMainWindow):
         reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in info["logical"]])
+        applied = self.controller.applied
+        self.device_map.set_devices(info, applied.to_json() if applied else None, self._nvml_by_tf_index(info))
 
     def _nvml_by_tf_index(self, info: dict[str, Any]) -> dict[int, dict[str, Any]]:
         created = info.get("gpu_devices", [])
@@ -525,8 +526,10 @@ class MainWindow(QMainWindow):
             # A layout saved on a larger screen, or squeezed by an old bug, would come back unusable.
             self.reset_layout()
 
-    def _widen_reading_dock(self, name: str, shown: bool) -> None:
-        dock = self.docks[name]
+    def _widen_reading_dock(self, shown: bool) -> None:
+        dock = self.sender()
+        if not isinstance(dock, QDockWidget):
+            return
         if shown and not dock.isFloating() and dock.width() < READING_DOCK_WIDTH:
             width = min(READING_DOCK_WIDTH, self.width() // 2)
             self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)

@@ -105,14 +105,15 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     pytest.importorskip("PySide6")
     from tf_device_panel.gui.device_map import DeviceMapPanel
 
-    panel = DeviceMapPanel(lambda: None, lambda info: {0: {"index": 0, "memory_total_mib": 24 * GIB}})
+    panel = DeviceMapPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 300)
     panel.show()
     info = ready(cpus=1, gpu_limits=[12 * GIB, 12 * GIB])
     placed = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/GPU:1",
               "device": full("/GPU:1"), "mode": "eager", "line": ""}
-    panel.on_events([Event(events.READY, info), Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+    panel.set_devices(info, None, {0: {"index": 0, "memory_total_mib": 24 * GIB}})
+    panel.on_events([Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
                      Event(events.PLACEMENT, placed, job_id="j"), Event(events.PLACEMENT, placed, job_id="j"),
                      Event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 512.0, "peak_mib": 600.0}),
                      Event(events.FALLBACK, {"op": "MatMul", "requested": "/device:GPU:2", "requested_short": "/GPU:2",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -204,6 +205,9 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
                 window.controller._on_event(1, Event(events.LOG, {"stream": "stderr", "kind": "tf-info",
                                                                   "text": f"line {number}"}))
 
+    # Widgets of earlier tests still in reference cycles are freed here, on the GUI thread: freed by a
+    # collection the flood thread's allocations trigger, PySide deadlocks deleting them.
+    gc.collect()
     thread = threading.Thread(target=flood)
     thread.start()
     qtbot.waitUntil(lambda: window.log.total_lines >= 100_000, timeout=60_000)
