@@ -540,6 +540,7 @@ class MainWindow(QMainWindow):
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState(LAYOUT_VERSION))
         self.controller.shutdown()
+        self.runs.stop_clock()  # a job stopped by closing may never report its end
         self.memory.stop()
         self.doctor.wait(30)
         super().closeEvent(event)

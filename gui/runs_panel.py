@@ -307,6 +307,9 @@ class RunsPanel(QWidget):
         view.show_outcome(outcome)
         self.running_job = None
 
+    def stop_clock(self) -> None:
+        self._timer.stop()
+
     def _tick(self) -> None:
         if self._started_at is not None:
             self.elapsed.setText(f"{time.monotonic() - self._started_at:6.1f} s")
