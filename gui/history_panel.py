@@ -27,7 +27,7 @@ from tf_device_panel.core.session import JobRun
 from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.result_view import ResultView
 
-COLUMNS = ("Date", "Job", "Status", "Duration", "Parameters", "Configuration")
+COLUMNS = ("Date", "Job", "Status", "Duration")
 
 
 def date_text(summary: dict[str, Any]) -> str:
@@ -65,13 +65,19 @@ class HistoryPanel(QWidget):
         self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
-        # Short columns fit their text; parameters and configuration share the rest and elide (tooltip has
-        # them whole), so the table never scrolls sideways.
+        # Short columns that fit their text; the selected run's parameters and configuration are written out
+        # below, wrapped, so a dock of any width reads them whole and the table never scrolls sideways.
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(COLUMNS.index("Parameters"), QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(COLUMNS.index("Configuration"), QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(COLUMNS.index("Job"), QHeaderView.ResizeMode.Stretch)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
+        self.table.currentCellChanged.connect(self._show_details)
+        self.details = QLabel("Select a run to see its parameters and configuration.")
+        self.details.setWordWrap(True)
+        self.details.setTextFormat(Qt.TextFormat.RichText)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.table.doubleClicked.connect(lambda _: self.open_selected())
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh)
@@ -94,6 +100,7 @@ class HistoryPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.details)
         self.dialogs: list[QDialog] = []
 
     def refresh(self) -> None:
@@ -103,13 +110,26 @@ class HistoryPanel(QWidget):
         for row, run in enumerate(runs):
             duration = run.get("duration_s")
             values = [date_text(run), run.get("job", "?"), run.get("status", "?"),
-                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else "", params_text(run),
-                      config_text(run)]
+                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else ""]
             for column, value in enumerate(values):
                 item = QTableWidgetItem(str(value))
                 item.setData(Qt.ItemDataRole.UserRole, run["run_id"])
-                item.setToolTip(f"{value}\n(run {run['run_id']})")
+                item.setToolTip(f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n"
+                                f"(run {run['run_id']})")
                 self.table.setItem(row, column, item)
+        if runs:
+            self.table.setCurrentCell(0, 0)
+        self._show_details()
+
+    def _show_details(self) -> None:
+        run_id = self.selected_run()
+        summary = self.summaries.get(run_id) if run_id is not None else None
+        if summary is None:
+            self.details.setText("Select a run to see its parameters and configuration.")
+            return
+        self.details.setText(f"<b>{html.escape(str(summary.get('job', '?')))}</b> on {date_text(summary)}<br>"
+                             f"<b>Parameters:</b> {html.escape(params_text(summary))}<br>"
+                             f"<b>Configuration:</b> {html.escape(config_text(summary))}")
 
     def selected_run(self) -> str | None:
         item = self.table.currentItem()

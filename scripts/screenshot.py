@@ -2,7 +2,7 @@
 
 Run under a display, e.g.: xvfb-run -s "-screen 0 1280x720x24" .venv/bin/python scripts/screenshot.py OUT.png
 Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first),
---runs N (run the job N times in a row), --dock-height PX.
+--runs N (run the job N times in a row), --dock-height PX, --doctor (run the Doctor's checks first).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=1.0)
     parser.add_argument("--runs", type=int, default=1, help="run the job this many times in a row")
     parser.add_argument("--dock-height", type=int, help="height in pixels for the raised docks")
+    parser.add_argument("--doctor", action="store_true", help="run the Doctor's checks and shoot once they are in")
     args = parser.parse_args()
 
     app = QApplication(sys.argv[:1])
@@ -45,6 +46,8 @@ def main() -> int:
     if args.dock and args.dock_height:
         docks = [window.docks[name] for name in args.dock]
         window.resizeDocks(docks, [args.dock_height] * len(docks), Qt.Orientation.Vertical)
+    if args.doctor:
+        window.open_doctor()
     window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())
@@ -69,6 +72,7 @@ def main() -> int:
             waited = time.monotonic() - state["since"] > args.delay
             # A result's plots paint on a later pass of the event loop than the one that created them.
             painted = done and time.monotonic() - state["done_at"] > 0.6
+            painted = painted and not (args.doctor and (window.doctor.running or not window.doctor.checks))
             if waited and (args.during or painted):
                 shot = app.primaryScreen().grabWindow(0)  # the whole X screen, as a person sees it
                 shot.save(args.out)
