@@ -15,12 +15,13 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.config import ALLOCATORS, MAX_CPU_DEVICES, DeviceConfig, GpuInfo, Problem, validate
+from tf_device_panel.core.config import ALLOCATORS, DeviceConfig, GpuInfo, Problem, validate
 from tf_device_panel.gui.colors import device_color
 
 
@@ -134,6 +135,7 @@ class GpuEditor(QGroupBox):
 def _problem_label() -> QLabel:
     label = QLabel()
     label.setWordWrap(True)
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
     label.setObjectName("problem")
     label.hide()
     return label
@@ -161,6 +163,8 @@ class ConfigPanel(QWidget):
         self.gpu_box = QVBoxLayout()
         self.no_gpu_label = QLabel("TensorFlow sees no GPU on this machine.")
         self.no_gpu_label.setWordWrap(True)
+        # TensorFlow's reason can be one long path: the label wraps to the dock, never widens it.
+        self.no_gpu_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.gpu_box.addWidget(self.no_gpu_label)
 
         self.memory_growth = QCheckBox("Memory growth (all visible GPUs)")
@@ -175,7 +179,9 @@ class ConfigPanel(QWidget):
             "TF1's per_process_gpu_memory_fraction: each visible GPU becomes one logical GPU limited to this\n"
             "share of its total memory. Cannot be combined with memory growth or logical GPU splits.")
         self.cpu_devices = QSpinBox()
-        self.cpu_devices.setRange(1, MAX_CPU_DEVICES)
+        # Any number as typed: validation refuses one out of range and names the limit (a spin box capped
+        # at MAX_CPU_DEVICES would silently turn 100000 into 10).
+        self.cpu_devices.setRange(0, 999_999)
         self.cpu_devices.setToolTip("Split the CPU into N logical devices: /CPU:0 … /CPU:N-1")
         self.soft_placement = QCheckBox("Soft placement")
         self.soft_placement.setToolTip("Run ops on an available device when the requested one does not exist")

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush
-from PySide6.QtWidgets import QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
 from tf_device_panel.gui.colors import device_color
 
@@ -15,10 +24,15 @@ class DevicesPanel(QWidget):
         super().__init__(parent)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Device", "Details"])
-        self.tree.setColumnWidth(0, 220)
+        # Details wrap in their column and the whole text is each row's tooltip: no sideways scrolling.
+        self.tree.setWordWrap(True)
+        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.tree.header().setStretchLastSection(True)
         self.tree.setMinimumHeight(160)
         self.note = QLabel("Starting the TensorFlow runtime…")
         self.note.setWordWrap(True)
+        # A long failure wraps to the dock's width instead of widening the dock.
+        self.note.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.doctor_button = QPushButton("Why? Ask the Doctor…")
@@ -46,17 +60,20 @@ class DevicesPanel(QWidget):
                 details = ", ".join(p for p in parts if p)
             item = QTreeWidgetItem([device["name"].replace("/physical_device:", ""), details])
             item.setToolTip(0, device["name"])
+            item.setToolTip(1, details)
             physical.addChild(item)
         logical = QTreeWidgetItem([f"Logical ({len(info['logical'])})", "created by the running runtime"])
         for device in info["logical"]:
-            limit = f"limit {device['memory_limit_mib']} MiB — " if "memory_limit_mib" in device else ""
-            item = QTreeWidgetItem([device["short_name"], limit + device["name"]])
+            limit = f"memory limit {device['memory_limit_mib']} MiB" if "memory_limit_mib" in device else ""
+            item = QTreeWidgetItem([device["short_name"], limit or device["device_type"]])
             item.setForeground(0, QBrush(device_color(device["short_name"])))
+            item.setToolTip(0, device["name"])  # one spelling shown, the full name on hover
             item.setToolTip(1, device["name"])
             logical.addChild(item)
         self.tree.addTopLevelItems([physical, logical])
         self.tree.expandAll()
         self.tree.resizeColumnToContents(0)
+        self.tree.setColumnWidth(0, min(self.tree.columnWidth(0), 160))
         no_gpu = not any(d["device_type"] == "GPU" for d in info["physical"])
         self.doctor_button.setVisible(no_gpu)
         if no_gpu:

@@ -8,7 +8,16 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QGuiApplication
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 from tf_device_panel.core import doctor
 from tf_device_panel.core.config import DeviceConfig
 
@@ -36,10 +45,14 @@ class DoctorPanel(QWidget):
         self._relay.finished.connect(self._show)
         self.summary = QLabel("Press <b>Run checks</b> to find out why TensorFlow does or does not use a GPU here.")
         self.summary.setWordWrap(True)
+        self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["Check", "Result"])
-        self.tree.setColumnWidth(0, 260)
+        self.tree.setColumnWidth(0, 220)
+        # Evidence and fixes wrap in their column (full text in the tooltip): the panel never scrolls sideways.
         self.tree.setWordWrap(True)
+        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.tree.header().setStretchLastSection(True)
         self.tree.setAccessibleName("Doctor checks")
         self.run_button = QPushButton("Run checks")
         self.run_button.setObjectName("primary")
@@ -102,11 +115,11 @@ class DoctorPanel(QWidget):
             item.setData(0, Qt.ItemDataRole.UserRole, check.id)
             for line in check.evidence:
                 if line:
-                    child = QTreeWidgetItem(["evidence", line])
+                    child = QTreeWidgetItem(["Evidence", line])
                     child.setToolTip(1, line)
                     item.addChild(child)
             if check.fix:
-                fix = QTreeWidgetItem(["fix", check.fix])
+                fix = QTreeWidgetItem(["Fix", check.fix])
                 fix.setToolTip(1, check.fix)
                 font = fix.font(1)
                 font.setBold(True)

@@ -1,14 +1,20 @@
-"""Past runs from the run history; each opens with its log, placements and result."""
+"""Past runs from the run history: when, what and with which configuration; each opens with its log,
+placements and result, and can run again or give back its configuration."""
 
 from __future__ import annotations
 
+import html
 import time
+from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
+    QHeaderView,
+    QLabel,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -21,54 +27,157 @@ from tf_device_panel.core.session import JobRun
 from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.result_view import ResultView
 
+COLUMNS = ("Date", "Job", "Status", "Duration")
+
+
+def date_text(summary: dict[str, Any]) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.get("started", 0)))
+
+
+def params_text(summary: dict[str, Any]) -> str:
+    params = summary.get("params") or {}
+    return ", ".join(f"{name}={value}" for name, value in params.items() if value != "") or "defaults"
+
+
+def run_config(summary: dict[str, Any]) -> DeviceConfig | None:
+    try:
+        return DeviceConfig.from_json(summary["config"]) if summary.get("config") else None
+    except (ValueError, TypeError, KeyError):
+        return None  # written by another version: the run still opens, without Apply
+
+
+def config_text(summary: dict[str, Any]) -> str:
+    config = run_config(summary)
+    return config.summary() if config is not None else "unknown"
+
 
 class HistoryPanel(QWidget):
+    runAgainRequested = Signal(str, dict)   # job, params
+    applyConfigRequested = Signal(object)   # DeviceConfig
 
     def __init__(self, history: RunHistory, parent: QWidget | None = None):
         super().__init__(parent)
         self.history = history
-        self.table = QTableWidget(0, 5)
-        self.table.setHorizontalHeaderLabels(["Started", "Job", "Status", "Duration", "Run"])
+        self.summaries: dict[str, dict[str, Any]] = {}
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        # Short columns that fit their text; the selected run's parameters and configuration are written out
+        # below, wrapped, so a dock of any width reads them whole and the table never scrolls sideways.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(COLUMNS.index("Job"), QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
+        self.table.currentCellChanged.connect(self._show_details)
+        self.details = QLabel("Select a run to see its parameters and configuration.")
+        self.details.setWordWrap(True)
+        self.details.setTextFormat(Qt.TextFormat.RichText)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.table.doubleClicked.connect(lambda _: self.open_selected())
         refresh = QPushButton("Refresh")
         refresh.clicked.connect(self.refresh)
         open_button = QPushButton("Open")
+        open_button.setToolTip("The run's result, log and placements")
         open_button.clicked.connect(self.open_selected)
+        self.run_again_button = QPushButton("Run again")
+        self.run_again_button.setToolTip("The same job with the same parameters, in the current runtime")
+        # Bound methods, not lambdas: a lambda holding self ties the panel into a reference cycle, which Python's
+        # garbage collector may then free on whatever thread it runs, and PySide deadlocks deleting widgets there.
+        self.run_again_button.clicked.connect(self._run_again_selected)
+        self.apply_button = QPushButton("Apply this configuration")
+        self.apply_button.setToolTip("Load the run's device configuration and restart the runtime with it")
+        self.apply_button.clicked.connect(self._apply_selected)
         buttons = QHBoxLayout()
-        buttons.addWidget(refresh)
-        buttons.addWidget(open_button)
+        for button in (refresh, open_button, self.run_again_button, self.apply_button):
+            buttons.addWidget(button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.details)
         self.dialogs: list[QDialog] = []
 
     def refresh(self) -> None:
         runs = self.history.summaries(limit=500)
+        self.summaries = {run["run_id"]: run for run in runs}
         self.table.setRowCount(len(runs))
         for row, run in enumerate(runs):
-            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
             duration = run.get("duration_s")
-            values = [started, run.get("job", "?"), run.get("status", "?"),
-                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else "", run["run_id"]]
+            values = [date_text(run), run.get("job", "?"), run.get("status", "?"),
+                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else ""]
             for column, value in enumerate(values):
                 item = QTableWidgetItem(str(value))
                 item.setData(Qt.ItemDataRole.UserRole, run["run_id"])
+                item.setToolTip(f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n"
+                                f"(run {run['run_id']})")
                 self.table.setItem(row, column, item)
-        self.table.resizeColumnsToContents()
+        if runs:
+            self.table.setCurrentCell(0, 0)
+        self._show_details()
+
+    def _show_details(self) -> None:
+        run_id = self.selected_run()
+        summary = self.summaries.get(run_id) if run_id is not None else None
+        if summary is None:
+            self.details.setText("Select a run to see its parameters and configuration.")
+            return
+        self.details.setText(f"<b>{html.escape(str(summary.get('job', '?')))}</b> on {date_text(summary)}<br>"
+                             f"<b>Parameters:</b> {html.escape(params_text(summary))}<br>"
+                             f"<b>Configuration:</b> {html.escape(config_text(summary))}")
+
+    def selected_run(self) -> str | None:
+        item = self.table.currentItem()
+        return str(item.data(Qt.ItemDataRole.UserRole)) if item is not None else None
+
+    def _run_again_selected(self) -> None:
+        run_id = self.selected_run()
+        if run_id is not None:
+            self.run_again(run_id)
+
+    def _apply_selected(self) -> None:
+        run_id = self.selected_run()
+        if run_id is not None:
+            self.apply_config(run_id)
+
+    def _dialog_of_sender(self) -> RunDialog | None:
+        button = self.sender()
+        dialog = button.window() if isinstance(button, QWidget) else None
+        return dialog if isinstance(dialog, RunDialog) else None
+
+    def _run_again_from_dialog(self) -> None:
+        dialog = self._dialog_of_sender()
+        if dialog is not None:
+            self.run_again(dialog.run_id)
+
+    def _apply_from_dialog(self) -> None:
+        dialog = self._dialog_of_sender()
+        if dialog is not None:
+            self.apply_config(dialog.run_id)
+
+    def run_again(self, run_id: str) -> None:
+        summary = self.summaries.get(run_id) or self.history.get(run_id)
+        self.runAgainRequested.emit(str(summary.get("job", "")), dict(summary.get("params") or {}))
+
+    def apply_config(self, run_id: str) -> None:
+        config = run_config(self.summaries.get(run_id) or self.history.get(run_id))
+        if config is not None:
+            self.applyConfigRequested.emit(config)
 
     def open_selected(self) -> None:
-        item = self.table.currentItem()
-        if item is not None:
-            self.open_run(str(item.data(Qt.ItemDataRole.UserRole)))
+        run_id = self.selected_run()
+        if run_id is not None:
+            self.open_run(run_id)
 
     def open_run(self, run_id: str) -> QDialog:
         dialog = RunDialog(self.history, run_id, self)
+        dialog.run_again_button.clicked.connect(self._run_again_from_dialog)
+        dialog.apply_button.clicked.connect(self._apply_from_dialog)
         self.dialogs.append(dialog)
         dialog.finished.connect(lambda _: self.dialogs.remove(dialog))
         dialog.show()
@@ -78,31 +187,54 @@ class HistoryPanel(QWidget):
 class RunDialog(QDialog):
     def __init__(self, history: RunHistory, run_id: str, parent: QWidget | None = None):
         super().__init__(parent)
+        self.run_id = run_id
         self.setWindowTitle(f"Run {run_id}")
         self.resize(900, 600)
         self.log = LogPanel()
         self.result_view = ResultView()
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextFormat(Qt.TextFormat.RichText)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.run_again_button = QPushButton("Run again")
+        self.apply_button = QPushButton("Apply this configuration")
         try:
             summary = history.get(run_id)
             recorded = history.events(run_id)
         except (KeyError, OSError, ValueError) as exc:
-            self.result_view.show_message(f"<b>This run cannot be read:</b> {exc}")
+            self.result_view.show_message(f"<b>This run cannot be read:</b> {html.escape(str(exc))}")
             summary, recorded = {}, []
+        self.run_again_button.setEnabled(bool(summary.get("job")))
+        self.apply_button.setEnabled(run_config(summary) is not None)
         if summary:
+            rows = [("Date", date_text(summary)), ("Job", str(summary.get("job", "?"))),
+                    ("Status", str(summary.get("status", "?"))), ("Parameters", params_text(summary)),
+                    ("Configuration", config_text(summary))]
+            self.details.setText("<table cellspacing=2>" + "".join(
+                f"<tr><td><b>{name}</b></td><td>{html.escape(value)}</td></tr>" for name, value in rows) + "</table>")
             self.log.add_events(recorded)
             config = DeviceConfig.from_json(summary["config"]) if summary.get("config") else DeviceConfig()
             replay = JobRun(summary.get("job", "?"), summary.get("params", {}), config, summary.get("devices"))
             replay.attach(summary.get("job_id") or next((e.job_id for e in recorded if e.job_id), ""))
             for event in recorded:
                 replay.feed(event)
-            if not replay.finished:
+            if not replay.finished:  # events cut short: the summary written at the end still tells
                 replay.outcome.status = summary.get("status", "interrupted")
-                replay.outcome.error = summary.get("error") or {"type": "Interrupted",
-                                                                "message": "this run did not finish"}
+                replay.outcome.result = replay.outcome.result or summary.get("result")
+                replay.outcome.error = summary.get("error") or (
+                    None if replay.outcome.status == "ok" else {"type": "Interrupted",
+                                                                 "message": "this run did not finish"})
             self.result_view.show_outcome(replay.outcome)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.result_view)
         splitter.addWidget(self.log)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_again_button)
+        buttons.addWidget(self.apply_button)
+        buttons.addStretch(1)
         layout = QVBoxLayout(self)
-        layout.addWidget(splitter)
+        layout.addWidget(self.details)
+        layout.addLayout(buttons)
+        layout.addWidget(splitter, 1)
 

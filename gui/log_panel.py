@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTableView,
     QVBoxLayout,
@@ -134,6 +135,8 @@ class PlacementModel(QAbstractTableModel):
             return QBrush(QColor(255, 170, 0, 90))
         if role == Qt.ItemDataRole.ToolTipRole and row[4]:
             return "Soft placement moved this op: it was pinned to a device that does not exist"
+        if role == Qt.ItemDataRole.ToolTipRole and column == 0:
+            return row[0]  # a long graph node name is elided in its cell
         if role == Qt.ItemDataRole.FontRole and column == 2:
             font = QFont()
             font.setBold(True)
@@ -141,9 +144,31 @@ class PlacementModel(QAbstractTableModel):
         return None
 
 
-class LogPanel(QWidget):
-    """Bounded, batched raw log with filters, and the placement table."""
+class PlacementProxy(QSortFilterProxyModel):
+    """The placement table's order and filter: by count, ties by device, so MatMul is not buried under
+    hundreds of _Arg/_Retval rows; the log's text filter matches any column."""
 
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setSortRole(Qt.ItemDataRole.EditRole)
+        self.setFilterKeyColumn(-1)
+        self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+
+    def lessThan(self, left: _Index, right: _Index) -> bool:
+        model = self.sourceModel()
+        if left.column() == 3 and isinstance(model, PlacementModel):
+            a, b = model.rows[left.row()], model.rows[right.row()]
+            if a[3] != b[3]:
+                return bool(a[3] < b[3])
+            return bool(a[2] > b[2])  # in the (default) descending order, equal counts list devices A→Z
+        return bool(super().lessThan(left, right))
+
+
+class LogPanel(QWidget):
+    """Bounded, batched raw log with filters, and the placement table.
+
+    The log follows new output while its view is at the end; once the person scrolls up it stays put and a
+    "Jump to end" button offers the way back."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -165,6 +190,11 @@ class LogPanel(QWidget):
         self.save_button.clicked.connect(self._save_dialog)
         self.clear_button = QPushButton("Clear")
         self.clear_button.clicked.connect(self.clear)
+        self.jump_button = QPushButton("⤓ Jump to end")
+        self.jump_button.setToolTip("New output arrived below; follow it again")
+        self.jump_button.clicked.connect(self.jump_to_end)
+        self.jump_button.hide()
+        filters.addWidget(self.jump_button)
         filters.addWidget(self.save_button)
         filters.addWidget(self.clear_button)
         self.filter_text.textChanged.connect(self._refilter)
@@ -179,17 +209,26 @@ class LogPanel(QWidget):
         self.live_line = QLabel()
         self.live_line.setFont(mono)
         self.live_line.setTextFormat(Qt.TextFormat.PlainText)
+        # A long progress bar is clipped rather than widening the panel (and the window with it).
+        self.live_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.live_line.hide()
+        self.following = True
+        self._appending = False  # scroll moves made here are not the person's
+        self.view.verticalScrollBar().valueChanged.connect(self._on_scrolled)
 
         self.model = PlacementModel(self)
-        proxy = QSortFilterProxyModel(self)
-        proxy.setSourceModel(self.model)
-        proxy.setSortRole(Qt.ItemDataRole.EditRole)
+        self.proxy = PlacementProxy(self)
+        self.proxy.setSourceModel(self.model)
         self.table = QTableView()
-        self.table.setModel(proxy)
+        self.table.setModel(self.proxy)
         self.table.setSortingEnabled(True)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.sortByColumn(3, Qt.SortOrder.DescendingOrder)
+        # The op name takes the room left and elides (hover for it); the table never scrolls sideways.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
         self.table.setMinimumWidth(280)
@@ -253,7 +292,40 @@ class LogPanel(QWidget):
             self.entries.extend(lines[-MAX_LOG_LINES:])
             visible = [text for kind, text in lines[-MAX_LOG_LINES:] if self._passes(kind, text)]
             if visible:
-                self.view.appendPlainText("\n".join(visible))
+                self._append("\n".join(visible))
+
+    # -- following the end -----------------------------------------------------------------------
+    def _append(self, text: str) -> None:
+        sideways = self.view.horizontalScrollBar().value()
+        self._appending = True
+        try:
+            self.view.appendPlainText(text)
+            self.view.horizontalScrollBar().setValue(sideways)
+            if self.following:
+                self._scroll_to_end()
+        finally:
+            self._appending = False
+        self.jump_button.setVisible(not self.following)
+
+    def _scroll_to_end(self) -> None:
+        bar = self.view.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def is_at_end(self) -> bool:
+        bar = self.view.verticalScrollBar()
+        return bar.value() >= bar.maximum()
+
+    def _on_scrolled(self, _value: int) -> None:
+        if self._appending:
+            return
+        self.following = self.is_at_end()
+        if self.following:
+            self.jump_button.hide()
+
+    def jump_to_end(self) -> None:
+        self.following = True
+        self._scroll_to_end()
+        self.jump_button.hide()
 
     def start_job(self) -> None:
         """A new job: fresh placement table; the raw log keeps its history."""
@@ -264,6 +336,7 @@ class LogPanel(QWidget):
     def clear(self) -> None:
         self.entries.clear()
         self.view.clear()
+        self.jump_to_end()
         self.start_job()
 
     def _show_fallback(self, data: dict[str, Any]) -> None:
@@ -291,8 +364,16 @@ class LogPanel(QWidget):
 
     def _refilter(self) -> None:
         visible = [text for kind, text in self.entries if self._passes(kind, text)]
-        self.view.setPlainText("\n".join(visible))
-        self.view.moveCursor(self.view.textCursor().MoveOperation.End)
+        self._appending = True
+        try:
+            self.view.setPlainText("\n".join(visible))
+            # Lines start at their beginning (moving the cursor to the very end scrolled long lines sideways).
+            self.view.horizontalScrollBar().setValue(0)
+            if self.following:
+                self._scroll_to_end()
+        finally:
+            self._appending = False
+        self.proxy.setFilterFixedString(self.filter_text.text())
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text("\n".join(text for _, text in self.entries) + "\n", encoding="utf-8")

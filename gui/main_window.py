@@ -7,16 +7,15 @@ from collections import deque
 from pathlib import Path
 from typing import Any, cast
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
+from PySide6.QtCore import QByteArray, QRect, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
     QFileDialog,
-    QLabel,
+    QHBoxLayout,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
     QPushButton,
     QScrollArea,
     QVBoxLayout,
@@ -38,6 +37,7 @@ from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.config_panel import ConfigPanel
 from tf_device_panel.gui.controller import BUSY, EXITED, READY, RuntimeController
+from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
 from tf_device_panel.gui.history_panel import HistoryPanel
@@ -47,11 +47,20 @@ from tf_device_panel.gui.machines_panel import MachinesPanel
 from tf_device_panel.gui.memory_panel import MemoryPanel
 from tf_device_panel.gui.notice import show_notice
 from tf_device_panel.gui.runs_panel import RunsPanel
+from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
 
 from tf_device_panel import resources
 
 ORGANIZATION, APPLICATION = "TF Device Panel", "tf-device-panel"
 KEPT_WARNINGS = 200
+DEFAULT_SIZE = (1280, 820)
+SIDE_DOCK_WIDTH = 340     # Devices / Configuration: the widest field plus its scroll bar
+READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each run's parameters readable
+# Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
+LAYOUT_VERSION = 2
+SIDE_DOCKS = ("devices", "config", "history", "doctor")
+BOTTOM_DOCK_SHARE = 0.27
+SCREEN_SHARE = 0.9
 
 
 class MainWindow(QMainWindow):
@@ -59,7 +68,7 @@ class MainWindow(QMainWindow):
                  history: RunHistory | None = None, start_runtime: bool = True):
         super().__init__()
         self.setWindowTitle("TF Device Panel")
-        self.setMinimumSize(900, 600)
+        self.setMinimumSize(760, 520)
         self.setWindowIcon(QIcon(str(resources.path("icons/tf-device-panel.svg"))))
         self.setStyleSheet(resources.path("style.qss").read_text(encoding="utf-8"))
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
@@ -83,24 +92,48 @@ class MainWindow(QMainWindow):
         self.doctor = DoctorPanel(self.config_panel.config)
         self.memory = MemoryPanel(shared_nvml())
         self.machines = MachinesPanel(self.settings)
+        self.device_map = DeviceMapPanel()
+        self.memory.sampleShown.connect(self.device_map.on_sample)
 
         self.setCentralWidget(self.runs)
         config_scroll = QScrollArea()
         config_scroll.setWidgetResizable(True)
         config_scroll.setWidget(self.config_panel)
-        config_scroll.setMinimumWidth(300)
+        # The panel's fields wrap or elide, so the dock scrolls down, never sideways.
+        config_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        config_scroll.setMinimumWidth(min(self.config_panel.minimumSizeHint().width()
+                                          + config_scroll.verticalScrollBar().sizeHint().width() + 4,
+                                          SIDE_DOCK_WIDTH))
+        self.config_scroll = config_scroll
+        # Apply and Copy as Python stay in sight below the fields, however far those scroll.
+        config_dock_body = QWidget()
+        config_column = QVBoxLayout(config_dock_body)
+        config_column.setContentsMargins(0, 0, 0, 4)
+        config_column.addWidget(config_scroll, 1)
+        panel_layout = self.config_panel.layout()
+        for pinned in (self.config_panel.stale_label, self.config_panel.apply_button, self.config_panel.snippet_button):
+            if panel_layout is not None:
+                panel_layout.removeWidget(pinned)
+        config_buttons = QHBoxLayout()
+        config_buttons.setContentsMargins(8, 0, 8, 0)
+        config_buttons.addWidget(self.config_panel.apply_button)
+        config_buttons.addWidget(self.config_panel.snippet_button)
+        config_column.addWidget(self.config_panel.stale_label)
+        config_column.addLayout(config_buttons)
         self.docks = {
             "devices": self._dock("Devices", self.devices, Qt.DockWidgetArea.LeftDockWidgetArea),
-            "config": self._dock("Configuration (before TF initializes)", config_scroll,
+            "config": self._dock("Configuration (before TF initializes)", config_dock_body,
                                  Qt.DockWidgetArea.LeftDockWidgetArea),
             "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
             "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
             "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.BottomDockWidgetArea),
             "machines": self._dock("Machines (lab)", self.machines, Qt.DockWidgetArea.RightDockWidgetArea),
+            "map": self._dock("Device map", self.device_map, Qt.DockWidgetArea.BottomDockWidgetArea),
         }
         self.tabifyDockWidget(self.docks["log"], self.docks["memory"])
-        self.docks["log"].raise_()
+        self.tabifyDockWidget(self.docks["log"], self.docks["map"])
+        self.docks["map"].raise_()  # the picture an instructor points at
         self.tabifyDockWidget(self.docks["history"], self.docks["doctor"])
         self.tabifyDockWidget(self.docks["devices"], self.docks["config"])
         self.docks["config"].raise_()
@@ -108,8 +141,11 @@ class MainWindow(QMainWindow):
         self.docks["doctor"].hide()
         self.docks["machines"].hide()  # it fetches only once shown: a window without a lab asks no network
         self.docks["machines"].visibilityChanged.connect(self.machines.on_shown)
+        for name in ("history", "doctor"):
+            self.docks[name].visibilityChanged.connect(self._widen_reading_dock)
 
-        self.runtime_label = QLabel("Runtime: not started")
+        # Elided with the whole text as its tooltip: a long failure must not widen the window.
+        self.runtime_label = ElidedLabel("Runtime: not started")
         self.restart_button = QPushButton("Start runtime")
         self.restart_button.clicked.connect(self.apply_current)
         self.restart_button.hide()
@@ -133,9 +169,13 @@ class MainWindow(QMainWindow):
         self.config_panel.snippet_button.clicked.connect(self.show_snippet)
         self.runs.runRequested.connect(self.run_job)
         self.runs.stopRequested.connect(self.stop_job)
+        self.history_panel.runAgainRequested.connect(self.run_again)
+        self.history_panel.applyConfigRequested.connect(self.apply_from_history)
         self.history_panel.refresh()
         self.devices.doctor_button.clicked.connect(self.open_doctor)
 
+        self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
+        self._default_state = self.saveState(LAYOUT_VERSION)
         self._restore_settings()
         # The sampler read the GPUs' static facts when it started: one NVML pass, not two.
         self.nvml_gpus = [g.to_json() for g in self.memory.sampler.gpus]
@@ -178,6 +218,10 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
+        view_menu.addSeparator()
+        self._action(view_menu, "&Reset layout", self.reset_layout)
+        help_menu = self.menuBar().addMenu("&Help")
+        self._action(help_menu, "&About TF Device Panel…", self.show_about)
 
     def _action(self, menu: Any, text: str, slot: Any, shortcut: Any = None) -> QAction:
         action = QAction(text, self)
@@ -217,6 +261,19 @@ class MainWindow(QMainWindow):
             self.runs.job_started(job)
         self._refresh_status()
 
+    def run_again(self, job: str, params: dict[str, Any]) -> None:
+        """A past run's job and parameters in the form, run at once when the runtime is ready."""
+        self.runs.load_params(job, params)
+        if self.runs.run_button.isEnabled():
+            self.runs.run_button.click()
+        else:
+            self.statusBar().showMessage(f"{job}'s parameters are in the form; press Run once the runtime is "
+                                         "ready", 10_000)
+
+    def apply_from_history(self, config: DeviceConfig) -> None:
+        self.config_panel.set_config(config)
+        self.apply_current()
+
     def _on_events(self, batch: list[Event]) -> None:
         try:
             self._handle_events(batch)
@@ -226,6 +283,7 @@ class MainWindow(QMainWindow):
     def _handle_events(self, batch: list[Event]) -> None:
         self.log.add_events(batch)
         self.memory.on_events(batch)
+        self.device_map.on_events(batch)
         for event in batch:
             if event.type == events.READY:
                 self._on_ready(event.data)
@@ -256,6 +314,13 @@ class MainWindow(QMainWindow):
         reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in info["logical"]])
+        applied = self.controller.applied
+        self.device_map.set_devices(info, applied.to_json() if applied else None, self._nvml_by_tf_index(info))
+
+    def _nvml_by_tf_index(self, info: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        created = info.get("gpu_devices", [])
+        return {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
+                for d in info.get("physical", []) if d["device_type"] == "GPU"}
 
     @staticmethod
     def _gpu_name(info: dict[str, Any], index: int) -> str:
@@ -380,39 +445,120 @@ class MainWindow(QMainWindow):
         return self.save_profile(path) if path else False
 
     def show_snippet(self) -> QDialog:
-        dialog = QDialog(self)
-        dialog.setWindowTitle("Configuration as Python")
-        text = QPlainTextEdit(to_python_snippet(self.config_panel.config()))
-        text.setReadOnly(True)
-        text.setMinimumSize(640, 320)
-        copy = QPushButton("Copy to clipboard")
-        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(text.toPlainText()))
-        layout = QVBoxLayout(dialog)
-        layout.addWidget(QLabel("Paste this at the very top of your training script:"))
-        layout.addWidget(text)
-        layout.addWidget(copy)
-        dialog.setObjectName("snippet-dialog")
+        dialog = code_dialog(self, "Configuration as Python",
+                             "Paste this at the very top of your training script, before anything imports "
+                             "TensorFlow's devices:", to_python_snippet(self.config_panel.config()),
+                             object_name="snippet-dialog")
         dialog.show()
         return dialog
 
+    def show_about(self) -> QMessageBox:
+        info = self.controller.ready_info or {}
+        box = QMessageBox(QMessageBox.Icon.Information, "About TF Device Panel",
+                          about_html(info.get("tf_version"), shared_nvml().driver_version()),
+                          QMessageBox.StandardButton.Ok, self)
+        box.setObjectName("about")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        return box
+
     # -- settings and closing ----------------------------------------------------------------------
+    def _available(self) -> QRect:
+        screen = self.screen()
+        return screen.availableGeometry() if screen is not None else QRect(0, 0, *DEFAULT_SIZE)
+
+    def _fit_to_screen(self) -> None:
+        """The default size, shrunk to the screen the window opens on (its frame and title bar included)."""
+        available = self._available()
+        frame_w = max(self.frameGeometry().width() - self.width(), 0)
+        frame_h = max(self.frameGeometry().height() - self.height(), 0) or 32
+        # Most of a large screen, all of a small one.
+        width = min(max(DEFAULT_SIZE[0], int(available.width() * SCREEN_SHARE)), available.width() - frame_w)
+        height = min(max(DEFAULT_SIZE[1], int(available.height() * SCREEN_SHARE)), available.height() - frame_h)
+        self.resize(max(width, self.minimumWidth()), max(height, self.minimumHeight()))
+        self.move(available.topLeft())
+        self._default_dock_sizes()
+
+    def _default_dock_sizes(self) -> None:
+        """Side docks as wide as their fields; the bottom docks about a quarter of the height, so the job form and its
+        result keep the rest even on a 720-pixel screen."""
+        self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
+        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 170)
+        self.resizeDocks([self.docks["log"]], [bottom], Qt.Orientation.Vertical)
+
+    def reset_layout(self) -> None:
+        """Docks where a fresh window has them, and the window fitted to its screen."""
+        self.restoreState(self._default_state, LAYOUT_VERSION)
+        for dock in self.docks.values():
+            if dock.isFloating():
+                dock.setFloating(False)
+        self._fit_to_screen()
+
+    def layout_fits(self) -> bool:
+        """Whether the window lies within its screen and its centre has room for the job list and form."""
+        available = self._available()
+        frame = self.frameGeometry()
+        inside = available.contains(frame) or (frame.width() <= available.width()
+                                                and frame.height() <= available.height())
+        centre = self.centralWidget()
+        room = centre is None or centre.width() >= centre.minimumSizeHint().width()
+        side_docks = [self.docks[name] for name in SIDE_DOCKS]
+        return inside and room and all(dock.width() <= self.width() // 2 for dock in side_docks
+                                       if dock.isVisible() and not dock.isFloating())
+
     def _restore_settings(self) -> None:
         geometry = self.settings.value("geometry")
         state = self.settings.value("window_state")
-        if isinstance(geometry, QByteArray):
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1280, 820)
-        if isinstance(state, QByteArray):
-            self.restoreState(state)
+        restored = (isinstance(geometry, QByteArray) and self.restoreGeometry(geometry)
+                    and isinstance(state, QByteArray) and self.restoreState(state, LAYOUT_VERSION))
+        if not restored:
+            self._fit_to_screen()
+        elif not self.layout_fits():
+            # A layout saved on a larger screen, or squeezed by an old bug, would come back unusable.
+            self.reset_layout()
+
+    def _widen_reading_dock(self, shown: bool) -> None:
+        dock = self.sender()
+        if not isinstance(dock, QDockWidget):
+            return
+        if shown and not dock.isFloating() and dock.width() < READING_DOCK_WIDTH:
+            width = min(READING_DOCK_WIDTH, self.width() // 2)
+            self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing = True
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
-        self.settings.setValue("window_state", self.saveState())
+        self.settings.setValue("window_state", self.saveState(LAYOUT_VERSION))
         self.controller.shutdown()
+        self.runs.stop_clock()  # a job stopped by closing may never report its end
         self.memory.stop()
         self.machines.stop()
         self.doctor.wait(30)
         super().closeEvent(event)
+
+
+def about_html(tf_version: str | None, driver: str | None) -> str:
+    """The versions a bug report needs; TensorFlow's comes from the runtime, as this process never imports it."""
+    from importlib import metadata
+
+    import pyqtgraph
+    import PySide6
+    from PySide6.QtCore import qVersion
+
+    try:
+        app_version = metadata.version("tf-device-panel")
+    except metadata.PackageNotFoundError:
+        app_version = "unknown (not installed)"
+    readme = resources.readme_url()
+    link = (f"<p><a href='{readme}'>README: how to use it</a></p>" if readme
+            else "<p>How to use it: <code>tf-device-panel --help</code></p>")
+    rows = [("TF Device Panel", app_version),
+            ("TensorFlow", tf_version or "not known yet (no runtime has started)"),
+            ("Qt", f"{qVersion()} (PySide6 {PySide6.__version__})"), ("pyqtgraph", pyqtgraph.__version__),
+            ("NVIDIA driver (NVML)", driver or "none found")]
+    table = "".join(f"<tr><td>{name}</td><td><b>{value}</b></td></tr>" for name, value in rows)
+    return (f"<p>See the devices TensorFlow can use, configure them before TensorFlow initializes, and see "
+            f"where every op runs.</p><table cellspacing=4>{table}</table>{link}")

@@ -1,7 +1,9 @@
 """Live memory graphs: one plot per GPU (used, total, TF current/peak, logical limits), host memory and CPU.
 
 Samples come from `core.telemetry.Sampler` on its own thread, through a signal; the plots redraw on a
-timer from the bounded history, downsampled and clipped to the visible window.
+timer from the bounded history, thinned to two points per pixel column (`gui.decimation`) before pyqtgraph
+sees them, and a curve whose data has not changed is not handed over again. Each plot's legend sits to its
+right, outside the curves, where marker labels cannot cover it.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -35,6 +40,7 @@ from tf_device_panel.core.gpus import nvml_index_for
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.telemetry import History, Marker, Sample, Sampler
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.decimation import Columns, columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 
@@ -44,12 +50,25 @@ MARKER_READ_PX = 12  # the read-out names markers this close to the cursor
 MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
+PLOT_MIN_HEIGHT = 130  # px per plot; with many GPUs the graphs scroll instead of shrinking
+MIN_SPAN_S = 60.0      # the shortest time span drawn, so a fresh window's first samples are not one line
 
 
 def _label_background() -> QColor:
     background = QColor(palette_colors()[0])
     background.setAlpha(210)  # labels stay readable over the curves, which still show through
     return background
+
+
+def faint(color: QColor, amount: float) -> QColor:
+    """`color` mixed with the plot background: as light as a translucent pen, without blending each pixel."""
+    background = QColor(palette_colors()[0])
+
+    def mix(own: float, behind: float) -> float:
+        return own + (behind - own) * amount
+
+    return QColor.fromRgbF(mix(color.redF(), background.redF()), mix(color.greenF(), background.greenF()),
+                           mix(color.blueF(), background.blueF()))
 
 
 def nice_ceiling(value: float) -> float:
@@ -69,6 +88,8 @@ class _Bridge(QObject):
 
 
 class MemoryPanel(QWidget):
+    sampleShown = Signal(object)  # each telemetry Sample, on the GUI thread, once the table shows it
+
     def __init__(self, nvml: Nvml | None = None, *, interval_s: float = 0.5, start: bool = True,
                  parent: QWidget | None = None):
         super().__init__(parent)
@@ -120,16 +141,28 @@ class MemoryPanel(QWidget):
 
         self.readout = QLabel("Move the mouse over a graph to read its values.")
         self.readout.setTextFormat(Qt.TextFormat.RichText)
+        self.readout.setWordWrap(True)
+        self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.graphs = pg.GraphicsLayoutWidget()
         self.graphs.setBackground(palette_colors()[0])
-        self.graphs.setMinimumHeight(220)
+        self.graphs_scroll = QScrollArea()
+        self.graphs_scroll.setWidgetResizable(True)
+        self.graphs_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.graphs_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.graphs_scroll.setWidget(self.graphs)
+        self.graphs_scroll.setMinimumHeight(PLOT_MIN_HEIGHT + 40)
         self.table = QTableWidget(0, len(GPU_COLUMNS))
         self.table.setHorizontalHeaderLabels(list(GPU_COLUMNS))
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        # Short columns fit their values; the process list takes the rest and elides (each cell's tooltip
+        # has it whole): the table never scrolls sideways.
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(GPU_COLUMNS.index("Processes"), QHeaderView.ResizeMode.Stretch)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.graphs)
+        splitter.addWidget(self.graphs_scroll)
         splitter.addWidget(self.table)
         splitter.setStretchFactor(0, 4)
         splitter.setStretchFactor(1, 1)
@@ -140,7 +173,11 @@ class MemoryPanel(QWidget):
         layout.addWidget(splitter, 1)
 
         self.plots: dict[str, pg.PlotItem] = {}
-        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.legends: dict[str, pg.LegendItem] = {}
+        self.curves: dict[str, pg.PlotCurveItem] = {}
+        self.curve_names: dict[str, str] = {}  # series key -> what a person calls it ("GPU 0 used")
+        self._drawn: dict[str, tuple[Any, ...]] = {}  # series key -> what its curve was last given
+        self._y_ranges: dict[str, float] = {}
         self.limit_lines: dict[int, list[pg.InfiniteLine]] = {}
         self.crosshairs: list[pg.InfiniteLine] = []
         self._timer = QTimer(self)
@@ -162,7 +199,11 @@ class MemoryPanel(QWidget):
     def build_plots(self, gpu_indices: list[int]) -> None:
         self.graphs.clear()
         self.plots.clear()
+        self.legends.clear()
         self.curves.clear()
+        self.curve_names.clear()
+        self._drawn.clear()
+        self._y_ranges.clear()
         self.crosshairs.clear()
         self._marker_curves.clear()
         self._marker_texts.clear()
@@ -175,14 +216,16 @@ class MemoryPanel(QWidget):
                                              for i in gpu_indices]
         specs += [("host", "Host memory (MiB): RAM in use, the runtime's resident memory", "MiB"),
                   ("cpu", "Host CPU (%)", "%")]
-        for key, title, unit in specs:
-            plot = self.graphs.addPlot(title=title, axisItems={"bottom": pg.DateAxisItem()})
+        self.graphs.setMinimumHeight(PLOT_MIN_HEIGHT * len(specs))
+        for row, (key, title, unit) in enumerate(specs):
+            plot = self.graphs.addPlot(row=row, col=0, title=title, axisItems={"bottom": pg.DateAxisItem()})
             plot.setLabel("left", unit)
             theme_axes(plot)
-            # No grid: its translucent lines cost ~15 ms per plot per redraw; limits and totals are the guides
-            plot.setDownsampling(auto=True, mode="peak")
-            plot.setClipToView(True)
-            plot.addLegend(offset=(6, 6), labelTextSize="8pt")
+            # No grid: its translucent lines cost ~15 ms per plot per redraw; limits and totals are the guides.
+            # No pyqtgraph downsampling either: redraw hands each curve no more than the pixels can show.
+            legend = pg.LegendItem(labelTextSize="8pt", labelTextColor=palette_colors()[1])
+            self.graphs.addItem(legend, row=row, col=1)
+            self.legends[key] = legend
             plot.setMouseEnabled(x=False, y=False)
             plot.getViewBox().enableAutoRange(axis="y", enable=False)
             if first is None:
@@ -194,28 +237,39 @@ class MemoryPanel(QWidget):
             plot.addItem(crosshair, ignoreBounds=True)
             self.crosshairs.append(crosshair)
             self.plots[key] = plot
-            self.graphs.nextRow()
+        # One-pixel pens: a wider pen is stroked segment by segment and tripled the paint time of 8 GPUs.
         for index in gpu_indices:
-            plot = self.plots[f"gpu{index}"]
             color = device_color(f"GPU:{index}")
-            self.curves[f"gpu{index}.memory_used_mib"] = plot.plot(name="used", pen=pg.mkPen(color, width=2))
-            self.curves[f"gpu{index}.memory_total_mib"] = plot.plot(
-                name="total", pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
-            self.curves[f"gpu{index}.runtime_used_mib"] = plot.plot(
-                name="this panel's runtime", pen=pg.mkPen("#2aa198", width=1.5))
+            self._add_curve(f"gpu{index}", f"gpu{index}.memory_used_mib", "used", f"GPU {index} used",
+                            pg.mkPen(color, width=1))
+            # Faint rather than dashed: a dashed hour-long line is slow to paint.
+            self._add_curve(f"gpu{index}", f"gpu{index}.memory_total_mib", "total", f"GPU {index} total",
+                            pg.mkPen(faint(color, 0.55), width=1))
+            self._add_curve(f"gpu{index}", f"gpu{index}.runtime_used_mib", "this panel's runtime",
+                            f"GPU {index} used by the runtime", pg.mkPen("#2aa198", width=1))
         for plot in list(self.plots.values())[:-1]:
             plot.hideAxis("bottom")  # X is linked: one time axis, at the bottom, is enough and paints fast
-        host = self.plots["host"]
-        self.curves["host.ram_used_mib"] = host.plot(name="RAM used", pen=pg.mkPen("#3b82c4", width=2))
-        self.curves["host.runtime_rss_mib"] = host.plot(name="runtime RSS", pen=pg.mkPen("#e4572e", width=2))
-        self.curves["host.cpu_percent"] = self.plots["cpu"].plot(name="CPU", pen=pg.mkPen("#6c71c4", width=2))
+        self._add_curve("host", "host.ram_used_mib", "RAM used", "host RAM used", pg.mkPen("#3b82c4", width=1))
+        self._add_curve("host", "host.runtime_rss_mib", "runtime RSS", "runtime resident memory",
+                        pg.mkPen("#e4572e", width=1))
+        self._add_curve("cpu", "host.cpu_percent", "CPU", "host CPU", pg.mkPen("#6c71c4", width=1))
         self.plots["cpu"].setYRange(0, 100, padding=0.02)
         self.graphs.scene().sigMouseMoved.connect(self._on_mouse)
+
+    def _add_curve(self, plot: str, key: str, legend: str, human: str, pen: Any) -> pg.PlotCurveItem:
+        # A bare curve item: PlotDataItem's own downsampling and clipping would only repeat `decimate`.
+        curve = pg.PlotCurveItem(pen=pen, connect="finite", skipFiniteCheck=True)
+        self.plots[plot].addItem(curve)
+        self.legends[plot].addItem(curve, legend)
+        self.curves[key] = curve
+        self.curve_names[key] = human
+        return curve
 
     # -- samples and runtime events ----------------------------------------------------------------
     def _on_sample(self, sample: Sample) -> None:
         self.last_sample = sample
         self._update_table(sample)
+        self.sampleShown.emit(sample)
 
     def _update_table(self, sample: Sample) -> None:
         names = {g.index: g for g in self.sampler.gpus}
@@ -236,6 +290,7 @@ class MemoryPanel(QWidget):
                       "; ".join(processes) or "none"]
             for column, text in enumerate(values):
                 item = QTableWidgetItem(text)
+                item.setToolTip(text)
                 if gpu.error is not None:
                     item.setForeground(QBrush(QColor("#d33")))
                 self.table.setItem(row, column, item)
@@ -292,10 +347,11 @@ class MemoryPanel(QWidget):
         if plot is None:
             return
         color = device_color(device)
-        self.curves[f"tf{device}.current_mib"] = plot.plot(name=f"TF {device} current",
-                                                           pen=pg.mkPen(color, width=1.5, style=Qt.PenStyle.DotLine))
-        self.curves[f"tf{device}.peak_mib"] = plot.plot(name=f"TF {device} peak",
-                                                        pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
+        key = f"gpu{index}"
+        self._add_curve(key, f"tf{device}.current_mib", f"TF {device} current", f"TensorFlow {device} in use",
+                        pg.mkPen(color, width=1, style=Qt.PenStyle.DotLine))
+        self._add_curve(key, f"tf{device}.peak_mib", f"TF {device} peak", f"TensorFlow {device} peak",
+                        pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
 
     # -- drawing ------------------------------------------------------------------------------------
     def set_paused(self, paused: bool) -> None:
@@ -314,24 +370,44 @@ class MemoryPanel(QWidget):
         seconds = self.window_seconds()
         since = None if seconds is None else now - seconds
         data = self.history.snapshot(since, self.curves)
+        first_sample = min((t[0] for t, _ in data.values() if len(t)), default=now)
+        first_sample = min([first_sample, *(m.time for m in self.history.markers_since(since))])
+        # The window starts at the first sample (or marker): a fresh window is not mostly empty. It spans at
+        # least a minute, which fills from the left as samples come (the time axis then reads in seconds).
+        start = max(since if since is not None else first_sample, first_sample)
+        end = max(now, start + MIN_SPAN_S)
+        first = next(iter(self.plots.values()))
+        pixels = max(int(first.getViewBox().width()), 100)
+        columns: dict[tuple[Any, ...], Columns] = {}  # series sampled together share their columns
         for name, curve in self.curves.items():
-            times, values = data.get(name, ((), ()))
-            curve.setData(times, values, connect="finite")
+            times, values = data.get(name, (np.empty(0), np.empty(0)))
+            drawn = (len(times), times[-1] if len(times) else None, times[0] if len(times) else None, pixels)
+            if self._drawn.get(name) == drawn:
+                continue  # nothing new for this curve: handing pyqtgraph the same data costs a repaint
+            self._drawn[name] = drawn
+            # A min/max pair per two pixels: as many points as the plot has pixels, peaks kept.
+            same_times = drawn[:3]
+            if same_times not in columns:
+                columns[same_times] = columns_for(times, start, end, pixels // 2)
+            shown_times, shown_values = columns[same_times].apply(times, values)
+            curve.setData(shown_times, shown_values)
         for key, plot in self.plots.items():
             if key == "cpu":
                 continue
-            ceiling = self._ceiling(key, data)
+            ceiling = self._ceiling(key)
             if ceiling:
                 # GPUs: their total memory. Host: a round number above the highest value. Either way the
                 # scale stays put while values move.
-                plot.setYRange(0, ceiling * 1.05 if key != "host" else nice_ceiling(ceiling * 1.1), padding=0)
-        first = next(iter(self.plots.values()))
-        start = since if since is not None else min((t[0] for t, _ in data.values() if len(t)), default=now - 60)
-        first.setXRange(start, now, padding=0)
-        self._draw_markers(start, now)
+                top = ceiling * 1.05 if key != "host" else nice_ceiling(ceiling * 1.1)
+                if self._y_ranges.get(key) != top:
+                    self._y_ranges[key] = top
+                    plot.setYRange(0, top, padding=0)
+        first.setXRange(start, end, padding=0)
+        self._draw_markers(start, end)
         self.redraws += 1
 
-    def _ceiling(self, key: str, data: dict[str, Any]) -> float:
+    def _ceiling(self, key: str) -> float:
+        """The highest value drawn on a plot (from the decimated curves, which keep every peak)."""
         if key == "host":
             names = ["host.ram_used_mib", "host.runtime_rss_mib"]
         else:
@@ -340,8 +416,8 @@ class MemoryPanel(QWidget):
                       self.logical_gpus.get(n[2:].split(".")[0], {}).get("nvml_index") == int(key[3:])]
         highest = 0.0
         for name in names:
-            values = data.get(name, ((), ()))[1]
-            if len(values) and not np.isnan(values).all():
+            values = self.curves[name].getData()[1]
+            if values is not None and len(values) and not np.isnan(values).all():
                 highest = max(highest, float(np.nanmax(values)))
         return highest
 
@@ -357,9 +433,13 @@ class MemoryPanel(QWidget):
                 if curve is None:
                     if not len(times):
                         continue
-                    curve = pg.PlotCurveItem(pen=pg.mkPen(color, width=1, style=Qt.PenStyle.DashLine))
+                    curve = pg.PlotCurveItem(pen=pg.mkPen(faint(QColor(color), 0.45), width=1))
                     plot.addItem(curve, ignoreBounds=True)
                     self._marker_curves[key, kind] = curve
+                drawn = (len(times), times[-1] if len(times) else None, bottom, top)
+                if self._drawn.get(f"marker {key} {kind}") == drawn:
+                    continue
+                self._drawn[f"marker {key} {kind}"] = drawn
                 curve.setData(np.repeat(times, 2), np.tile([bottom, top], len(times)), connect="pairs")
         self._layout_labels(markers, start, end)
 
@@ -380,7 +460,8 @@ class MemoryPanel(QWidget):
                 first.addItem(text_item, ignoreBounds=True)
                 self._marker_texts.append(text_item)
             item = self._marker_texts[number]
-            item.setText(label.text, color=MARKER_COLORS.get(label.marker.kind, "#888"))
+            if item.toPlainText() != label.text:  # setting the same text again re-lays out its HTML
+                item.setText(label.text, color=MARKER_COLORS.get(label.marker.kind, "#888"))
             item.setAnchor((0, 0.5) if label.right_of_line else (1, 0.5))
             y = top - (label.row + 0.5) * row_height * (top - bottom) / height if height > 0 else top
             item.setPos(label.marker.time, y)
@@ -409,21 +490,31 @@ class MemoryPanel(QWidget):
                 return
 
     def read_at(self, t: float) -> str:
+        """The values at time `t`, by their human names; a series with no sample near `t` says nothing."""
         for line in self.crosshairs:
             line.setPos(t)
             line.setVisible(True)
-        with self.history.lock:
-            readings = {name: series.value_at(t) for name, series in self.history.series.items()
-                        if name in self.curves}
-        parts = [f"{name}: {value:.1f}" for name, value in sorted(readings.items()) if value is not None]
-        text = time.strftime("%H:%M:%S", time.localtime(t)) + " — " + ", ".join(parts)
         first = next(iter(self.plots.values()), None)
-        if first is not None:  # a crowd of markers shares one label: name them all under the cursor
+        seconds_per_px = 0.0
+        if first is not None and first.getViewBox().width() > 0:
             (x0, x1), _ = first.viewRange()
-            width = first.getViewBox().width()
-            near = self.markers_near(t, MARKER_READ_PX * (x1 - x0) / width) if width > 0 else []
-            if near:
-                text += " — " + ", ".join(near)
+            seconds_per_px = (x1 - x0) / first.getViewBox().width()
+        tolerance = max(1.5 * self.sampler.interval, 3 * seconds_per_px)
+        data = self.history.snapshot(t - tolerance, self.curves)
+        parts = []
+        for name, (times, values) in sorted(data.items(), key=lambda item: self.curve_names.get(item[0], item[0])):
+            near = np.flatnonzero(np.abs(times - t) <= tolerance)
+            if not len(near):
+                continue
+            nearest = near[np.argmin(np.abs(times[near] - t))]
+            if not np.isnan(values[nearest]):
+                unit = " %" if name == "host.cpu_percent" else " MiB"
+                parts.append(f"{self.curve_names.get(name, name)} {values[nearest]:.0f}{unit}")
+        text = time.strftime("%H:%M:%S", time.localtime(t)) + " — " + (", ".join(parts) or "no samples here")
+        if first is not None and seconds_per_px > 0:  # a crowd of markers shares one label: name them all
+            near_markers = self.markers_near(t, MARKER_READ_PX * seconds_per_px)
+            if near_markers:
+                text += " — " + ", ".join(near_markers)
         self.readout.setText(text)
         return text
 

@@ -1,16 +1,21 @@
 """A job's result in the window: any `core.results.Presentation` drawn generically, or a plain message.
 
 No result kind is known here: core.results describes each kind once, and the command line prints the
-same description. Tables become table widgets sized to their content, plots pyqtgraph plots.
+same description. Tables become table widgets sized to their content, plots pyqtgraph plots with their
+legend beside the curves. Device names are shown short (/CPU:1), the full name on hover; a failure is one
+line, its traceback a click away.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import re
+from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLabel,
@@ -22,22 +27,31 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.results import Plot, Presentation, Series, Table, present
+from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
 from tf_device_panel.core.session import JobOutcome
-from tf_device_panel.gui.colors import device_color, themed_plot
+from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.widgets import ExpandableDetail
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
-MAX_TABLE_WIDTH = 520  # px; a wider table scrolls sideways and leaves the rest to the plot
-FAILED = {"cancelled": "Cancelled", "crashed": "The runtime died"}
+STATUS_WORDS = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "The runtime died"}
+MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
+TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
+
+
+def short_devices(text: str) -> str:
+    """Every device name in `text` in its short form: /job:localhost/replica:0/task:0/device:CPU:0 -> /CPU:0."""
+    return _DEVICE.sub(lambda match: short_device_name(match.group()), text)
 
 
 def rich_text(text: str) -> str:
-    """`text` escaped for a label, each device name in its colour, spaces kept (raw JSON stays indented)."""
+    """`text` escaped for a label, each device name short and in its colour, spaces kept."""
     parts, last = [], 0
     for match in _DEVICE.finditer(text):
+        short = short_device_name(match.group())
         parts.append(html.escape(text[last:match.start()]))
-        parts.append(f"<span style='color:{device_color(match.group()).name()}'>{html.escape(match.group())}</span>")
+        parts.append(f"<span style='color:{device_color(short).name()}'>{html.escape(short)}</span>")
         last = match.end()
     parts.append(html.escape(text[last:]))
     return f"<span style='white-space:pre-wrap'>{''.join(parts)}</span>"
@@ -50,6 +64,101 @@ def caption_html(presentation: Presentation) -> str:
     return "<br>".join(lines)
 
 
+def outcome_summary(outcome: JobOutcome) -> str:
+    """One line for a finished run: "Failed: InvalidArgumentError: Could not satisfy…", each word said once."""
+    word = STATUS_WORDS.get(outcome.status, outcome.status.capitalize())
+    error = outcome.error or {}
+    kind = str(error.get("type") or "")
+    message = next((line.strip() for line in str(error.get("message") or "").splitlines() if line.strip()), "")
+    parts = [word]
+    if kind and kind.lower() not in (word.lower(), "cancelled", "jobcancelled"):
+        parts.append(kind)
+    if message and message.lower().rstrip(".") not in (word.lower(), kind.lower(), "cancelled by the user"):
+        parts.append(short_devices(message))
+    return ": ".join(parts)
+
+
+def user_frames(traceback_text: str) -> str:
+    """A traceback with the panel's and installed packages' frames left out: what the user's own code did.
+    When no frame is the user's (a built-in job), the whole traceback is kept."""
+    kept: list[str] = []
+    dropped = 0
+    in_dropped_frame = False
+    for line in traceback_text.splitlines():
+        if line.startswith("  File "):
+            in_dropped_frame = "tf_device_panel" in line or "-packages" in line
+            dropped += in_dropped_frame
+        elif not line.startswith("  "):  # the header or the exception line
+            in_dropped_frame = False
+        if not in_dropped_frame:
+            kept.append(line)
+    if not any(line.startswith("  File ") for line in kept):
+        return traceback_text
+    if dropped:
+        kept.insert(1 if kept and kept[0].startswith("Traceback") else 0,
+                    f"  ({dropped} frame(s) of the panel and installed packages left out)")
+    return "\n".join(kept)
+
+
+def error_details(outcome: JobOutcome) -> str:
+    error = outcome.error or {}
+    message = str(error.get("message") or "")
+    trace = str(error.get("traceback") or "")
+    return "\n\n".join(part for part in (f"{error.get('type', 'Error')}: {message}", user_frames(trace)) if part)
+
+
+class IntegerAxis(pg.AxisItem):
+    """An axis of epochs or steps: ticks on whole numbers only (one point gives "1", not 0.6 … 1.4)."""
+
+    def tickValues(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, list[float]]]:
+        levels = [(spacing, [v for v in values if float(v).is_integer()])
+                  for spacing, values in super().tickValues(minVal, maxVal, size) if spacing >= 1]
+        levels = [(spacing, values) for spacing, values in levels if values]
+        if not levels and math.isfinite(minVal) and math.isfinite(maxVal) and maxVal - minVal < 1000:
+            levels = [(1.0, [float(v) for v in range(math.ceil(minVal), math.floor(maxVal) + 1)])]
+        return levels
+
+
+class ResultPlot(pg.GraphicsLayoutWidget):
+    """One plot with its legend to the right of the curves, never over them."""
+
+    def __init__(self, plot: Plot):
+        super().__init__()
+        self.setBackground(palette_colors()[0])
+        whole_x = all(float(x).is_integer() for series in plot.series for x in series.x)
+        axes = {"bottom": IntegerAxis("bottom")} if whole_x else {}
+        self.plot_item: pg.PlotItem = self.addPlot(row=0, col=0, axisItems=axes)
+        theme_axes(self.plot_item)
+        self.plot_item.setLabel("bottom", plot.x_label)
+        self.plot_item.setLabel("left", plot.y_label)
+        for name in ("left", "bottom"):
+            self.plot_item.getAxis(name).enableAutoSIPrefix(False)  # a loss reads 0.6, not 600 (x0.001)
+        self.plot_item.showGrid(x=True, y=True, alpha=0.3)
+        self.setMinimumHeight(140)
+        self.legend: pg.LegendItem | None = None
+        if len(plot.series) > 1:
+            self.legend = pg.LegendItem(labelTextColor=palette_colors()[1])
+            self.addItem(self.legend, row=0, col=1)
+        for number, series in enumerate(plot.series):
+            self.draw(series, number)
+
+    def draw(self, series: Series, number: int) -> pg.PlotDataItem:
+        device = short_device_name(series.name.split()[0]) if series.name else ""
+        color = device_color(device) if device.startswith("/") else pg.intColor(number, hues=9)
+        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol="o",
+                                   symbolSize=5, symbolBrush=color,
+                                   pen=pg.mkPen(color, width=2, style=_PEN_STYLES[number % len(_PEN_STYLES)]))
+        if self.legend is not None:
+            self.legend.addItem(item, short_devices(series.name))
+        return item
+
+    def listDataItems(self) -> list[Any]:
+        return self.plot_item.listDataItems()
+
+    def getPlotItem(self) -> pg.PlotItem:
+        return self.plot_item
+
+
 def _table_widget(table: Table) -> QTableWidget:
     widget = QTableWidget(len(table.rows), len(table.columns))
     widget.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -60,48 +169,45 @@ def _table_widget(table: Table) -> QTableWidget:
     widget.verticalHeader().setVisible(table.matrix)
     for r, texts in enumerate(table.texts()):
         for c, (text, column) in enumerate(zip(texts, table.columns, strict=True)):
-            item = QTableWidgetItem(text)
+            shown = short_devices(text)
+            item = QTableWidgetItem(shown)
+            if shown != text:
+                item.setToolTip(text)  # the full device name, as exports keep it
             if column.align == "right":
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-            if text.startswith("/"):
-                item.setForeground(device_color(text))
+            if shown.startswith("/"):
+                item.setForeground(device_color(shown.split()[0]))
             widget.setItem(r, c, item)
     widget.resizeColumnsToContents()
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
-    width = widget.horizontalHeader().length() + frame + (widget.verticalHeader().sizeHint().width() if table.matrix
-                                                          else 0)
-    widget.setMinimumWidth(min(width, MAX_TABLE_WIDTH))  # the splitter then gives the table its columns' width
     header = 0 if table.matrix else widget.horizontalHeader().sizeHint().height()
-    scrollbar = widget.horizontalScrollBar().sizeHint().height() if width > MAX_TABLE_WIDTH else 0
-    widget.setMaximumHeight(header + widget.verticalHeader().length() + frame + scrollbar)
+    widget.setMaximumHeight(header + widget.verticalHeader().length() + frame)
     widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
+    widget.setMinimumWidth(80)  # never widens the window: the splitter gives it its columns' width when it can
+    widget.setMaximumWidth(table_content_width(widget))  # nor stretches into an empty grid beside a small table
     return widget
 
 
-def _plot_widget(plot: Plot) -> pg.PlotWidget:
-    widget = themed_plot()
-    widget.setLabel("bottom", plot.x_label)
-    widget.setLabel("left", plot.y_label)
-    widget.showGrid(x=True, y=True, alpha=0.3)
-    widget.setMinimumHeight(120)
-    if len(plot.series) > 1:
-        widget.addLegend(offset=(10, 10))
-    for number, series in enumerate(plot.series):
-        _draw(widget, series, number)
-    return widget
+def table_content_width(widget: QTableWidget) -> int:
+    """The width that shows every column whole, a vertical scroll bar included in case the rows overflow."""
+    vertical_header = widget.verticalHeader().sizeHint().width() if widget.verticalHeader().isVisible() else 0
+    return (widget.horizontalHeader().length() + vertical_header + 2 * widget.frameWidth()
+            + widget.verticalScrollBar().sizeHint().width() + TABLE_SLACK)
 
 
-def _draw(widget: pg.PlotWidget, series: Series, number: int) -> pg.PlotDataItem:
-    device = series.name.split()[0] if series.name else ""
-    color = device_color(device) if device.startswith("/") else pg.intColor(number, hues=9)
-    return widget.plot(list(series.x), list(series.y), name=series.name, symbol="o", symbolSize=5, symbolBrush=color,
-                       pen=pg.mkPen(color, width=2, style=_PEN_STYLES[number % len(_PEN_STYLES)]))
+def _live_loss_presentation(caption: str, losses: list[float], unit: str = "epoch",
+                            warnings: tuple[str, ...] = ()) -> Presentation:
+    xs = tuple(float(n) for n in range(1, len(losses) + 1))
+    table = Table((Column(unit, "right"), Column("loss", "right", "loss")),
+                  tuple((n, value) for n, value in enumerate(losses, 1)))
+    return Presentation(caption, warnings=warnings, tables=(table,) if losses else (),
+                        plots=(Plot(unit, "loss", (Series("loss", xs, tuple(losses)),)),))
 
 
 class ResultView(QStackedWidget):
-    """Page 0: a message (running, failed). Page 1: a presentation: caption, tables, plots."""
+    """Page 0: a message (running, failed, with its details). Page 1: a presentation: caption, tables, plots."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -109,53 +215,87 @@ class ResultView(QStackedWidget):
         self.message.setWordWrap(True)
         self.message.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # Ignored: the label wraps to the width it gets instead of asking for its longest word's width.
+        self.message.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.error = ExpandableDetail()
+        self.error.summary.setStyleSheet("color: #d33; font-weight: bold;")
+        self.error.hide()
+        message_page = QWidget()
+        message_layout = QVBoxLayout(message_page)
+        message_layout.setContentsMargins(0, 0, 0, 0)
+        message_layout.addWidget(self.message)
+        message_layout.addWidget(self.error, 1)
+        message_layout.addStretch(0)
         self.caption = QLabel()
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.RichText)
         self.caption.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.caption.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self._tables_box = QWidget()
         self._tables_layout = QVBoxLayout(self._tables_box)
         self._tables_layout.setContentsMargins(0, 0, 0, 0)
         self._plots_box = QWidget()
         self._plots_layout = QVBoxLayout(self._plots_box)
         self._plots_layout.setContentsMargins(0, 0, 0, 0)
-        body = QSplitter()
-        body.addWidget(self._tables_box)
-        body.addWidget(self._plots_box)
-        body.setStretchFactor(0, 3)
-        body.setStretchFactor(1, 2)
+        self.body = QSplitter()
+        self.body.setChildrenCollapsible(False)
+        self.body.addWidget(self._tables_box)
+        self.body.addWidget(self._plots_box)
         page = QWidget()
         layout = QVBoxLayout(page)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.caption)
-        layout.addWidget(body, 1)
-        self.addWidget(self.message)
+        layout.addWidget(self.body, 1)
+        self.addWidget(message_page)
         self.addWidget(page)
         self.presentation: Presentation | None = None
         self.tables: list[QTableWidget] = []
-        self.plots: list[pg.PlotWidget] = []
+        self.plots: list[ResultPlot] = []
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
+        self._tables_width = 0
 
     def show_message(self, html_text: str) -> None:
         self.message.setText(html_text)
+        self.error.hide()
+        self._live_curve = None
+        self.setCurrentIndex(0)
+
+    def show_error(self, outcome: JobOutcome) -> None:
+        self.message.setText(f"<b>{html.escape(outcome.job)}</b>")
+        self.error.set_content(outcome_summary(outcome), error_details(outcome))
+        self.error.show()
         self._live_curve = None
         self.setCurrentIndex(0)
 
     def show_outcome(self, outcome: JobOutcome) -> None:
-        presentation = present(outcome.result) if outcome.status == "ok" else None
-        if presentation is None:
-            error = outcome.error or {}
-            title = FAILED.get(outcome.status, "Failed") if outcome.status != "ok" else "Finished"
-            self.show_message(f"<b>{title}</b> — {html.escape(error.get('type', ''))}<br>"
-                              f"<pre style='white-space: pre-wrap'>{html.escape(error.get('message', ''))}</pre>")
+        presentation = present(outcome.result)
+        if outcome.status == "ok":
+            if presentation is None:
+                self.show_message(f"<b>{html.escape(outcome.job)}</b> finished; it returns no result.")
+            else:
+                self.show_presentation(presentation)
             return
-        self.show_presentation(presentation)
+        reason = outcome_summary(outcome)
+        if presentation is not None:  # a cancelled or failed run that still produced something: keep it
+            self.show_presentation(Presentation(presentation.title, presentation.lines,
+                                                (reason, *presentation.warnings), presentation.tables,
+                                                presentation.plots))
+        elif self.live_losses and outcome.status == "cancelled":
+            done = len(self.live_losses)
+            self.show_presentation(_live_loss_presentation(
+                f"{outcome.job}: the loss of the {done} epoch(s) finished before it stopped", self.live_losses,
+                warnings=(reason,)))
+        else:
+            self.show_error(outcome)
 
     def show_presentation(self, presentation: Presentation) -> None:
         self.presentation = presentation
         self._live_curve = None
+        self.error.hide()
         self.caption.setText(caption_html(presentation))
+        full = "\n".join([presentation.title, *presentation.warnings, *presentation.lines])
+        self.caption.setToolTip(full if short_devices(full) != full else "")
         for layout in (self._tables_layout, self._plots_layout):
             while layout.count():
                 item = layout.takeAt(0)
@@ -163,7 +303,7 @@ class ResultView(QStackedWidget):
                 if widget is not None:
                     widget.deleteLater()
         self.tables = [_table_widget(table) for table in presentation.tables]
-        self.plots = [_plot_widget(plot) for plot in presentation.plots]
+        self.plots = [ResultPlot(plot) for plot in presentation.plots]
         for table in self.tables:
             self._tables_layout.addWidget(table)
         self._tables_layout.addStretch(1)  # small tables sit at the top
@@ -171,7 +311,21 @@ class ResultView(QStackedWidget):
             self._plots_layout.addWidget(plot)
         self._tables_box.setVisible(bool(self.tables))
         self._plots_box.setVisible(bool(self.plots))
+        self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
+        self._fit_tables()
+
+    def _fit_tables(self) -> None:
+        """Give the tables their columns' width, the plots the rest (at least MIN_PLOT_WIDTH when they can)."""
+        if not (self.tables and self.plots):
+            return
+        total = self.body.width() - self.body.handleWidth()
+        table_width = min(self._tables_width, max(total - MIN_PLOT_WIDTH, total // 2))
+        self.body.setSizes([table_width, max(total - table_width, 1)])
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_tables()
 
     def add_live_loss(self, step: int, value: float) -> None:
         """Training's loss as it comes; only the curve's data changes, so a fast loop stays cheap to draw."""
@@ -179,8 +333,8 @@ class ResultView(QStackedWidget):
         caption = f"Training… epoch {step}: loss {value:.5f}"
         if self._live_curve is None:
             self.show_presentation(Presentation(caption, plots=(
-                Plot("epoch", "loss", (Series("loss", (), ()),)),)))
-            self._live_curve = self.plots[0].getPlotItem().listDataItems()[0]
+                Plot("epoch", "loss", (Series("loss", (1.0,), (value,)),)),)))
+            self._live_curve = self.plots[0].listDataItems()[0]
         else:
             self.caption.setText(caption_html(Presentation(caption)))
         self._live_curve.setData(list(range(1, len(self.live_losses) + 1)), self.live_losses)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut
+from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -16,11 +16,9 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QSplitter,
     QStackedWidget,
     QStyle,
@@ -32,7 +30,8 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.job_form import ParamForm
-from tf_device_panel.gui.result_view import ResultView
+from tf_device_panel.gui.result_view import ResultView, outcome_summary
+from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
 
 
 class JobItemDelegate(QStyledItemDelegate):
@@ -81,7 +80,9 @@ class RunsPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             item.setToolTip(spec.description)
             self.job_list.addItem(item)
-        self.job_list.setMinimumWidth(200)
+        self.job_list.setMinimumWidth(180)
+        # Each job's description is elided to the list's width: never a sideways scroll bar.
+        self.job_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.job_list.setItemDelegate(JobItemDelegate(self.job_list))
         self.job_list.setAccessibleName("Jobs")
         self.job_list.setObjectName("jobs")
@@ -92,7 +93,11 @@ class RunsPanel(QWidget):
         self.code_button.setToolTip("The code this job runs inside the TensorFlow runtime")
         self.code_button.clicked.connect(self.show_code)
         self.code_dialogs: list[QDialog] = []
-        self.form_stack = QStackedWidget()
+        # Every form in one column, only the selected one shown: a column sizes to its shown widgets, while a
+        # QStackedWidget's height-for-width is its tallest page's, which made short forms scroll.
+        self.form_stack = QWidget()
+        self.form_column = QVBoxLayout(self.form_stack)
+        self.form_column.setContentsMargins(0, 0, 0, 0)
         self.form_error = QLabel()
         self.form_error.setObjectName("problem")
         self.form_error.setWordWrap(True)
@@ -107,8 +112,13 @@ class RunsPanel(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
         self.elapsed = QLabel("")
-        self.status = QLabel("Idle")
-        self.result = ResultView()
+        self.status = ElidedLabel("Idle")  # a 2,000-character error stays one line; hover for all of it
+        # One result view per job: selecting a job shows its own last result, never another job's.
+        self.results: dict[str, ResultView] = {name: ResultView() for name in JOBS}
+        self.result_stack = QStackedWidget()
+        for view in self.results.values():
+            self.result_stack.addWidget(view)
+        self.running_job: str | None = None
         self._started_at: float | None = None
         self._stopping = False
         self._timer = QTimer(self)
@@ -138,7 +148,7 @@ class RunsPanel(QWidget):
         right_layout.addWidget(form_group)
         right_layout.addLayout(controls)
         right_layout.addWidget(self.status)
-        right_layout.addWidget(self.result, 1)
+        right_layout.addWidget(self.result_stack, 1)
         splitter = QSplitter()
         splitter.addWidget(self.job_list)
         splitter.addWidget(right)
@@ -160,6 +170,11 @@ class RunsPanel(QWidget):
         self.job_list.setCurrentRow(0)
 
     @property
+    def result(self) -> ResultView:
+        """The view results go to: the running job's while one runs, else the selected job's."""
+        return self.results[self.running_job or self.current_job]
+
+    @property
     def current_job(self) -> str:
         item = self.job_list.currentItem()
         return str(item.data(Qt.ItemDataRole.UserRole)) if item else next(iter(JOBS))
@@ -177,59 +192,65 @@ class RunsPanel(QWidget):
         """Rebuild the forms so device pickers list the running runtime's logical devices."""
         old_values = {name: form.values() for name, form in self.forms.items()}
         self.devices = devices
-        while self.form_stack.count():
-            widget = self.form_stack.widget(0)
-            if widget is not None:
-                self.form_stack.removeWidget(widget)
-                widget.deleteLater()
+        for old in self.forms.values():
+            self.form_column.removeWidget(old)
+            old.deleteLater()
         self.forms = {}
         for spec in JOBS.values():
             form = ParamForm(spec, devices)
             for name, value in old_values.get(spec.name, {}).items():
                 form.set_value(name, value)
             self.forms[spec.name] = form
-            self.form_stack.addWidget(form)
+            form.hide()
+            self.form_column.addWidget(form)
+        self._show_form(self.job_list.currentRow())
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        # The style's real sizes (fonts, combo boxes) are known once shown: give the form its room again.
         self._show_form(self.job_list.currentRow())
 
     def _show_form(self, row: int) -> None:
         if row >= 0:
             spec = JOBS[self.current_job]
-            self.form_stack.setCurrentWidget(self.forms[spec.name])
-            for name, form in self.forms.items():  # the stack then sizes to the shown form, not the largest
-                policy = QSizePolicy.Policy.Preferred if name == spec.name else QSizePolicy.Policy.Ignored
-                form.setSizePolicy(policy, policy)
-            self.form_stack.adjustSize()
-            # Room for the whole form up to 6 rows or so; longer ones scroll.
-            self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 200))
+            for name, form in self.forms.items():
+                form.setVisible(name == spec.name)
+            # Room for the whole form up to 7 rows or so; longer ones scroll.
+            self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 230))
             self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")
+            self.result_stack.setCurrentWidget(self.results[spec.name])
         self.form_error.hide()
 
     def show_code(self) -> QDialog:
         """A read-only view of the job's source, for teaching (the same text as `jobs --code`)."""
         spec = JOBS[self.current_job]
-        dialog = QDialog(self)
-        dialog.setWindowTitle(f"Code of {spec.name}")
-        dialog.setObjectName("code-dialog")
-        view = QPlainTextEdit(spec.code())
-        view.setReadOnly(True)
-        view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        mono = QFont("monospace")
-        mono.setStyleHint(QFont.StyleHint.Monospace)
-        view.setFont(mono)
-        view.setMinimumSize(720, 480)
-        layout = QVBoxLayout(dialog)
-        layout.addWidget(QLabel(f"<b>{html.escape(spec.title)}</b>: runs in the TensorFlow runtime process as "
-                                f"<code>{html.escape(spec.entry)}</code>"))
-        layout.addWidget(view)
+        dialog = code_dialog(self, f"Code of {spec.name}",
+                             f"<b>{html.escape(spec.title)}</b>: runs in the TensorFlow runtime process as "
+                             f"<code>{html.escape(spec.entry)}</code>", spec.code(), object_name="code-dialog")
         dialog.finished.connect(lambda _: self.code_dialogs.remove(dialog))
         self.code_dialogs.append(dialog)
         dialog.show()
         return dialog
 
+    def load_params(self, job: str, params: dict[str, Any]) -> None:
+        """Select `job` with these values in its form (History's Run again); unknown names are skipped."""
+        self.select_job(job)
+        form = self.forms.get(job)
+        if form is None:
+            return
+        for name, value in params.items():
+            if name in form.widgets:
+                form.set_value(name, value)
+
     def _request_run(self) -> None:
         if not self.run_button.isEnabled():
             return
         spec = JOBS[self.current_job]
+        refused = self.form().problems()
+        if refused:
+            self.form_error.setText("\n".join(f"{label}: {message}" for label, message in refused))
+            self.form_error.show()
+            return
         try:
             params = spec.resolve(self.form().values())
         except ParamError as exc:
@@ -256,8 +277,9 @@ class RunsPanel(QWidget):
         self.status.setText(f"Running {job}…")
         self.stop_button.setEnabled(True)
         self.run_button.setEnabled(False)
+        self.running_job = job if job in self.results else None
         self.result.live_losses = []
-        self.result.show_message(f"Running <b>{job}</b>…")
+        self.result.show_message(f"Running <b>{html.escape(job)}</b>…")
 
     def show_progress(self, done: float, total: float, message: str) -> None:
         if total > 0:
@@ -279,10 +301,14 @@ class RunsPanel(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setValue(1000 if outcome.status == "ok" else self.progress.value())
         duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s else ""
-        words = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "Runtime died"}
-        self.status.setText(f"{words.get(outcome.status, outcome.status)}{duration}"
-                            + (f" — {outcome.error['message'][:200]}" if outcome.error else ""))
-        self.result.show_outcome(outcome)
+        word, _, detail = outcome_summary(outcome).partition(": ")
+        self.status.setText(f"{word}{duration}" + (f" — {detail}" if detail else ""))
+        view = self.results.get(outcome.job, self.result)
+        view.show_outcome(outcome)
+        self.running_job = None
+
+    def stop_clock(self) -> None:
+        self._timer.stop()
 
     def _tick(self) -> None:
         if self._started_at is not None:

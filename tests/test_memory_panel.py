@@ -101,9 +101,10 @@ def test_limits_markers_tf_memory_and_window(qtbot, panel: MemoryPanel) -> None:
     assert {"memory started", "ResourceExhaustedError", "memory error"} <= set(labels)
     assert panel.history.series["tf/GPU:0.peak_mib"].last() == 512.0
     # the time window selector sets the visible range; pause freezes redraws
-    panel.window_choice.setCurrentIndex(0)  # 1 min
+    panel.window_choice.setCurrentIndex(0)  # 1 min, but it starts at the first sample: no empty minute
     (x0, x1), _ = panel.plots["gpu0"].viewRange()
-    assert 59 <= x1 - x0 <= 61
+    first_sample = panel.history.series["gpu0.memory_used_mib"].arrays()[0][0]
+    assert x0 == pytest.approx(first_sample) and 59 <= x1 - x0 <= 61
     panel.pause_button.click()
     count = panel.redraws
     panel.redraw()  # what the redraw timer does on its next tick: while paused, it must draw nothing
@@ -111,7 +112,9 @@ def test_limits_markers_tf_memory_and_window(qtbot, panel: MemoryPanel) -> None:
     panel.pause_button.click()
     assert panel.redraws > count
     text = panel.read_at(now + 0.2)
-    assert "gpu0.memory_used_mib" in text
+    assert "GPU 0 used 1024 MiB" in text and "TensorFlow /GPU:0 peak 512 MiB" in text  # human names
+    assert "memory_used_mib" not in text
+    assert panel.read_at(now - 3600).endswith("no samples here")  # only real samples, none an hour before
 
 
 def test_exports_parse_back(qtbot, panel: MemoryPanel, tmp_path: Path) -> None:
@@ -150,8 +153,8 @@ def test_labels_of_quick_runs_share_one_label_instead_of_overprinting(qtbot, pan
 
 
 def test_labels_far_apart_are_all_shown(qtbot, panel: MemoryPanel) -> None:
-    now = time.time() - 55
-    panel.resize(1200, 700)
+    now = time.time() - 58
+    panel.resize(1400, 700)  # the plots ~1150 px wide, beside their legends
     panel.window_choice.setCurrentIndex(0)
     panel.on_events([*quick_runs(now, 14)])  # 14 s apart in a 1-minute window: wider than a label
     qtbot.waitUntil(lambda: len(panel.marker_labels()) == 8, timeout=5000)

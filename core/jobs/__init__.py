@@ -73,10 +73,16 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    label: str = ""                            # what a form calls it; every job in JOBS declares one
+    unit: str = ""                             # shown after the value: "MiB", "s"
+    empty_means: str = ""                      # what an empty value does ("all GPUs, else all CPUs")
+    shown_when: tuple[str, str] | None = None  # (parameter, value): it only matters then (image size: cnn)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "default": self.default, "help": self.help,
-                "choices": list(self.choices), "minimum": self.minimum, "maximum": self.maximum}
+                "choices": list(self.choices), "minimum": self.minimum, "maximum": self.maximum,
+                "label": self.label, "unit": self.unit, "empty_means": self.empty_means,
+                "shown_when": list(self.shown_when) if self.shown_when else None}
 
     def from_text(self, text: str) -> Any:
         """Convert a command-line value; raises ValueError with a message naming what was expected."""
@@ -256,11 +262,11 @@ _CROSS_DEVICE_OPS = Param(
     "(tf.distribute.NcclAllReduce, HierarchicalCopyAllReduce or ReductionToOneDevice). NCCL needs NVIDIA GPUs: "
     "elsewhere the job says so and uses HierarchicalCopyAllReduce. With one device and no devices named, the "
     "default strategy runs instead.",
-    choices=("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"))
+    choices=("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"), label="Cross-device ops")
 _LR_RULE = Param(
     "lr_rule", CHOICE, "fixed", "fixed: the job's usual learning rate; by-global-batch: the seeds' "
     "LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}, looked up by the global batch.",
-    choices=("fixed", "by-global-batch"))
+    choices=("fixed", "by-global-batch"), label="Learning rate rule")
 
 JOBS: dict[str, JobSpec] = {
     spec.name: spec
@@ -271,7 +277,8 @@ JOBS: dict[str, JobSpec] = {
             "shows where it ran and whether soft placement moved it.",
             "tf_device_panel.core.jobs.basic:matmul",
             (Param("device", DEVICE, "", "Device to pin the op to with tf.device (e.g. /GPU:0, /CPU:1). "
-                   "Empty: let TensorFlow choose. A device that does not exist shows soft placement."),),
+                   "Empty: let TensorFlow choose. A device that does not exist shows soft placement.",
+                   label="Device", empty_means="TensorFlow chooses"),),
         ),
         JobSpec(
             "replicate", "Manual replication",
@@ -279,8 +286,9 @@ JOBS: dict[str, JobSpec] = {
             "replication by hand, as in the seeds.",
             "tf_device_panel.core.jobs.basic:replicate",
             (Param("device_type", CHOICE, "auto", "Which logical devices to replicate on; auto: GPUs if any, "
-                   "else CPUs.", choices=("auto", "GPU", "CPU")),
-             Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.")),
+                   "else CPUs.", choices=("auto", "GPU", "CPU"), label="Replicate on"),
+             Param("reduce_device", DEVICE, "/CPU:0", "Device that runs tf.add_n over the products.",
+                   label="Sum (add_n) on")),
         ),
         JobSpec(
             "session", "TF1 graph and Session",
@@ -292,10 +300,12 @@ JOBS: dict[str, JobSpec] = {
             (Param("example", CHOICE, "placement", "placement: a @ b, placed by TensorFlow; pin-cpu: the "
                    "constants under tf.device('/cpu:0'); two-devices: a @ b on each device, summed by add_n "
                    "on /cpu:0 (→ [[44,56],[98,128]] on two devices); missing-device: everything on /gpu:2.",
-                   choices=("placement", "pin-cpu", "two-devices", "missing-device")),
-             Param("soft_placement", BOOL, False, "ConfigProto allow_soft_placement (TF1's default: off)."),
+                   choices=("placement", "pin-cpu", "two-devices", "missing-device"), label="Example"),
+             Param("soft_placement", BOOL, False, "ConfigProto allow_soft_placement (TF1's default: off).",
+                   label="Soft placement"),
              Param("devices", DEVICES, "", "For two-devices: the devices to multiply on. Empty: all GPUs, "
-                   "or all CPUs if there is no GPU.")),
+                   "or all CPUs if there is no GPU.", label="Multiply on", empty_means="all GPUs, else all CPUs",
+                   shown_when=("example", "two-devices"))),
         ),
         JobSpec(
             "fit", "Keras fit",
@@ -303,36 +313,38 @@ JOBS: dict[str, JobSpec] = {
             "the seeds' one-unit Dense model or their small CNN; the global batch grows with the number of "
             "replicas.",
             "tf_device_panel.core.jobs.training:fit",
-            (Param("epochs", INT, 2, "Training epochs.", minimum=1, maximum=10_000),
+            (Param("epochs", INT, 2, "Training epochs.", minimum=1, maximum=10_000, label="Epochs"),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
-                   minimum=1, maximum=1_000_000),
-             Param("samples", INT, 100, "Number of training samples.", minimum=1, maximum=100_000_000),
+                   minimum=1, maximum=1_000_000, label="Batch per replica", unit="samples"),
+             Param("samples", INT, 100, "Number of training samples.", minimum=1, maximum=100_000_000,
+                   label="Training samples"),
              Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over "
-                   "(e.g. /CPU:0,/CPU:1). Empty: all GPUs, or all CPUs if there is no GPU."),
+                   "(e.g. /CPU:0,/CPU:1). Empty: all GPUs, or all CPUs if there is no GPU.",
+                   label="Mirror over", empty_means="all GPUs, else all CPUs"),
              Param("model", CHOICE, "dense", "dense: the seeds' one-unit Dense model; cnn: the seeds' small CNN "
                    "(Conv2D/MaxPooling, dropout, sigmoid) on synthetic images, to put visible load on the devices.",
-                   choices=("dense", "cnn")),
+                   choices=("dense", "cnn"), label="Model"),
              Param("image_size", INT, 32, "Image side in pixels for the cnn model (the seed used 150).",
-                   minimum=8, maximum=512),
+                   minimum=8, maximum=512, label="Image size", unit="px", shown_when=("model", "cnn")),
              _CROSS_DEVICE_OPS,
              Param("data", CHOICE, "dataset", "dataset: a tf.data.Dataset batched by the global batch; numpy: "
                    "NumPy arrays with batch_size = the global batch, which Keras splits across the replicas.",
-                   choices=("dataset", "numpy")),
+                   choices=("dataset", "numpy"), label="Input"),
              _LR_RULE,
-             Param("evaluate", BOOL, True, "Run model.evaluate on the dataset after fit.")),
+             Param("evaluate", BOOL, True, "Run model.evaluate on the dataset after fit.", label="Evaluate after fit")),
         ),
         JobSpec(
             "custom-loop", "Custom training loop",
             "The seeds' custom loop: a distributed dataset, per-example loss averaged over the global batch "
             "with tf.nn.compute_average_loss, strategy.run and strategy.reduce(SUM) inside a tf.function.",
             "tf_device_panel.core.jobs.training:custom_loop",
-            (Param("steps", INT, 20, "Training steps.", minimum=1, maximum=1_000_000),
+            (Param("steps", INT, 20, "Training steps.", minimum=1, maximum=1_000_000, label="Steps"),
              Param("batch_per_replica", INT, 5, "Batch size on each replica; global batch = this × replicas.",
-                   minimum=1, maximum=1_000_000),
+                   minimum=1, maximum=1_000_000, label="Batch per replica", unit="samples"),
              Param("learning_rate", FLOAT, 0.1, "SGD learning rate (with lr_rule=fixed).", minimum=1e-6,
-                   maximum=10.0),
+                   maximum=10.0, label="Learning rate"),
              Param("devices", DEVICES, "", "Comma-separated logical devices to mirror over. Empty: all GPUs, "
-                   "or all CPUs if there is no GPU."),
+                   "or all CPUs if there is no GPU.", label="Mirror over", empty_means="all GPUs, else all CPUs"),
              _CROSS_DEVICE_OPS,
              _LR_RULE),
         ),
@@ -342,34 +354,43 @@ JOBS: dict[str, JobSpec] = {
             "process's memory (CPU): see memory growth, memory limits and virtual splits at work, and the "
             "out-of-memory error past a logical device's limit.",
             "tf_device_panel.core.jobs.memory:memory",
-            (Param("device", DEVICE, "", "Device to allocate on. Empty: the first GPU, else the CPU."),
-             Param("step_mib", INT, 64, "MiB allocated per step.", minimum=1, maximum=65_536),
-             Param("steps", INT, 8, "Number of allocation steps.", minimum=1, maximum=1000),
-             Param("release", BOOL, True, "Free everything at the end and report once more.")),
+            (Param("device", DEVICE, "", "Device to allocate on. Empty: the first GPU, else the CPU.",
+                   label="Device", empty_means="the first GPU, else the CPU"),
+             Param("step_mib", INT, 64, "MiB allocated per step.", minimum=1, maximum=65_536,
+                   label="Allocated per step", unit="MiB"),
+             Param("steps", INT, 8, "Number of allocation steps.", minimum=1, maximum=1000, label="Steps"),
+             Param("release", BOOL, True, "Free everything at the end and report once more.",
+                   label="Release at the end")),
         ),
         JobSpec(
             "benchmark", "Matmul benchmark",
             "Matrix-multiply throughput (GFLOP/s) on each logical device over sizes and dtypes, with warm-up "
             "and synchronisation, and NumPy's matmul on the same CPU as a reference row.",
             "tf_device_panel.core.jobs.benchmark:benchmark",
-            (Param("sizes", INTS, "256,512,1024", "Comma-separated matrix sizes (n for n×n).", maximum=16_384),
+            (Param("sizes", INTS, "256,512,1024", "Comma-separated matrix sizes (n for n×n).", maximum=16_384,
+                   label="Matrix sizes", unit="n (n×n)"),
              Param("dtypes", MULTI, "float32,float16,bfloat16", "Comma-separated dtypes; a device that lacks "
-                   "one shows it as unsupported.", choices=("float32", "float16", "bfloat16", "float64")),
-             Param("repeats", INT, 5, "Matmuls timed per measurement.", minimum=1, maximum=10_000),
-             Param("devices", DEVICES, "", "Comma-separated logical devices. Empty: every logical device.")),
+                   "one shows it as unsupported.", choices=("float32", "float16", "bfloat16", "float64"),
+                   label="Data types"),
+             Param("repeats", INT, 5, "Matmuls timed per measurement.", minimum=1, maximum=10_000,
+                   label="Repeats", unit="matmuls"),
+             Param("devices", DEVICES, "", "Comma-separated logical devices. Empty: every logical device.",
+                   label="Devices", empty_means="every logical device")),
         ),
         JobSpec(
             "multi-worker", "Multi-worker cluster",
             "N worker processes on 127.0.0.1, each with its own TF_CONFIG, run a custom training loop under "
             "MultiWorkerMirroredStrategy; their losses must agree. (Keras 3's fit fails under this strategy.)",
             "tf_device_panel.core.jobs.cluster_jobs:multi_worker",
-            (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16),
-             Param("steps", INT, 10, "Training steps.", minimum=1, maximum=100_000),
-             Param("batch_per_replica", INT, 5, "Batch per replica.", minimum=1, maximum=1_000_000),
-             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
-             Param("log_placement", BOOL, True, "Log the workers' op placement."),
+            (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16, label="Workers"),
+             Param("steps", INT, 10, "Training steps.", minimum=1, maximum=100_000, label="Steps"),
+             Param("batch_per_replica", INT, 5, "Batch per replica.", minimum=1, maximum=1_000_000,
+                   label="Batch per replica", unit="samples"),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0,
+                   label="Learning rate"),
+             Param("log_placement", BOOL, True, "Log the workers' op placement.", label="Log placement"),
              Param("timeout_s", INT, 180, "Give up (and stop every worker) after this many seconds.",
-                   minimum=10, maximum=86_400)),
+                   minimum=10, maximum=86_400, label="Time limit", unit="s")),
             (("Each worker process, with its own TF_CONFIG, runs", "tf_device_panel.core.cluster_task:mwms_worker"),),
         ),
         JobSpec(
@@ -377,13 +398,17 @@ JOBS: dict[str, JobSpec] = {
             "A coordinator, one parameter server and N workers as local processes; a custom loop scheduled "
             "through ClusterCoordinator. Shows where the variables live (/job:ps/...).",
             "tf_device_panel.core.jobs.cluster_jobs:parameter_server",
-            (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16),
-             Param("steps", INT, 20, "Training steps scheduled on the workers.", minimum=1, maximum=100_000),
-             Param("batch_per_replica", INT, 5, "Batch per worker step.", minimum=1, maximum=1_000_000),
-             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0),
-             Param("log_placement", BOOL, False, "Log op placement in every task (many lines)."),
+            (Param("workers", INT, 2, "Worker processes.", minimum=1, maximum=16, label="Workers"),
+             Param("steps", INT, 20, "Training steps scheduled on the workers.", minimum=1, maximum=100_000,
+                   label="Steps"),
+             Param("batch_per_replica", INT, 5, "Batch per worker step.", minimum=1, maximum=1_000_000,
+                   label="Batch per replica", unit="samples"),
+             Param("learning_rate", FLOAT, 0.1, "SGD learning rate.", minimum=1e-6, maximum=10.0,
+                   label="Learning rate"),
+             Param("log_placement", BOOL, False, "Log op placement in every task (many lines).",
+                   label="Log placement"),
              Param("timeout_s", INT, 180, "Give up (and stop every process) after this many seconds.",
-                   minimum=10, maximum=86_400)),
+                   minimum=10, maximum=86_400, label="Time limit", unit="s")),
             (("The parameter server and each worker process run", "tf_device_panel.core.cluster_task:server"),
              ("The coordinator process runs", "tf_device_panel.core.cluster_task:ps_coordinator")),
         ),
@@ -392,8 +417,9 @@ JOBS: dict[str, JobSpec] = {
             "Run your own Python file inside the configured runtime and stream its output, to watch your "
             "training under this device configuration.",
             "tf_device_panel.core.jobs.script:script",
-            (Param("path", PATH, "", "The Python file to run (as __main__)."),
-             Param("args", ARGS, "", "Command-line arguments for the script (shell quoting).")),
+            (Param("path", PATH, "", "The Python file to run (as __main__).", label="Script"),
+             Param("args", ARGS, "", "Command-line arguments for the script (shell quoting).", label="Arguments",
+                   empty_means="none")),
         ),
     )
 }

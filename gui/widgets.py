@@ -1,0 +1,153 @@
+"""Small widgets that keep the layout steady: text that never widens its panel, code shown in a monospace font."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QFont, QFontDatabase, QFontInfo, QGuiApplication, QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+def monospace_font() -> QFont:
+    """The system's fixed-pitch font; where the platform names one it cannot resolve to a fixed-pitch face
+    (Qt's offscreen and minimal platforms), the first installed fixed-pitch family."""
+    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    if QFontInfo(font).fixedPitch():
+        return font
+    family = next((name for name in QFontDatabase.families() if QFontDatabase.isFixedPitch(name)
+                   and not QFontDatabase.isPrivateFamily(name)), None)
+    if family is not None:
+        font.setFamily(family)
+    return font
+
+
+class ElidedLabel(QLabel):
+    """One line of plain text, cut with "…" to the width it is given; the whole text is its tooltip.
+
+    A QLabel asks for the width of its whole text, so one long message (an error, a path) would widen
+    the panel holding it and everything beside it; this one asks for almost nothing."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:
+        self._full = text
+        one_line = " ".join(text.split())
+        super().setText(one_line)
+        self.setToolTip(text if self._elided_text() != one_line or "\n" in text else "")
+        self.update()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def is_elided(self) -> bool:
+        return self._elided_text() != super().text()
+
+    def _elided_text(self) -> str:
+        return self.fontMetrics().elidedText(super().text(), Qt.TextElideMode.ElideRight, max(self.width(), 1))
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("…") * 4, self.fontMetrics().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(min(self.fontMetrics().horizontalAdvance(super().text()) + 4, 400), self.fontMetrics().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.setToolTip(self._full if self.is_elided() or "\n" in self._full else "")
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(self.rect(), int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), self._elided_text())
+
+
+class WrappingText(QPlainTextEdit):
+    """Read-only text that wraps anywhere (a 2,000-character word included) and scrolls down, never sideways."""
+
+    def __init__(self, text: str = "", *, monospace: bool = False, parent: QWidget | None = None):
+        super().__init__(text, parent)
+        self.setReadOnly(True)
+        self.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.setWordWrapMode(self.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        if monospace:
+            self.setFont(monospace_font())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(80, 3 * self.fontMetrics().height())
+
+
+class ExpandableDetail(QWidget):
+    """A one-line summary with a "Details" toggle that reveals the full text (a traceback) below it."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.summary = ElidedLabel()
+        self.toggle = QToolButton()
+        self.toggle.setText("Details ▸")
+        self.toggle.setCheckable(True)
+        self.toggle.setToolTip("Show the whole message and the traceback")
+        self.toggle.toggled.connect(self._toggled)
+        self.detail = WrappingText(monospace=True)
+        self.detail.hide()
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.summary, 1)
+        top.addWidget(self.toggle)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.detail, 1)
+
+    def set_content(self, summary: str, detail: str) -> None:
+        self.summary.setText(summary)
+        self.detail.setPlainText(detail)
+        self.toggle.setVisible(bool(detail.strip()) and detail.strip() != summary.strip())
+        self.toggle.setChecked(False)
+
+    def _toggled(self, shown: bool) -> None:
+        self.toggle.setText("Details ▾" if shown else "Details ▸")
+        self.detail.setVisible(shown)
+
+
+def code_dialog(parent: QWidget, title: str, heading: str, code: str, *, object_name: str) -> QDialog:
+    """Code to read and copy: a monospace view that keeps lines whole, and a Copy button."""
+    dialog = QDialog(parent)
+    dialog.setWindowTitle(title)
+    dialog.setObjectName(object_name)
+    view = QPlainTextEdit(code)
+    view.setReadOnly(True)
+    view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+    view.setFont(monospace_font())
+    view.setMinimumSize(640, 360)
+    copy = QPushButton("Copy")
+    copy.setToolTip("Copy the whole text to the clipboard")
+
+    def copy_all() -> None:
+        QGuiApplication.clipboard().setText(view.toPlainText())
+        copy.setText("Copied ✓")
+
+    copy.clicked.connect(copy_all)
+    label = QLabel(heading)
+    label.setWordWrap(True)
+    buttons = QHBoxLayout()
+    buttons.addStretch(1)
+    buttons.addWidget(copy)
+    layout = QVBoxLayout(dialog)
+    layout.addWidget(label)
+    layout.addWidget(view, 1)
+    layout.addLayout(buttons)
+    return dialog

@@ -1,0 +1,75 @@
+"""The placement log under pytest-qt: it follows new output unless the person scrolled up, filters without
+scrolling sideways, and its text filter and order apply to the placement table too."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import Qt
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.gui.log_panel import LogPanel
+
+
+def lines(start: int, count: int, text: str = "output") -> list[Event]:
+    return [Event(events.LOG, {"stream": "stdout", "kind": "output", "text": f"{text} line {n} " + "wide " * 60})
+            for n in range(start, start + count)]
+
+
+def placed(op: str, op_type: str, device: str, times: int = 1) -> list[Event]:
+    return [Event(events.PLACEMENT, {"op": op, "op_type": op_type, "kernel": op_type, "short_device": device,
+                                     "device": f"/job:localhost/replica:0/task:0/device:{device[1:]}",
+                                     "mode": "eager", "line": f"Executing op {op_type} in device {device}"})] * times
+
+
+@pytest.fixture
+def panel(qtbot) -> LogPanel:
+    widget = LogPanel()
+    qtbot.addWidget(widget)
+    widget.resize(900, 300)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def test_the_log_follows_new_output_after_filtering(qtbot, panel: LogPanel) -> None:
+    panel.add_events(lines(0, 200))
+    assert panel.is_at_end()
+    qtbot.keyClicks(panel.filter_text, "line 1")
+    assert panel.view.horizontalScrollBar().value() == 0  # filtering never scrolls the lines' beginnings away
+    panel.add_events(lines(200, 200))
+    assert panel.is_at_end() and not panel.jump_button.isVisible()
+    assert panel.view.horizontalScrollBar().value() == 0
+    panel.filter_text.clear()
+    assert panel.is_at_end()
+
+
+def test_scrolling_up_stops_following_until_jump_to_end(qtbot, panel: LogPanel) -> None:
+    panel.add_events(lines(0, 300))
+    panel.view.verticalScrollBar().setValue(10)  # the person reads something further up
+    assert not panel.following
+    panel.add_events(lines(300, 50))
+    assert panel.view.verticalScrollBar().value() == 10 and panel.jump_button.isVisible()
+    qtbot.mouseClick(panel.jump_button, Qt.MouseButton.LeftButton)
+    assert panel.is_at_end() and not panel.jump_button.isVisible()
+    panel.add_events(lines(350, 50))
+    assert panel.is_at_end()
+
+
+def test_the_text_filter_and_order_apply_to_the_placement_table(qtbot, panel: LogPanel) -> None:
+    panel.add_events(placed("_Arg", "_Arg", "/CPU:0", 3) + placed("MatMul", "MatMul", "/CPU:1", 5)
+                     + placed("MatMul_1", "MatMul", "/CPU:0", 5) + placed("_Retval", "_Retval", "/CPU:0", 1))
+    table = panel.table.model()
+
+    def shown() -> list[tuple[str, str, int]]:
+        return [(table.index(r, 0).data(), table.index(r, 2).data(), table.index(r, 3).data())
+                for r in range(table.rowCount())]
+
+    # by count, then device
+    assert shown() == [("MatMul_1", "/CPU:0", 5), ("MatMul", "/CPU:1", 5), ("_Arg", "/CPU:0", 3),
+                       ("_Retval", "/CPU:0", 1)]
+    qtbot.keyClicks(panel.filter_text, "matmul")
+    assert [row[0] for row in shown()] == ["MatMul_1", "MatMul"]
+    panel.filter_text.setText("cpu:1")
+    assert shown() == [("MatMul", "/CPU:1", 5)]
