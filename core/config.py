@@ -109,10 +109,13 @@ class DeviceConfig:
             env["TF_GPU_ALLOCATOR"] = "cuda_malloc_async"
         return env
 
-    def summary(self) -> str:
+    def summary(self, gpus_present: bool | None = None) -> str:
+        """The profile in a few words; `gpus_present=False` (TensorFlow sees none) says so instead of "all GPUs"."""
         gpus = "all GPUs" if self.visible_gpus is None else (
             "no GPU" if not self.visible_gpus else "GPU " + ",".join(map(str, self.visible_gpus))
         )
+        if gpus_present is False and self.visible_gpus is None:
+            gpus = "no GPU on this machine"
         parts = [gpus]
         if self.memory_growth:
             parts.append("memory growth")

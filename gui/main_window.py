@@ -7,7 +7,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, cast
 
-from PySide6.QtCore import QByteArray, QRect, QSettings, Qt
+from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QDialog,
@@ -146,6 +146,12 @@ class MainWindow(QMainWindow):
 
         # Elided with the whole text as its tooltip: a long failure must not widen the window.
         self.runtime_label = ElidedLabel("Runtime: not started")
+        # Passing messages have a label of their own: they used to replace the runtime's state for 10 s.
+        self.message_label = ElidedLabel()
+        self.message_label.setObjectName("status-message")
+        self.message_timer = QTimer(self)
+        self.message_timer.setSingleShot(True)
+        self.message_timer.timeout.connect(self._clear_message)
         self.restart_button = QPushButton("Start runtime")
         self.restart_button.clicked.connect(self.apply_current)
         self.restart_button.hide()
@@ -155,7 +161,8 @@ class MainWindow(QMainWindow):
         self.warnings_button.setToolTip("Warnings logged since the window opened")
         self.warnings_button.clicked.connect(self.show_logged_warnings)
         self.warnings_button.hide()
-        self.statusBar().addWidget(self.runtime_label, 1)
+        self.statusBar().addWidget(self.runtime_label, 3)
+        self.statusBar().addWidget(self.message_label, 2)
         self.statusBar().addPermanentWidget(self.warnings_button)
         self.statusBar().addPermanentWidget(self.restart_button)
         self._build_menus()
@@ -267,7 +274,7 @@ class MainWindow(QMainWindow):
         if self.runs.run_button.isEnabled():
             self.runs.run_button.click()
         else:
-            self.statusBar().showMessage(f"{job}'s parameters are in the form; press Run once the runtime is "
+            self.flash(f"{job}'s parameters are in the form; press Run once the runtime is "
                                          "ready", 10_000)
 
     def apply_from_history(self, config: DeviceConfig) -> None:
@@ -332,12 +339,12 @@ class MainWindow(QMainWindow):
         self.devices.show_message(f"<b style='color:#d33'>The runtime {info['description']}.</b>")
         if self.closing:
             return
-        self.statusBar().showMessage(f"Runtime {info['description']}", 10_000)
+        self.flash(f"Runtime {info['description']}", 10_000)
         self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
         applied = self.controller.applied
         if info.get("killed_for_cancel") and applied is not None:
             # Stop had to kill the runtime: like a notebook kernel, it comes back with the same configuration.
-            self.statusBar().showMessage(f"Runtime {info['description']}; starting a fresh one with the same "
+            self.flash(f"Runtime {info['description']}; starting a fresh one with the same "
                                          "configuration", 10_000)
             self.log.start_job()
             self.devices.show_message("The job did not stop in time, so its runtime was killed. Starting a fresh "
@@ -356,7 +363,9 @@ class MainWindow(QMainWindow):
     def _refresh_status(self) -> None:
         state = self.controller.state
         applied = self.controller.applied
-        summary = applied.summary() if applied else ""
+        physical = (self.controller.devices or {}).get("physical")
+        gpus_present = None if physical is None else any(d["device_type"] == "GPU" for d in physical)
+        summary = applied.summary(gpus_present) if applied else ""
         stale = self.config_panel.is_stale and state not in (EXITED, "not started")
         text = f"Runtime: {self.controller.status_text()} — {summary}" if summary else "Runtime not started"
         if stale:
@@ -371,9 +380,20 @@ class MainWindow(QMainWindow):
                 and self.controller.job_run.finished:
             self.runs.stop_button.setEnabled(False)
 
+    def flash(self, text: str, timeout_ms: int = 10_000) -> None:
+        """A passing message in the status bar, beside the runtime's state."""
+        self.message_label.setText(text)
+        self.message_timer.start(timeout_ms)
+
+    def current_message(self) -> str:
+        return self.message_label.full_text()
+
+    def _clear_message(self) -> None:
+        self.message_label.setText("")
+
     def notify(self, title: str, message: str) -> None:
         self.notices.append(f"{title}: {message}")
-        self.statusBar().showMessage(message.splitlines()[0] if message else title, 10_000)
+        self.flash(message.splitlines()[0] if message else title, 10_000)
         if not self.closing:
             show_notice(self, title, message)
 
@@ -389,7 +409,7 @@ class MainWindow(QMainWindow):
         self.logged_warnings.append(text)
         self.warning_count += 1
         # The status bar, not a dialog: the same warning can come from a background thread many times over.
-        self.statusBar().showMessage("⚠ " + (message.splitlines() or [""])[0], 10_000)
+        self.flash("⚠ " + (message.splitlines() or [""])[0], 10_000)
         self.warnings_button.setText(f"⚠ {self.warning_count}")
         self.warnings_button.show()
 
@@ -436,7 +456,7 @@ class MainWindow(QMainWindow):
             return False
         self.profile_path = target
         self.settings.setValue("last_profile", str(target))
-        self.statusBar().showMessage(f"Saved {target}", 5000)
+        self.flash(f"Saved {target}", 5000)
         return True
 
     def _save_as_dialog(self) -> bool:
@@ -529,6 +549,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing = True
+        self.message_timer.stop()
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.saveState(LAYOUT_VERSION))

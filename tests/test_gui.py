@@ -115,6 +115,14 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     apply_and_wait(qtbot, window)
     panel = window.config_panel
     assert not panel.is_stale and "STALE" not in window.runtime_label.text()
+    # The status bar said "all GPUs" on a machine with none (CI has none; a GPU machine checks the other branch).
+    has_gpu = any(d["device_type"] == "GPU" for d in window.controller.devices["physical"])
+    assert ("all GPUs" in window.runtime_label.text()) == has_gpu
+    assert ("no GPU on this machine" in window.runtime_label.text()) == (not has_gpu)
+    # A passing message no longer takes the runtime's state out of sight.
+    state = window.runtime_label.text()
+    window.flash("Saved /tmp/profile.json")
+    assert window.current_message() == "Saved /tmp/profile.json" and window.runtime_label.text() == state
     panel.cpu_devices.setValue(3)
     assert panel.is_stale and "STALE" in window.runtime_label.text()
     assert "Apply" in panel.stale_label.text()
@@ -269,7 +277,7 @@ def test_a_warning_logged_on_another_thread_shows_in_the_window(qtbot, window: M
     worker = threading.Thread(target=log_like_the_sampler, name="test-sampler")
     worker.start()
     worker.join(10)
-    qtbot.waitUntil(lambda: message in window.statusBar().currentMessage(), timeout=5000)
+    qtbot.waitUntil(lambda: message in window.current_message(), timeout=5000)
     assert thread_names == ["test-sampler"]
     assert f"Warning: {message}" in window.notices and window.warnings_button.isVisible()
     # The INFO record was logged first on the same thread, so it would have arrived first: it was never sent.

@@ -146,7 +146,6 @@ def test_about_names_the_versions_without_importing_tensorflow(qtbot, window: Ma
     box = window.show_about()
     text = box.text()
     assert "Qt" in text and "PySide6" in text and "not known yet" in text and "README" in text
-    window.controller.runtime = None
     box.close()
 
 
@@ -162,6 +161,12 @@ RESULTS = {
             "batch_per_replica": 5, "loss": [0.71, 0.52, 0.44], "model": "cnn", "parameters": 12345},
     "custom-loop": {"kind": "training", "devices": ["/CPU:0"], "replicas_in_sync": 1, "global_batch_size": 5,
                     "batch_per_replica": 5, "loss": [0.9 - n / 50 for n in range(20)], "loop": "custom"},
+    "session": {"kind": "matrix", "matrix": [[22.0, 28.0], [49.0, 64.0]],
+                "device": "/job:localhost/replica:0/task:0/device:CPU:0", "example": "placement",
+                "session_config": {"log_device_placement": True, "allow_soft_placement": False},
+                "device_mapping": {}, "gpu_options": {"allow_growth": False},
+                "nodes": {"a": "/job:localhost/replica:0/task:0/device:CPU:0",
+                          "MatMul": "/job:localhost/replica:0/task:0/device:CPU:0"}},
     "memory": {"kind": "memory", "short_device": "/GPU:0", "step_mib": 64, "notes": ["growth on"], "rows": [
         {"step": n, "label": "allocated" if n else "before", "allocated_mib": 64 * n, "current_mib": 64.0 * n + 1,
          "peak_mib": 64.0 * n + 2, "rss_mib": None} for n in range(9)]},
