@@ -115,7 +115,8 @@ class RuntimeController(QObject):
             return "spare warming…"
         if spare.state == READY and spare.warm_info is not None:
             logical = [d["short_name"] for d in (self.devices or {}).get("logical", [])]
-            devices = f", {len(logical)} logical devices" if logical else ", devices being listed…"
+            count = f"{len(logical)} logical device{'s' if len(logical) != 1 else ''}"
+            devices = f", {count}" if logical else ", devices being listed…"
             return f"spare ready (TF {spare.warm_info.get('tf_version')}{devices})"
         if spare.state == EXITED and spare.exit_info is not None:
             if spare.startup_error:
