@@ -29,6 +29,7 @@ RESULT = "result"
 ERROR = "error"
 JOB_FINISHED = "job_finished"
 RUNTIME_EXITED = "runtime_exited"
+EXITING = "exiting"              # the run's last word: its exit status, then it closes its pipes and exits
 
 # Events that close a job: the client holds them back until its process has exited and its output pipes
 # have reached end of file, so every byte the job printed comes before them.
@@ -166,6 +167,10 @@ class JobFinishedData(TypedDict, total=False):
     returncode: int | None    # the run process's exit status as Popen gives it (negative: killed by a signal)
 
 
+class ExitingData(TypedDict):
+    status: int               # the exit status the process is about to have (negative: by that signal)
+
+
 class RuntimeExitedData(TypedDict, total=False):
     returncode: int
     signal: str | None
@@ -181,6 +186,7 @@ PAYLOADS: dict[str, type] = {
     PROGRESS: ProgressData,
     LOG: LogData, PLACEMENT: PlacementData, FALLBACK: FallbackData, METRIC: MetricData, TF_MEMORY: TfMemoryData,
     RESULT: ResultData, ERROR: ErrorData, JOB_FINISHED: JobFinishedData, RUNTIME_EXITED: RuntimeExitedData,
+    EXITING: ExitingData,
 }
 
 

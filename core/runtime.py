@@ -136,6 +136,7 @@ class RuntimeProcess:
         self._killed_for_cancel = False
         self._write_lock = threading.Lock()
         self._timers: list[threading.Timer] = []
+        self._announced_status: int | None = None  # the exit status the run process said it leaves with
 
     def recent_lines(self) -> list[str]:
         """The process's last output lines (a copy: the reader thread keeps appending)."""
@@ -222,8 +223,11 @@ class RuntimeProcess:
             return f"the runtime {self.exit_info['description']}" + (f"; last output:\n{tail}" if tail else "")
         return "the runtime is not ready"
 
-    def submit(self, job: str, params: Mapping[str, Any] | None = None) -> str:
-        """Hand the job to this warm process; returns its job id. A process takes one job only."""
+    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None) -> str:
+        """Hand the job to this warm process; returns its job id. A process takes one job only.
+
+        `after_pid`: the previous run's process, whose outcome is in but which may still be exiting; this run
+        initializes TensorFlow only once that one has exited (two never hold a GPU at once)."""
         with self._state_changed:
             if self.state != READY:
                 raise RuntimeUnavailable(f"the runtime is {self.state}; it can take a job only when ready")
@@ -232,7 +236,7 @@ class RuntimeProcess:
             self.job_name = job
             self.state = BUSY
             self._state_changed.notify_all()
-        self._send({"cmd": "run", "job_id": job_id, "job": job, "params": dict(params or {})})
+        self._send({"cmd": "run", "job_id": job_id, "job": job, "params": dict(params or {}), "after_pid": after_pid})
         return job_id
 
     def describe(self) -> None:
@@ -330,6 +334,9 @@ class RuntimeProcess:
             return self._queue.popleft() if self._queue else None
 
     def _deliver(self, event: Event) -> None:
+        if event.type == events.EXITING:  # for _finish, not for listeners
+            self._announced_status = int(event.data["status"])
+            return
         if event.type == events.WARM:
             self.warm_info = event.data
             with self._state_changed:
@@ -440,6 +447,15 @@ class RuntimeProcess:
     def _finish(self, closing: list[Event]) -> None:
         process = self._process
         assert process is not None
+        job_id = self.running_job
+        finished = [e for e in closing if e.type == events.JOB_FINISHED and e.job_id == job_id]
+        announced = self._announced_status
+        if finished and job_id is not None and announced is not None and self._killed_reason is None:
+            # The run said its exit status and closed its pipes: its outcome is complete. Hand it on now; the
+            # kernel's teardown of TensorFlow's memory is still waited for below before the process counts as
+            # gone (the window's next run waits for that, so two runs never hold a GPU at once).
+            self._close_job(job_id, closing, announced)
+            job_id = None
         try:
             returncode = process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -454,10 +470,8 @@ class RuntimeProcess:
                     handle.close()
         self._close_commands()
         description = describe_exit(returncode, self._killed_reason)
-        job_id = self.running_job
-        finished = [e for e in closing if e.type == events.JOB_FINISHED and e.job_id == job_id]
         expected = self._killed_reason is None and (
-            bool(finished) or (job_id is None and (self._stop_requested or returncode == 0)))
+            bool(finished) or (self.running_job is None and (self._stop_requested or returncode == 0)))
         info: events.RuntimeExitedData = {
             "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
             "description": description, "expected": expected, "last_lines": self.recent_lines(),
@@ -467,14 +481,19 @@ class RuntimeProcess:
             if not finished:
                 closing = [e for e in closing if e.job_id == job_id] + self._closing_for(job_id, returncode,
                                                                                           description)
-            for event in closing:
-                if event.type == events.JOB_FINISHED:
-                    event.data["returncode"] = returncode
-                self._deliver(event)
+            self._close_job(job_id, closing, returncode)
         self.running_job = None
         _live.discard(self)
         self._set_state(EXITED)
         self._deliver(Event(events.RUNTIME_EXITED, dict(info)))
+
+    def _close_job(self, job_id: str, closing: list[Event], returncode: int) -> None:
+        for event in closing:
+            if event.job_id != job_id:
+                continue
+            if event.type == events.JOB_FINISHED:
+                event.data["returncode"] = returncode
+            self._deliver(event)
 
     def _closing_for(self, job_id: str, returncode: int, description: str) -> list[Event]:
         """The closing events of a job whose process ended without sending them (killed, crashed, os._exit)."""

@@ -22,6 +22,7 @@ import ctypes
 import json
 import os
 import platform
+import select
 import signal
 import sys
 import threading
@@ -200,6 +201,30 @@ class MemoryReporter:
                     self.emit(events.Event(events.TF_MEMORY, dict(figures), job_id=self.job_id))
 
 
+WAIT_NOTICE_S = 0.5        # a wait for the previous run's exit this long is said in the log
+WAIT_LIMIT_S = 30.0
+
+
+def wait_for_exit(pid: int, emit: EventWriter, job_id: str | None) -> None:
+    """Wait until process `pid` (the previous run, whose outcome is in but which the kernel may still be
+    tearing down) has exited, so two runs never hold a GPU's memory at once. An exited process has released
+    its memory and devices even before it is reaped, and a pidfd is readable from that moment."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # an old kernel: no pidfd, nothing to wait with
+        return
+    try:
+        if not select.select([pidfd], [], [], WAIT_NOTICE_S)[0]:
+            notice: events.LogData = {"stream": "panel", "kind": "warning",
+                                      "text": f"waiting for the previous run's process (pid {pid}) to exit"}
+            emit(events.Event(events.LOG, dict(notice), job_id=job_id))
+            select.select([pidfd], [], [], WAIT_LIMIT_S - WAIT_NOTICE_S)
+    finally:
+        os.close(pidfd)
+
+
 def read_command(fd: int) -> dict[str, Any] | None:
     """The one command a spare waits for; None on end of file (the spare was discarded)."""
     data = b""
@@ -274,7 +299,8 @@ class Run:
         return exit_code
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> tuple[int, int | None]:
+    """(exit status, the events pipe's fd or None if the arguments did not name one)."""
     die_with_parent()
     # Line by line, as on a terminal: every line the job prints reaches the panel when it is printed
     # (PYTHONUNBUFFERED would also pass to the job's own children and write each print in two pieces).
@@ -286,7 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands-fd", type=int, required=True)
     parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
-    emit = EventWriter(args.events_fd)
+    return serve(args.events_fd, args.commands_fd, args.config), args.events_fd
+
+
+def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
+    """Warm up, take one command, carry it out; returns the exit status."""
+    emit = EventWriter(events_fd)
     # Until the job runs, Ctrl+C (a job cancelled the moment it was handed over) ends this process as it
     # would end a bare one, by the signal, without a KeyboardInterrupt traceback from inside an import.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -297,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG_REJECTED
 
     try:
-        config = DeviceConfig.from_json(json.loads(args.config))
+        config = DeviceConfig.from_json(json.loads(config_json))
     except (ConfigError, json.JSONDecodeError) as exc:
         return fail("configuration", exc)
 
@@ -316,13 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     emit(events.Event(events.WARM, dict(info)))
 
     try:
-        command = read_command(args.commands_fd)
+        command = read_command(commands_fd)
     except (ValueError, OSError) as exc:
         emit(events.Event(events.ERROR, {"type": "ProtocolError", "message": str(exc)}))
         return EXIT_JOB_FAILED
     if command is None:
         return EXIT_OK
-    os.close(args.commands_fd)
+    os.close(commands_fd)
     kind = command.get("cmd")
     job_id = str(command.get("job_id")) if command.get("job_id") else None
     if kind not in ("run", "describe"):
@@ -332,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     if kind == "run":
         run = Run(emit, config, str(job_id), str(command.get("job")), command.get("params") or {})
         signal.signal(signal.SIGINT, run.interrupted)
+    after = command.get("after_pid")
+    if isinstance(after, int) and after > 0:
+        wait_for_exit(after, emit, job_id)
     initializing = time.monotonic()
     try:
         info["logical"] = describe_logical(tf, config)
@@ -352,12 +386,16 @@ def main(argv: list[str] | None = None) -> int:
         memory.stopped.set()
 
 
-def exit_with(status: int) -> None:
+def exit_with(status: int, events_fd: int | None) -> None:
     """Leave as the interpreter does at exit, as far as a job can tell: wait for its non-daemon threads, run
     its atexit handlers, flush every buffer (C stdio too: TensorFlow's stdout copies of placer lines), then
     exit with `status`; a negative status ends the process by that signal, as Python does after an uncaught
     KeyboardInterrupt. What is skipped is the interpreter's own teardown of TensorFlow's modules, which
-    took 1.5 s after every run and is invisible to the job."""
+    took 1.5 s after every run and is invisible to the job.
+
+    Last, the status goes out as an `exiting` event and the pipes are closed: the client has the whole run
+    (every byte, every event, the status) at end of file, without waiting for the kernel to tear down
+    TensorFlow's address space (30–100 ms); it still waits for that before it calls the process gone."""
     shutdown_threads = getattr(threading, "_shutdown", None)
     if shutdown_threads is not None:
         shutdown_threads()
@@ -366,6 +404,13 @@ def exit_with(status: int) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     _libc.fflush(None)
+    if events_fd is not None:
+        with contextlib.suppress(OSError):
+            exiting: events.ExitingData = {"status": status}
+            EventWriter(events_fd)(events.Event(events.EXITING, dict(exiting)))
+        for fd in (events_fd, 1, 2):
+            with contextlib.suppress(OSError):
+                os.close(fd)
     if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
@@ -373,4 +418,4 @@ def exit_with(status: int) -> None:
 
 
 if __name__ == "__main__":
-    exit_with(main())
+    exit_with(*main())

@@ -121,6 +121,12 @@ class Supervisor:
         self.run = subprocess.Popen(self.argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL)
         for fd in fds:
             os.close(fd)  # only the run process holds them: their other ends see end-of-file when it exits
+        # The same for the output pipes: the panel has the whole run when the run closes them, not only after
+        # this process has reaped it and ended its descendants. This process prints nothing of its own.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
         for pending in self.pending:
             signal_all([self.run.pid], pending)
         if self.kill_everything:

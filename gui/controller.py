@@ -78,7 +78,9 @@ class RuntimeController(QObject):
 
     @property
     def running(self) -> bool:
-        return self.current is not None and self.current.state == BUSY
+        """A job is in progress (its process may outlive its outcome by the kernel's teardown, tens of ms)."""
+        return (self.current is not None and self.current.state == BUSY
+                and self.job_run is not None and not self.job_run.finished)
 
     @property
     def runtime(self) -> RuntimeProcess | None:
@@ -172,8 +174,10 @@ class RuntimeController(QObject):
             return False
         assert self.applied is not None
         self.job_run = JobRun(job, params, self.applied, self.devices, self.history)
+        previous = self.current
+        leaving = previous.pid if previous is not None and previous.state != EXITED else None
         try:
-            self.job_run.attach(spare.submit(job, params))
+            self.job_run.attach(spare.submit(job, params, after_pid=leaving))
         except RuntimeUnavailable as exc:
             self.job_run.fail("RuntimeUnavailable", str(exc))
             self.problem.emit(str(exc))

@@ -51,11 +51,14 @@ def events_until(runtime: RuntimeProcess, predicate: Callable[[Event], bool], ti
 
 
 def collect_job(runtime: RuntimeProcess, job_id: str, timeout: float = 120.0) -> list[Event]:
-    """Events from a queue-mode runtime until `job_id` finishes."""
+    """Events from a queue-mode runtime until `job_id` finishes, then until its process is gone (the job's
+    outcome arrives when the process has closed its pipes, a moment before the kernel has torn it down)."""
     try:
-        return events_until(runtime, lambda e: e.type == events.JOB_FINISHED and e.job_id == job_id, timeout)
+        seen = events_until(runtime, lambda e: e.type == events.JOB_FINISHED and e.job_id == job_id, timeout)
     except AssertionError as exc:
         raise AssertionError(f"job {job_id} did not finish: {exc}") from None
+    assert runtime.wait_exited(timeout), f"job {job_id} finished but its process did not exit within {timeout} s"
+    return seen
 
 
 def of_type(seen: list[Event], kind: str) -> list[Event]:

@@ -76,6 +76,31 @@ def test_matmul_result_placements_then_exit(three_cpus: RuntimeProcess) -> None:
         three_cpus.submit("matmul")
 
 
+def test_a_job_outcome_comes_before_the_teardown_and_the_next_run_waits_for_it(start_runtime) -> None:
+    first = start_runtime()
+    first.wait_ready()
+    job_id = first.submit("matmul")
+    finished = collect_job(first, job_id)[-1]
+    # The outcome carries the status the process left with, and the process is gone (collect_job waited).
+    assert finished.data["returncode"] == 0 and first.exit_info is not None and first.exit_info["returncode"] == 0
+
+    # A next run named after a process still alive initializes TensorFlow only once that one has exited.
+    previous = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        second = start_runtime()
+        second.wait_ready()
+        job_id = second.submit("matmul", after_pid=previous.pid)
+        seen = events_until(second, output_line(f"waiting for the previous run's process (pid {previous.pid}) to exit"),
+                            timeout=60)
+        assert not of_type(seen, events.READY)  # without the wait, TensorFlow would have initialized by now
+    finally:
+        assert previous.stdin is not None
+        previous.stdin.close()
+        previous.wait()
+    seen += collect_job(second, job_id)
+    assert of_type(seen, events.READY) and seen[-1].data["status"] == "ok"
+
+
 def test_soft_placement(start_runtime) -> None:
     on, off = start_runtime(DeviceConfig()), start_runtime(DeviceConfig(soft_placement=False))
     on.wait_ready()
