@@ -9,7 +9,9 @@ One reader thread watches three pipes with raw `os.read`: the events pipe, and t
 stderr, where TensorFlow's C++ code prints (placement lines among them). What it reads goes to a
 `core.streams.StreamDemux`, which makes `log` and `placement` events of output lines. Whatever the process
 printed before an event is read before that event is delivered, and the job's closing events are delivered
-only once the process has exited and both output pipes have reached end of file. The reader calls
+only once every pipe has reached end of file: the process has flushed everything, run its atexit handlers,
+said the status it exits with (`exiting`) and closed them (the state turns EXITED a moment later, when the
+kernel has torn the process down and the supervisor has ended its leftovers). The reader calls
 `on_event` synchronously: a consumer that falls behind makes the process's writes wait, as a terminal does.
 
 Cancel is what Ctrl+C does in a terminal: SIGINT (KeyboardInterrupt in the job's main thread), then
@@ -43,7 +45,7 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.gpus import created_gpu
-from tf_device_panel.core.processes import module_command, start_module
+from tf_device_panel.core.processes import start_module
 from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux
 
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
@@ -164,14 +166,14 @@ class RuntimeProcess:
                "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
                "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r}",
                **self.extra_env}
-        run_argv = module_command("tf_device_panel.core.runtime_main", "--events-fd", str(events_w),
-                                  "--commands-fd", str(commands_r), "--config", json.dumps(self.config.to_json()),
-                                  python=self.python)
+        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r),
+                    "--config", json.dumps(self.config.to_json())]
         self._set_state(STARTING)
         try:
             # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
             self._process = start_module(
-                "tf_device_panel.core.supervisor", "--", *run_argv, python=self.python, env=env, die_with_parent=True,
+                "tf_device_panel.core.supervisor", "--module", "tf_device_panel.core.runtime_main", *run_args,
+                python=self.python, env=env, die_with_parent=True,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r))
         except OSError:
             for fd in (events_r, commands_w):

@@ -1,7 +1,7 @@
 """The run process: one per run, started warm (TensorFlow imported and configured, not initialized), then
 given one command.
 
-Started (under `core.supervisor`) by `core.runtime.RuntimeProcess` as `python -m core.runtime_main
+Started (in a fork of `core.supervisor`) by `core.runtime.RuntimeProcess` as `python -m core.runtime_main
 --events-fd N --commands-fd M --config JSON`. It imports TensorFlow, applies the configuration, says
 `warm`, and waits for ONE command on the commands pipe:
 - `run`: initialize TensorFlow (its devices go out as `ready`), run the job on this main thread, exit with

@@ -13,6 +13,9 @@ Signals it takes from the panel:
   script may handle it (save a checkpoint) as it would in a terminal.
 
 Kept free of the panel's other modules (and of TensorFlow), so it starts in a few tens of milliseconds.
+`python -m tf_device_panel.core.supervisor --module MODULE ARGS...` runs MODULE as `python -m` would, in a
+fork of this process rather than in a new interpreter: the run process's start then skips an interpreter's
+start-up, which every warm spare would otherwise pay before its TensorFlow import.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import ctypes
 import os
 import resource
+import runpy
 import signal
 import subprocess
 import sys
@@ -90,10 +94,43 @@ def end_descendants(grace_s: float) -> None:
         time.sleep(0.02)
 
 
+def run_module_here(module: str, args: list[str], env: dict[str, str]) -> None:
+    """In a fork of the supervisor: become `python -m module args` (a fresh interpreter's signal dispositions,
+    environment and standard input), and never return into the supervisor's code."""
+    status = 1
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(env)
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            status = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(status & 0xFF)
+
+
 class Supervisor:
-    def __init__(self, argv: list[str]):
-        self.argv = argv
-        self.run: subprocess.Popen[bytes] | None = None
+    def __init__(self, argv: list[str], module: str | None = None):
+        self.argv = argv          # the run's command, or its module's arguments when `module` is given
+        self.module = module
+        self.run_pid: int | None = None
         self.pending: list[int] = []
         self.kill_everything = False
 
@@ -101,10 +138,10 @@ class Supervisor:
         if signum == signal.SIGHUP:
             self.kill_everything = True
             signal_all(descendants(os.getpid()), signal.SIGKILL)
-        elif self.run is None:
+        elif self.run_pid is None:
             self.pending.append(signum)
         else:
-            signal_all([self.run.pid], signum)
+            signal_all([self.run_pid], signum)
 
     def main(self) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -118,7 +155,13 @@ class Supervisor:
         # The run process's own parent-death signal names this process (core.processes.die_with_parent).
         env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
         fds = tuple(int(fd) for fd in os.environ.get("TF_DEVICE_PANEL_PASS_FDS", "").split(",") if fd)
-        self.run = subprocess.Popen(self.argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL)
+        if self.module is not None:
+            pid = os.fork()
+            if pid == 0:
+                run_module_here(self.module, self.argv, env)
+            self.run_pid = pid
+        else:
+            self.run_pid = subprocess.Popen(self.argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL).pid
         for fd in fds:
             os.close(fd)  # only the run process holds them: their other ends see end-of-file when it exits
         # The same for the output pipes: the panel has the whole run when the run closes them, not only after
@@ -128,21 +171,19 @@ class Supervisor:
             os.dup2(devnull, fd)
         os.close(devnull)
         for pending in self.pending:
-            signal_all([self.run.pid], pending)
+            signal_all([self.run_pid], pending)
         if self.kill_everything:
-            signal_all([self.run.pid], signal.SIGKILL)
+            signal_all([self.run_pid], signal.SIGKILL)
         status = self.wait_for_run()
         end_descendants(0.0 if self.kill_everything else TERM_WAIT_S)
         return status
 
     def wait_for_run(self) -> int:
         """The run's wait status as Popen gives it (negative: killed by that signal); reaps orphans meanwhile."""
-        assert self.run is not None
         while True:
             pid, status = os.waitpid(-1, 0)
-            if pid == self.run.pid:
-                self.run.returncode = os.waitstatus_to_exitcode(status)
-                return self.run.returncode
+            if pid == self.run_pid:
+                return os.waitstatus_to_exitcode(status)
 
 
 def exit_like(status: int) -> None:
@@ -160,9 +201,13 @@ def exit_like(status: int) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["--"]:
+    module = None
+    if args[:1] == ["--module"] and len(args) >= 2:
+        module, args = args[1], args[2:]
+    elif args[:1] == ["--"]:
         args = args[1:]
-    if not args:
-        print("usage: python -m tf_device_panel.core.supervisor -- COMMAND...", file=sys.stderr)
+    if not args and module is None:
+        print("usage: python -m tf_device_panel.core.supervisor (--module MODULE ARGS... | -- COMMAND...)",
+              file=sys.stderr)
         sys.exit(2)
-    exit_like(Supervisor(args).main())
+    exit_like(Supervisor(args, module).main())
