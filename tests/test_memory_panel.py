@@ -160,3 +160,62 @@ def test_labels_far_apart_are_all_shown(qtbot, panel: MemoryPanel) -> None:
     qtbot.waitUntil(lambda: len(panel.marker_labels()) == 8, timeout=5000)
     panel.redraw()
     assert panel.visible_marker_labels() == ["matmul started", "matmul ok"] * 4
+
+
+def test_a_live_redraw_redoes_only_what_moved(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live redraw (a new sample for every series, the time axis moving on) repaints the curves and the time
+    axis, and nothing else: no value axis repainted, no axis label re-laid out, no curve's bounds scanned again.
+    Those made a redraw of 8 GPUs + host over an hour cost ~18 ms (benchmarks/telemetry.py): pyqtgraph's
+    automatic SI prefix re-lays out every axis label's HTML on every range change; its curves scan their data
+    for NaN-aware bounds after each setData and again after each range change; and Qt repaints one pixel around
+    the curves' area, which took in the value axes while their ticks pointed inwards and touched it."""
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QApplication
+    from tf_device_panel.core.telemetry import History
+
+    painted: list[str] = []
+    relabelled: list[str] = []
+    scanned: list[object] = []
+    paint, update_label, data_bounds = pg.AxisItem.paint, pg.AxisItem._updateLabel, pg.PlotCurveItem.dataBounds
+
+    def counting_paint(self: pg.AxisItem, *args: object) -> None:
+        painted.append(self.orientation)
+        paint(self, *args)
+
+    def counting_update_label(self: pg.AxisItem) -> None:
+        relabelled.append(self.orientation)
+        update_label(self)
+
+    def counting_bounds(self: pg.PlotCurveItem, *args: object, **kwargs: object) -> object:
+        scanned.append(self)
+        return data_bounds(self, *args, **kwargs)
+
+    # patched before the panel makes its items: PySide looks a Python override of a virtual up once per object
+    monkeypatch.setattr(pg.AxisItem, "paint", counting_paint)
+    monkeypatch.setattr(pg.AxisItem, "_updateLabel", counting_update_label)
+    monkeypatch.setattr(pg.PlotCurveItem, "dataBounds", counting_bounds)
+    FakeGpus(2).install(monkeypatch)
+    panel = MemoryPanel(Nvml(), start=False)
+    qtbot.addWidget(panel)
+    panel.sampler.start()  # finds the GPUs
+    panel.sampler.stop()
+    panel.history = panel.sampler.history = History(0.5)
+    panel.build_plots([0, 1])
+    panel.resize(1200, 900)
+    panel.show()
+    now = time.time()
+    for i in range(400):  # 200 s: longer than the shortest span drawn, so the time axis moves with each sample
+        panel.history.record(now - 200 + i * 0.5, {name: 1000.0 + i % 7 for name in panel.curves})
+    panel.window_choice.setCurrentIndex(panel.window_choice.count() - 1)  # All
+    for _ in range(3):  # the value axes find their scale, the layout settles
+        panel.redraw()
+        QApplication.processEvents()
+    painted.clear()
+    relabelled.clear()
+    scanned.clear()
+    panel.history.record(time.time() + 0.5, {name: 1003.0 for name in panel.curves})
+    panel.redraw()
+    qtbot.waitUntil(lambda: "bottom" in painted, timeout=5000)  # the time axis moved: the graphs were painted
+    assert "left" not in painted
+    assert relabelled == []
+    assert scanned == []
