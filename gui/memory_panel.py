@@ -54,6 +54,7 @@ MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-sta
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
 PLOT_MIN_HEIGHT = 130  # px per plot; with many GPUs the graphs scroll instead of shrinking
+GRAPHS_MIN_HEIGHT = 100  # px of the graphs' scroll area in a short dock
 MIN_SPAN_S = 60.0      # the shortest time span drawn, so a fresh window's first samples are not one line
 
 
@@ -229,7 +230,9 @@ class MemoryPanel(QWidget):
         self.graphs_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.graphs_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         self.graphs_scroll.setWidget(self.graphs)
-        self.graphs_scroll.setMinimumHeight(PLOT_MIN_HEIGHT + 40)
+        # Shorter than a plot when the dock is: the plots scroll. (A plot's height as the minimum made the
+        # bottom docks take 250 of 720 px, and the job's form and result lost their rows.)
+        self.graphs_scroll.setMinimumHeight(GRAPHS_MIN_HEIGHT)
         self.table = QTableWidget(0, len(GPU_COLUMNS))
         self.table.setHorizontalHeaderLabels(list(GPU_COLUMNS))
         self.table.verticalHeader().setVisible(False)
