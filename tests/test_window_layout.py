@@ -142,6 +142,39 @@ def test_doctor_and_history_open_wide_enough_to_read(qtbot, window: MainWindow) 
     window.docks["doctor"].hide()
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_every_doctor_check_name_reads_whole(qtbot, window: MainWindow, size) -> None:
+    """Each check's name wraps in its column and its row is tall enough for every line (Qt elided them at one
+    line in a 220 px column: "GPU compute capability …"); names and results never scroll sideways."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QStyle
+    from tf_device_panel.core import doctor
+
+    window.resize(*size)
+    window.docks["doctor"].show()
+    window.docks["doctor"].raise_()
+    checks = doctor.diagnose(doctor.Facts())  # every check, as on a machine without TensorFlow or a driver
+    checks[4].evidence.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(n) for n in range(40)))  # a long result
+    window.doctor._show(checks, doctor.Facts())
+    settle(qtbot, window)
+    tree = window.doctor.tree
+    margin = tree.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, tree) + 1
+    assert tree.topLevelItemCount() == len(checks) == 13
+    for row in range(tree.topLevelItemCount()):
+        item = tree.topLevelItem(row)
+        for column in (0, 1):
+            cell = tree.visualRect(tree.indexFromItem(item, column))
+            text_width = cell.width() - 2 * margin
+            needed = QFontMetrics(item.font(column)).boundingRect(QRect(0, 0, text_width, 100_000),
+                                                                  Qt.TextFlag.TextWordWrap, item.text(column))
+            # wider than its cell: a word longer than the column; taller: lines cut off below
+            assert needed.width() <= text_width and needed.height() <= cell.height(), (size, item.text(column))
+    assert sideways_scroll_bars(window) == []
+    assert window.docks["doctor"].width() >= 450
+    window.docks["doctor"].hide()
+
+
 def test_about_names_the_versions_without_importing_tensorflow(qtbot, window: MainWindow) -> None:
     box = window.show_about()
     text = box.text()
