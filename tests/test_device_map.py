@@ -123,6 +123,12 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     assert len(device_map.arrows) == 1 and panel.canvas.height() >= device_map.height
     image = panel.canvas.grab()
     assert not image.isNull() and image.width() > 800
+    # the host box: the runtime's resident memory; an exited run's process (a zombie, 0 MiB) does not zero it
+    from tf_device_panel.core.telemetry import HostSample, Sample
+
+    panel.on_sample(Sample(0.0, host=HostSample(runtime_rss_mib=612.0)))
+    panel.on_sample(Sample(1.0, host=HostSample(runtime_rss_mib=0.0)))
+    assert panel.canvas.current_map().boxes[0].title.endswith("612 MiB in use")
 
 
 def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp_path) -> None:
