@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFontMetrics, QPainter, QPolygonF
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QImage, QPainter, QPolygonF
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -43,7 +43,7 @@ from tf_device_panel.core.gpus import nvml_index_for
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.telemetry import History, Marker, Sample, Sampler
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
-from tf_device_panel.gui.decimation import Columns, columns_for
+from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 
@@ -158,6 +158,61 @@ class Curve(pg.PlotCurveItem):
         pass  # the bounds are in data units: a new view range leaves them as they are
 
 
+class MarkerImages:
+    """The marker lines of one redraw as opaque images, one per plot size, shared by the plots of that size: the
+    plots' background with a marker's colour in each pixel column a marker falls in."""
+
+    def __init__(self, marks: list[tuple[np.ndarray, int]], background: int, start: float, end: float):
+        self.marks = marks  # (times, 0xffRRGGBB) per kind, later kinds on top
+        self._background, self._start, self._end = background, start, end
+        self._images: dict[tuple[int, int], tuple[QImage, np.ndarray]] = {}
+
+    def image(self, width: int, height: int) -> QImage:
+        found = self._images.get((width, height))
+        if found is None:
+            row = np.full(width, self._background, dtype=np.uint32)
+            for times, color in self.marks:
+                columns = ((times - self._start) * (width / (self._end - self._start))).astype(np.int64)
+                row[columns[(columns >= 0) & (columns < width)]] = color
+            pixels = np.ascontiguousarray(np.broadcast_to(row, (height, width)))
+            # the image reads the array's memory, which is kept with it
+            found = self._images[width, height] = (QImage(pixels.data, width, height, width * 4,
+                                                          QImage.Format.Format_RGB32), pixels)
+        return found[0]
+
+
+class MarkerLines(pg.GraphicsObject):
+    """A plot's marker lines, every kind, drawn as one opaque image (`MarkerImages`) under its curves. Stroking
+    400 markers' lines in each of 9 plots cost more than all the curves together (the 1-pixel line stroker goes
+    pixel by pixel); an opaque image is copied row by row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setZValue(-1)  # under the curves: it is the plot's background
+        self._images: MarkerImages | None = None
+        self._rect = QRectF()
+
+    def set_images(self, images: MarkerImages | None, rect: QRectF) -> None:
+        """The marker images for `rect`, the plot's view range (data units)."""
+        if rect != self._rect:
+            self.prepareGeometryChange()
+            self._rect = rect
+        self._images = images
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        return self._rect
+
+    def paint(self, painter: QPainter, option: Any, widget: Any = None) -> None:
+        target = painter.transform().mapRect(self._rect).toAlignedRect()  # in pixels
+        if self._images is None or not self._images.marks or target.width() < 1 or target.height() < 1:
+            return
+        painter.save()
+        painter.resetTransform()
+        painter.drawImage(target.topLeft(), self._images.image(target.width(), target.height()))
+        painter.restore()
+
+
 class _Bridge(QObject):
     sampled = Signal(object)
 
@@ -176,9 +231,9 @@ class MemoryPanel(QWidget):
         self.last_sample: Sample | None = None
         self.redraws = 0
         self.logical_gpus: dict[str, dict[str, Any]] = {}    # "/GPU:0" -> {nvml index, limit}
-        # Markers: per plot one dashed curve of vertical segments per kind; labels are a few text items
-        # in the top plot. (An InfiniteLine per marker and plot cost ~300 ms a redraw with 400 markers.)
-        self._marker_curves: dict[tuple[str, str], Curve] = {}  # (plot, kind) -> curve
+        # Markers: per plot one image of their lines (MarkerLines); labels are a few text items in the top plot.
+        # (An InfiniteLine per marker and plot cost ~300 ms a redraw with 400 markers.)
+        self._marker_lines: dict[str, MarkerLines] = {}  # plot -> its marker lines
         self._marker_texts: list[pg.TextItem] = []
         self._drawn_markers: list[Marker] = []
         self._shown_labels: list[str] = []  # in time order
@@ -289,7 +344,7 @@ class MemoryPanel(QWidget):
         self._drawn.clear()
         self._y_ranges.clear()
         self.crosshairs.clear()
-        self._marker_curves.clear()
+        self._marker_lines.clear()
         self._marker_texts.clear()
         self._drawn_markers = []
         names = {g.index: g.name for g in self.sampler.gpus}
@@ -471,20 +526,25 @@ class MemoryPanel(QWidget):
         end = max(now, start + MIN_SPAN_S)
         first = next(iter(self.plots.values()))
         pixels = max(int(first.getViewBox().width()), 100)
-        columns: dict[tuple[Any, ...], Columns] = {}  # series sampled together share their columns
-        pixel_sizes = {key: self._pixel_size(plot) for key, plot in self.plots.items()}
-        for name, curve in self.curves.items():
-            times, values = data.get(name, (np.empty(0), np.empty(0)))
+        # Series sampled together (every NVML and host figure of a tick) share their times: they are thinned
+        # together, as the rows of one array, to a min/max pair per two pixels (as many points as the plot has
+        # pixels, peaks kept).
+        together: dict[tuple[Any, ...], list[str]] = {}
+        for name in self.curves:
+            times, _ = data.get(name, (np.empty(0), np.empty(0)))
             drawn = (len(times), times[-1] if len(times) else None, times[0] if len(times) else None, pixels)
             if self._drawn.get(name) == drawn:
                 continue  # nothing new for this curve: handing pyqtgraph the same data costs a repaint
             self._drawn[name] = drawn
-            # A min/max pair per two pixels: as many points as the plot has pixels, peaks kept.
-            same_times = drawn[:3]
-            if same_times not in columns:
-                columns[same_times] = columns_for(times, start, end, pixels // 2)
-            shown_times, shown_values = columns[same_times].apply(times, values)
-            curve.set_points(shown_times, shown_values, pixel_sizes[self.curve_plots[name]])
+            together.setdefault(drawn[:3], []).append(name)
+        pixel_sizes = {key: self._pixel_size(plot) for key, plot in self.plots.items()} if together else {}
+        for names in together.values():
+            times, _ = data.get(names[0], (np.empty(0), np.empty(0)))
+            columns = columns_for(times, start, end, pixels // 2)
+            rows = np.stack([data[name][1] for name in names]) if len(times) else np.empty((len(names), 0))
+            shown_times, shown_rows = columns.apply_rows(times, rows)
+            for name, shown_values in zip(names, shown_rows, strict=True):
+                self.curves[name].set_points(shown_times, shown_values, pixel_sizes[self.curve_plots[name]])
         for key, plot in self.plots.items():
             if key == "cpu":
                 continue
@@ -525,25 +585,19 @@ class MemoryPanel(QWidget):
     def _draw_markers(self, start: float, end: float) -> None:
         markers = self.history.markers_since(start)
         self._drawn_markers = markers
-        times_of = {kind: np.array([m.time for m in markers if m.kind == kind], dtype=float) for kind in MARKER_COLORS}
+        marks = [(np.array([m.time for m in markers if m.kind == kind], dtype=float),
+                  faint(QColor(color), 0.45).rgba()) for kind, color in MARKER_COLORS.items()]
+        marks = [(times, color) for times, color in marks if len(times)]
+        images = MarkerImages(marks, QColor(palette_colors()[0]).rgba(), start, end) if marks and end > start else None
         for key, plot in self.plots.items():
-            (_, _), (bottom, top) = plot.viewRange()
-            pixel = self._pixel_size(plot)
-            for kind, color in MARKER_COLORS.items():
-                times = times_of[kind]
-                curve = self._marker_curves.get((key, kind))
-                if curve is None:
-                    if not len(times):
-                        continue
-                    curve = Curve(pen=pg.mkPen(faint(QColor(color), 0.45), width=1), connect="pairs",
-                                  skipFiniteCheck=True)
-                    plot.addItem(curve, ignoreBounds=True)
-                    self._marker_curves[key, kind] = curve
-                drawn = (len(times), times[-1] if len(times) else None, bottom, top)
-                if self._drawn.get(f"marker {key} {kind}") == drawn:
+            lines = self._marker_lines.get(key)
+            if lines is None:
+                if images is None:
                     continue
-                self._drawn[f"marker {key} {kind}"] = drawn
-                curve.set_points(np.repeat(times, 2), np.tile([bottom, top], len(times)), pixel)
+                lines = self._marker_lines[key] = MarkerLines()
+                plot.addItem(lines, ignoreBounds=True)
+            (_, _), (bottom, top) = plot.viewRange()
+            lines.set_images(images, QRectF(start, bottom, end - start, top - bottom))
         self._layout_labels(markers, start, end)
 
     def _layout_labels(self, markers: list[Marker], start: float, end: float) -> None:
