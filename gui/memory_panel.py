@@ -316,6 +316,8 @@ class MemoryPanel(QWidget):
         self.curve_plots: dict[str, str] = {}  # series key -> the key of its plot
         self._drawn: dict[str, tuple[Any, ...]] = {}  # series key -> what its curve was last given
         self._y_ranges: dict[str, float] = {}
+        self._x_range: tuple[float, float] | None = None  # as last set
+        self._markers_drawn: tuple[Any, ...] | None = None  # what the marker lines and labels were drawn for
         self.limit_lines: dict[int, list[pg.InfiniteLine]] = {}
         self.crosshairs: list[pg.InfiniteLine] = []
         self._timer = QTimer(self)
@@ -343,6 +345,8 @@ class MemoryPanel(QWidget):
         self.curve_plots.clear()
         self._drawn.clear()
         self._y_ranges.clear()
+        self._x_range = None
+        self._markers_drawn = None
         self.crosshairs.clear()
         self._marker_lines.clear()
         self._marker_texts.clear()
@@ -526,6 +530,12 @@ class MemoryPanel(QWidget):
         end = max(now, start + MIN_SPAN_S)
         first = next(iter(self.plots.values()))
         pixels = max(int(first.getViewBox().width()), 100)
+        # The graphs scroll by whole pixels: the window's ends lie on a grid of a round number of seconds at
+        # least a pixel wide. A redraw that would move the window by less (an hour's graph moves 0.13 px per
+        # half-second sample) leaves the range, the time axis and the markers as they are and hands the curves
+        # their new samples only.
+        grid = nice_ceiling((end - start) / pixels)
+        start, end = math.floor(start / grid) * grid, math.ceil(end / grid) * grid
         # Series sampled together (every NVML and host figure of a tick) share their times: they are thinned
         # together, as the rows of one array, to a min/max pair per two pixels (as many points as the plot has
         # pixels, peaks kept).
@@ -556,7 +566,9 @@ class MemoryPanel(QWidget):
                 if self._y_ranges.get(key) != top:
                     self._y_ranges[key] = top
                     plot.setYRange(0, top, padding=0)
-        first.setXRange(start, end, padding=0)
+        if (start, end) != self._x_range:
+            self._x_range = (start, end)
+            first.setXRange(start, end, padding=0)
         self._draw_markers(start, end)
         self.redraws += 1
 
@@ -585,6 +597,12 @@ class MemoryPanel(QWidget):
     def _draw_markers(self, start: float, end: float) -> None:
         markers = self.history.markers_since(start)
         self._drawn_markers = markers
+        view = next(iter(self.plots.values())).getViewBox()
+        drawn = (start, end, len(markers), markers[-1].time if markers else None, view.width(), view.height(),
+                 tuple(self._y_ranges.items()))
+        if drawn == self._markers_drawn:
+            return  # the same markers in the same window: their lines and labels stand
+        self._markers_drawn = drawn
         marks = [(np.array([m.time for m in markers if m.kind == kind], dtype=float),
                   faint(QColor(color), 0.45).rgba()) for kind, color in MARKER_COLORS.items()]
         marks = [(times, color) for times, color in marks if len(times)]
