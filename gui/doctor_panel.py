@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QObject, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -52,7 +52,7 @@ class CheckTree(QTreeWidget):
         self.setItemDelegate(_WrappingDelegate(self))
         self.header().sectionResized.connect(self._rows_again)
 
-    def cell_text_width(self, index: QModelIndex) -> int:
+    def cell_text_width(self, index: QModelIndex | QPersistentModelIndex) -> int:
         """The width the text of `index` wraps in: its column, less the branch indentation and the margins."""
         width = self.columnWidth(index.column())
         if index.column() == 0:
@@ -63,7 +63,7 @@ class CheckTree(QTreeWidget):
         return max(width - 2 * text_margin(self), 1)
 
     def fit_columns(self) -> None:
-        names = [self.topLevelItem(i) for i in range(self.topLevelItemCount())]
+        names = [item for i in range(self.topLevelItemCount()) if (item := self.topLevelItem(i)) is not None]
         needed = max((QFontMetrics(item.font(0)).horizontalAdvance(item.text(0)) for item in names), default=0)
         needed += self.indentation() + 2 * text_margin(self) + 2
         share = int(self.viewport().width() * NAME_SHARE)
@@ -82,7 +82,7 @@ class _WrappingDelegate(QStyledItemDelegate):
         super().__init__(tree)
         self._tree = tree
 
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         hint = super().sizeHint(option, index)
         font = index.data(Qt.ItemDataRole.FontRole)
         metrics = QFontMetrics(font if isinstance(font, QFont) else option.font)
