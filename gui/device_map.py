@@ -236,7 +236,7 @@ class DeviceMapPanel(QWidget):
             tf_index = self._tf_index_of.get(gpu.index)
             if gpu.memory_used_mib is not None and tf_index is not None:
                 self.canvas.memory[f"GPU {tf_index}"] = gpu.memory_used_mib
-        if sample.host.runtime_rss_mib is not None:
+        if sample.host.runtime_rss_mib:  # 0: the run's process has exited and awaits its parent (a zombie)
             self.canvas.memory["CPU"] = sample.host.runtime_rss_mib
         if self.canvas.devices:
             self.canvas.update()

@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QGuiApplication
+from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
     QSizePolicy,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -24,6 +28,76 @@ from tf_device_panel.core.config import DeviceConfig
 log = logging.getLogger(__name__)
 
 STATUS_COLORS = {doctor.PASS: "#2e9d4f", doctor.WARN: "#c77700", doctor.FAIL: "#d33", doctor.SKIPPED: "#888888"}
+NAME_SHARE = 0.5     # at most this share of the width goes to the check names, which wrap within it
+MIN_NAME_WIDTH = 150
+
+
+def text_margin(widget: QWidget) -> int:
+    """The space Qt's item views leave each side of a cell's text."""
+    return widget.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
+
+
+class CheckTree(QTreeWidget):
+    """Checks (name, result) with their evidence and fix below: every cell wraps in its column, and each row is
+    as tall as its wrapped text (Qt's own tree sizes a row by one line, and elided the check names). The names'
+    column is as wide as the longest name, up to half the width; the result takes the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setHeaderLabels(["Check", "Result"])
+        self.setWordWrap(True)
+        self.setUniformRowHeights(False)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.header().setStretchLastSection(True)
+        self.setItemDelegate(_WrappingDelegate(self))
+        self.header().sectionResized.connect(self._rows_again)
+
+    def cell_text_width(self, index: QModelIndex | QPersistentModelIndex) -> int:
+        """The width the text of `index` wraps in: its column, less the branch indentation and the margins."""
+        width = self.columnWidth(index.column())
+        if index.column() == 0:
+            depth, parent = 0, index.parent()
+            while parent.isValid():
+                depth, parent = depth + 1, parent.parent()
+            width -= self.indentation() * (depth + (1 if self.rootIsDecorated() else 0))
+        return max(width - 2 * text_margin(self), 1)
+
+    def fit_columns(self) -> None:
+        names = [item for i in range(self.topLevelItemCount()) if (item := self.topLevelItem(i)) is not None]
+        needed = max((QFontMetrics(item.font(0)).horizontalAdvance(item.text(0)) for item in names), default=0)
+        needed += self.indentation() + 2 * text_margin(self) + 2
+        share = int(self.viewport().width() * NAME_SHARE)
+        self.setColumnWidth(0, max(min(needed, share), min(MIN_NAME_WIDTH, share)))
+
+    def _rows_again(self, *_: Any) -> None:
+        self.doItemsLayout()  # row heights follow the new column widths
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_columns()
+
+
+class _WrappingDelegate(QStyledItemDelegate):
+    def __init__(self, tree: CheckTree):
+        super().__init__(tree)
+        self._tree = tree
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
+        hint = super().sizeHint(option, index)
+        font = index.data(Qt.ItemDataRole.FontRole)
+        metrics = QFontMetrics(font if isinstance(font, QFont) else option.font)
+        text = str(index.data(Qt.ItemDataRole.DisplayRole) or "")
+        wrapped = metrics.boundingRect(QRect(0, 0, self._tree.cell_text_width(index), 100_000),
+                                       Qt.TextFlag.TextWordWrap, text)
+        return QSize(hint.width(), max(hint.height(), wrapped.height() + 4))
+
+
+def _row(name: str, text: str) -> QTreeWidgetItem:
+    """A row of the checks' tree, its cells' text from the top (a wrapped neighbour may make it tall)."""
+    item = QTreeWidgetItem([name, text])
+    for column in (0, 1):
+        item.setTextAlignment(column, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+    return item
 
 
 class _Relay(QObject):
@@ -46,13 +120,9 @@ class DoctorPanel(QWidget):
         self.summary = QLabel("Press <b>Run checks</b> to find out why TensorFlow does or does not use a GPU here.")
         self.summary.setWordWrap(True)
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.tree = QTreeWidget()
-        self.tree.setHeaderLabels(["Check", "Result"])
-        self.tree.setColumnWidth(0, 220)
-        # Evidence and fixes wrap in their column (full text in the tooltip): the panel never scrolls sideways.
-        self.tree.setWordWrap(True)
-        self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.tree.header().setStretchLastSection(True)
+        # Names, results, evidence and fixes wrap in their column (each whole in its tooltip too): the panel
+        # never scrolls sideways, and a check's name reads whole at any dock width.
+        self.tree = CheckTree()
         self.tree.setAccessibleName("Doctor checks")
         self.run_button = QPushButton("Run checks")
         self.run_button.setObjectName("primary")
@@ -108,18 +178,19 @@ class DoctorPanel(QWidget):
         self.checks, self.facts = checks, facts
         self.tree.clear()
         for check in checks:
-            item = QTreeWidgetItem([f"{doctor.ICONS[check.status]}  {check.title}", check.summary])
+            item = _row(f"{doctor.ICONS[check.status]}  {check.title}", check.summary)
             color = QBrush(QColor(STATUS_COLORS[check.status]))
             item.setForeground(0, color)
+            item.setToolTip(0, check.title)
             item.setToolTip(1, check.summary)
             item.setData(0, Qt.ItemDataRole.UserRole, check.id)
             for line in check.evidence:
                 if line:
-                    child = QTreeWidgetItem(["Evidence", line])
+                    child = _row("Evidence", line)
                     child.setToolTip(1, line)
                     item.addChild(child)
             if check.fix:
-                fix = QTreeWidgetItem(["Fix", check.fix])
+                fix = _row("Fix", check.fix)
                 fix.setToolTip(1, check.fix)
                 font = fix.font(1)
                 font.setBold(True)
@@ -127,6 +198,7 @@ class DoctorPanel(QWidget):
                 item.addChild(fix)
             self.tree.addTopLevelItem(item)
             item.setExpanded(check.status in (doctor.WARN, doctor.FAIL))
+        self.tree.fit_columns()
         counts = {s: sum(c.status == s for c in checks) for s in STATUS_COLORS}
         self.summary.setText(" · ".join(f"<span style='color:{STATUS_COLORS[s]}'><b>{n}</b> {s}</span>"
                                         for s, n in counts.items()))

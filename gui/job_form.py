@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
-    QFormLayout,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -22,6 +25,9 @@ from tf_device_panel.core import jobs
 from tf_device_panel.core.jobs import JobSpec, Param
 
 INT_LIMIT = 2**31 - 1
+TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns
+TWO_COLUMNS_ROWS = 3
+COLUMN_GAP = 18          # px between the two columns
 
 
 def range_text(param: Param) -> str:
@@ -37,34 +43,41 @@ class ParamForm(QWidget):
     only the rows that matter for the chosen variant, and a value out of range refused with the range named.
 
     Number fields accept any number as typed (a spin box limited to the range would silently turn 100000 into
-    10); the range is checked here instead, next to the field."""
+    10); the range is checked here instead, next to the field. Given the width, the rows stand in two columns
+    (a training job's ten rows are five lines high, all in sight at 1280×720); otherwise in one."""
 
     def __init__(self, spec: JobSpec, devices: list[str], parent: QWidget | None = None):
         super().__init__(parent)
         self.spec = spec
         self.getters: dict[str, Any] = {}
         self.widgets: dict[str, QWidget] = {}
+        self.labels: dict[str, QLabel] = {}
+        self.fields: dict[str, QWidget] = {}  # the row's field: the editor above its problem
         self.problem_labels: dict[str, QLabel] = {}
-        self.form_layout = QFormLayout(self)
-        self.form_layout.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        self.columns = 0  # set by _arrange
+        self.grid = QGridLayout(self)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setHorizontalSpacing(8)
+        self.grid.setVerticalSpacing(4)
         for param in spec.params:
             widget, getter = self._make(param, devices)
             widget.setToolTip(param.help)
             widget.setAccessibleName(param.name)
-            label = QLabel(param.label + ":")
+            label = QLabel(param.label + ":", self)
             label.setToolTip(param.help)
             label.setBuddy(widget)
             problem = QLabel()
             problem.setObjectName("problem")
             problem.setWordWrap(True)
             problem.hide()
-            holder = QWidget()
+            holder = QWidget(self)
             column = QVBoxLayout(holder)
             column.setContentsMargins(0, 0, 0, 0)
             column.setSpacing(2)
             column.addWidget(widget)
             column.addWidget(problem)
-            self.form_layout.addRow(label, holder)
+            self.labels[param.name] = label
+            self.fields[param.name] = holder
             self.getters[param.name] = getter
             self.widgets[param.name] = widget
             self.problem_labels[param.name] = problem
@@ -77,7 +90,7 @@ class ParamForm(QWidget):
                     chooser.currentTextChanged.connect(self._show_relevant_rows)
         self._show_relevant_rows()
         if not spec.params:
-            self.form_layout.addRow(QLabel("This job has no parameters."))
+            self.grid.addWidget(QLabel("This job has no parameters."), 0, 0)
 
     def is_relevant(self, name: str) -> bool:
         param = next(p for p in self.spec.params if p.name == name)
@@ -86,11 +99,66 @@ class ParamForm(QWidget):
         other, value = param.shown_when
         return str(self.getters[other]()) == value
 
+    def shown_rows(self) -> list[str]:
+        return [param.name for param in self.spec.params if self.is_relevant(param.name)]
+
     def _show_relevant_rows(self) -> None:
-        for param in self.spec.params:
-            holder = self.problem_labels[param.name].parentWidget()  # the row's field: editor and problem
-            if holder is not None:
-                self.form_layout.setRowVisible(holder, self.is_relevant(param.name))
+        self._arrange(self._columns_for(self.width()), force=True)
+
+    def _columns_for(self, width: int) -> int:
+        shown = self.shown_rows()
+        if len(shown) <= TWO_COLUMNS_ROWS:
+            return 1
+        return 2 if width >= max(TWO_COLUMNS_WIDTH, self._width_for(shown, 2)) else 1
+
+    def _width_for(self, shown: list[str], columns: int) -> int:
+        """The least width that shows `shown` in `columns` columns, no label or field squeezed."""
+        per_column = max(math.ceil(len(shown) / columns), 1)
+        spacing = self.grid.horizontalSpacing()
+        total = 0
+        for start in range(0, len(shown), per_column):
+            names = shown[start:start + per_column]
+            total += (max(self.labels[n].minimumSizeHint().width() for n in names) + spacing
+                      + max(self.fields[n].minimumSizeHint().width() for n in names))
+        return total + (columns - 1) * (COLUMN_GAP + 2 * spacing)
+
+    def minimumSizeHint(self) -> QSize:
+        # As narrow as one column: a narrower form takes one column (resizeEvent), so two never make the
+        # window's centre, and with it the docks beside it, keep more width than one would.
+        hint = super().minimumSizeHint()
+        shown = self.shown_rows()
+        if self.columns < 2 or not shown:
+            return hint
+        return QSize(min(hint.width(), self._width_for(shown, 1)), hint.height())
+
+    def _arrange(self, columns: int, force: bool = False) -> None:
+        """The shown rows down the first column, then the second; rows of another variant hidden."""
+        if columns == self.columns and not force:
+            return
+        self.columns = columns
+        shown = self.shown_rows()
+        for name in self.labels:
+            self.grid.removeWidget(self.labels[name])
+            self.grid.removeWidget(self.fields[name])
+        per_column = max(math.ceil(len(shown) / columns), 1)
+        for name in self.labels:
+            visible = name in shown
+            if visible:  # in the grid before it is shown: a label without a parent would be a window of its own
+                column, row = divmod(shown.index(name), per_column)
+                self.grid.addWidget(self.labels[name], row, 3 * column, Qt.AlignmentFlag.AlignVCenter)
+                self.grid.addWidget(self.fields[name], row, 3 * column + 1)
+            self.labels[name].setVisible(visible)
+            self.fields[name].setVisible(visible)
+        for column in range(2):  # fields share the width; labels and the gap between the columns keep theirs
+            used = column < columns
+            self.grid.setColumnStretch(3 * column + 1, 1 if used else 0)
+        self.grid.setColumnMinimumWidth(2, COLUMN_GAP if columns == 2 else 0)
+        self.updateGeometry()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        # The height follows from the width alone (two columns or one), so this cannot go back and forth.
+        self._arrange(self._columns_for(event.size().width()))
 
     def range_problem(self, name: str) -> str:
         param = next(p for p in self.spec.params if p.name == name)

@@ -290,9 +290,15 @@ class MainWindow(QMainWindow):
     def _handle_events(self, batch: list[Event]) -> None:
         self.log.add_events(batch)
         self.memory.on_events(batch)
-        self.device_map.on_events(batch)
-        for event in batch:
+        # The device map takes the batch in order, around each ready report: a run's report (its devices, which
+        # resets the map) and its job's start, placements and end often come in one batch. Given the whole
+        # batch first, the map counted the placements and the report then wiped them: a quick job's op counts
+        # were missing when its end was shown.
+        mapped = 0  # batch[:mapped] is the device map's
+        for index, event in enumerate(batch):
             if event.type == events.READY:
+                self.device_map.on_events(batch[mapped:index])
+                mapped = index + 1
                 self._on_ready(event.data)
             elif event.type == events.PROGRESS:
                 progress = cast(events.ProgressData, event.data)
@@ -308,6 +314,7 @@ class MainWindow(QMainWindow):
                     f"<i>{data.get('stage')}</i>:<br>{data.get('type')}: {data.get('message')}")
             elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
                 self._runtime_died(event.data)
+        self.device_map.on_events(batch[mapped:])
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         runtime = self.controller.runtime

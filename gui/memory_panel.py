@@ -2,8 +2,10 @@
 
 Samples come from `core.telemetry.Sampler` on its own thread, through a signal; the plots redraw on a
 timer from the bounded history, thinned to two points per pixel column (`gui.decimation`) before pyqtgraph
-sees them, and a curve whose data has not changed is not handed over again. Each plot's legend sits to its
-right, outside the curves, where marker labels cannot cover it.
+sees them, and a curve whose data has not changed is not handed over again. Curves know their bounds from the
+data they were handed and draw it as polylines (`Curve`); a live redraw repaints the curves and the time axis,
+not the value axes or their labels. Each plot's legend sits to its right, outside the curves, where marker
+labels cannot cover it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import Any, cast
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFontMetrics
+from PySide6.QtCore import QObject, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QImage, QPainter, QPolygonF
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
+    QGraphicsView,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -40,7 +43,7 @@ from tf_device_panel.core.gpus import nvml_index_for
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.telemetry import History, Marker, Sample, Sampler
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
-from tf_device_panel.gui.decimation import Columns, columns_for
+from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 
@@ -51,6 +54,7 @@ MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-sta
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
 PLOT_MIN_HEIGHT = 130  # px per plot; with many GPUs the graphs scroll instead of shrinking
+GRAPHS_MIN_HEIGHT = 100  # px of the graphs' scroll area in a short dock
 MIN_SPAN_S = 60.0      # the shortest time span drawn, so a fresh window's first samples are not one line
 
 
@@ -83,6 +87,132 @@ def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
     return "N/A" if value is None else f"{value:.{digits}f}{unit}"
 
 
+class Curve(pg.PlotCurveItem):
+    """A curve whose bounds are found once, when its (already thinned) data is set.
+
+    pyqtgraph works a curve's bounds out again (NaN-aware min and max of both axes, plus a pixel's size in data
+    units for the pen) after every `setData` and again after every change of the view's range: twice per curve
+    per live redraw, about a quarter of the redraw's cost with 27 curves. Here they come from the data handed
+    over in `set_points`, padded by a pixel in data units as the plot last measured it; a change of the x range
+    (every live redraw) leaves them as they are.
+    """
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.highest = math.nan  # the highest value shown, for the plot's scale
+        self._rect = QRectF()
+        self._limits: tuple[tuple[float | None, float | None], ...] = ((None, None), (None, None))
+        self._lines: list[QPolygonF] | None = None
+
+    def set_points(self, times: np.ndarray, values: np.ndarray, pixel: tuple[float, float]) -> None:
+        if len(times):
+            low, high = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))  # NaN only if all are
+        else:
+            low = high = math.nan
+        self.highest = high
+        if len(times) and not math.isnan(high):
+            left, right = float(times[0]), float(times[-1])
+            self._limits = ((left, right), (low, high))
+            self._rect = QRectF(left - pixel[0], low - pixel[1], right - left + 2 * pixel[0],
+                                high - low + 2 * pixel[1])
+        else:
+            self._limits = ((None, None), (None, None))
+            self._rect = QRectF()
+        self._lines = None
+        self.setData(times, values)
+
+    def _polylines(self) -> list[QPolygonF]:
+        """The data as one polyline per run of finite values (NaN is a gap), built once per `set_points`."""
+        if self._lines is None:
+            times, values = self.getData()
+            self._lines = []
+            if times is not None and len(times) > 1:
+                finite = np.isfinite(values)
+                if finite.all():
+                    runs = [(0, len(times))]
+                else:
+                    edges = np.flatnonzero(np.diff(np.concatenate(([False], finite, [False])).astype(np.int8)))
+                    runs = list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+                self._lines = [pg.functions.arrayToQPolygonF(times[a:b], values[a:b]) for a, b in runs if b - a > 1]
+        return self._lines
+
+    def paint(self, painter: QPainter, option: Any, widget: Any = None) -> None:
+        if self.opts["connect"] != "finite" or self._exportOpts is not False:
+            super().paint(painter, option, widget)
+            return
+        # Polylines straight to the painter: pyqtgraph would build a QPainterPath of the same points first.
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, bool(self.opts["antialias"]))
+        painter.setPen(self.opts["pen"])
+        for line in self._polylines():
+            painter.drawPolyline(line)
+
+    def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: Any = None) -> Any:
+        if frac >= 1.0 and orthoRange is None:
+            return self._limits[ax]
+        return super().dataBounds(ax, frac, orthoRange)
+
+    def boundingRect(self) -> QRectF:
+        return self._rect
+
+    def viewTransformChanged(self) -> None:
+        pass  # the bounds are in data units: a new view range leaves them as they are
+
+
+class MarkerImages:
+    """The marker lines of one redraw as opaque images, one per plot size, shared by the plots of that size: the
+    plots' background with a marker's colour in each pixel column a marker falls in."""
+
+    def __init__(self, marks: list[tuple[np.ndarray, int]], background: int, start: float, end: float):
+        self.marks = marks  # (times, 0xffRRGGBB) per kind, later kinds on top
+        self._background, self._start, self._end = background, start, end
+        self._images: dict[tuple[int, int], tuple[QImage, np.ndarray]] = {}
+
+    def image(self, width: int, height: int) -> QImage:
+        found = self._images.get((width, height))
+        if found is None:
+            row = np.full(width, self._background, dtype=np.uint32)
+            for times, color in self.marks:
+                columns = ((times - self._start) * (width / (self._end - self._start))).astype(np.int64)
+                row[columns[(columns >= 0) & (columns < width)]] = color
+            pixels = np.ascontiguousarray(np.broadcast_to(row, (height, width)))
+            # the image reads the array's memory, which is kept with it
+            found = self._images[width, height] = (QImage(pixels.data, width, height, width * 4,
+                                                          QImage.Format.Format_RGB32), pixels)
+        return found[0]
+
+
+class MarkerLines(pg.GraphicsObject):
+    """A plot's marker lines, every kind, drawn as one opaque image (`MarkerImages`) under its curves. Stroking
+    400 markers' lines in each of 9 plots cost more than all the curves together (the 1-pixel line stroker goes
+    pixel by pixel); an opaque image is copied row by row."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setZValue(-1)  # under the curves: it is the plot's background
+        self._images: MarkerImages | None = None
+        self._rect = QRectF()
+
+    def set_images(self, images: MarkerImages | None, rect: QRectF) -> None:
+        """The marker images for `rect`, the plot's view range (data units)."""
+        if rect != self._rect:
+            self.prepareGeometryChange()
+            self._rect = rect
+        self._images = images
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        return self._rect
+
+    def paint(self, painter: QPainter, option: Any, widget: Any = None) -> None:
+        target = painter.transform().mapRect(self._rect).toAlignedRect()  # in pixels
+        if self._images is None or not self._images.marks or target.width() < 1 or target.height() < 1:
+            return
+        painter.save()
+        painter.resetTransform()
+        painter.drawImage(target.topLeft(), self._images.image(target.width(), target.height()))
+        painter.restore()
+
+
 class _Bridge(QObject):
     sampled = Signal(object)
 
@@ -101,12 +231,14 @@ class MemoryPanel(QWidget):
         self.last_sample: Sample | None = None
         self.redraws = 0
         self.logical_gpus: dict[str, dict[str, Any]] = {}    # "/GPU:0" -> {nvml index, limit}
-        # Markers: per plot one dashed curve of vertical segments per kind; labels are a few text items
-        # in the top plot. (An InfiniteLine per marker and plot cost ~300 ms a redraw with 400 markers.)
-        self._marker_curves: dict[tuple[str, str], pg.PlotCurveItem] = {}  # (plot, kind) -> curve
+        # Markers: per plot one image of their lines (MarkerLines); labels are a few text items in the top plot.
+        # (An InfiniteLine per marker and plot cost ~300 ms a redraw with 400 markers.)
+        self._marker_lines: dict[str, MarkerLines] = {}  # plot -> its marker lines
         self._marker_texts: list[pg.TextItem] = []
         self._drawn_markers: list[Marker] = []
         self._shown_labels: list[str] = []  # in time order
+        self._label_widths: dict[str, float] = {}  # label text -> its width in the panel's font
+        self._label_widths_font = ""
 
         self.window_choice = QComboBox()
         for label, seconds in WINDOWS:
@@ -145,12 +277,17 @@ class MemoryPanel(QWidget):
         self.readout.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.graphs = pg.GraphicsLayoutWidget()
         self.graphs.setBackground(palette_colors()[0])
+        # Curves are drawn without antialiasing, so an update need not spill 2 px around what changed: 1 px is
+        # Qt's least, which the 3 px between each value axis and its curves keep clear of the axis.
+        self.graphs.setOptimizationFlag(QGraphicsView.OptimizationFlag.DontAdjustForAntialiasing, True)
         self.graphs_scroll = QScrollArea()
         self.graphs_scroll.setWidgetResizable(True)
         self.graphs_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.graphs_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         self.graphs_scroll.setWidget(self.graphs)
-        self.graphs_scroll.setMinimumHeight(PLOT_MIN_HEIGHT + 40)
+        # Shorter than a plot when the dock is: the plots scroll. (A plot's height as the minimum made the
+        # bottom docks take 250 of 720 px, and the job's form and result lost their rows.)
+        self.graphs_scroll.setMinimumHeight(GRAPHS_MIN_HEIGHT)
         self.table = QTableWidget(0, len(GPU_COLUMNS))
         self.table.setHorizontalHeaderLabels(list(GPU_COLUMNS))
         self.table.verticalHeader().setVisible(False)
@@ -174,10 +311,13 @@ class MemoryPanel(QWidget):
 
         self.plots: dict[str, pg.PlotItem] = {}
         self.legends: dict[str, pg.LegendItem] = {}
-        self.curves: dict[str, pg.PlotCurveItem] = {}
+        self.curves: dict[str, Curve] = {}
         self.curve_names: dict[str, str] = {}  # series key -> what a person calls it ("GPU 0 used")
+        self.curve_plots: dict[str, str] = {}  # series key -> the key of its plot
         self._drawn: dict[str, tuple[Any, ...]] = {}  # series key -> what its curve was last given
         self._y_ranges: dict[str, float] = {}
+        self._x_range: tuple[float, float] | None = None  # as last set
+        self._markers_drawn: tuple[Any, ...] | None = None  # what the marker lines and labels were drawn for
         self.limit_lines: dict[int, list[pg.InfiniteLine]] = {}
         self.crosshairs: list[pg.InfiniteLine] = []
         self._timer = QTimer(self)
@@ -202,10 +342,13 @@ class MemoryPanel(QWidget):
         self.legends.clear()
         self.curves.clear()
         self.curve_names.clear()
+        self.curve_plots.clear()
         self._drawn.clear()
         self._y_ranges.clear()
+        self._x_range = None
+        self._markers_drawn = None
         self.crosshairs.clear()
-        self._marker_curves.clear()
+        self._marker_lines.clear()
         self._marker_texts.clear()
         self._drawn_markers = []
         names = {g.index: g.name for g in self.sampler.gpus}
@@ -221,6 +364,14 @@ class MemoryPanel(QWidget):
             plot = self.graphs.addPlot(row=row, col=0, title=title, axisItems={"bottom": pg.DateAxisItem()})
             plot.setLabel("left", unit)
             theme_axes(plot)
+            for side in ("left", "bottom", "right", "top"):  # the hidden ones follow the range too
+                # MiB, % and clock time take no SI prefix; without this each range change re-lays out the axis
+                # label's HTML, on every plot, every redraw.
+                plot.getAxis(side).enableAutoSIPrefix(False)
+            # Every live redraw repaints each plot's curve area (and Qt one pixel around it). With the value
+            # axis's ticks pointing outwards and 3 px between it and the curves, that leaves the axis alone.
+            plot.getAxis("left").setStyle(tickLength=5)
+            plot.layout.setColumnSpacing(0, 3)
             # No grid: its translucent lines cost ~15 ms per plot per redraw; limits and totals are the guides.
             # No pyqtgraph downsampling either: redraw hands each curve no more than the pixels can show.
             legend = pg.LegendItem(labelTextSize="8pt", labelTextColor=palette_colors()[1])
@@ -256,13 +407,14 @@ class MemoryPanel(QWidget):
         self.plots["cpu"].setYRange(0, 100, padding=0.02)
         self.graphs.scene().sigMouseMoved.connect(self._on_mouse)
 
-    def _add_curve(self, plot: str, key: str, legend: str, human: str, pen: Any) -> pg.PlotCurveItem:
+    def _add_curve(self, plot: str, key: str, legend: str, human: str, pen: Any) -> Curve:
         # A bare curve item: PlotDataItem's own downsampling and clipping would only repeat `decimate`.
-        curve = pg.PlotCurveItem(pen=pen, connect="finite", skipFiniteCheck=True)
+        curve = Curve(pen=pen, connect="finite", skipFiniteCheck=True)
         self.plots[plot].addItem(curve)
         self.legends[plot].addItem(curve, legend)
         self.curves[key] = curve
         self.curve_names[key] = human
+        self.curve_plots[key] = plot
         return curve
 
     # -- samples and runtime events ----------------------------------------------------------------
@@ -378,19 +530,31 @@ class MemoryPanel(QWidget):
         end = max(now, start + MIN_SPAN_S)
         first = next(iter(self.plots.values()))
         pixels = max(int(first.getViewBox().width()), 100)
-        columns: dict[tuple[Any, ...], Columns] = {}  # series sampled together share their columns
-        for name, curve in self.curves.items():
-            times, values = data.get(name, (np.empty(0), np.empty(0)))
+        # The graphs scroll by whole pixels: the window's ends lie on a grid of a round number of seconds at
+        # least a pixel wide. A redraw that would move the window by less (an hour's graph moves 0.13 px per
+        # half-second sample) leaves the range, the time axis and the markers as they are and hands the curves
+        # their new samples only.
+        grid = nice_ceiling((end - start) / pixels)
+        start, end = math.floor(start / grid) * grid, math.ceil(end / grid) * grid
+        # Series sampled together (every NVML and host figure of a tick) share their times: they are thinned
+        # together, as the rows of one array, to a min/max pair per two pixels (as many points as the plot has
+        # pixels, peaks kept).
+        together: dict[tuple[Any, ...], list[str]] = {}
+        for name in self.curves:
+            times, _ = data.get(name, (np.empty(0), np.empty(0)))
             drawn = (len(times), times[-1] if len(times) else None, times[0] if len(times) else None, pixels)
             if self._drawn.get(name) == drawn:
                 continue  # nothing new for this curve: handing pyqtgraph the same data costs a repaint
             self._drawn[name] = drawn
-            # A min/max pair per two pixels: as many points as the plot has pixels, peaks kept.
-            same_times = drawn[:3]
-            if same_times not in columns:
-                columns[same_times] = columns_for(times, start, end, pixels // 2)
-            shown_times, shown_values = columns[same_times].apply(times, values)
-            curve.setData(shown_times, shown_values)
+            together.setdefault(drawn[:3], []).append(name)
+        pixel_sizes = {key: self._pixel_size(plot) for key, plot in self.plots.items()} if together else {}
+        for names in together.values():
+            times, _ = data.get(names[0], (np.empty(0), np.empty(0)))
+            columns = columns_for(times, start, end, pixels // 2)
+            rows = np.stack([data[name][1] for name in names]) if len(times) else np.empty((len(names), 0))
+            shown_times, shown_rows = columns.apply_rows(times, rows)
+            for name, shown_values in zip(names, shown_rows, strict=True):
+                self.curves[name].set_points(shown_times, shown_values, pixel_sizes[self.curve_plots[name]])
         for key, plot in self.plots.items():
             if key == "cpu":
                 continue
@@ -402,7 +566,9 @@ class MemoryPanel(QWidget):
                 if self._y_ranges.get(key) != top:
                     self._y_ranges[key] = top
                     plot.setYRange(0, top, padding=0)
-        first.setXRange(start, end, padding=0)
+        if (start, end) != self._x_range:
+            self._x_range = (start, end)
+            first.setXRange(start, end, padding=0)
         self._draw_markers(start, end)
         self.redraws += 1
 
@@ -416,31 +582,40 @@ class MemoryPanel(QWidget):
                       self.logical_gpus.get(n[2:].split(".")[0], {}).get("nvml_index") == int(key[3:])]
         highest = 0.0
         for name in names:
-            values = self.curves[name].getData()[1]
-            if values is not None and len(values) and not np.isnan(values).all():
-                highest = max(highest, float(np.nanmax(values)))
+            if not math.isnan(self.curves[name].highest):
+                highest = max(highest, self.curves[name].highest)
         return highest
+
+    @staticmethod
+    def _pixel_size(plot: pg.PlotItem) -> tuple[float, float]:
+        """One pixel of `plot` in its data units (x, y), as it is drawn now."""
+        view = plot.getViewBox()
+        (left, right), (bottom, top) = view.viewRange()
+        width, height = view.width(), view.height()
+        return ((right - left) / width if width > 0 else 0.0, (top - bottom) / height if height > 0 else 0.0)
 
     def _draw_markers(self, start: float, end: float) -> None:
         markers = self.history.markers_since(start)
         self._drawn_markers = markers
-        times_of = {kind: np.array([m.time for m in markers if m.kind == kind], dtype=float) for kind in MARKER_COLORS}
+        view = next(iter(self.plots.values())).getViewBox()
+        drawn = (start, end, len(markers), markers[-1].time if markers else None, view.width(), view.height(),
+                 tuple(self._y_ranges.items()))
+        if drawn == self._markers_drawn:
+            return  # the same markers in the same window: their lines and labels stand
+        self._markers_drawn = drawn
+        marks = [(np.array([m.time for m in markers if m.kind == kind], dtype=float),
+                  faint(QColor(color), 0.45).rgba()) for kind, color in MARKER_COLORS.items()]
+        marks = [(times, color) for times, color in marks if len(times)]
+        images = MarkerImages(marks, QColor(palette_colors()[0]).rgba(), start, end) if marks and end > start else None
         for key, plot in self.plots.items():
-            (_, _), (bottom, top) = plot.viewRange()
-            for kind, color in MARKER_COLORS.items():
-                times = times_of[kind]
-                curve = self._marker_curves.get((key, kind))
-                if curve is None:
-                    if not len(times):
-                        continue
-                    curve = pg.PlotCurveItem(pen=pg.mkPen(faint(QColor(color), 0.45), width=1))
-                    plot.addItem(curve, ignoreBounds=True)
-                    self._marker_curves[key, kind] = curve
-                drawn = (len(times), times[-1] if len(times) else None, bottom, top)
-                if self._drawn.get(f"marker {key} {kind}") == drawn:
+            lines = self._marker_lines.get(key)
+            if lines is None:
+                if images is None:
                     continue
-                self._drawn[f"marker {key} {kind}"] = drawn
-                curve.setData(np.repeat(times, 2), np.tile([bottom, top], len(times)), connect="pairs")
+                lines = self._marker_lines[key] = MarkerLines()
+                plot.addItem(lines, ignoreBounds=True)
+            (_, _), (bottom, top) = plot.viewRange()
+            lines.set_images(images, QRectF(start, bottom, end - start, top - bottom))
         self._layout_labels(markers, start, end)
 
     def _layout_labels(self, markers: list[Marker], start: float, end: float) -> None:
@@ -452,8 +627,18 @@ class MemoryPanel(QWidget):
         (_, _), (bottom, top) = first.viewRange()
         metrics = QFontMetrics(self.font())
         row_height = metrics.height() + 4
-        labels = layout_marker_labels(markers, start, end, width, label_rows(height, row_height),
-                                      metrics.horizontalAdvance)
+        if self._label_widths_font != self.font().key():
+            self._label_widths_font = self.font().key()
+            self._label_widths.clear()
+        widths = self._label_widths
+
+        def text_width(text: str) -> float:  # a few distinct labels, measured once each (400 markers: 1.5 ms)
+            width = widths.get(text)
+            if width is None:
+                width = widths[text] = metrics.horizontalAdvance(text)
+            return width
+
+        labels = layout_marker_labels(markers, start, end, width, label_rows(height, row_height), text_width)
         for number, label in enumerate(labels):
             if number == len(self._marker_texts):
                 text_item = pg.TextItem(fill=pg.mkBrush(_label_background()))
@@ -462,7 +647,9 @@ class MemoryPanel(QWidget):
             item = self._marker_texts[number]
             if item.toPlainText() != label.text:  # setting the same text again re-lays out its HTML
                 item.setText(label.text, color=MARKER_COLORS.get(label.marker.kind, "#888"))
-            item.setAnchor((0, 0.5) if label.right_of_line else (1, 0.5))
+            anchor = (0, 0.5) if label.right_of_line else (1, 0.5)
+            if tuple(item.anchor) != anchor:  # each setAnchor moves the text again
+                item.setAnchor(anchor)
             y = top - (label.row + 0.5) * row_height * (top - bottom) / height if height > 0 else top
             item.setPos(label.marker.time, y)
             item.setVisible(True)

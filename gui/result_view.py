@@ -37,6 +37,7 @@ _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device
 _PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
 STATUS_WORDS = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "The runtime died"}
 MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
+MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
 
 
@@ -125,6 +126,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
     def __init__(self, plot: Plot):
         super().__init__()
         self.setBackground(palette_colors()[0])
+        self.setFrameShape(pg.GraphicsLayoutWidget.Shape.NoFrame)  # the plot's own axes frame it
         whole_x = all(float(x).is_integer() for series in plot.series for x in series.x)
         axes = {"bottom": IntegerAxis("bottom")} if whole_x else {}
         self.plot_item: pg.PlotItem = self.addPlot(row=0, col=0, axisItems=axes)
@@ -134,7 +136,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         for name in ("left", "bottom"):
             self.plot_item.getAxis(name).enableAutoSIPrefix(False)  # a loss reads 0.6, not 600 (x0.001)
         self.plot_item.showGrid(x=True, y=True, alpha=0.3)
-        self.setMinimumHeight(140)
+        self.setMinimumHeight(MIN_PLOT_HEIGHT)
         self.legend: pg.LegendItem | None = None
         if len(plot.series) > 1:
             self.legend = pg.LegendItem(labelTextColor=palette_colors()[1])

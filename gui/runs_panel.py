@@ -6,7 +6,7 @@ import html
 import time
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -32,6 +32,8 @@ from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.result_view import ResultView, outcome_summary
 from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
+
+FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
 
 
 class JobItemDelegate(QStyledItemDelegate):
@@ -64,6 +66,33 @@ class JobItemDelegate(QStyledItemDelegate):
     def sizeHint(self, option: QStyleOptionViewItem, index: Any) -> QSize:
         line = QFontMetrics(option.font).height()
         return QSize(200, 2 * line + 10)
+
+
+class FormScroll(QScrollArea):
+    """The job's form, all of it in sight up to FORM_MAX_HEIGHT px (then it scrolls): its height hint follows
+    the form's own, which changes with the rows shown and with the columns its width allows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def _height(self) -> int:
+        widget = self.widget()
+        needed = widget.sizeHint().height() if widget is not None else 0
+        return min(needed + 2 * self.frameWidth(), FORM_MAX_HEIGHT)
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self._height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(super().minimumSizeHint().width(), self._height())
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()  # the form changed its height: the panel's layout asks again
+        return super().eventFilter(watched, event)
 
 
 class RunsPanel(QWidget):
@@ -125,15 +154,14 @@ class RunsPanel(QWidget):
         self._timer.setInterval(100)
         self._timer.timeout.connect(self._tick)
 
-        form_group = QGroupBox("Parameters")
+        # The job's description heads its form (no group title: a row of the 720 px it shares with the result).
+        form_group = QGroupBox()
+        form_group.setAccessibleName("Parameters")
         form_layout = QVBoxLayout(form_group)
-        about = QHBoxLayout()
-        about.addWidget(self.description, 1)
-        about.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
-        form_layout.addLayout(about)
-        self.form_scroll = QScrollArea()  # a long form scrolls instead of being squeezed
-        self.form_scroll.setWidgetResizable(True)
-        self.form_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        form_layout.setContentsMargins(8, 4, 8, 4)
+        form_layout.setSpacing(4)
+        form_layout.addWidget(self.description)
+        self.form_scroll = FormScroll()  # a long form scrolls instead of being squeezed
         self.form_scroll.setWidget(self.form_stack)
         form_layout.addWidget(self.form_scroll, 1)
         form_layout.addWidget(self.form_error)
@@ -145,9 +173,14 @@ class RunsPanel(QWidget):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.setSpacing(4)
         right_layout.addWidget(form_group)
         right_layout.addLayout(controls)
-        right_layout.addWidget(self.status)
+        # Show code… at the end of the status line: beside Run it would widen the narrowest the centre can be.
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.code_button)
+        right_layout.addLayout(status_row)
         right_layout.addWidget(self.result_stack, 1)
         splitter = QSplitter()
         splitter.addWidget(self.job_list)
@@ -215,8 +248,7 @@ class RunsPanel(QWidget):
             spec = JOBS[self.current_job]
             for name, form in self.forms.items():
                 form.setVisible(name == spec.name)
-            # Room for the whole form up to 7 rows or so; longer ones scroll.
-            self.form_scroll.setMinimumHeight(min(self.forms[spec.name].sizeHint().height() + 6, 230))
+            self.form_scroll.updateGeometry()  # room for the whole form (FormScroll)
             self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")
             self.result_stack.setCurrentWidget(self.results[spec.name])
         self.form_error.hide()

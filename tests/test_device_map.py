@@ -123,3 +123,45 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     assert len(device_map.arrows) == 1 and panel.canvas.height() >= device_map.height
     image = panel.canvas.grab()
     assert not image.isNull() and image.width() > 800
+    # the host box: the runtime's resident memory; an exited run's process (a zombie, 0 MiB) does not zero it
+    from tf_device_panel.core.telemetry import HostSample, Sample
+
+    panel.on_sample(Sample(0.0, host=HostSample(runtime_rss_mib=612.0)))
+    panel.on_sample(Sample(1.0, host=HostSample(runtime_rss_mib=0.0)))
+    assert panel.canvas.current_map().boxes[0].title.endswith("612 MiB in use")
+
+
+def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp_path) -> None:
+    """A quick job's events reach the window as one batch: its process's ready report (its devices), the job's
+    start, its placements and its end. The window used to give the device map the whole batch and only then
+    handle the ready report, which resets the map to those devices: the counts were wiped as the job's end was
+    shown (matmul: 5 ops shown of 14, the ones of a later batch; a one-batch job: none)."""
+    pytest.importorskip("PySide6")
+    from PySide6.QtCore import QSettings
+    from tf_device_panel.core.history import RunHistory
+    from tf_device_panel.gui.main_window import MainWindow
+
+    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                        history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+    window.show()
+
+    def placed(short: str) -> Event:
+        return Event(events.PLACEMENT, {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul",
+                                        "short_device": short, "device": full(short), "mode": "eager", "line": ""},
+                     job_id="j")
+
+    def report(cpus: int) -> dict:  # as a run's process sends it
+        return {**ready(cpus=cpus), "tf_version": "2.21.0", "cuda_build": False}
+
+    batch = [Event(events.READY, report(2)), Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+             *[placed("/CPU:0")] * 3, *[placed("/CPU:1")] * 2,
+             Event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id="j")]
+    window._on_events(batch)  # the slot the controller's batches arrive at
+    assert dict(window.device_map.canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
+    assert "3 ops" in window.device_map.canvas.current_map().segment("/CPU:0").lines
+    # the next run's report resets the map (a new configuration's devices), and its own placements count anew
+    window._on_events([Event(events.READY, report(1)), Event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
+                       Event(events.PLACEMENT, {**placed("/CPU:0").data}, job_id="k")])
+    assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
+    window.close()

@@ -142,6 +142,39 @@ def test_doctor_and_history_open_wide_enough_to_read(qtbot, window: MainWindow) 
     window.docks["doctor"].hide()
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_every_doctor_check_name_reads_whole(qtbot, window: MainWindow, size) -> None:
+    """Each check's name wraps in its column and its row is tall enough for every line (Qt elided them at one
+    line in a 220 px column: "GPU compute capability …"); names and results never scroll sideways."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QStyle
+    from tf_device_panel.core import doctor
+
+    window.resize(*size)
+    window.docks["doctor"].show()
+    window.docks["doctor"].raise_()
+    checks = doctor.diagnose(doctor.Facts())  # every check, as on a machine without TensorFlow or a driver
+    checks[4].evidence.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(n) for n in range(40)))  # a long result
+    window.doctor._show(checks, doctor.Facts())
+    settle(qtbot, window)
+    tree = window.doctor.tree
+    margin = tree.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, tree) + 1
+    assert tree.topLevelItemCount() == len(checks) == 13
+    for row in range(tree.topLevelItemCount()):
+        item = tree.topLevelItem(row)
+        for column in (0, 1):
+            cell = tree.visualRect(tree.indexFromItem(item, column))
+            text_width = cell.width() - 2 * margin
+            needed = QFontMetrics(item.font(column)).boundingRect(QRect(0, 0, text_width, 100_000),
+                                                                  Qt.TextFlag.TextWordWrap, item.text(column))
+            # wider than its cell: a word longer than the column; taller: lines cut off below
+            assert needed.width() <= text_width and needed.height() <= cell.height(), (size, item.text(column))
+    assert sideways_scroll_bars(window) == []
+    assert window.docks["doctor"].width() >= 450
+    window.docks["doctor"].hide()
+
+
 def test_about_names_the_versions_without_importing_tensorflow(qtbot, window: MainWindow) -> None:
     box = window.show_about()
     text = box.text()
@@ -289,12 +322,74 @@ def test_every_parameter_declares_its_label(qtbot, window: MainWindow) -> None:
         form = window.runs.forms[spec.name]
         for param in spec.params:
             assert param.label and param.label[0].isupper(), (spec.name, param.name)
-            label = form.form_layout.labelForField(form.problem_labels[param.name].parentWidget())
-            assert label.text() == f"{param.label}:"
+            assert form.labels[param.name].text() == f"{param.label}:"
+            assert form.labels[param.name].buddy() is form.widgets[param.name]
     memory = window.runs.forms["memory"]
     assert memory.widgets["step_mib"].suffix() == " MiB"
     device = memory.widgets["device"].lineEdit()
     assert device.placeholderText() == "empty: the first GPU, else the CPU"
+
+
+def test_every_row_of_every_form_is_in_sight_at_1280x720(qtbot, window: MainWindow) -> None:
+    """The job's form is not a scroll area to explore: each row, label and field, lies wholly inside the
+    window's default layout. (Fit's nine rows in one column needed 248 px, of which its scroll area had 77.)"""
+    from PySide6.QtWidgets import QLabel
+
+    def rows_cut(job: str) -> list[str]:
+        form = window.runs.forms[job]
+        viewport = window.runs.form_scroll.viewport()
+        cut = []
+        for param in JOBS[job].params:
+            if not form.is_relevant(param.name):
+                continue
+            field = form.problem_labels[param.name].parentWidget()  # the editor above its problem
+            label = next(lb for lb in form.findChildren(QLabel) if lb.buddy() is form.widgets[param.name])
+            for part in (label, field):
+                box = part.rect().translated(part.mapTo(viewport, part.rect().topLeft()))
+                if not viewport.rect().contains(box) or part.visibleRegion().boundingRect().size() != part.size():
+                    cut.append(param.name)
+        return sorted(set(cut))
+
+    for job in JOBS:
+        window.runs.select_job(job)
+        settle(qtbot, window)
+        assert rows_cut(job) == [], f"{job}: rows out of sight"
+        assert window.runs.form_scroll.verticalScrollBar().maximum() == 0, f"{job}: its form scrolls"
+    window.runs.select_job("fit")
+    window.runs.form().set_value("model", "cnn")  # its tenth row, the image size
+    settle(qtbot, window)
+    assert rows_cut("fit") == [] and window.runs.form_scroll.verticalScrollBar().maximum() == 0
+
+
+FIT_RESULT = {  # as the fit job returns it on 2 logical CPUs with the default cross-device ops
+    "kind": "training", "model": "dense", "parameters": 2, "devices": ["/CPU:0", "/CPU:1"], "replicas_in_sync": 2,
+    "global_batch_size": 10, "batch_per_replica": 5, "steps_per_epoch": 40, "input": "dataset",
+    "loss": [0.074, 0.0028, 0.000108, 0.000004, 0.0000003, 0.0, 0.0, 0.0], "learning_rate": 0.01,
+    "learning_rate_rule": "fixed", "strategy": "MirroredStrategy", "cross_device_ops": "HierarchicalCopyAllReduce",
+    "requested_cross_device_ops": "NcclAllReduce", "evaluate": {"loss": 0.0},
+    "notes": ["NcclAllReduce cannot run here (NCCL all-reduces between NVIDIA GPUs only, not over /CPU:0, "
+              "/CPU:1); using HierarchicalCopyAllReduce instead — choose it (or ReductionToOneDevice) explicitly "
+              "on this machine"]}
+
+
+def test_the_fit_result_reads_whole_at_1280x720(qtbot, window: MainWindow) -> None:
+    """Caption and notes whole, the loss plot at least 120 px tall, the loss table's columns whole with a few of
+    its rows — all in sight, not merely laid out (the old layout gave them heights the window could not show,
+    so the caption's last lines and most of the plot were cut off at the window's edge)."""
+    window.runs.select_job("fit")
+    view = window.runs.result
+    view.show_outcome(JobOutcome("fit", {}, {}, status="ok", result=FIT_RESULT))
+    settle(qtbot, window)
+    caption = view.caption
+    assert "explicitly on this machine" in caption.text()
+    assert caption.height() >= caption.heightForWidth(caption.width()), "the caption's last lines are cut"
+    assert caption.visibleRegion().boundingRect().size() == caption.size()
+    (plot,) = view.plots
+    assert plot.viewport().visibleRegion().boundingRect().height() >= 120
+    (table,) = view.tables
+    assert table.horizontalHeader().length() <= table.viewport().width()
+    shown_rows = table.viewport().visibleRegion().boundingRect().height() // table.rowHeight(0)
+    assert shown_rows >= 3
 
 
 def test_parameters_of_another_variant_are_hidden(qtbot, window: MainWindow) -> None:
