@@ -24,7 +24,7 @@ for run in $(seq 1 "$runs"); do
   seed=$(( (RANDOM << 15) | RANDOM ))
   started=$SECONDS
   echo "== stress run $run/$runs (seed $seed), 2 CPU burners beside it"
-  if ! QT_QPA_PLATFORM=offscreen "$python" -m pytest -q -n auto -p randomly --randomly-seed="$seed" --durations=15 "$@"; then
+  if ! QT_QPA_PLATFORM=offscreen "$python" -m pytest -q -n auto --dist worksteal -p randomly --randomly-seed="$seed" --durations=15 "$@"; then
     echo "== stress run $run/$runs FAILED after $((SECONDS - started)) s (replay the order with --randomly-seed=$seed)"
     exit 1
   fi

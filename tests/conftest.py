@@ -25,6 +25,12 @@ from tf_device_panel.core.runtime import RuntimeProcess
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt's qapp makes the QApplication
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker more than cores. A test spends part of its time waiting on its child processes
+    (pipes, polls, a process's exit), so one extra worker keeps the cores busy (on 2 cores: 182 s, not 197)."""
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) + 1
+
+
 LEAK_WAIT_S = 10.0  # what a test started may take to end by itself after the test (a cancel's grace timer)
 
 

@@ -69,8 +69,9 @@ def test_time_grows_with_repeats_and_figures_are_plausible() -> None:
         (row,) = [r for r in result["rows"] if r["device"] == "/CPU:0"]
         return row
 
-    # merged matmuls made 10 repeats cost about as much as one; each really runs now
-    assert tf_row(ten)["seconds"] >= 5 * tf_row(one)["seconds"], (tf_row(one), tf_row(ten))
+    # merged matmuls made 10 repeats cost about as much as one (ratio ≈ 1); each really runs now. Not 10×:
+    # beside other work (a second test worker, a busy CI machine) a short run's best time is the most inflated.
+    assert tf_row(ten)["seconds"] >= 3 * tf_row(one)["seconds"], (tf_row(one), tf_row(ten))
     row = tf_row(ten)
     assert row["gflops"] <= ten["peak"]["cpu_gflops"]["float32"]
     assert 0.3 <= row["vs_numpy"] <= 3.0, ten["rows"]

@@ -218,7 +218,8 @@ def test_cluster_config_for_real_machines() -> None:
 
 @pytest.mark.parametrize(("job", "params"), [
     ("custom-loop", {"steps": 1_000_000}),
-    ("parameter-server", {"workers": 1, "steps": 100_000}),
+    # a cluster: coordinator, parameter server and worker, each importing TensorFlow
+    pytest.param("parameter-server", {"workers": 1, "steps": 100_000}, marks=pytest.mark.slow),
 ])
 def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict) -> None:
     job_id = three_cpus.submit(job, params)
