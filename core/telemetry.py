@@ -233,7 +233,9 @@ class Sampler:
             try:
                 if self._runtime_process is None or self._runtime_process.pid != self.runtime_pid:
                     self._runtime_process = psutil.Process(self.runtime_pid)
-                host.runtime_rss_mib = self._runtime_process.memory_info().rss / 2**20
+                rss = self._runtime_process.memory_info().rss
+                # An exited run not yet reaped (a zombie) reads 0: no reading, not a drop to nothing.
+                host.runtime_rss_mib = rss / 2**20 if rss else None
             except psutil.Error:
                 host.runtime_rss_mib = None
         return host

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
+import psutil
 import pytest
 from fake_nvml import FakeGpus, no_library, process
 from helpers import wait_until
@@ -50,6 +53,20 @@ def test_two_gpus_with_an_unsupported_field(monkeypatch: pytest.MonkeyPatch) -> 
     assert values["gpu0.runtime_used_mib"] == 512 and values["gpu1.runtime_used_mib"] is None
     assert values["host.runtime_rss_mib"] > 0 and values["host.ram_total_mib"] > 0
     assert [g.pci_bus_id for g in sampler.gpus] == ["00000000:01:00.0", "00000000:02:00.0"]
+
+
+def test_an_exited_run_process_has_no_reading_rather_than_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeGpus(0).install(monkeypatch)
+    sampler = Sampler(nvml=Nvml())
+    sampler.start()
+    sampler.stop()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    sampler.set_runtime_pid(child.pid)
+    # not reaped yet: a zombie, whose memory reads 0 (the graph used to drop to 0 MiB after every run)
+    wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, timeout=30)
+    assert sampler.sample().values()["host.runtime_rss_mib"] is None
+    child.wait()
+    assert sampler.sample().values()["host.runtime_rss_mib"] is None  # gone
 
 
 def test_a_lost_gpu_is_one_bad_row_while_the_other_keeps_updating(monkeypatch: pytest.MonkeyPatch) -> None:
