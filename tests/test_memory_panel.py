@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -198,7 +199,10 @@ def test_a_live_redraw_redoes_only_what_moved(qtbot, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(pg.AxisItem, "paint", counting_paint)
     monkeypatch.setattr(pg.AxisItem, "_updateLabel", counting_update_label)
     monkeypatch.setattr(pg.PlotCurveItem, "dataBounds", counting_bounds)
-    clock = [time.time()]  # the panel's clock, moved by hand: the window ends at "now"
+    # The panel's clock, moved by hand: the window ends at "now". It starts just past a round hour, so the
+    # 0.05 s step below never crosses a grid line of the window's ends (grids are 1, 2, 2.5 or 5 × 10^k s; from
+    # a time.time() start it crossed one in about 1 run of 5 and the window moved by a pixel).
+    clock = [math.floor(time.time() / 3600) * 3600 + 0.01]
     monkeypatch.setattr(memory_panel, "time", types.SimpleNamespace(time=lambda: clock[0], strftime=time.strftime,
                                                                     localtime=time.localtime))
     FakeGpus(2).install(monkeypatch)
