@@ -225,15 +225,21 @@ class RuntimeProcess:
             return f"the runtime {self.exit_info['description']}" + (f"; last output:\n{tail}" if tail else "")
         return "the runtime is not ready"
 
-    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None) -> str:
+    @classmethod
+    def new_job_id(cls) -> str:
+        return f"{os.getpid()}-{next(cls._ids)}-{int(time.time() * 1000) % 100000}"
+
+    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
+               job_id: str | None = None) -> str:
         """Hand the job to this warm process; returns its job id. A process takes one job only.
 
         `after_pid`: the previous run's process, whose outcome is in but which may still be exiting; this run
-        initializes TensorFlow only once that one has exited (two never hold a GPU at once)."""
+        initializes TensorFlow only once that one has exited (two never hold a GPU at once). `job_id`: one made
+        beforehand with `new_job_id`, for a caller that must know it before the job's first event can arrive."""
         with self._state_changed:
             if self.state != READY:
                 raise RuntimeUnavailable(f"the runtime is {self.state}; it can take a job only when ready")
-            job_id = f"{os.getpid()}-{next(self._ids)}-{int(time.time() * 1000) % 100000}"
+            job_id = job_id or self.new_job_id()
             self.running_job = job_id
             self.job_name = job
             self.state = BUSY

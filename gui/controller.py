@@ -176,14 +176,19 @@ class RuntimeController(QObject):
         self.job_run = JobRun(job, params, self.applied, self.devices, self.history)
         previous = self.current
         leaving = previous.pid if previous is not None and previous.state != EXITED else None
+        # The spare is the run's process, and the run knows its job id, before the job is handed over: its
+        # events come on the reader thread and may all be in (a job that fails at once) before submit returns.
+        job_id = spare.new_job_id()
+        self.job_run.attach(job_id)
+        self.current = spare
         try:
-            self.job_run.attach(spare.submit(job, params, after_pid=leaving))
+            spare.submit(job, params, after_pid=leaving, job_id=job_id)
         except RuntimeUnavailable as exc:
+            self.current = previous
             self.job_run.fail("RuntimeUnavailable", str(exc))
             self.problem.emit(str(exc))
             return False
-        # The spare is the run's process now; the next one starts warming at once.
-        self.current = spare
+        # The next spare starts warming at once.
         self.spare = self._start(SPARE)
         self.stateChanged.emit(BUSY)
         return True
