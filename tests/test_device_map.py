@@ -7,12 +7,21 @@ import pytest
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
 from tf_device_panel.gui.device_map_layout import (
+    LINE_HEIGHT,
     MISSING_TITLE,
+    TEXT_PAD,
+    DeviceMap,
+    GpuUse,
     LogicalDevice,
     PhysicalDevice,
+    Piece,
+    approximate_width,
     devices_from_ready,
+    fit_pieces,
     layout_device_map,
 )
+
+from tests.fake_nvml import H100_FRACTION_LIMIT_MIB, H100_NAME, H100_RUN_HELD_MIB, H100_TOTAL_MIB
 
 GIB = 1024
 
@@ -40,17 +49,113 @@ def test_two_logical_gpus_on_a_24_gib_gpu_are_segments_sized_by_their_limits() -
     devices = devices_from_ready(ready(gpu_limits=[8 * GIB, 4 * GIB]), None, {0: 24 * GIB})
     _, gpu = devices
     assert [d.name for d in gpu.logical] == ["/GPU:0", "/GPU:1"] and gpu.total_mib == 24 * GIB
-    device_map = layout_device_map(devices, 800)
+    device_map = layout_device_map(devices, 1600)  # room enough for every segment's text at its share: to scale
     box = device_map.boxes[1]
-    assert box.title.startswith("GPU 0: Fake GPU — 24 GiB")
+    assert box.title.startswith("GPU 0: Fake GPU — 24.0 GiB — split into 2 logical GPUs") and box.to_scale
     first, second = box.segments
-    inner = first.rect.width + second.rect.width + box.unassigned.width
+    inner = first.rect.width + second.rect.width + box.unassigned.rect.width
     assert first.rect.width / inner == pytest.approx(8 / 24) and second.rect.width / inner == pytest.approx(4 / 24)
-    assert box.unassigned.width / inner == pytest.approx(12 / 24)  # memory no logical GPU was given
+    assert box.unassigned.rect.width / inner == pytest.approx(12 / 24)  # memory no logical GPU was given
+    assert box.unassigned.lines == ["12.0 GiB", "not given to TensorFlow"] and not box.unassigned.compressed
     assert second.rect.x == pytest.approx(first.rect.x + first.rect.width)
     assert first.lines[:2] == ["/GPU:0", "limit 8.0 GiB"] and first.full_name == full("/GPU:0")
     assert all(box.rect.x <= s.rect.x and s.rect.x + s.rect.width <= box.rect.x + box.rect.width + 1e-6
                for s in box.segments)
+
+
+def h100s(count: int = 1, limits: list[int] | None = None, *, visible: bool = True, growth: bool = False,
+          fraction: float | None = None) -> list[PhysicalDevice]:
+    """`count` NVIDIA H100 80GB (81,559 MiB, as NVML reads it), each split by `limits` MiB, and one CPU."""
+    physical = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0}]
+    logical = [{"name": full("/CPU:0"), "short_name": "/CPU:0", "device_type": "CPU"}]
+    per_gpu = limits or [0]
+    for index in range(count):
+        physical.append({"name": f"/physical_device:GPU:{index}", "device_type": "GPU", "index": index,
+                         "visible": visible, "device_name": H100_NAME})
+        if visible:
+            for limit in per_gpu:
+                short = f"/GPU:{len(logical) - 1}"
+                logical.append({"name": full(short), "short_name": short, "device_type": "GPU",
+                                **({"memory_limit_mib": limit} if limit else {})})
+    config: dict = {"memory_growth": growth, **({"memory_fraction": fraction} if fraction else {})}
+    if limits and not fraction:
+        config["virtual_gpus"] = {str(index): limits for index in range(count)}
+    info = {"physical": physical, "logical": logical, "config": config, "pid": 1}
+    return devices_from_ready(info, None, {index: H100_TOTAL_MIB for index in range(count)})
+
+
+def assert_readable(device_map: DeviceMap, line_height: float = LINE_HEIGHT) -> None:
+    """Every segment and every gap is wide and tall enough for all its lines (first one bold), inside its box,
+    and no two overlap."""
+    for box in device_map.boxes:
+        pieces = [(s.rect, s.lines) for s in box.segments]
+        if box.unassigned is not None:
+            pieces.append((box.unassigned.rect, box.unassigned.lines))
+        for rect, lines in pieces:
+            needed = max(approximate_width(line, number == 0) for number, line in enumerate(lines)) + 2 * TEXT_PAD
+            assert rect.width >= needed - 1e-6, (box.title, lines, rect.width, needed)
+            assert rect.height >= len(lines) * line_height + 2 * TEXT_PAD - 1e-6, (lines, rect.height)
+            assert box.rect.x <= rect.x and rect.x + rect.width <= box.rect.x + box.rect.width + 1e-6
+            assert box.rect.y <= rect.y and rect.y + rect.height <= box.rect.y + box.rect.height + 1e-6
+        for number, (first, _) in enumerate(pieces):
+            for second, _ in pieces[number + 1:]:
+                apart = (first.x + first.width <= second.x + 1e-6 or second.x + second.width <= first.x + 1e-6
+                         or first.y + first.height <= second.y + 1e-6 or second.y + second.height <= first.y + 1e-6)
+                assert apart, (box.title, first, second)
+        assert approximate_width(box.title, True) <= box.rect.width - 2 * 6 or box.title == box.title.split(" — ")[0]
+
+
+@pytest.mark.parametrize("width", [400, 700, 1270, 1910])
+def test_a_2_and_a_4_gib_gpu_carved_from_an_80_gb_h100_are_readable_and_the_rest_is_a_labelled_gap(width) -> None:
+    """On the real H100 the two logical GPUs were slivers of a few pixels ("/...", "li...") and "not given"
+    filled the box: drawn in proportion, a 2,048 MiB segment of 81,559 MiB is 1/40 of the box."""
+    ops, memory = {"/CPU:0": 2, "/GPU:0": 25}, {"/GPU:0": 512.0}
+    device_map = layout_device_map(h100s(1, [2048, 4096]), width, ops=ops, memory=memory)
+    assert_readable(device_map)
+    box = device_map.boxes[1]
+    first, second = box.segments
+    assert first.lines == ["/GPU:0", "limit 2.0 GiB", "25 ops", "512 MiB allocated"]
+    assert second.lines == ["/GPU:1", "limit 4.0 GiB", "0 ops"]
+    assert not box.to_scale and box.unassigned.compressed  # 75,415 MiB left: the scale gives way
+    assert box.unassigned.lines == ["73.6 GiB", "not given to TensorFlow", "(not to scale)"]
+    order = [(r.y, r.x) for r in (first.rect, second.rect, box.unassigned.rect)]
+    assert order == sorted(order)  # in reading order: GPU:0, GPU:1, then the rest
+    if width >= 1270:  # a window's width: one row, the picture of one GPU
+        assert first.rect.y == second.rect.y == box.unassigned.rect.y
+    assert second.rect.width >= first.rect.width  # the larger limit is never drawn smaller
+
+
+def test_eight_h100s_each_split_2048_4096_stay_readable_in_a_wide_and_a_narrow_map() -> None:
+    devices = h100s(8, [2048, 4096])
+    assert [d.name for d in devices[8].logical] == ["/GPU:14", "/GPU:15"]
+    ops = {f"/GPU:{n}": 10 * n for n in range(16)}
+    memory = {f"/GPU:{n}": 64.0 * n for n in range(16)}
+    for width in (400, 1270, 1910):
+        device_map = layout_device_map(devices, width, ops=ops, memory=memory)
+        assert_readable(device_map)
+        assert len({b.rect.height for b in device_map.boxes}) == 1  # one grid: the boxes line up
+        assert "150 ops" in device_map.segment("/GPU:15").lines
+
+
+def test_many_logical_gpus_on_one_gpu_wrap_onto_rows_instead_of_shrinking() -> None:
+    device_map = layout_device_map(h100s(1, [1024] * 8), 400, ops={f"/GPU:{n}": n for n in range(8)})
+    assert_readable(device_map)
+    rows = {s.rect.y for s in device_map.boxes[1].segments}
+    assert len(rows) > 1
+
+
+def test_fit_pieces_keeps_proportions_while_they_leave_every_piece_its_text_and_gives_way_after() -> None:
+    even = fit_pieces([Piece(10, 20), Piece(30, 20)], 40, 400)
+    assert even.to_scale and [p.width for p in even.placed] == pytest.approx([100, 300])
+    squeezed = fit_pieces([Piece(2048, 90), Piece(4096, 90), Piece(75_415, 150)], 81_559, 400)
+    assert not squeezed.to_scale and squeezed.rows == 1
+    widths = [p.width for p in squeezed.placed]
+    assert widths[0] >= 90 and widths[1] >= 90 and widths[2] >= 150 and sum(widths) == pytest.approx(400)
+    big = fit_pieces([Piece(1, 50), Piece(300, 10), Piece(600, 10)], 901, 330)  # large ones keep their ratio
+    assert big.placed[2].width / big.placed[1].width == pytest.approx(2, rel=1e-3)
+    wrapped = fit_pieces([Piece(1, 120)] * 5, 5, 300)
+    assert wrapped.rows == 3 and all(p.width >= 120 for p in wrapped.placed)
+    assert fit_pieces([], 0, 100).placed == []
 
 
 def test_three_logical_cpus_share_the_cpu_box_equally() -> None:
@@ -119,7 +224,7 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
                      Event(events.FALLBACK, {"op": "MatMul", "requested": "/device:GPU:2", "requested_short": "/GPU:2",
                                              "actual": full("/GPU:1"), "actual_short": "/GPU:1"}, job_id="j")])
     device_map = panel.canvas.current_map()
-    assert device_map.segment("/GPU:1").lines == ["/GPU:1", "limit 12.0 GiB", "2 ops", "512 MiB in use"]
+    assert device_map.segment("/GPU:1").lines == ["/GPU:1", "limit 12.0 GiB", "2 ops", "512 MiB allocated"]
     assert len(device_map.arrows) == 1 and panel.canvas.height() >= device_map.height
     image = panel.canvas.grab()
     assert not image.isNull() and image.width() > 800
