@@ -20,6 +20,7 @@ from tf_device_panel.core.placement import canonical_device
 from tf_device_panel.core.telemetry import Sample
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.device_map_layout import (
+    BREAK_MARK,
     PADDING,
     TEXT_PAD,
     TITLE_HEIGHT,
@@ -181,7 +182,7 @@ class DeviceMapCanvas(QWidget):
                 x = free.x() + offset
                 painter.drawLine(QPointF(x - 3, free.bottom() - 2), QPointF(x + 3, free.top() + 2))
         painter.setPen(faint)
-        self._lines(painter, free.adjusted(10 if gap.compressed else 0, 0, 0, 0), gap.lines, centred=True)
+        self._lines(painter, free.adjusted(BREAK_MARK if gap.compressed else 0, 0, 0, 0), gap.lines, centred=True)
 
     @staticmethod
     def _paint_arrow(painter: QPainter, points: list[QPointF]) -> None:
@@ -211,9 +212,7 @@ class DeviceMapCanvas(QWidget):
                 if reading is None or reading.run_mib is None:
                     return f"{box.usage.label}\n(NVML's per-process memory of this run's process)"
                 held = "held at its last reading, before its process exited" if reading.run_ended else "holds"
-                others = ""
-                if reading.used_mib is not None:
-                    others = f"\nall processes together: {reading.used_mib:,.0f} MiB"
+                others = f"\nother processes: {reading.others_mib:,.0f} MiB" if reading.others_mib else ""
                 return (f"this run's process {held} {reading.run_mib:,.0f} MiB{total} (NVML){others}\n"
                         f"{device.mode}")
             if box.unassigned is not None and _rect(box.unassigned.rect).contains(position):
@@ -321,14 +320,15 @@ class DeviceMapPanel(QWidget):
                 continue
             last = self.canvas.use.get(tf_index, GpuUse())
             if not live:
-                self.canvas.use[tf_index] = GpuUse(last.run_mib, gpu.memory_used_mib or last.used_mib, True)
+                self.canvas.use[tf_index] = GpuUse(last.run_mib, last.others_mib, run_ended=True)
                 continue
             if gpu.processes is None:  # NVML could not list them: no reading, not "nothing held"
-                run = None
-            else:
-                own = [p.used_mib for p in gpu.processes if p.pid == self._run_pid]
-                run = float(own[0]) if own and own[0] is not None else (None if own else 0.0)
-            self.canvas.use[tf_index] = GpuUse(run, gpu.memory_used_mib)
+                self.canvas.use[tf_index] = GpuUse(None)
+                continue
+            own = [p.used_mib for p in gpu.processes if p.pid == self._run_pid]
+            run = float(own[0]) if own and own[0] is not None else (None if own else 0.0)
+            others = sum(p.used_mib or 0 for p in gpu.processes if p.pid != self._run_pid)
+            self.canvas.use[tf_index] = GpuUse(run, float(others))
         if sample.host.runtime_rss_mib:  # 0: the run's process has exited and awaits its parent (a zombie)
             self.canvas.memory["CPU"] = sample.host.runtime_rss_mib
         if self.canvas.devices:

@@ -24,6 +24,8 @@ BOX_GAP = 12.0
 TITLE_HEIGHT = 20.0
 LINE_HEIGHT = 16.0      # a text line, when the caller has no font metrics to say
 TEXT_PAD = 4.0          # px between a segment's edge and its text
+BORDER = 1.0            # px a segment's outline takes on each side
+BREAK_MARK = 12.0       # px at a compressed gap's left for its break mark
 MAX_BOX_HEIGHT = 190.0  # a map with room to spare grows its boxes up to this, not into one giant box
 PADDING = 6.0
 ARROW_LANE = 14.0       # px below the boxes for each fallback arrow's horizontal run
@@ -178,7 +180,7 @@ class GpuUse:
     """NVML's reading of one physical GPU for the map: what this run's process holds there, what all do."""
 
     run_mib: float | None = None    # None: no reading (yet, or the driver does not report it)
-    used_mib: float | None = None   # every process together
+    others_mib: float = 0.0         # every other process's, from the same per-process list
     run_ended: bool = False         # the run's process has exited: run_mib is its last reading
 
 
@@ -294,8 +296,7 @@ def _usage_labels(device: PhysicalDevice, use: GpuUse | None) -> list[str]:
     verb = "the run held" if use.run_ended else "this run holds"
     share = f" ({share_text(use.run_mib, total)})" if total else ""
     of_total = f" of {mib_text(total)}" if total else ""
-    others = (use.used_mib or 0.0) - use.run_mib
-    other_text = f" · others {mib_text(others)}" if others >= 1 else ""
+    other_text = f" · others {mib_text(use.others_mib)}" if use.others_mib >= 1 else ""
     return [f"{verb} {held}{of_total}{share}{other_text}" + (" at its end" if use.run_ended else ""),
             f"{verb} {held}{of_total}{share}", f"{verb} {held}{share}", f"{held}{share}"]
 
@@ -305,7 +306,8 @@ def _first_fitting(candidates: Sequence[str], width: float, measure: Measure, bo
 
 
 def _text_width(lines: Sequence[str], measure: Measure) -> float:
-    return max((measure(line, number == 0) for number, line in enumerate(lines)), default=0.0) + 2 * TEXT_PAD
+    widest = max((measure(line, number == 0) for number, line in enumerate(lines)), default=0.0)
+    return widest + 2 * (TEXT_PAD + BORDER)
 
 
 @dataclass
@@ -334,7 +336,7 @@ def _gpu_pieces(device: PhysicalDevice, lines: list[list[str]], measure: Measure
     if rest < 1:  # the limits take it all (or more: TensorFlow refuses that), or NVML did not say its size
         return pieces, lines, False, max(total, sum(limits))
     gap_lines = [mib_text(rest), "not given to TensorFlow", "(not to scale)"]
-    pieces.append(Piece(rest, _text_width(gap_lines, measure)))
+    pieces.append(Piece(rest, _text_width(gap_lines, measure) + BREAK_MARK))
     return pieces, [*lines, gap_lines], True, total
 
 
@@ -355,7 +357,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
     box_width = (width - BOX_GAP * (columns - 1)) / columns
     inner_width = box_width - 2 * PADDING
     usage_height = line_height + 6
-    row_height = SEGMENT_LINES * line_height + 2 * TEXT_PAD
+    row_height = SEGMENT_LINES * line_height + 2 * (TEXT_PAD + BORDER)
 
     contents: list[_Content] = []
     for device in devices:
@@ -430,8 +432,7 @@ def _box(content: _Content, rect: Rect, use: Mapping[int, GpuUse], memory: Mappi
             run_width = min(bar.width * reading.run_mib / total, bar.width)
             if reading.run_mib > 0:
                 run_width = max(run_width, 2.0)  # a growth run's few hundred MiB still shows
-            others = max((reading.used_mib or 0.0) - reading.run_mib, 0.0)
-            others_width = min(bar.width * others / total, bar.width - run_width)
+            others_width = min(bar.width * reading.others_mib / total, bar.width - run_width)
         label = _first_fitting(_usage_labels(device, reading), bar.width - 2 * TEXT_PAD, measure)
         box.usage = UsageBar(bar, run_width, others_width, label, reading.run_mib if reading else None)
         inner = Rect(inner.x, inner.y + usage_height, inner.width, inner.height - usage_height)

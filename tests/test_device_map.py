@@ -4,6 +4,7 @@ widget fed by a runtime's events."""
 from __future__ import annotations
 
 import pytest
+from PySide6.QtCore import QPointF
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
 from tf_device_panel.gui.device_map_layout import (
@@ -63,9 +64,9 @@ def test_two_logical_gpus_on_a_24_gib_gpu_are_segments_sized_by_their_limits() -
                for s in box.segments)
 
 
-def h100s(count: int = 1, limits: list[int] | None = None, *, visible: bool = True, growth: bool = False,
-          fraction: float | None = None) -> list[PhysicalDevice]:
-    """`count` NVIDIA H100 80GB (81,559 MiB, as NVML reads it), each split by `limits` MiB, and one CPU."""
+def h100_info(count: int = 1, limits: list[int] | None = None, *, visible: bool = True, growth: bool = False,
+              fraction: float | None = None, pid: int = 1) -> dict:
+    """A run's ready report on `count` NVIDIA H100 80GB, each split by `limits` MiB, and one CPU."""
     physical = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0}]
     logical = [{"name": full("/CPU:0"), "short_name": "/CPU:0", "device_type": "CPU"}]
     per_gpu = limits or [0]
@@ -80,7 +81,12 @@ def h100s(count: int = 1, limits: list[int] | None = None, *, visible: bool = Tr
     config: dict = {"memory_growth": growth, **({"memory_fraction": fraction} if fraction else {})}
     if limits and not fraction:
         config["virtual_gpus"] = {str(index): limits for index in range(count)}
-    info = {"physical": physical, "logical": logical, "config": config, "pid": 1}
+    return {"physical": physical, "logical": logical, "config": config, "pid": pid}
+
+
+def h100s(count: int = 1, limits: list[int] | None = None, **options) -> list[PhysicalDevice]:
+    """The physical devices of `h100_info`, as NVML reads them: 81,559 MiB each."""
+    info = h100_info(count, limits, **options)
     return devices_from_ready(info, None, {index: H100_TOTAL_MIB for index in range(count)})
 
 
@@ -269,4 +275,176 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
     window._on_events([Event(events.READY, report(1)), Event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
                        Event(events.PLACEMENT, {**placed("/CPU:0").data}, job_id="k")])
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
+    window.close()
+
+
+def test_growth_no_growth_fraction_split_and_hidden_differ_at_a_glance_on_an_80_gb_gpu() -> None:
+    """What the run's process held after its first op on the real H100 (NVML per-process memory), drawn as a
+    bar across each GPU's box: nearly full without growth, a sliver with it, a quarter with a 0.25 fraction;
+    a hidden GPU has no segments and says so."""
+    held = H100_RUN_HELD_MIB
+    cases = {
+        "default": (h100s(), held["default"]),
+        "growth": (h100s(growth=True), held["growth"]),
+        "fraction": (h100s(1, [H100_FRACTION_LIMIT_MIB], fraction=0.25), held["fraction 0.25"]),
+        "split": (h100s(1, [2048, 4096]), held["split 2048+4096"]),
+        "hidden": (h100s(visible=False), None),
+    }
+    boxes = {}
+    for name, (devices, run_mib) in cases.items():
+        use = {0: GpuUse(run_mib)}
+        boxes[name] = box = layout_device_map(devices, 1270, use=use).boxes[1]
+        filled = box.usage.run_width / box.usage.rect.width
+        if run_mib is not None:
+            assert filled == pytest.approx(run_mib / H100_TOTAL_MIB, abs=0.01), name
+    assert boxes["default"].usage.label == "this run holds 77.4 GiB of 79.6 GiB (97 %)"
+    assert boxes["default"].title.endswith("no memory growth: reserves nearly all")
+    assert boxes["default"].segments[0].lines[1] == "takes all memory"
+    growth = boxes["growth"]
+    assert growth.usage.label == "this run holds 522 MiB of 79.6 GiB (0.6 %)" and growth.usage.run_width >= 2
+    assert growth.growth and growth.title.endswith("memory growth on")
+    assert growth.segments[0].lines[1] == "grows as needed"
+    fraction = boxes["fraction"]
+    assert fraction.title.endswith("memory fraction 0.25") and fraction.to_scale  # 19.8 GiB has room to scale
+    assert fraction.segments[0].lines[1] == "limit 19.8 GiB" and fraction.unassigned.lines[0] == "59.9 GiB"
+    share = fraction.segments[0].rect.width / (fraction.segments[0].rect.width + fraction.unassigned.rect.width)
+    assert share == pytest.approx(H100_FRACTION_LIMIT_MIB / H100_TOTAL_MIB, abs=0.005)
+    assert boxes["split"].usage.label == "this run holds 2.5 GiB of 79.6 GiB (3.2 %)"
+    hidden = boxes["hidden"]
+    assert hidden.hidden and hidden.segments == [] and hidden.title.endswith("hidden from TensorFlow")
+    assert hidden.unassigned.lines[0] == "hidden from TensorFlow" and hidden.usage.run_width == 0
+    assert hidden.usage.label == "hidden: this run cannot use it"
+    fills = [round(b.usage.run_width) for b in boxes.values()]
+    assert len(set(fills)) == len(fills) and len({b.mode for b in boxes.values()}) == len(boxes)
+
+
+def test_after_the_run_the_bar_keeps_what_its_process_held_and_says_so() -> None:
+    devices = h100s(1, [2048, 4096])
+    ended = layout_device_map(devices, 1270, use={0: GpuUse(2570.0, run_ended=True)}).boxes[1]
+    assert ended.usage.label == "the run held 2.5 GiB of 79.6 GiB (3.2 %) at its end"
+    never = layout_device_map(devices, 1270, use={0: GpuUse(None, run_ended=True)}).boxes[1]
+    assert never.usage.label == "the run ended before NVML read what it held" and never.usage.run_width == 0
+    shared = layout_device_map(devices, 1270, use={0: GpuUse(2570.0, 30_000.0)}).boxes[1]
+    assert shared.usage.label.endswith("· others 29.3 GiB")  # another process on the same GPU
+    assert shared.usage.others_width == pytest.approx(shared.usage.rect.width * 30_000 / H100_TOTAL_MIB)
+
+
+def test_the_panel_shows_what_the_runs_process_holds_and_keeps_it_once_the_process_has_exited(qtbot) -> None:
+    from tf_device_panel.core.nvml import GpuProcess, GpuSample
+    from tf_device_panel.core.telemetry import Sample
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1270, 260)
+    panel.show()
+    panel.set_devices(h100_info(1, [2048, 4096], pid=4242), None, {0: {"index": 0, "memory_total_mib": H100_TOTAL_MIB}})
+
+    def sample(runtime_pid: int | None, processes: list | None) -> Sample:
+        return Sample(0.0, gpus=[GpuSample(0, memory_used_mib=2579.0, memory_total_mib=H100_TOTAL_MIB,
+                                           processes=processes)], runtime_pid=runtime_pid)
+
+    panel.on_sample(sample(4242, None))  # NVML could not list the processes: no reading, not "nothing"
+    assert panel.canvas.use[0] == GpuUse(None)
+    panel.on_sample(sample(4242, [GpuProcess(4242, 2570), GpuProcess(77, 300, "jupyter")]))
+    assert panel.canvas.use[0] == GpuUse(2570.0, 300.0)
+    usage = panel.canvas.current_map().boxes[1].usage
+    assert usage.label == "this run holds 2.5 GiB of 79.6 GiB (3.2 %) · others 300 MiB"
+    panel.on_sample(sample(None, [GpuProcess(77, 300, "jupyter")]))  # the run's process has exited
+    assert panel.canvas.use[0] == GpuUse(2570.0, 300.0, run_ended=True)
+    panel.on_sample(sample(5151, [GpuProcess(5151, 0)]))  # the next spare, before its own run reports ready
+    assert panel.canvas.use[0].run_ended and panel.canvas.use[0].run_mib == 2570.0
+    assert "held at its last reading" in panel.canvas.tooltip_at(QPointF(*_centre(
+        panel.canvas.current_map().boxes[1].usage.rect)) + QPointF(1, 1))
+    panel.set_devices(h100_info(1, [2048, 4096], pid=5151), None, {0: {"index": 0, "memory_total_mib": H100_TOTAL_MIB}})
+    assert panel.canvas.use == {}  # a new run: its own readings from now on
+
+
+def _centre(rect) -> tuple[float, float]:
+    return rect.centre
+
+
+def painted_texts_fit(canvas) -> list[str]:
+    """Paints the canvas and returns what it wrote; fails if any text was elided or is wider than its rectangle
+    by the font's own metrics."""
+    from PySide6.QtGui import QFont, QFontMetricsF
+
+    canvas.painted = []
+    image = canvas.grab()
+    assert not image.isNull() and canvas.painted
+    for text, rect, bold in canvas.painted:
+        font = QFont(canvas.font())
+        font.setBold(bold)
+        assert "…" not in text, (text, rect.width())
+        assert QFontMetricsF(font).horizontalAdvance(text) <= rect.width() + 0.5, (text, rect.width())
+    return [text for text, _, _ in canvas.painted]
+
+
+def segment_texts_fit(canvas) -> None:
+    """Every line of every segment and gap was painted whole, inside that segment's (or gap's) rectangle."""
+    for box in canvas.current_map().boxes:
+        pieces = [(s.rect, s.lines) for s in box.segments]
+        if box.unassigned is not None:
+            pieces.append((box.unassigned.rect, box.unassigned.lines))
+        for rect, lines in pieces:
+            for line in lines:
+                inside = [r for text, r, _ in canvas.painted if text == line
+                          and rect.x <= r.x() and r.right() <= rect.x + rect.width + 0.5
+                          and rect.y <= r.y() and r.bottom() <= rect.y + rect.height + 0.5]
+                assert inside, (line, rect)
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
+@pytest.mark.parametrize("gpus", [1, 8])
+def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(qtbot, tmp_path, monkeypatch,
+                                                                                size, gpus) -> None:
+    """The real window, offscreen, with NVML faked as the H100 it ran on (81,559 MiB; and 8 of them), the
+    run's process holding what it held there (2,570 MiB), and a job's 25 ops on /GPU:0."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtGui import QFont, QFontMetricsF
+    from tf_device_panel.core import nvml
+    from tf_device_panel.core.history import RunHistory
+    from tf_device_panel.gui.main_window import MainWindow
+
+    from tests.fake_nvml import FakeGpus, process
+
+    fake = FakeGpus(gpus, total_mib=H100_TOTAL_MIB, name=H100_NAME)
+    fake.install(monkeypatch)
+    monkeypatch.setattr(nvml, "_shared", None)  # the window's NVML reads the fake, not what an earlier test found
+    fake.processes[0] = [process(4242, H100_RUN_HELD_MIB["split 2048+4096"])]
+    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                        history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+    window.resize(*size)
+    window.show()
+    window.docks["map"].show()
+    window.docks["map"].raise_()
+    qtbot.waitExposed(window)
+
+    def placed(short: str) -> Event:
+        return Event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
+                                        "device": full(short), "mode": "eager", "line": ""}, job_id="j")
+
+    report = {**h100_info(gpus, [2048, 4096], pid=4242), "tf_version": "2.21.0", "python": "3.12",
+              "build": {"is_cuda_build": True}}
+    window._on_events([Event(events.READY, report), Event(events.JOB_STARTED, {"job": "memory"}, job_id="j"),
+                       *[placed("/GPU:0")] * 25, *[placed("/CPU:0")] * 2,
+                       Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 512.0, "peak_mib": 512.0}),
+                       Event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="j")])
+    canvas = window.device_map.canvas
+    qtbot.waitUntil(lambda: canvas.use.get(0) is not None and canvas.use[0].run_mib is not None, timeout=10_000)
+    assert canvas.width() >= size[0] - 60  # the map dock spans the window's width
+    texts = painted_texts_fit(canvas)
+    segment_texts_fit(canvas)
+    device_map = canvas.current_map()
+    first = device_map.segment("/GPU:0")
+    assert "25 ops" in first.lines and "512 MiB allocated" in first.lines
+    assert "0 ops" in device_map.segment("/GPU:1").lines
+    assert "this run holds 2.5 GiB of 79.6 GiB (3.2 %)" in texts and "73.6 GiB" in texts
+    # each segment's lines lie inside its rectangle, as the font draws them
+    font = QFont(canvas.font())
+    font.setBold(True)
+    for segment in [s for box in device_map.boxes for s in box.segments]:
+        assert QFontMetricsF(font).horizontalAdvance(segment.lines[0]) + 2 * TEXT_PAD <= segment.rect.width
+        assert len(segment.lines) * canvas.line_height() + 2 * TEXT_PAD <= segment.rect.height + 0.5
     window.close()
