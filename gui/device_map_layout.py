@@ -286,9 +286,9 @@ def _segment_lines(device: LogicalDevice, physical: PhysicalDevice, ops: Mapping
 def _usage_labels(device: PhysicalDevice, use: GpuUse | None) -> list[str]:
     """The usage bar's label, longest first."""
     total = device.total_mib
+    if not device.visible and (use is None or not use.run_mib):
+        return ["hidden: this run cannot use it", "hidden"]
     if use is None or use.run_mib is None:
-        if not device.visible:
-            return ["hidden: this run cannot use it", "hidden"]
         if use is not None and use.run_ended:
             return ["the run ended before NVML read what it held", "no NVML reading of the run", "no reading"]
         return ["this run's process: no NVML reading yet", "no NVML reading yet", "no reading"]
