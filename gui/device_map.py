@@ -279,9 +279,9 @@ class DeviceMapPanel(QWidget):
         self.canvas.memory.clear()
         self.canvas.use.clear()
         self.canvas.fallbacks.clear()
-        self.note.setText("Each box is a physical device; inside it, the logical devices TensorFlow made of it "
-                          "(GPUs sized by their memory limits) and, on top, what this run's process holds on the "
-                          "GPU. A job's op counts and allocated memory appear as it runs.")
+        self.note.setText("Physical devices as boxes, the logical devices TensorFlow made of them inside, with a "
+                          "job's op counts; a GPU's bar: what this run's process holds there (NVML). Hover for "
+                          "exact figures.")
         self.canvas.refresh()
 
     def on_events(self, batch: list[Event]) -> None:

@@ -322,11 +322,11 @@ class _Content:
     scale: float
 
 
-def _gpu_pieces(device: PhysicalDevice, lines: list[list[str]], measure: Measure
-                ) -> tuple[list[Piece], list[list[str]], bool, float]:
-    limits = [d.memory_limit_mib or 0.0 for d in device.logical]
+def _gpu_pieces(device: PhysicalDevice, logical: Sequence[LogicalDevice], lines: list[list[str]],
+                measure: Measure) -> tuple[list[Piece], list[list[str]], bool, float]:
+    limits = [d.memory_limit_mib or 0.0 for d in logical]
     pieces = [Piece(1.0, _text_width(text, measure)) for text in lines]
-    if not device.logical or not all(limits):  # one logical device taking the GPU whole: equal parts
+    if not logical or not all(limits):  # one logical device taking the GPU whole: equal parts
         return pieces, lines, False, float(len(pieces))
     # A larger limit is never drawn narrower than a smaller one, whatever their texts need.
     pieces = [Piece(limit, max(p.min_width for p, other in zip(pieces, limits, strict=True) if other <= limit))
@@ -355,7 +355,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
     missing = list(dict.fromkeys(asked for asked, _ in fallbacks if asked not in known))
     columns = max(1, min(len(devices) + bool(missing), int((width + BOX_GAP) // (BOX_MIN_WIDTH + BOX_GAP))))
     box_width = (width - BOX_GAP * (columns - 1)) / columns
-    inner_width = box_width - 2 * PADDING
+    inner_width = max(box_width - 2 * PADDING, 1.0)  # a window squeezed to nothing still lays out
     usage_height = line_height + 6
     row_height = SEGMENT_LINES * line_height + 2 * (TEXT_PAD + BORDER)
 
@@ -364,7 +364,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
         logical = device.logical if device.visible else ()
         lines = [_segment_lines(d, device, ops, memory) for d in logical]
         if device.kind == "GPU":
-            pieces, lines, gap, scale = _gpu_pieces(device, lines, measure)
+            pieces, lines, gap, scale = _gpu_pieces(device, logical, lines, measure)
         else:  # logical CPUs share the host equally
             pieces, gap, scale = [Piece(1.0, _text_width(text, measure)) for text in lines], False, len(lines)
         contents.append(_Content(device, pieces, lines, gap, fit_pieces(pieces, scale, inner_width), scale))
@@ -422,7 +422,7 @@ def _box(content: _Content, rect: Rect, use: Mapping[int, GpuUse], memory: Mappi
                   growth=device.memory_growth, mode=device.mode, to_scale=content.fit.to_scale)
         logical_names = [d.name for d in device.logical] if device.visible else []
     top = rect.y + PADDING + TITLE_HEIGHT
-    inner = Rect(rect.x + PADDING, top, rect.width - 2 * PADDING, rect.y + rect.height - PADDING - top)
+    inner = Rect(rect.x + PADDING, top, max(rect.width - 2 * PADDING, 1.0), rect.y + rect.height - PADDING - top)
     if device is not None and device.kind == "GPU":
         bar = Rect(inner.x, inner.y, inner.width, usage_height - 4)
         reading = use.get(device.index)
@@ -431,8 +431,8 @@ def _box(content: _Content, rect: Rect, use: Mapping[int, GpuUse], memory: Mappi
         if reading is not None and reading.run_mib is not None and total:
             run_width = min(bar.width * reading.run_mib / total, bar.width)
             if reading.run_mib > 0:
-                run_width = max(run_width, 2.0)  # a growth run's few hundred MiB still shows
-            others_width = min(bar.width * reading.others_mib / total, bar.width - run_width)
+                run_width = min(max(run_width, 2.0), bar.width)  # a growth run's few hundred MiB still shows
+            others_width = max(min(bar.width * reading.others_mib / total, bar.width - run_width), 0.0)
         label = _first_fitting(_usage_labels(device, reading), bar.width - 2 * TEXT_PAD, measure)
         box.usage = UsageBar(bar, run_width, others_width, label, reading.run_mib if reading else None)
         inner = Rect(inner.x, inner.y + usage_height, inner.width, inner.height - usage_height)

@@ -356,6 +356,12 @@ def test_the_panel_shows_what_the_runs_process_holds_and_keeps_it_once_the_proce
     assert panel.canvas.use[0].run_ended and panel.canvas.use[0].run_mib == 2570.0
     assert "held at its last reading" in panel.canvas.tooltip_at(QPointF(*_centre(
         panel.canvas.current_map().boxes[1].usage.rect)) + QPointF(1, 1))
+    gap = panel.canvas.current_map().boxes[1].unassigned
+    tip = panel.canvas.tooltip_at(QPointF(*_centre(gap.rect)) + QPointF(1, 1))
+    assert tip.startswith("75,415 MiB of 81,559 MiB not given to any logical GPU (limits: 6,144 MiB")
+    assert "Drawn narrower than its share" in tip
+    segment = panel.canvas.current_map().segment("/GPU:1")
+    assert panel.canvas.tooltip_at(QPointF(*_centre(segment.rect)) + QPointF(1, 1)).startswith(full("/GPU:1"))
     panel.set_devices(h100_info(1, [2048, 4096], pid=5151), None, {0: {"index": 0, "memory_total_mib": H100_TOTAL_MIB}})
     assert panel.canvas.use == {}  # a new run: its own readings from now on
 
@@ -448,3 +454,23 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
         assert QFontMetricsF(font).horizontalAdvance(segment.lines[0]) + 2 * TEXT_PAD <= segment.rect.width
         assert len(segment.lines) * canvas.line_height() + 2 * TEXT_PAD <= segment.rect.height + 0.5
     window.close()
+
+
+def test_odd_inputs_still_lay_out_inside_their_boxes() -> None:
+    """A hidden GPU that still lists logical devices, a run holding more than the GPU's size, a box squeezed
+    to a pixel, logical GPUs without limits beside ones with: a picture, never an exception."""
+    odd = [PhysicalDevice("GPU", 0, "", 1000.0, visible=False,
+                          logical=(LogicalDevice("/GPU:0", full("/GPU:0"), 512.0),)),
+           PhysicalDevice("GPU", 1, "", 1000.0, logical=(LogicalDevice("/GPU:1", full("/GPU:1"), 512.0),
+                                                        LogicalDevice("/GPU:2", full("/GPU:2")))),
+           PhysicalDevice("GPU", 2, "", None, logical=(LogicalDevice("/GPU:3", full("/GPU:3"), 4096.0),))]
+    use = {0: GpuUse(0.0), 1: GpuUse(100_000.0, 300.0), 2: GpuUse(10.0)}
+    for width in (1, 50, 340, 1270):
+        device_map = layout_device_map(odd, width, use=use)
+        hidden, mixed, unknown = device_map.boxes
+        assert hidden.segments == [] and hidden.usage.label.startswith("hidden")
+        assert 0 < mixed.usage.run_width <= mixed.usage.rect.width and mixed.usage.others_width >= 0
+        assert [s.device for s in mixed.segments] == ["/GPU:1", "/GPU:2"] and unknown.unassigned is None
+        assert all(s.rect.width > 0 for box in device_map.boxes for s in box.segments)
+        if width >= 340:
+            assert_readable(device_map)
