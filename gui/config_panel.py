@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -22,48 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.config import ALLOCATORS, DeviceConfig, GpuInfo, Problem, validate
-from tf_device_panel.gui.colors import device_color
-
-
-class MemoryBar(QWidget):
-    """Logical GPU limits drawn against the physical GPU's total memory."""
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.limits: list[int] = []
-        self.total: int | None = None
-        self.first_logical = 0
-        self.setMinimumHeight(18)
-
-    def sizeHint(self) -> QSize:
-        return QSize(200, 18)
-
-    def set_values(self, limits: list[int], total: int | None, first_logical: int) -> None:
-        self.limits, self.total, self.first_logical = limits, total, first_logical
-        used = sum(limits)
-        if total:
-            self.setToolTip(f"{used} of {total} MiB assigned to {len(limits)} logical GPU(s)")
-        else:
-            self.setToolTip("total memory unknown (no NVML reading)")
-        self.update()
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        painter = QPainter(self)
-        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        palette = self.palette()
-        painter.fillRect(rect, palette.color(QPalette.ColorRole.Base))
-        scale = self.total or max(sum(self.limits), 1)
-        x = rect.left()
-        for offset, limit in enumerate(self.limits):
-            width = rect.width() * limit / scale
-            color = device_color(f"GPU:{self.first_logical + offset}")
-            color.setAlpha(200)
-            painter.fillRect(QRectF(x, rect.top(), min(width, rect.right() - x), rect.height()), color)
-            x += width
-        if self.total and sum(self.limits) > self.total:
-            painter.fillRect(rect.adjusted(rect.width() - 4, 0, 0, 0), QColor("red"))
-        painter.setPen(palette.color(QPalette.ColorRole.Mid))
-        painter.drawRect(rect)
+from tf_device_panel.gui.memory_bar import MemoryBar
 
 
 class GpuEditor(QGroupBox):

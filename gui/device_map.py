@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, cast
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
@@ -20,15 +20,22 @@ from tf_device_panel.core.placement import canonical_device
 from tf_device_panel.core.telemetry import Sample
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.device_map_layout import (
+    BREAK_MARK,
     PADDING,
+    TEXT_PAD,
+    TITLE_HEIGHT,
+    Box,
     DeviceMap,
+    GpuUse,
     PhysicalDevice,
     Rect,
+    UsageBar,
     devices_from_ready,
     layout_device_map,
 )
 
 FALLBACK_COLOR = "#d97706"
+RUN_COLOR = "#8fa3bf"      # what the run's process holds: a neutral slate, unlike any device's colour
 
 
 def _rect(rect: Rect) -> QRectF:
@@ -36,21 +43,37 @@ def _rect(rect: Rect) -> QRectF:
 
 
 class DeviceMapCanvas(QWidget):
-    """Paints a `DeviceMap` laid out for its current width; as tall as the map needs."""
+    """Paints a `DeviceMap` laid out for its current width and font; as tall as the map needs."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.devices: list[PhysicalDevice] = []
         self.ops: Counter[str] = Counter()
         self.memory: dict[str, float] = {}
+        self.use: dict[int, GpuUse] = {}  # NVML's reading per physical GPU, by TensorFlow's index
         self.fallbacks: list[tuple[str, str]] = []
+        self.painted: list[tuple[str, QRectF, bool]] = []  # (text, its rectangle, bold) of the last paint
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.setMouseTracking(True)
         self.room = 0.0  # the height the scroll area shows: the boxes grow into it
 
+    def metrics(self, bold: bool = False) -> QFontMetricsF:
+        font = QFont(self.font())
+        font.setBold(bold)
+        return QFontMetricsF(font)
+
+    def line_height(self) -> float:
+        return math.ceil(self.metrics().height()) + 1
+
     def current_map(self) -> DeviceMap:
+        normal, bold = self.metrics(), self.metrics(bold=True)
+
+        def measure(text: str, is_bold: bool) -> float:
+            return math.ceil((bold if is_bold else normal).horizontalAdvance(text)) + 1
+
         return layout_device_map(self.devices, max(self.width() - 2, 1), ops=self.ops, memory=self.memory,
-                                 fallbacks=self.fallbacks, height=max(self.room - 4, 0) or None)
+                                 use=self.use, fallbacks=self.fallbacks, height=max(self.room - 4, 0) or None,
+                                 measure=measure, line_height=self.line_height())
 
     def refresh(self) -> None:
         self.setFixedHeight(math.ceil(self.current_map().height) + 4)
@@ -70,40 +93,53 @@ class DeviceMapCanvas(QWidget):
         if height != self.height():
             self.setFixedHeight(height)
 
+    def _text(self, painter: QPainter, rect: QRectF, text: str, bold: bool,
+              align: Qt.AlignmentFlag = Qt.AlignmentFlag.AlignLeft) -> None:
+        """One line, elided only if the layout could not make room (then the tooltip has it whole)."""
+        font = QFont(self.font())
+        font.setBold(bold)
+        painter.setFont(font)
+        shown = QFontMetricsF(font).elidedText(text, Qt.TextElideMode.ElideRight, rect.width())
+        painter.drawText(rect, align | Qt.AlignmentFlag.AlignVCenter, shown)
+        self.painted.append((shown, QRectF(rect), bold))
+
+    def _lines(self, painter: QPainter, area: QRectF, lines: list[str], *, centred: bool = False) -> None:
+        height = self.line_height()
+        block = height * len(lines)
+        y = area.y() + (max((area.height() - block) / 2, TEXT_PAD) if centred else TEXT_PAD)
+        align = Qt.AlignmentFlag.AlignHCenter if centred else Qt.AlignmentFlag.AlignLeft
+        for number, line in enumerate(lines):
+            if y + height > area.bottom() + 1:
+                break
+            self._text(painter, QRectF(area.x() + TEXT_PAD, y, area.width() - 2 * TEXT_PAD, height), line,
+                       number == 0, align)
+            y += height
+
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.translate(1, 1)
+        self.painted = []
         palette = self.palette()
         text = palette.color(QPalette.ColorRole.Text)
-        metrics = QFontMetrics(self.font())
+        faint = palette.color(QPalette.ColorRole.PlaceholderText)
+        mid = palette.color(QPalette.ColorRole.Mid)
         device_map = self.current_map()
         for box in device_map.boxes:
             frame = _rect(box.rect)
-            pen = QPen(palette.color(QPalette.ColorRole.Mid), 1.5)
+            pen = QPen(mid, 1.5)
             if box.missing or box.hidden:
                 pen.setStyle(Qt.PenStyle.DashLine)
             painter.setPen(pen)
             painter.setBrush(palette.color(QPalette.ColorRole.Base))
             painter.drawRoundedRect(frame, 6, 6)
-            painter.setPen(palette.color(QPalette.ColorRole.PlaceholderText) if box.hidden else text)
-            title_font = painter.font()
-            title_font.setBold(True)
-            painter.setFont(title_font)
-            title_rect = QRectF(frame.x() + PADDING, frame.y() + PADDING, frame.width() - 2 * PADDING, 18)
-            painter.drawText(title_rect, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                             QFontMetrics(title_font).elidedText(box.title, Qt.TextElideMode.ElideRight,
-                                                                 int(title_rect.width())))
-            title_font.setBold(False)
-            painter.setFont(title_font)
+            painter.setPen(faint if box.hidden else text)
+            self._text(painter, QRectF(frame.x() + PADDING, frame.y() + PADDING, frame.width() - 2 * PADDING,
+                                       TITLE_HEIGHT - 2), box.title, True)
+            if box.usage is not None:
+                self._paint_usage(painter, box.usage, text, mid)
             if box.unassigned is not None:
-                painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1, Qt.PenStyle.DotLine))
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-                free = _rect(box.unassigned)
-                painter.drawRect(free)
-                painter.setPen(palette.color(QPalette.ColorRole.PlaceholderText))
-                painter.drawText(free, Qt.AlignmentFlag.AlignCenter,
-                                 metrics.elidedText("not given", Qt.TextElideMode.ElideRight, int(free.width())))
+                self._paint_gap(painter, box, faint, mid)
             for segment in box.segments:
                 area = _rect(segment.rect).adjusted(1, 1, -1, -1)
                 color = QColor(FALLBACK_COLOR) if segment.missing else device_color(segment.device)
@@ -116,22 +152,37 @@ class DeviceMapCanvas(QWidget):
                 painter.setPen(outline)
                 painter.drawRoundedRect(area, 4, 4)
                 painter.setPen(text)
-                y = area.y() + 3
-                for number, line in enumerate(segment.lines):
-                    if y + metrics.height() > area.bottom() + 1:
-                        break
-                    font = painter.font()
-                    font.setBold(number == 0)
-                    painter.setFont(font)
-                    shown = QFontMetrics(font).elidedText(line, Qt.TextElideMode.ElideRight, int(area.width()) - 6)
-                    painter.drawText(QRectF(area.x() + 3, y, area.width() - 6, metrics.height()),
-                                     Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, shown)
-                    y += metrics.height()
-                font = painter.font()
-                font.setBold(False)
-                painter.setFont(font)
+                self._lines(painter, area, segment.lines)
         for arrow in device_map.arrows:
             self._paint_arrow(painter, [QPointF(*point) for point in arrow.points])
+
+    def _paint_usage(self, painter: QPainter, usage: UsageBar, text: QColor, mid: QColor) -> None:
+        bar = _rect(usage.rect)
+        painter.setPen(QPen(mid, 1))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawRect(bar)
+        if usage.run_width:
+            painter.fillRect(QRectF(bar.x(), bar.y(), usage.run_width, bar.height()), QColor(RUN_COLOR))
+        if usage.others_width:
+            painter.fillRect(QRectF(bar.x() + usage.run_width, bar.y(), usage.others_width, bar.height()),
+                             QBrush(mid, Qt.BrushStyle.BDiagPattern))
+        painter.setPen(text)
+        self._text(painter, bar.adjusted(TEXT_PAD, 0, -TEXT_PAD, 0), usage.label, False)
+
+    def _paint_gap(self, painter: QPainter, box: Box, faint: QColor, mid: QColor) -> None:
+        assert box.unassigned is not None
+        gap = box.unassigned
+        free = _rect(gap.rect).adjusted(1, 1, -1, -1)
+        painter.setPen(QPen(mid, 1, Qt.PenStyle.DotLine))
+        painter.setBrush(QBrush(mid, Qt.BrushStyle.BDiagPattern) if box.hidden else Qt.BrushStyle.NoBrush)
+        painter.drawRect(free)
+        if gap.compressed:  # a break mark, as on a chart's cut axis: this part is drawn shorter than it is
+            painter.setPen(QPen(mid, 1.5))
+            for offset in (5.0, 10.0):
+                x = free.x() + offset
+                painter.drawLine(QPointF(x - 3, free.bottom() - 2), QPointF(x + 3, free.top() + 2))
+        painter.setPen(faint)
+        self._lines(painter, free.adjusted(BREAK_MARK if gap.compressed else 0, 0, 0, 0), gap.lines, centred=True)
 
     @staticmethod
     def _paint_arrow(painter: QPainter, points: list[QPointF]) -> None:
@@ -146,15 +197,38 @@ class DeviceMapCanvas(QWidget):
         painter.setBrush(color)
         painter.drawPolygon(QPolygonF(head))
 
+    def tooltip_at(self, position: QPointF) -> str:
+        """The whole story of what is under the pointer, with exact figures (the map rounds to GiB)."""
+        position = position - QPointF(1, 1)  # the painter's offset
+        for box, device in zip(self.current_map().boxes, [*self.devices, None], strict=False):
+            for segment in box.segments:
+                if _rect(segment.rect).contains(position):
+                    return f"{segment.full_name}\n" + "\n".join(segment.lines[1:])
+            if device is None or device.kind != "GPU":
+                continue
+            total = f" of {device.total_mib:,.0f} MiB" if device.total_mib else ""
+            if box.usage is not None and _rect(box.usage.rect).contains(position):
+                reading = self.use.get(device.index)
+                if reading is None or reading.run_mib is None:
+                    return f"{box.usage.label}\n(NVML's per-process memory of this run's process)"
+                held = "held at its last reading, before its process exited" if reading.run_ended else "holds"
+                others = f"\nother processes: {reading.others_mib:,.0f} MiB" if reading.others_mib else ""
+                return (f"this run's process {held} {reading.run_mib:,.0f} MiB{total} (NVML){others}\n"
+                        f"{device.mode}")
+            if box.unassigned is not None and _rect(box.unassigned.rect).contains(position):
+                if box.hidden:
+                    return "\n".join(box.unassigned.lines)
+                limits = sum(d.memory_limit_mib or 0 for d in device.logical)
+                rest = (device.total_mib or 0) - limits
+                note = ("\nDrawn narrower than its share so that every logical GPU's figures can be read."
+                        if box.unassigned.compressed else "")
+                return (f"{rest:,.0f} MiB{total} not given to any logical GPU (limits: {limits:,.0f} MiB; "
+                        f"NVML counts memory the driver keeps, which CUDA does not offer){note}")
+        return ""
+
     def event(self, event: Any) -> bool:
         if event.type() == event.Type.ToolTip:
-            position = event.pos()
-            for box in self.current_map().boxes:
-                for segment in box.segments:
-                    if _rect(segment.rect).contains(QPointF(position)):
-                        self.setToolTip(f"{segment.full_name}\n" + "\n".join(segment.lines[1:]))
-                        return super().event(event)
-            self.setToolTip("")
+            self.setToolTip(self.tooltip_at(QPointF(event.pos())))
         return super().event(event)
 
 
@@ -177,6 +251,7 @@ class DeviceMapPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
+        self._run_pid: int | None = None
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
         self.note.setWordWrap(True)
@@ -194,15 +269,19 @@ class DeviceMapPanel(QWidget):
     def set_devices(self, info: dict[str, Any], config: dict[str, Any] | None,
                     nvml: dict[int, dict[str, Any]]) -> None:
         """A ready runtime's devices: `config` the applied profile's JSON (else the one the report carries),
-        `nvml` NVML's record of each of TensorFlow's physical GPUs by TF's index (matched by bus id)."""
+        `nvml` NVML's record of each of TensorFlow's physical GPUs by TF's index (matched by bus id). The
+        report's pid is the run's process, whose NVML per-process memory each GPU's bar then shows."""
         self._tf_index_of = {record["index"]: tf_index for tf_index, record in nvml.items() if "index" in record}
+        self._run_pid = info.get("pid")
         totals = {tf_index: record.get("memory_total_mib") for tf_index, record in nvml.items()}
         self.canvas.devices = devices_from_ready(info, info.get("config") or config, totals)
         self.canvas.ops.clear()
         self.canvas.memory.clear()
+        self.canvas.use.clear()
         self.canvas.fallbacks.clear()
-        self.note.setText("Each box is a physical device; inside it, the logical devices TensorFlow made of it "
-                          "(GPUs sized by their memory limits). A job's op counts and memory appear as it runs.")
+        self.note.setText("Physical devices as boxes, the logical devices TensorFlow made of them inside, with a "
+                          "job's op counts; a GPU's bar: what this run's process holds there (NVML). Hover for "
+                          "exact figures.")
         self.canvas.refresh()
 
     def on_events(self, batch: list[Event]) -> None:
@@ -231,11 +310,25 @@ class DeviceMapPanel(QWidget):
             self.canvas.refresh()
 
     def on_sample(self, sample: Sample) -> None:
-        """Live memory of each physical device: NVML's used memory per GPU, the runtime's resident memory."""
+        """Live memory of each physical device: on a GPU what the run's process holds (NVML's per-process
+        memory) and all processes; on the host the runtime's resident memory. Once the run's process has
+        exited, its last reading stays, marked as such: the picture after a job is what the job had."""
+        live = self._run_pid is not None and sample.runtime_pid == self._run_pid
         for gpu in sample.gpus:
             tf_index = self._tf_index_of.get(gpu.index)
-            if gpu.memory_used_mib is not None and tf_index is not None:
-                self.canvas.memory[f"GPU {tf_index}"] = gpu.memory_used_mib
+            if tf_index is None or self._run_pid is None:
+                continue
+            last = self.canvas.use.get(tf_index, GpuUse())
+            if not live:
+                self.canvas.use[tf_index] = GpuUse(last.run_mib, last.others_mib, run_ended=True)
+                continue
+            if gpu.processes is None:  # NVML could not list them: no reading, not "nothing held"
+                self.canvas.use[tf_index] = GpuUse(None)
+                continue
+            own = [p.used_mib for p in gpu.processes if p.pid == self._run_pid]
+            run = float(own[0]) if own and own[0] is not None else (None if own else 0.0)
+            others = sum(p.used_mib or 0 for p in gpu.processes if p.pid != self._run_pid)
+            self.canvas.use[tf_index] = GpuUse(run, float(others))
         if sample.host.runtime_rss_mib:  # 0: the run's process has exited and awaits its parent (a zombie)
             self.canvas.memory["CPU"] = sample.host.runtime_rss_mib
         if self.canvas.devices:

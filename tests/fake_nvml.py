@@ -13,6 +13,13 @@ import pytest
 GIB = 2**30
 MIB = 2**20
 RESERVED = 300 * MIB  # what the driver sets aside: memory v1 counts it as used, v2 does not (R510+)
+# Measured on an NVIDIA H100 80GB HBM3 (../shared/gpu-host/README.md): NVML's total, CUDA's, and what the run's
+# process held after its first op under each configuration (NVML per-process memory).
+H100_NAME = "NVIDIA H100 80GB HBM3"
+H100_TOTAL_MIB = 81_559
+H100_CUDA_TOTAL_MIB = 81_079
+H100_RUN_HELD_MIB = {"default": 79_274, "growth": 522, "split 2048+4096": 2_570, "fraction 0.25": 20_790}
+H100_FRACTION_LIMIT_MIB = 20_269  # memory_fraction 0.25 of CUDA's total, as TensorFlow was given it
 PROCESS_QUERIES = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
                    "nvmlDeviceGetComputeRunningProcesses")
 
@@ -24,10 +31,13 @@ class FakeGpus:
     the driver lacks (NVMLError_FunctionNotFound), "nvmlDeviceGetMemoryInfo_v2" included, as in pynvml.
     """
 
-    def __init__(self, count: int = 2, unsupported: tuple[str, ...] = ("power",), missing: tuple[str, ...] = ()):
+    def __init__(self, count: int = 2, unsupported: tuple[str, ...] = ("power",), missing: tuple[str, ...] = (),
+                 *, total_mib: int = 16 * 1024, name: str | None = None):
+        """`total_mib` each GPU's memory (H100_TOTAL_MIB for a real 80 GB one), `name` theirs (else "Fake GPU i")."""
         self.count = count
         self.used = [GIB * (i + 1) for i in range(count)]
-        self.total = 16 * GIB
+        self.total = total_mib * MIB
+        self.name = name
         self.lost: set[int] = set()
         self.unsupported = set(unsupported)
         self.missing = set(missing)
@@ -71,7 +81,7 @@ class FakeGpus:
             "nvmlDeviceGetHandleByIndex": lambda i: f"h{i}",
             "nvmlSystemGetDriverVersion": lambda: b"570.86",  # bytes, as pynvml returns it
             "nvmlSystemGetCudaDriverVersion_v2": lambda: 12080,
-            "nvmlDeviceGetName": lambda h: self._field("name", h, f"Fake GPU {h[1:]}".encode()),
+            "nvmlDeviceGetName": lambda h: self._field("name", h, (self.name or f"Fake GPU {h[1:]}").encode()),
             "nvmlDeviceGetUUID": lambda h: self._field("uuid", h, f"GPU-fake-{h[1:]}"),
             "nvmlDeviceGetPciInfo": lambda h: self._field("pci", h, SimpleNamespace(
                 busId=f"00000000:0{int(h[1:]) + 1}:00.0".encode())),

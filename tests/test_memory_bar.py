@@ -1,0 +1,95 @@
+"""The configuration panel's split bar: each logical GPU's limit and share, and what is left, readable as
+numbers on a real 80 GB GPU (a 2 GiB limit drawn to scale is 1/40 of the bar)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QFontMetricsF
+from tf_device_panel.core import events
+from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.memory_bar import MemoryBar
+
+from tests.fake_nvml import H100_NAME, H100_TOTAL_MIB
+
+
+def painted(bar: MemoryBar) -> list[str]:
+    """Paints the bar; fails if a label was elided or is wider than its rectangle by the font's metrics."""
+    image = bar.grab()
+    assert not image.isNull() and bar.painted
+    metrics = QFontMetricsF(bar.font())
+    for text, rect in bar.painted:
+        assert "…" not in text, (text, rect.width())
+        assert metrics.horizontalAdvance(text) <= rect.width() + 0.5, (text, rect.width())
+        assert rect.right() <= bar.width() + 0.5 and rect.bottom() <= bar.height() + 0.5
+    return [text for text, _ in bar.painted]
+
+
+@pytest.mark.parametrize("width", [260, 300, 420, 800])
+def test_a_2048_and_a_4096_mib_limit_on_an_h100_are_written_with_their_share_and_the_rest(qtbot, width) -> None:
+    bar = MemoryBar()
+    qtbot.addWidget(bar)
+    bar.resize(width, bar.height())
+    bar.show()
+    bar.set_values([2048, 4096], H100_TOTAL_MIB, 0)
+    texts = painted(bar)
+    assert len(texts) == 3 and "2.0 GiB" in texts[0] and "4.0 GiB" in texts[1] and "73.6 GiB" in texts[2]
+    if width >= 300:  # the configuration dock's width at 1280×720 and up: the shares too
+        assert texts[0].endswith("2.0 GiB · 2.5 %") and texts[1].endswith("4.0 GiB · 5.0 %")
+        assert texts[2].startswith("73.6 GiB left")
+    if width >= 420:
+        assert texts == ["/GPU:0 2.0 GiB · 2.5 %", "/GPU:1 4.0 GiB · 5.0 %", "73.6 GiB left · 92 %"]
+    _, _, fit = bar.layout_pieces(bar.width() - 1)
+    assert fit.rows == 1 and not fit.to_scale  # one row; the scale gave way to the numbers
+    assert "2,048 MiB (2.5 %)" in bar.toolTip() and "left: 75,415 MiB" in bar.toolTip()
+
+
+def test_eight_limits_wrap_onto_rows_and_an_over_commit_and_an_unknown_size_are_written(qtbot) -> None:
+    bar = MemoryBar()
+    qtbot.addWidget(bar)
+    bar.resize(280, bar.height())
+    bar.show()
+    bar.set_values([1024] * 8, H100_TOTAL_MIB, 2)
+    texts = painted(bar)
+    assert texts[:8] == ["1.0 GiB"] * 8 and texts[8] == "71.6 GiB"
+    one_row = bar._row_height()
+    assert bar.height() > one_row  # taller, not narrower: every number stays whole
+    bar.set_values([60_000, 30_000], H100_TOTAL_MIB, 0)
+    assert painted(bar)[-1] == "over by 8.2 GiB" and "over by 8,441 MiB" in bar.toolTip()
+    bar.set_values([2048], None, 0)
+    assert painted(bar) == ["/GPU:0 2.0 GiB", "GPU memory unknown"]
+    bar.set_values([4096, 4096], 8192, 0)  # a GPU split whole, drawn to scale: no rest piece
+    assert painted(bar) == ["/GPU:0 4.0 GiB · 50 %", "/GPU:1 4.0 GiB · 50 %"]
+    assert bar.layout_pieces(bar.width() - 1)[2].to_scale
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
+def test_the_configuration_panels_split_bar_is_readable_in_the_window(qtbot, tmp_path, size) -> None:
+    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                        history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+    window.resize(*size)
+    window.show()
+    window.nvml_gpus = [{"index": 0, "name": H100_NAME, "memory_total_mib": H100_TOTAL_MIB}]
+    report = {"tf_version": "2.21.0", "python": "3.12", "pid": 1, "build": {"is_cuda_build": True},
+              "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
+                           {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,
+                            "device_name": H100_NAME}],
+              "logical": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0",
+                           "device_type": "GPU"}]}
+    window._on_events([Event(events.READY, report)])
+    window.docks["config"].show()
+    window.docks["config"].raise_()
+    (editor,) = window.config_panel.gpu_editors
+    editor.add_split(2048)
+    editor.add_split(4096)
+    qtbot.waitUntil(editor.bar.isVisible, timeout=2000)
+    qtbot.waitUntil(lambda: editor.bar.width() > 150, timeout=2000)
+    texts = painted(editor.bar)
+    assert len(texts) == 3 and "2.0 GiB · 2.5 %" in texts[0] and "4.0 GiB · 5.0 %" in texts[1]
+    assert texts[2].startswith("73.6 GiB left")
+    window.close()
