@@ -258,6 +258,15 @@ def _tuple_text(values: Sequence[int]) -> str:
     return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
 
 
+def logical_gpu_owners(config: DeviceConfig, visible_physical: Sequence[int]) -> list[int]:
+    """The physical GPU (TensorFlow's index) of each logical GPU, in TensorFlow's order: each visible
+    physical GPU's logical GPUs in turn (a split gives several, anything else one)."""
+    owners: list[int] = []
+    for index in visible_physical:
+        owners += [index] * len(config.virtual_gpus.get(index, (0,)))
+    return owners
+
+
 # -- using a plan ------------------------------------------------------------------------------------------
 
 @dataclass

@@ -258,11 +258,13 @@ class JobSpec:
 
 
 _CROSS_DEVICE_OPS = Param(
-    "cross_device_ops", CHOICE, "NcclAllReduce", "How MirroredStrategy combines the replicas' gradients "
-    "(tf.distribute.NcclAllReduce, HierarchicalCopyAllReduce or ReductionToOneDevice). NCCL needs NVIDIA GPUs: "
-    "elsewhere the job says so and uses HierarchicalCopyAllReduce. With one device and no devices named, the "
-    "default strategy runs instead.",
-    choices=("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"), label="Cross-device ops")
+    "cross_device_ops", CHOICE, "auto", "How MirroredStrategy combines the replicas' gradients. auto: "
+    "NcclAllReduce when every replica is on its own physical GPU and NCCL loads, else "
+    "HierarchicalCopyAllReduce (the result says which, and why). NcclAllReduce where it cannot run (CPUs, "
+    "logical GPUs split from one GPU, no NCCL) falls back the same way, said. With one device and no devices "
+    "named, the default strategy runs instead.",
+    choices=("auto", "NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"),
+    label="Cross-device ops")
 _LR_RULE = Param(
     "lr_rule", CHOICE, "fixed", "fixed: the job's usual learning rate; by-global-batch: the seeds' "
     "LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}, looked up by the global batch.",
