@@ -53,9 +53,11 @@ class Problem:
 class GpuInfo:
     """What validation needs to know about one physical GPU (from NVML or a runtime's report)."""
 
-    index: int
+    index: int                       # TensorFlow's physical index (after CUDA_VISIBLE_DEVICES)
     name: str = ""
-    total_mib: int | None = None
+    total_mib: int | None = None     # CUDA's total where known: what TensorFlow can split
+    nvml_index: int | None = None    # the same GPU in NVML and nvidia-smi, when it differs or matters
+    total_source: str = ""           # "CUDA" or "NVML": which total total_mib is
 
 
 @dataclass(frozen=True)
@@ -327,8 +329,11 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> lis
             problems.append(Problem(where, f"GPU {index} does not exist on this machine",
                                     f"available GPU indices: {available}"))
         elif gpu.total_mib is not None and sum(limits) > gpu.total_mib:
+            which = {"CUDA": " as CUDA counts it (what TensorFlow can use)",
+                     "NVML": " by NVML's count (CUDA's is a few hundred MiB less)"}.get(gpu.total_source, "")
+            also = "" if gpu.nvml_index in (None, index) else f", NVML's GPU {gpu.nvml_index}"
             problems.append(Problem(where, f"limits sum to {sum(limits)} MiB but GPU {index} "
-                                    f"({gpu.name or 'unnamed'}) has {gpu.total_mib} MiB",
+                                    f"({gpu.name or 'unnamed'}{also}) has {gpu.total_mib} MiB{which}",
                                     "lower the limits or split into fewer logical GPUs"))
     return problems
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from tf_device_panel.core.config import GpuInfo
 
 # TF's line when it creates a logical GPU, e.g.
 # Created device /job:localhost/replica:0/task:0/device:GPU:1 with 1024 MB memory:  -> device: 0, name: NVIDIA L4,
@@ -68,3 +70,46 @@ def tf_gpu_lines(lines: Iterable[str]) -> list[str]:
 def tf_gpu_messages(lines: Iterable[str]) -> list[str]:
     """The same lines without TF's C++ log prefix, each once (TF says some twice), for people to read."""
     return list(dict.fromkeys(line.split("] ", 1)[-1] for line in tf_gpu_lines(lines)))
+
+
+def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> list[int]:
+    """NVML's index of each CUDA device, in CUDA's (and so TensorFlow's physical) order, as CUDA reads
+    `CUDA_VISIBLE_DEVICES` in the run process (where CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order too).
+
+    Unset: every GPU, in NVML's order. Set: each entry an index into that order or a GPU UUID (or its unique
+    prefix, "GPU-8315"); at the first entry CUDA cannot use (unknown, repeated, a MIG instance, garbage) it
+    ignores that entry and every later one. "" or "-1": no GPU. `nvml_gpus`: objects or dicts with index, uuid.
+    """
+    def field(gpu: Any, name: str) -> Any:
+        return gpu.get(name) if isinstance(gpu, dict) else getattr(gpu, name, None)
+
+    ordered = [int(field(g, "index")) for g in nvml_gpus]
+    if visible is None:
+        return ordered
+    chosen: list[int] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        index: int | None = None
+        if entry.isdigit() and int(entry) < len(ordered):
+            index = ordered[int(entry)]
+        elif entry.upper().startswith("GPU-"):
+            matches = [int(field(g, "index")) for g in nvml_gpus
+                       if str(field(g, "uuid") or "").lower().startswith(entry.lower())]
+            index = matches[0] if len(matches) == 1 else None
+        if index is None or index in chosen:
+            break
+        chosen.append(index)
+    return chosen
+
+
+def tf_gpu_inventory(nvml_gpus: Sequence[Any], visible: str | None) -> list[GpuInfo]:
+    """TensorFlow's physical GPUs as validation sees them: TF's indices (after CUDA_VISIBLE_DEVICES, matched
+    to NVML by UUID and PCI order) and CUDA's total where NVML tells what the driver keeps (else NVML's)."""
+    by_index = {int(getattr(g, "index", 0)): g for g in nvml_gpus}
+    inventory = []
+    for tf_index, nvml_index in enumerate(cuda_visible_nvml_indices(visible, nvml_gpus)):
+        gpu = by_index[nvml_index]
+        cuda_total = getattr(gpu, "cuda_total_mib", None)
+        total = cuda_total if cuda_total is not None else getattr(gpu, "memory_total_mib", None)
+        inventory.append(GpuInfo(tf_index, getattr(gpu, "name", "") or "", total, nvml_index=nvml_index,
+                                 total_source="CUDA" if cuda_total is not None else "NVML"))
+    return inventory

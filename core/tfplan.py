@@ -161,17 +161,34 @@ def _growth_steps(config: DeviceConfig) -> list[Step]:
     return [Step("set_memory_growth(True) on each visible GPU", code, grow)]
 
 
+def _split_fits(index: int, limits: tuple[int, ...]) -> None:
+    """Refuse a split larger than the GPU as CUDA counts it (NVML counts what the driver keeps too: a split
+    between the two passed the panel's check and then failed in TensorFlow)."""
+    try:
+        total = gpu_total_mib(index)
+    except (OSError, RuntimeError, AttributeError) as exc:
+        raise StepError(f"read GPU:{index}'s total memory to check its split", exc) from exc
+    if sum(limits) > total:
+        raise ValueError(f"the limits sum to {sum(limits)} MiB but GPU {index} has {total} MiB as CUDA counts it "
+                         "(what TensorFlow can use); lower them")
+
+
 def _virtual_steps(config: DeviceConfig) -> list[Step]:
     steps = []
     for index, limits in sorted(config.virtual_gpus.items()):
         def split(tf: Any, index: int = index, limits: tuple[int, ...] = limits) -> Applied:
+            _split_fits(index, limits)
             logical = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in limits]
             tf.config.set_logical_device_configuration(_physical_gpus(tf)[index], logical)
             return Applied(f"set_logical_device_configuration(GPU:{index}, {list(limits)} MiB)", {index: limits})
 
         devices = ", ".join(f"tf.config.LogicalDeviceConfiguration(memory_limit={m})" for m in limits)
-        steps.append(Step(f"set_logical_device_configuration(GPU:{index}, {list(limits)} MiB)",
-                          f"tf.config.set_logical_device_configuration(gpus[{index}], [{devices}])", split))
+        code = (f"if {sum(limits)} > gpu_total_mib({index}):  # the split must fit in what CUDA can give\n"
+                f"    raise ValueError(f\"the limits sum to {sum(limits)} MiB but GPU {index} has "
+                f"{{gpu_total_mib({index})}} MiB as CUDA counts it (what TensorFlow can use); lower them\")\n"
+                f"tf.config.set_logical_device_configuration(gpus[{index}], [{devices}])")
+        steps.append(Step(f"set_logical_device_configuration(GPU:{index}, {list(limits)} MiB)", code, split,
+                          helpers=(inspect.getsource(gpu_total_mib),)))
     return steps
 
 

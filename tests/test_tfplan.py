@@ -123,6 +123,20 @@ def test_a_fraction_on_the_h100_gives_the_limit_measured_there(driver: Any) -> N
     assert "set_logical_device_configuration(GPU:0, [20269] MiB = 0.25 × 81079 MiB)" in steps
 
 
+def test_a_split_between_cudas_total_and_nvmls_is_refused_before_tensorflow_fails(
+        driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    driver({0: 81079})  # the H100: CUDA 81,079 MiB, NVML 81,559 (recorded in tests/fixtures/h100)
+    config = DeviceConfig(virtual_gpus={0: (40000, 41300)})  # 81,300: passed NVML's total, failed in TF
+    with pytest.raises(runtime_main.ConfigStepError,
+                       match="limits sum to 81300 MiB but GPU 0 has 81079 MiB as CUDA counts it"):
+        runtime_main.apply_config(FakeTf(gpus=1), config)
+    pasted = FakeTf(gpus=1)
+    with pytest.raises(ValueError, match="limits sum to 81300 MiB but GPU 0 has 81079 MiB as CUDA counts it"):
+        run_snippet(config, pasted, monkeypatch)
+    assert not [call for call in pasted.calls if call[0] == "logical"]
+    runtime_main.apply_config(FakeTf(gpus=1), DeviceConfig(virtual_gpus={0: (40000, 41079)}))  # fits exactly
+
+
 def test_the_snippet_refuses_a_gpu_the_machine_lacks_as_the_run_does(monkeypatch: pytest.MonkeyPatch) -> None:
     config = DeviceConfig(visible_gpus=(0, 3), virtual_gpus={3: (1024,)})
     with pytest.raises(runtime_main.ConfigStepError) as refused:
@@ -145,7 +159,8 @@ def test_a_driver_error_on_a_later_gpu_stops_the_snippet(driver: Any, monkeypatc
         runtime_main.apply_config(FakeTf(gpus=2), DeviceConfig(memory_fraction=0.5))
 
 
-def test_the_logical_devices_carry_their_limits_when_one_gpu_is_split_and_another_is_not() -> None:
+def test_the_logical_devices_carry_their_limits_when_one_gpu_is_split_and_another_is_not(driver: Any) -> None:
+    driver({0: 81079, 1: 81079})
     tf = FakeTf(gpus=2)
     config = DeviceConfig(virtual_gpus={0: (2048, 4096)})
     runtime_main.apply_config(tf, config)

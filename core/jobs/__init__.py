@@ -377,7 +377,11 @@ JOBS: dict[str, JobSpec] = {
              Param("repeats", INT, 5, "Matmuls timed per measurement.", minimum=1, maximum=10_000,
                    label="Repeats", unit="matmuls"),
              Param("devices", DEVICES, "", "Comma-separated logical devices. Empty: every logical device.",
-                   label="Devices", empty_means="every logical device")),
+                   label="Devices", empty_means="every logical device"),
+             Param("tf32", BOOL, True, "TensorFloat-32 for float32 matmuls on GPUs of compute capability 8.0 and "
+                   "later (tf.config.experimental.enable_tensor_float_32_execution): on, TensorFlow's default, "
+                   "runs them on tensor cores with 10-bit mantissa products, and the rows read float32 (TF32); "
+                   "off measures float32 proper.", label="TensorFloat-32")),
         ),
         JobSpec(
             "multi-worker", "Multi-worker cluster",
