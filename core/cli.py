@@ -142,7 +142,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from tf_device_panel.core.runtime import RuntimeUnavailable, describe_devices
+    from tf_device_panel.core.runtime import RuntimeUnavailable, TensorFlowMissing, describe_devices
 
     config = load_config(args.config)
     nvml = shared_nvml()
@@ -151,6 +151,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
     try:
         info, lines = describe_devices(config)
+    except TensorFlowMissing as exc:
+        raise ConfigRejected(str(exc)) from None  # printed as it is: which Python, and how to install it
     except RuntimeUnavailable as exc:
         if "rejected the configuration" in str(exc):
             raise ConfigRejected(str(exc)) from None

@@ -19,6 +19,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# The TensorFlow these libraries are for, and the one this panel is tested with: what an install fix names.
+TESTED_TF_VERSION = "2.21.0"
+
+
+def install_commands(python: str = "python", version: str = TESTED_TF_VERSION) -> str:
+    """How to install TensorFlow into `python`: with NVIDIA's CUDA libraries on a GPU machine, else alone."""
+    return (f"{python} -m pip install 'tensorflow[and-cuda]=={version}' (Linux with an NVIDIA GPU), "
+            f"or {python} -m pip install 'tensorflow=={version}'")
+
 
 @dataclass(frozen=True)
 class Library:

@@ -23,6 +23,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, unchecked_gpus_warning, validate
+from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
 from tf_device_panel.core.gpus import created_gpus, same_bus
 from tf_device_panel.core.nvml import Nvml
@@ -38,7 +39,6 @@ TF_GPU_HINTS = ("could not find cuda drivers", "failed call to cuinit", "cannot 
 CUDA_PACKAGES_EXTRA = "and-cuda"
 NVIDIA_VENDOR = "0x10de"
 PCI_DEVICES = Path("/sys/bus/pci/devices")
-TESTED_TF_VERSION = "2.21.0"   # the TensorFlow this panel is tested with: what a fix installs when none is there
 CRASH_LINES = 12               # the probe's last output lines kept when it crashes
 # The stage a crashed probe was in, from the last stage it reported complete (core.doctor_probe).
 CRASHED_IN = {"started": "import", "import": "GPU discovery", "GPU discovery": "first op", "done": "exit"}

@@ -32,6 +32,7 @@ from typing import Any
 
 from tf_device_panel.core import events
 from tf_device_panel.core.config import ConfigError, DeviceConfig
+from tf_device_panel.core.cudalibs import install_commands
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.jobs.script import ScriptExit
@@ -83,6 +84,17 @@ class ConfigStepError(Exception):
         self.step = step
         self.cause = cause
         super().__init__(f"{step}: {type(cause).__name__}: {cause}")
+
+
+def import_failure(exc: BaseException) -> dict[str, Any]:
+    """What to say when `import tensorflow` failed: TensorFlow absent from this Python is not a rejected
+    configuration, and says how to install it into the very interpreter the run uses."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "tensorflow":
+        python = sys.executable
+        return {"not_installed": True, "python": python,
+                "message": f"TensorFlow is not installed in this Python ({python}); install it with: "
+                           f"{install_commands(python)}"}
+    return {}
 
 
 def describe_physical(tf: Any) -> dict[str, Any]:
@@ -294,7 +306,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     try:
         import tensorflow as tf
     except Exception as exc:
-        return fail("import tensorflow", exc)
+        return fail("import tensorflow", exc, **import_failure(exc))
     imported = time.monotonic()
     try:
         steps = apply_config(tf, config)
