@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from tf_device_panel.core.config import DeviceConfig, GpuInfo, unchecked_gpus_warning, validate
+from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
 from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
-from tf_device_panel.core.gpus import created_gpus, same_bus
+from tf_device_panel.core.gpus import created_gpus, same_bus, tf_gpu_inventory
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.processes import run_module
 
@@ -606,7 +606,7 @@ def check_configuration(facts: Facts) -> Check:
         check.status, check.summary = SKIPPED, "no configuration given (use --config FILE)"
         return check
     config = DeviceConfig.from_json(facts.config)
-    gpus = [GpuInfo(g["index"], g.get("name") or "", g.get("memory_total_mib")) for g in _nvml_gpus(facts)]
+    gpus = tf_gpu_inventory(_nvml_gpus(facts), facts.env.get("CUDA_VISIBLE_DEVICES"))
     problems = validate(config, gpus if facts.nvml.get("available") else None)
     check.evidence = [config.summary()] + [str(p) for p in problems]
     growth_env = (facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"

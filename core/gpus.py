@@ -72,18 +72,20 @@ def tf_gpu_messages(lines: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(line.split("] ", 1)[-1] for line in tf_gpu_lines(lines)))
 
 
+def _field(gpu: Any, name: str) -> Any:
+    """A field of an NVML GPU given as a snapshot object or as its JSON dict."""
+    return gpu.get(name) if isinstance(gpu, dict) else getattr(gpu, name, None)
+
+
 def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> list[int]:
     """NVML's index of each CUDA device, in CUDA's (and so TensorFlow's physical) order, as CUDA reads
     `CUDA_VISIBLE_DEVICES` in the run process (where CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order too).
 
     Unset: every GPU, in NVML's order. Set: each entry an index into that order or a GPU UUID (or its unique
     prefix, "GPU-8315"); at the first entry CUDA cannot use (unknown, repeated, a MIG instance, garbage) it
-    ignores that entry and every later one. "" or "-1": no GPU. `nvml_gpus`: objects or dicts with index, uuid.
+    ignores that entry and every later one. "" or "-1": no GPU. `nvml_gpus`: snapshots or their dicts.
     """
-    def field(gpu: Any, name: str) -> Any:
-        return gpu.get(name) if isinstance(gpu, dict) else getattr(gpu, name, None)
-
-    ordered = [int(field(g, "index")) for g in nvml_gpus]
+    ordered = [int(_field(g, "index")) for g in nvml_gpus]
     if visible is None:
         return ordered
     chosen: list[int] = []
@@ -92,8 +94,8 @@ def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> 
         if entry.isdigit() and int(entry) < len(ordered):
             index = ordered[int(entry)]
         elif entry.upper().startswith("GPU-"):
-            matches = [int(field(g, "index")) for g in nvml_gpus
-                       if str(field(g, "uuid") or "").lower().startswith(entry.lower())]
+            matches = [int(_field(g, "index")) for g in nvml_gpus
+                       if str(_field(g, "uuid") or "").lower().startswith(entry.lower())]
             index = matches[0] if len(matches) == 1 else None
         if index is None or index in chosen:
             break
@@ -102,14 +104,15 @@ def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> 
 
 
 def tf_gpu_inventory(nvml_gpus: Sequence[Any], visible: str | None) -> list[GpuInfo]:
-    """TensorFlow's physical GPUs as validation sees them: TF's indices (after CUDA_VISIBLE_DEVICES, matched
-    to NVML by UUID and PCI order) and CUDA's total where NVML tells what the driver keeps (else NVML's)."""
-    by_index = {int(getattr(g, "index", 0)): g for g in nvml_gpus}
+    """TensorFlow's physical GPUs as validation must see them: TF's indices (after CUDA_VISIBLE_DEVICES, matched
+    to NVML by UUID and PCI order) and CUDA's total where NVML tells what the driver keeps (memory v2), else
+    NVML's total, said so. `nvml_gpus`: snapshots or their dicts."""
+    by_index = {int(_field(g, "index")): g for g in nvml_gpus}
     inventory = []
     for tf_index, nvml_index in enumerate(cuda_visible_nvml_indices(visible, nvml_gpus)):
         gpu = by_index[nvml_index]
-        cuda_total = getattr(gpu, "cuda_total_mib", None)
-        total = cuda_total if cuda_total is not None else getattr(gpu, "memory_total_mib", None)
-        inventory.append(GpuInfo(tf_index, getattr(gpu, "name", "") or "", total, nvml_index=nvml_index,
-                                 total_source="CUDA" if cuda_total is not None else "NVML"))
+        total, reserved = _field(gpu, "memory_total_mib"), _field(gpu, "memory_reserved_mib")
+        cuda_total = None if total is None or reserved is None else int(total) - int(reserved)
+        inventory.append(GpuInfo(tf_index, _field(gpu, "name") or "", cuda_total if cuda_total is not None else total,
+                                 nvml_index=nvml_index, total_source="CUDA" if cuda_total is not None else "NVML"))
     return inventory
