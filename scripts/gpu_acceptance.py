@@ -430,8 +430,9 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
             fit_expect(2, "HierarchicalCopyAllReduce")))
     sizes = "1024,4096" if quick else "1024,4096,8192"
     for tf32 in (True, False):
-        bench = run_json("benchmark", whole, f"sizes={sizes}", "devices=/GPU:0",
-                         "dtypes=float32,float16,bfloat16" if tf32 else "dtypes=float32", f"tf32={'on' if tf32 else 'off'}")
+        dtypes = "dtypes=float32,float16,bfloat16" if tf32 else "dtypes=float32"
+        bench = run_json("benchmark", whole, f"sizes={sizes}", "devices=/GPU:0", dtypes,
+                         f"tf32={'on' if tf32 else 'off'}")
         results.append(judge_benchmark(bench.get("result") or {}, str(facts["compute_capability"]), tf32)
                        if bench.get("status") == "ok" else judge_job("benchmark", bench))
     results.append(exporter_during_run(profiles["growth"]))
