@@ -10,7 +10,8 @@ is given and returns what it did, in words. A step with `before_import` acts on 
 reads when it initializes its GPUs. Nothing here imports TensorFlow.
 
 To add a configuration field: add it to `DeviceConfig` (core.config) and, if it changes what TensorFlow is
-told, one `_…_steps` function below, called from `plan()`: the run, the snippet and the cluster tasks follow.
+told, one `_…_steps` function below, listed in STEP_BUILDERS at its place in TensorFlow's order: the run,
+the snippet, "Copy as Python" and the cluster tasks all follow from that one entry.
 """
 
 from __future__ import annotations
@@ -59,16 +60,7 @@ def plan(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> list[St
     `gpus`: TensorFlow's physical GPUs (its indices, CUDA's totals) when known; the steps then name their
     figures (a fraction's limit in MiB). Without them the steps are the same, and find out when applied.
     """
-    return [
-        *_environment_steps(config),
-        *_gpu_index_steps(config),
-        *_visible_steps(config),
-        *_growth_steps(config),
-        *_virtual_steps(config),
-        *_fraction_steps(config, gpus),
-        *_cpu_steps(config),
-        *_placement_steps(config),
-    ]
+    return [step for build in STEP_BUILDERS for step in build(config, gpus)]
 
 
 # -- the steps, one kind of setting each ------------------------------------------------------------------
@@ -269,6 +261,22 @@ def _placement_steps(config: DeviceConfig) -> list[Step]:
         steps.append(Step("set_log_device_placement(True)", "tf.debugging.set_log_device_placement(True)",
                           log_placement))
     return steps
+
+
+StepBuilder = Callable[[DeviceConfig, "Sequence[GpuInfo] | None"], list[Step]]
+
+# TensorFlow's required order: environment before import; visible devices before growth and logical devices;
+# everything before the first op (log placement especially: after initialization it silently does nothing).
+STEP_BUILDERS: list[StepBuilder] = [
+    lambda config, gpus: _environment_steps(config),
+    lambda config, gpus: _gpu_index_steps(config),
+    lambda config, gpus: _visible_steps(config),
+    lambda config, gpus: _growth_steps(config),
+    lambda config, gpus: _virtual_steps(config),
+    _fraction_steps,
+    lambda config, gpus: _cpu_steps(config),
+    lambda config, gpus: _placement_steps(config),
+]
 
 
 def _tuple_text(values: Sequence[int]) -> str:

@@ -197,3 +197,22 @@ def test_every_step_has_words_and_code_that_compiles() -> None:
         compile(step.code, step.description, "exec")
     known = tfplan.plan(DeviceConfig(memory_fraction=0.25), [tfplan.GpuInfo(0, "H100", 81079)])
     assert "GPU:0 20269 MiB = 0.25 × 81079 MiB" in known[-3].description
+
+
+def test_a_new_step_declared_once_reaches_the_run_and_the_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a new configuration field takes: one step builder, listed once."""
+    def deterministic(config: DeviceConfig, gpus: Any) -> list[tfplan.Step]:
+        def apply(tf: Any) -> tfplan.Applied:
+            tf.config.experimental.enable_op_determinism()
+            return tfplan.Applied("enable_op_determinism()")
+        return [tfplan.Step("enable_op_determinism()", "tf.config.experimental.enable_op_determinism()", apply)]
+
+    monkeypatch.setattr(tfplan, "STEP_BUILDERS", [*tfplan.STEP_BUILDERS[:-1], deterministic,
+                                                  tfplan.STEP_BUILDERS[-1]])
+    run, pasted = FakeTf(), FakeTf()
+    for tf in (run, pasted):
+        tf.config.experimental.enable_op_determinism = lambda tf=tf: tf.calls.append(("deterministic",))
+    steps = runtime_main.apply_config(run, DeviceConfig())
+    run_snippet(DeviceConfig(), pasted, monkeypatch)
+    assert steps[-3] == "enable_op_determinism()" and run.calls == pasted.calls
+    assert run.calls[-3:] == [("deterministic",), ("soft", True), ("log", True)]
