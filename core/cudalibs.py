@@ -35,20 +35,21 @@ class Library:
     what: str
     needed_for: str           # what fails without it
     required: bool = True     # without it TensorFlow registers no GPU (NCCL and CUPTI are optional)
+    symbol: str = ""          # a function the real library has: a file without it opens, then fails when called
 
 
 # The libraries TensorFlow 2.21 (built for CUDA 12 and cuDNN 9) opens by soname.
 LIBRARIES: tuple[Library, ...] = (
-    Library("libcudart.so.12", "CUDA runtime", "every GPU op"),
-    Library("libcublas.so.12", "cuBLAS", "MatMul, Dense layers"),
-    Library("libcublasLt.so.12", "cuBLASLt", "MatMul, Dense layers"),
-    Library("libcufft.so.11", "cuFFT", "FFT ops"),
-    Library("libcurand.so.10", "cuRAND", "random ops on the GPU"),
-    Library("libcusolver.so.11", "cuSOLVER", "linear algebra ops"),
-    Library("libcusparse.so.12", "cuSPARSE", "sparse ops"),
-    Library("libcudnn.so.9", "cuDNN", "convolutions, and Keras's single-device fit (XLA)"),
-    Library("libnccl.so.2", "NCCL", "NcclAllReduce across GPUs", required=False),
-    Library("libcupti.so.12", "CUPTI", "the profiler", required=False),
+    Library("libcudart.so.12", "CUDA runtime", "every GPU op", symbol="cudaGetDeviceCount"),
+    Library("libcublas.so.12", "cuBLAS", "MatMul, Dense layers", symbol="cublasCreate_v2"),
+    Library("libcublasLt.so.12", "cuBLASLt", "MatMul, Dense layers", symbol="cublasLtCreate"),
+    Library("libcufft.so.11", "cuFFT", "FFT ops", symbol="cufftPlan1d"),
+    Library("libcurand.so.10", "cuRAND", "random ops on the GPU", symbol="curandCreateGenerator"),
+    Library("libcusolver.so.11", "cuSOLVER", "linear algebra ops", symbol="cusolverDnCreate"),
+    Library("libcusparse.so.12", "cuSPARSE", "sparse ops", symbol="cusparseCreate"),
+    Library("libcudnn.so.9", "cuDNN", "convolutions, and Keras's single-device fit (XLA)", symbol="cudnnGetVersion"),
+    Library("libnccl.so.2", "NCCL", "NcclAllReduce across GPUs", required=False, symbol="ncclGetVersion"),
+    Library("libcupti.so.12", "CUPTI", "the profiler", required=False, symbol="cuptiGetVersion"),
 )
 
 
@@ -106,12 +107,15 @@ def locate(libraries: Sequence[Library] = LIBRARIES, paths: Iterable[str] | None
         error = ""
         for candidate in candidates:
             try:
-                ctypes.CDLL(candidate)
+                opened = ctypes.CDLL(candidate)
             except OSError as exc:
                 error = str(exc)
                 continue
             path = candidate if "/" in candidate else (_loaded_path(library.soname) or candidate)
-            results.append(Found(library.soname, path, _origin(path, ld_dirs, pip_dirs)))
+            lacks = library.symbol and not hasattr(opened, library.symbol)
+            results.append(Found(library.soname, None if lacks else path, _origin(path, ld_dirs, pip_dirs),
+                                 f"{path} opens but has no {library.symbol}: a stand-in or a broken file"
+                                 if lacks else ""))
             break
         else:
             results.append(Found(library.soname, None, "not found", error))
@@ -138,10 +142,9 @@ def nccl_version() -> tuple[str | None, str]:
     otherwise: a file named libnccl.so.2 that lacks NCCL's functions (a stand-in) does not count."""
     (found,) = locate([library for library in LIBRARIES if library.soname == "libnccl.so.2"])
     if found.path is None:
-        return None, f"libnccl.so.2 is not found ({found.error or 'not on any search path'})"
+        return None, f"libnccl.so.2 is not a working NCCL: {found.error or 'not on any search path'}"
     try:
-        library = ctypes.CDLL(found.path)
-        get_version = library.ncclGetVersion
+        get_version = ctypes.CDLL(found.path).ncclGetVersion
     except (OSError, AttributeError) as exc:
         return None, f"{found.path} is not a working NCCL ({exc})"
     version = ctypes.c_int()

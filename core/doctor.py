@@ -455,8 +455,7 @@ def check_cuda_libraries(facts: Facts) -> Check:
         if entry.get("path"):
             check.evidence.append(f"{library.soname} ({library.what}): {entry['path']} — {entry['how']}")
         else:
-            check.evidence.append(f"{library.soname} ({library.what}): not found"
-                                  + (f" ({entry['error']})" if entry.get("error") else ""))
+            check.evidence.append(f"{library.soname} ({library.what}): " + (entry.get("error") or "not found"))
     check.evidence += [f"TensorFlow: could not load {name}" + (f": {why}" if why else "")
                        for name, why in tf_failed.items()]
     required = [lib for lib in LIBRARIES if lib.required]

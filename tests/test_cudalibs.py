@@ -39,7 +39,17 @@ def test_a_stand_in_nccl_does_not_count(tmp_path: Path, monkeypatch: pytest.Monk
     shutil.copy(a_real_library(), lib / "libnccl.so.2")  # opens, but has no ncclGetVersion: a stand-in
     monkeypatch.setattr(cudalibs.sys, "path", [str(tmp_path)])
     version, why = cudalibs.nccl_version()
-    assert version is None and "is not a working NCCL" in why and str(lib / "libnccl.so.2") in why
+    assert version is None and why == (f"libnccl.so.2 is not a working NCCL: {lib / 'libnccl.so.2'} opens but has "
+                                       "no ncclGetVersion: a stand-in or a broken file")
+
+
+def test_a_library_that_opens_without_its_functions_is_not_found(tmp_path: Path) -> None:
+    lib = tmp_path / "nvidia" / "cublas" / "lib"
+    lib.mkdir(parents=True)
+    shutil.copy(a_real_library(), lib / "libtfdp-test-cublas.so.12")  # the gpu-host's empty stand-ins are such
+    (found,) = cudalibs.locate([Library("libtfdp-test-cublas.so.12", "cuBLAS", "MatMul", symbol="cublasCreate_v2")],
+                               paths=[str(tmp_path)])
+    assert found.path is None and found.error.endswith("opens but has no cublasCreate_v2: a stand-in or a broken file")
 
 
 def test_tensorflows_dlopen_messages_name_each_library_once() -> None:
