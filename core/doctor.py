@@ -470,7 +470,8 @@ def check_cuda_libraries(facts: Facts) -> Check:
         check.status = FAIL
         names = ", ".join(f"{lib.soname} ({lib.what}: {lib.needed_for})" for lib in missing) or \
             "some of them (TensorFlow's messages below)"
-        check.summary = f"TensorFlow cannot open {names}"
+        stand_in = any("opens but has no" in str(found.get(lib.soname, {}).get("error")) for lib in missing)
+        check.summary = f"TensorFlow cannot {'use' if stand_in else 'open'} {names}"
         check.evidence += dlopen_said[:4] + packages
         check.fix = (f"{install_fix(facts)} (NVIDIA's pip packages, found by TensorFlow itself), or add the folder "
                      "that holds them (system CUDA 12, conda) to LD_LIBRARY_PATH")

@@ -436,3 +436,15 @@ def test_without_tensorflow_the_pytorch_fix_names_a_version() -> None:
     facts = Facts(**{k: v for k, v in report["facts"].items() if k in known})
     check = by_id(facts)["pytorch"]
     assert check.status == WARN and check.fix == "pip install 'tensorflow[and-cuda]==2.21.0' (see cuda-libraries)"
+
+
+def test_a_stand_in_library_is_named_as_unusable() -> None:
+    facts = h100_with_libraries_on_ld_library_path()
+    for entry in facts.libraries:
+        if entry["soname"] == "libcublas.so.12":  # the GPU host's empty stand-in: MatMul died with SIGSEGV
+            entry.update(path=None, error="/tmp/cudalib/libcublas.so.12 opens but has no cublasCreate_v2: a "
+                                          "stand-in or a broken file")
+    check = by_id(facts)["cuda-libraries"]
+    assert check.status == FAIL and check.summary.startswith("TensorFlow cannot use libcublas.so.12 (cuBLAS: MatMul")
+    assert "libcublas.so.12 (cuBLAS): /tmp/cudalib/libcublas.so.12 opens but has no cublasCreate_v2: a stand-in or a " \
+           "broken file" in check.evidence
