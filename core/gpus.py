@@ -103,16 +103,20 @@ def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> 
     return chosen
 
 
+def gpu_info(tf_index: int, nvml_gpu: Any, name: str = "") -> GpuInfo:
+    """What validation needs of TensorFlow's physical GPU `tf_index`, from its NVML record (a snapshot or its
+    dict): CUDA's total where NVML tells what the driver keeps (memory v2), else NVML's total, said so."""
+    total, reserved = _field(nvml_gpu, "memory_total_mib"), _field(nvml_gpu, "memory_reserved_mib")
+    cuda_total = None if total is None or reserved is None else int(total) - int(reserved)
+    index = _field(nvml_gpu, "index")
+    return GpuInfo(tf_index, name or _field(nvml_gpu, "name") or "", cuda_total if cuda_total is not None else total,
+                   nvml_index=None if index is None else int(index),
+                   total_source="CUDA" if cuda_total is not None else "NVML" if total is not None else "")
+
+
 def tf_gpu_inventory(nvml_gpus: Sequence[Any], visible: str | None) -> list[GpuInfo]:
     """TensorFlow's physical GPUs as validation must see them: TF's indices (after CUDA_VISIBLE_DEVICES, matched
-    to NVML by UUID and PCI order) and CUDA's total where NVML tells what the driver keeps (memory v2), else
-    NVML's total, said so. `nvml_gpus`: snapshots or their dicts."""
+    to NVML by UUID and PCI order) with CUDA's totals (`gpu_info`). `nvml_gpus`: snapshots or their dicts."""
     by_index = {int(_field(g, "index")): g for g in nvml_gpus}
-    inventory = []
-    for tf_index, nvml_index in enumerate(cuda_visible_nvml_indices(visible, nvml_gpus)):
-        gpu = by_index[nvml_index]
-        total, reserved = _field(gpu, "memory_total_mib"), _field(gpu, "memory_reserved_mib")
-        cuda_total = None if total is None or reserved is None else int(total) - int(reserved)
-        inventory.append(GpuInfo(tf_index, _field(gpu, "name") or "", cuda_total if cuda_total is not None else total,
-                                 nvml_index=nvml_index, total_source="CUDA" if cuda_total is not None else "NVML"))
-    return inventory
+    return [gpu_info(tf_index, by_index[nvml_index])
+            for tf_index, nvml_index in enumerate(cuda_visible_nvml_indices(visible, nvml_gpus))]
