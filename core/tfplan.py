@@ -80,7 +80,8 @@ def _environment_steps(config: DeviceConfig) -> list[Step]:
 
         # A value inherited from the shell would otherwise win over the profile's "default".
         steps.append(Step(f"unset {ALLOCATOR_ENV}: TensorFlow's default (BFC) allocator",
-                          f"os.environ.pop({ALLOCATOR_ENV!r}, None)", default_allocator, before_import=True))
+                          f"os.environ.pop({ALLOCATOR_ENV!r}, None)  # the default allocator, whatever the shell set",
+                          default_allocator, before_import=True))
     else:
         allocator = config.gpu_allocator
 

@@ -184,7 +184,7 @@ def test_an_inherited_async_allocator_is_removed_when_the_profile_says_default(
     steps = runtime_main.apply_config(FakeTf(), DeviceConfig())
     assert "TF_GPU_ALLOCATOR" not in os.environ
     assert "TF_GPU_ALLOCATOR unset (it was 'cuda_malloc_async'; the profile says default)" in steps
-    assert "os.environ.pop('TF_GPU_ALLOCATOR', None)" in tfplan.to_python(tfplan.plan(DeviceConfig()))
+    assert "\nos.environ.pop('TF_GPU_ALLOCATOR', None)  #" in tfplan.to_python(tfplan.plan(DeviceConfig()))
     monkeypatch.setenv("TF_GPU_ALLOCATOR", "cuda_malloc_async")
     runtime_main.apply_config(FakeTf(), DeviceConfig(gpu_allocator="cuda_malloc_async"))
     assert os.environ["TF_GPU_ALLOCATOR"] == "cuda_malloc_async"
