@@ -134,6 +134,20 @@ def judge_memory(profile: str, held_mib: int | None, nvml_total_mib: int, cuda_t
     return Result("memory", profile, low <= held_mib <= high, f"{held_mib:,} MiB held (expected {low:,}–{high:,})")
 
 
+TOTAL_SLACK_MIB = 64  # how far NVML's total less its reserve may be from CUDA's and still stand in for it
+
+
+def judge_totals(facts: dict[str, Any]) -> Result:
+    """Validation takes CUDA's total as NVML's total less the driver's reserve (memory v2): is it so here?"""
+    nvml_total, reserved, cuda = facts.get("nvml_total_mib"), facts.get("reserved_mib"), facts.get("cuda_total_mib")
+    if nvml_total is None or reserved is None or cuda is None or "cuda_total_error" in facts:
+        return Result("GPU", "CUDA's total from NVML", None, f"not comparable: NVML {nvml_total}, reserve {reserved}, "
+                      f"CUDA {cuda} {facts.get('cuda_total_error', '')}".strip())
+    estimate = int(nvml_total) - int(reserved)
+    return Result("GPU", "CUDA's total from NVML", abs(estimate - int(cuda)) <= TOTAL_SLACK_MIB,
+                  f"NVML {nvml_total} - reserve {reserved} = {estimate} MiB; CUDA says {cuda} MiB")
+
+
 def placements_by_device(outcome: dict[str, Any]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for placed in outcome.get("placements") or []:
@@ -388,6 +402,7 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
                           f"{facts['gpu']}: NVML {facts['nvml_total_mib']} MiB, CUDA {facts['cuda_total_mib']} MiB, "
                           f"reserve {facts['reserved_mib']} MiB, {facts['sm_count']} SMs, "
                           f"{facts['max_sm_clock_mhz']} MHz, compute {facts['compute_capability']}"))
+    results.append(judge_totals(facts))
     folder = Path(tempfile.mkdtemp(prefix="gpu-acceptance-"))
     profiles = {}
     for name, config in PROFILES.items():

@@ -131,6 +131,14 @@ def test_jobs_are_judged_by_status_gpu_placements_and_result() -> None:
     assert acceptance.judge_job("fit", on_cpu).detail == ["no op was placed on a GPU"]
 
 
+def test_cudas_total_is_checked_against_nvmls_less_its_reserve() -> None:
+    h100 = {"nvml_total_mib": NVML_TOTAL, "reserved_mib": 480, "cuda_total_mib": CUDA_TOTAL}
+    result = acceptance.judge_totals(h100)
+    assert result.passed and result.figures == "NVML 81559 - reserve 480 = 81079 MiB; CUDA says 81079 MiB"
+    assert acceptance.judge_totals({**h100, "reserved_mib": 0}).passed is False
+    assert acceptance.judge_totals({**h100, "reserved_mib": None}).passed is None
+
+
 def test_the_doctor_and_the_report() -> None:
     recorded = json.loads((FIXTURES / "doctor-without-tensorflow.json").read_text())
     doctor = acceptance.judge_doctor(recorded)

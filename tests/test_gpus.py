@@ -72,3 +72,20 @@ def test_nvml_memory_v2_gives_the_memory_the_driver_keeps(monkeypatch: pytest.Mo
         total=81559 * MIB, reserved=480 * MIB, used=0, free=81079 * MIB))  # the H100, memory v2
     (snapshot,) = Nvml().gpus()
     assert (snapshot.memory_total_mib, snapshot.memory_reserved_mib, snapshot.cuda_total_mib) == (81559, 480, 81079)
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_nvmls_total_less_its_reserve_is_cudas_total() -> None:
+    from tf_device_panel.core.config import gpu_total_mib
+    from tf_device_panel.core.nvml import Nvml
+
+    nvml = Nvml()
+    if not nvml.init() or not nvml.gpus():
+        pytest.skip(f"needs a real NVIDIA GPU and driver ({nvml.message or 'no GPU'})")
+    for gpu in nvml.gpus():
+        cuda = gpu_total_mib(gpu.index)  # no CUDA_VISIBLE_DEVICES here: CUDA's order is NVML's (PCI)
+        units, why = nvml.compute_units(gpu.index)
+        print(f"GPU {gpu.index} {gpu.name}: NVML {gpu.memory_total_mib} MiB, reserve {gpu.memory_reserved_mib}, "
+              f"CUDA {cuda}; {units or why}")
+        assert gpu.cuda_total_mib is not None and abs(gpu.cuda_total_mib - cuda) <= 64
+        assert units is not None and units.sm_count > 0 and units.max_sm_clock_mhz > 0
