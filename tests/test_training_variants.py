@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from job_helpers import run_job
@@ -27,6 +28,8 @@ def stand_in_nccl() -> tuple[str | None, str]:
 
 
 def test_auto_never_picks_nccl_for_logical_gpus_split_from_one_gpu() -> None:
+    recorded = (Path(__file__).parent / "fixtures" / "h100" / "nccl-split-gpu-failure.txt").read_text()
+    assert "INTERNAL:  NCCL: invalid usage" in recorded and "SGD/NcclAllReduce" in recorded
     physical_of = {f"/GPU:{i}": owner for i, owner in enumerate(logical_gpu_owners(H100_SPLIT, [0]))}
     assert physical_of == {"/GPU:0": 0, "/GPU:1": 0}
     used, note = choose_cross_device_ops("auto", SPLIT_NAMES, physical_of, real_nccl)
