@@ -479,6 +479,21 @@ def gpu_total_mib(index: int) -> int:
     return int(total.value // 2**20)
 
 
+def gpu_pci_bus_id(index: int) -> str:
+    """The PCI bus id of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver: the key
+    that matches it to NVML's GPU whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say."""
+    import ctypes
+    import os
+
+    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    device, bus = ctypes.c_int(), ctypes.create_string_buffer(32)
+    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
+                   cuda.cuDeviceGetPCIBusId(bus, len(bus), device)):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s PCI bus id")
+    return bus.value.decode()
+
+
 def to_python_snippet(config: DeviceConfig) -> str:
     """The configuration as code to paste at the top of a training script, before anything uses TF: the same
     steps, checks and order a run applies (`core.tfplan`)."""

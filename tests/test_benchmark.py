@@ -175,3 +175,32 @@ def test_nvml_gives_the_sm_count_and_maximum_clock(monkeypatch: pytest.MonkeyPat
     assert units == ComputeUnits(58, 2040, "8.9") and why == ""
     l4 = GpuPeak("L4", units.sm_count, units.max_sm_clock_mhz, units.compute_capability)
     assert l4.gflops("float16") == pytest.approx(121_160, rel=1e-3)  # NVIDIA's L4 dense FP16 figure: 121 TFLOP/s
+
+
+def test_a_gpu_is_matched_to_nvml_by_the_pci_bus_id_cuda_gives_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    from tf_device_panel.core.jobs.benchmark import nvml_index_of
+
+    nvml_gpus = [{"index": 0, "pci_bus_id": "00000000:00:06.0"}, {"index": 1, "pci_bus_id": "00000000:00:07.0"}]
+
+    class Driver:
+        def cuInit(self, flags: int) -> int:
+            return 0
+
+        def cuDeviceGet(self, device: object, index: int) -> int:
+            device._obj.value = index  # type: ignore[attr-defined]
+            return 0
+
+        def cuDeviceGetPCIBusId(self, bus: ctypes.Array, size: int, device: ctypes.c_int) -> int:
+            bus.value = [b"0000:00:07.0", b"0000:00:06.0"][device.value]  # CUDA's order is not NVML's here
+            return 0
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Driver())
+    assert [nvml_index_of(i, nvml_gpus, [0, 1]) for i in (0, 1)] == [1, 0]
+
+    def no_driver(name: str) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    assert nvml_index_of(0, nvml_gpus, [1, 0]) == 1  # then CUDA_VISIBLE_DEVICES' mapping

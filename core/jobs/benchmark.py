@@ -272,10 +272,10 @@ def gpu_peaks_for(devices: list[str], config: DeviceConfig) -> tuple[dict[str, G
     missing: list[str] = []
     for short in gpus:
         logical = int(short.rsplit(":", 1)[1])
-        if logical >= len(owners) or owners[logical] >= len(nvml_of_tf):
+        if logical >= len(owners):
             missing.append(f"{short}: GPU peak not estimated (its physical GPU is not matched to NVML's)")
             continue
-        nvml_index = nvml_of_tf[owners[logical]]
+        nvml_index = nvml_index_of(owners[logical], nvml_gpus, nvml_of_tf)
         units, why = nvml.compute_units(nvml_index)
         name = next((g.name for g in nvml_gpus if g.index == nvml_index), None) or f"GPU {nvml_index}"
         if units is None or units.compute_capability not in FLOP_PER_SM_CLOCK:
@@ -284,6 +284,20 @@ def gpu_peaks_for(devices: list[str], config: DeviceConfig) -> tuple[dict[str, G
             continue
         peaks[short] = GpuPeak(name, units.sm_count, units.max_sm_clock_mhz, units.compute_capability)
     return peaks, missing
+
+
+def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int]) -> int:
+    """NVML's index of TensorFlow's physical GPU: by the PCI bus id CUDA gives it, else by CUDA_VISIBLE_DEVICES."""
+    from tf_device_panel.core.config import gpu_pci_bus_id
+    from tf_device_panel.core.gpus import nvml_index_for
+
+    try:
+        found = nvml_index_for(gpu_pci_bus_id(physical), nvml_gpus)
+    except (OSError, RuntimeError, AttributeError):
+        found = None
+    if found is not None:
+        return found
+    return by_visible[physical] if physical < len(by_visible) else physical
 
 
 def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float32,float16,bfloat16",
