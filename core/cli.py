@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import threading
@@ -36,7 +37,7 @@ from tf_device_panel.core.config import (
 )
 from tf_device_panel.core.diagnostics import configure_logging
 from tf_device_panel.core.events import ReadyData
-from tf_device_panel.core.gpus import tf_gpu_lines, tf_gpu_messages
+from tf_device_panel.core.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
@@ -73,11 +74,12 @@ def _print_lines(lines: Iterable[str], stream: TextIO | None = None) -> None:
 
 
 def nvml_gpu_inventory() -> list[GpuInfo] | None:
-    """The GPUs NVML sees, for validation; None when unknown (no driver)."""
+    """TensorFlow's GPUs as NVML sees them, for validation (TF's indices under CUDA_VISIBLE_DEVICES, CUDA's
+    totals); None when unknown (no driver)."""
     nvml = shared_nvml()
     if not nvml.init():
         return None
-    return [GpuInfo(g.index, g.name or "", g.memory_total_mib) for g in nvml.gpus()]
+    return tf_gpu_inventory(nvml.gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 def no_gpu_reason() -> str:
@@ -142,7 +144,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from tf_device_panel.core.runtime import RuntimeUnavailable, describe_devices
+    from tf_device_panel.core.runtime import RuntimeUnavailable, TensorFlowMissing, describe_devices
 
     config = load_config(args.config)
     nvml = shared_nvml()
@@ -151,6 +153,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
     try:
         info, lines = describe_devices(config)
+    except TensorFlowMissing as exc:
+        raise ConfigRejected(str(exc)) from None  # printed as it is: which Python, and how to install it
     except RuntimeUnavailable as exc:
         if "rejected the configuration" in str(exc):
             raise ConfigRejected(str(exc)) from None

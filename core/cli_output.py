@@ -17,6 +17,7 @@ from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.jobs import JobSpec
 from tf_device_panel.core.results import Presentation, Table, present
+from tf_device_panel.core.runtime import startup_error_text
 from tf_device_panel.core.session import JobOutcome
 
 ERROR_WIDTH = 60
@@ -101,9 +102,7 @@ class RunPrinter:
             self._line(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
                        f"ran on {fallback['actual_short']}")
         elif event.type == events.STARTUP_ERROR:
-            error = cast(events.StartupErrorData, event.data)
-            self._line(f"TensorFlow rejected the configuration at {error['stage']}: {error['type']}: "
-                       f"{error['message']}")
+            self._line(startup_error_text(event.data))
         elif event.type == events.RUNTIME_EXITED:
             exited = cast(events.RuntimeExitedData, event.data)
             if not exited.get("expected"):

@@ -6,7 +6,6 @@ A configuration is applied by the runtime process before TensorFlow initializes 
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -54,9 +53,11 @@ class Problem:
 class GpuInfo:
     """What validation needs to know about one physical GPU (from NVML or a runtime's report)."""
 
-    index: int
+    index: int                       # TensorFlow's physical index (after CUDA_VISIBLE_DEVICES)
     name: str = ""
-    total_mib: int | None = None
+    total_mib: int | None = None     # CUDA's total where known: what TensorFlow can split
+    nvml_index: int | None = None    # the same GPU in NVML and nvidia-smi, when it differs or matters
+    total_source: str = ""           # "CUDA" or "NVML": which total total_mib is
 
 
 @dataclass(frozen=True)
@@ -328,8 +329,11 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> lis
             problems.append(Problem(where, f"GPU {index} does not exist on this machine",
                                     f"available GPU indices: {available}"))
         elif gpu.total_mib is not None and sum(limits) > gpu.total_mib:
+            which = {"CUDA": " as CUDA counts it (what TensorFlow can use)",
+                     "NVML": " by NVML's count (CUDA's is a few hundred MiB less)"}.get(gpu.total_source, "")
+            also = "" if gpu.nvml_index in (None, index) else f", NVML's GPU {gpu.nvml_index}"
             problems.append(Problem(where, f"limits sum to {sum(limits)} MiB but GPU {index} "
-                                    f"({gpu.name or 'unnamed'}) has {gpu.total_mib} MiB",
+                                    f"({gpu.name or 'unnamed'}{also}) has {gpu.total_mib} MiB{which}",
                                     "lower the limits or split into fewer logical GPUs"))
     return problems
 
@@ -475,69 +479,24 @@ def gpu_total_mib(index: int) -> int:
     return int(total.value // 2**20)
 
 
+def gpu_pci_bus_id(index: int) -> str:
+    """The PCI bus id of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver: the key
+    that matches it to NVML's GPU whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say."""
+    import ctypes
+    import os
+
+    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    device, bus = ctypes.c_int(), ctypes.create_string_buffer(32)
+    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
+                   cuda.cuDeviceGetPCIBusId(bus, len(bus), device)):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s PCI bus id")
+    return bus.value.decode()
+
+
 def to_python_snippet(config: DeviceConfig) -> str:
-    """The configuration as code to paste at the top of a training script, before anything uses TF."""
-    lines = [
-        "# TensorFlow device configuration (exported by TF Device Panel).",
-        "# Paste at the very top of your script: it must run before TensorFlow initializes.",
-        "import os",
-        "",
-    ]
-    for name, value in config.environment().items():
-        lines.append(f"os.environ[{name!r}] = {value!r}")
-    lines += [
-        "",
-        "import tensorflow as tf",
-        "",
-        'gpus = tf.config.list_physical_devices("GPU")',
-    ]
-    if config.memory_fraction is not None:
-        # tf.config does not tell a GPU's total memory; the CUDA driver does, in TensorFlow's own order
-        # (CUDA_DEVICE_ORDER=PCI_BUS_ID, after CUDA_VISIBLE_DEVICES). The runtime calls this same function.
-        lines += ["", *inspect.getsource(gpu_total_mib).splitlines(), ""]
-    body: list[str] = []
-    if config.visible_gpus is not None:
-        indices = ", ".join(map(str, config.visible_gpus)) + ("," if len(config.visible_gpus) == 1 else "")
-        body.append(f'tf.config.set_visible_devices([gpus[i] for i in ({indices}) if i < len(gpus)], "GPU")')
-    if config.memory_growth:
-        body += [
-            "# The same can be had without code: TF_FORCE_GPU_ALLOW_GROWTH=true in the environment before",
-            "# TensorFlow is imported (os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'; platform specific).",
-            'for gpu in tf.config.get_visible_devices("GPU"):',
-            "    tf.config.experimental.set_memory_growth(gpu, True)",
-        ]
-    if config.memory_fraction is not None:
-        body += [
-            f"# memory_fraction {config.memory_fraction:g}: TF1's gpu_options.per_process_gpu_memory_fraction. "
-            "TF2 has no fraction,",
-            "# so each visible GPU becomes one logical GPU limited to that share of its total memory.",
-            "for index, gpu in enumerate(gpus):",
-            '    if gpu in tf.config.get_visible_devices("GPU"):',
-            f"        limit = int(gpu_total_mib(index) * {config.memory_fraction!r})",
-            "        tf.config.set_logical_device_configuration(",
-            "            gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])",
-        ]
-    for index, limits in sorted(config.virtual_gpus.items()):
-        devices = ", ".join(f"tf.config.LogicalDeviceConfiguration(memory_limit={m})" for m in limits)
-        body += [
-            f"if len(gpus) > {index}:",
-            f"    tf.config.set_logical_device_configuration(gpus[{index}], [{devices}])",
-        ]
-    if config.cpu_devices > 1:
-        body += [
-            'cpus = tf.config.list_physical_devices("CPU")',
-            "tf.config.set_logical_device_configuration(",
-            f"    cpus[0], [tf.config.LogicalDeviceConfiguration()] * {config.cpu_devices})",
-        ]
-    if body:
-        lines.append("try:")
-        lines += [f"    {line}" for line in body]
-        lines += [
-            "except RuntimeError as e:",
-            "    # Devices must be configured before the runtime initializes (before the first op).",
-            "    print(e)",
-        ]
-    lines.append(f"tf.config.set_soft_device_placement({config.soft_placement})")
-    if config.log_placement:
-        lines.append("tf.debugging.set_log_device_placement(True)")
-    return "\n".join(lines) + "\n"
+    """The configuration as code to paste at the top of a training script, before anything uses TF: the same
+    steps, checks and order a run applies (`core.tfplan`)."""
+    from tf_device_panel.core.tfplan import plan, to_python  # tfplan builds on this module
+
+    return to_python(plan(config))

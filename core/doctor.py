@@ -18,12 +18,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from tf_device_panel.core.config import DeviceConfig, GpuInfo, unchecked_gpus_warning, validate
+from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
+from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
-from tf_device_panel.core.gpus import created_gpus, same_bus
+from tf_device_panel.core.gpus import created_gpus, same_bus, tf_gpu_inventory
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.processes import run_module
 
@@ -35,6 +37,14 @@ TF_GPU_HINTS = ("could not find cuda drivers", "failed call to cuinit", "cannot 
                 "skipping registering gpu", "driver version is insufficient", "ignoring visible gpu",
                 "cuda_error", "unable to register", "cudnn", "dso loader")
 CUDA_PACKAGES_EXTRA = "and-cuda"
+NVIDIA_VENDOR = "0x10de"
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+CRASH_LINES = 12               # the probe's last output lines kept when it crashes
+# The stage a crashed probe was in, from the last stage it reported complete (core.doctor_probe).
+CRASHED_IN = {"started": "import", "import": "GPU discovery", "GPU discovery": "first op", "done": "exit"}
+# Checks that ask something of an NVIDIA GPU: on a machine without one they cannot apply.
+NEEDS_NVIDIA_GPU = ("driver", "gpus", "cuda-visible-devices", "cuda-libraries", "compute-capability", "gpu-memory",
+                    "placement", "pytorch", "xla-devices")
 
 
 @dataclass
@@ -66,6 +76,8 @@ class Facts:
     verbose_stderr: list[str] = field(default_factory=list)       # re-probe with TF's verbose logging
     torch: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
+    pci: dict[str, Any] = field(default_factory=dict)             # readable, devices read, NVIDIA devices
+    libraries: list[dict[str, Any]] = field(default_factory=list)  # cudalibs.Found per CUDA library
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,19 +107,72 @@ def tensorflow_cuda_requirements() -> list[str]:
     return []
 
 
+def signal_name(returncode: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 def run_probe(env_extra: dict[str, str] | None = None, place: bool = True,
               timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any], list[str]]:
+    """The probe's facts (the last stage it reported) and its stderr. A probe that died keeps the facts of
+    the stages it completed, with `crash`: the signal or exit code, the stage it died in, its last lines."""
     env = {"TF_CPP_MIN_LOG_LEVEL": "0", **(env_extra or {})}
     try:
         done = run_module("tf_device_panel.core.doctor_probe", *([] if place else ["--no-placement"]), env=env,
                           timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"imported": False, "import_error": f"the probe did not finish within {timeout:.0f} s"}, []
-    facts: dict[str, Any] = {"imported": False, "import_error": f"the probe exited with code {done.returncode}"}
-    for line in done.stdout.split("\n"):  # not splitlines(): it also splits at the prefix's \x1e
+    facts: dict[str, Any] = {"imported": False, "stage": "started"}
+    lines = done.stdout.split("\n")  # not splitlines(): it also splits at the prefix's \x1e
+    for line in lines:
         if line.startswith(PROBE_PREFIX):
             facts = json.loads(line[len(PROBE_PREFIX):])
-    return facts, done.stderr.splitlines()
+    stderr = done.stderr.splitlines()
+    if done.returncode != 0 or facts.get("stage") != "done":
+        output = [ln for ln in lines if ln.strip() and not ln.startswith(PROBE_PREFIX)] + stderr
+        how = signal_name(done.returncode) if done.returncode < 0 else f"exit code {done.returncode}"
+        facts["crash"] = {"returncode": done.returncode, "how": how,
+                          "stage": CRASHED_IN.get(str(facts.get("stage")), "import"),
+                          "last_lines": [ln[-300:] for ln in output[-CRASH_LINES:]]}
+    return facts, stderr
+
+
+def probe_libraries() -> list[dict[str, Any]]:
+    """Where each CUDA library TensorFlow opens is found, asked in a process of the probe's environment."""
+    try:
+        done = run_module("tf_device_panel.core.doctor_probe", "--libraries", timeout=60)
+        for line in done.stdout.split("\n"):
+            if line.startswith(PROBE_PREFIX):
+                return list(json.loads(line[len(PROBE_PREFIX):]))
+    except (subprocess.SubprocessError, ValueError, OSError) as exc:
+        log.warning("could not look for the CUDA libraries: %s", exc)
+    return []
+
+
+def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
+    """The PCI devices the kernel lists (their vendor ids): is there an NVIDIA GPU at all?"""
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        return {"readable": False, "error": f"cannot read {root}: {exc.strerror or exc}"}
+    nvidia = []
+    for entry in entries:
+        try:
+            vendor = (entry / "vendor").read_text().strip().lower()
+        except OSError:
+            continue
+        if vendor == NVIDIA_VENDOR:
+            def read(name: str, entry: Path = entry) -> str:
+                try:
+                    return (entry / name).read_text().strip()
+                except OSError:
+                    return ""
+            nvidia.append({"address": entry.name, "device": read("device"), "class": read("class")})
+    return {"readable": True, "devices": len(entries), "nvidia": nvidia}
 
 
 def probe_torch() -> dict[str, Any]:
@@ -142,8 +207,9 @@ def gather(config: DeviceConfig | None = None, nvml: Nvml | None = None) -> Fact
         env={k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
                                             "TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR", "LD_LIBRARY_PATH")},
         packages=packages, cuda_requirements=tensorflow_cuda_requirements(),
-        nvml=nvml_facts(nvml or Nvml()), config=config.to_json() if config else None)
+        nvml=nvml_facts(nvml or Nvml()), config=config.to_json() if config else None, pci=pci_facts())
     facts.probe, stderr = run_probe()
+    facts.libraries = probe_libraries()
     relevant = [line for line in stderr if any(h in line.lower() for h in TF_GPU_HINTS) or "Created device" in line]
     by_message = {line.split("] ", 1)[-1]: line for line in relevant}  # TF repeats some lines; keep one each
     facts.tf_stderr = list(by_message.values())[-40:]
@@ -177,13 +243,51 @@ def tf_bus_ids(lines: list[str]) -> dict[int, str]:
     return {gpu["physical"]: gpu["pci_bus_id"] for gpu in created_gpus(lines)}
 
 
+def tf_version_for_fix(facts: Facts) -> str:
+    """The TensorFlow version a fix should install: the one there (imported or installed), else the tested one."""
+    return str(facts.probe.get("version") or facts.packages.get("tensorflow") or TESTED_TF_VERSION)
+
+
+def install_fix(facts: Facts) -> str:
+    return f"pip install 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'"
+
+
+CRASH_FIXES = {
+    "import": "TensorFlow's own libraries or the CUDA libraries it loads at import do not match: see cuda-libraries "
+              "for where each was found; reinstall with pip install --force-reinstall '{tf}', and take other CUDA "
+              "folders out of LD_LIBRARY_PATH",
+    "GPU discovery": "TensorFlow died opening the GPU: a driver or CUDA runtime that does not match (see driver and "
+                     "cuda-libraries); pip install --force-reinstall '{tf}'",
+    "first op": "TensorFlow saw the GPU but died running its first op: a CUDA library it opened fails when called "
+                "(a mismatched or stand-in cuBLAS/cuDNN; see cuda-libraries for where each was found)",
+    "exit": "TensorFlow finished but the process died on its way out; the checks above hold",
+}
+
+
 def check_tensorflow(facts: Facts) -> Check:
     check = Check("tensorflow", "TensorFlow imports, and its build")
     probe = facts.probe
+    crash = probe.get("crash")
+    if crash:
+        check.status = FAIL
+        check.summary = f"the TensorFlow probe crashed ({crash['how']}) during {crash['stage']}"
+        reached = [stage for stage in ("import", "GPU discovery") if stage != crash["stage"]
+                   and probe.get("stage") in (stage, "GPU discovery", "done")]
+        check.evidence = [f"stages completed before it: {', '.join(reached) or 'none'}"]
+        if probe.get("version"):
+            check.evidence.append(f"TensorFlow {probe['version']} had imported"
+                                  + (f", seeing {len(_tf_gpus(facts))} GPU(s)" if "physical" in probe else ""))
+        check.evidence += [f"last output: {line}" for line in crash.get("last_lines", [])]
+        check.fix = CRASH_FIXES.get(crash["stage"], CRASH_FIXES["import"]).format(
+            tf=f"tensorflow[and-cuda]=={tf_version_for_fix(facts)}")
+        return check
     if not probe.get("imported"):
         check.status, check.summary = FAIL, "TensorFlow cannot be imported"
         check.evidence = [probe.get("import_error", ""), *probe.get("import_traceback", "").splitlines()[-4:]]
-        check.fix = "pip install 'tensorflow[and-cuda]'   (Linux with an NVIDIA GPU) or pip install tensorflow"
+        cpu_only = f"pip install 'tensorflow=={tf_version_for_fix(facts)}'"
+        no_gpu = facts.pci.get("readable") and not facts.pci.get("nvidia")
+        check.fix = (f"{cpu_only}   (no NVIDIA GPU here: the CUDA packages would be gigabytes of nothing)" if no_gpu
+                     else f"{install_fix(facts)}   (Linux with an NVIDIA GPU) or {cpu_only}")
         return check
     build = probe.get("build", {})
     check.evidence = [f"TensorFlow {probe.get('version')}, Python {facts.python}"]
@@ -197,6 +301,36 @@ def check_tensorflow(facts: Facts) -> Check:
         check.status, check.summary = WARN, f"TensorFlow {probe.get('version')} is a CPU-only build"
         check.fix = ("This TensorFlow can never use a GPU. On Linux: pip uninstall tensorflow-cpu; "
                      "pip install 'tensorflow[and-cuda]'")
+    return check
+
+
+def check_hardware(facts: Facts) -> Check:
+    """First: is there an NVIDIA GPU on this machine's PCI bus at all? Without one no driver or library helps."""
+    check = Check("hardware", "An NVIDIA GPU on the PCI bus")
+    pci = facts.pci
+    if facts.wsl:
+        check.status, check.summary = SKIPPED, "WSL2 reaches the GPU through the Windows driver, not a PCI device"
+        return check
+    if not pci.get("readable"):
+        check.status = SKIPPED
+        check.summary = f"the PCI bus cannot be read here ({pci.get('error') or 'not Linux'})"
+        return check
+    nvidia = pci.get("nvidia") or []
+    if not nvidia:
+        check.status = FAIL
+        check.summary = (f"no NVIDIA GPU on this machine: none of its {pci.get('devices', 0)} PCI devices is "
+                         f"NVIDIA's (vendor {NVIDIA_VENDOR})")
+        check.evidence = [f"read {PCI_DEVICES}/*/vendor: {pci.get('devices', 0)} devices, none with vendor "
+                          f"{NVIDIA_VENDOR}", "no driver or CUDA library can help: the checks that need a GPU are "
+                          "skipped"]
+        check.fix = ("Run on a machine with an NVIDIA GPU: a cloud GPU instance, or a VM or container with a GPU "
+                     "passed through (PCI passthrough; docker run --gpus all). Here TensorFlow runs on the CPU: "
+                     "pip install tensorflow, and split the CPU into logical devices in the panel to try "
+                     "distribution")
+        return check
+    check.summary = f"{len(nvidia)} NVIDIA device(s) on the PCI bus"
+    check.evidence = [f"{d['address']}: device {d.get('device') or '?'}, class {d.get('class') or '?'}"
+                      for d in nvidia]
     return check
 
 
@@ -242,6 +376,12 @@ def check_gpu_match(facts: Facts) -> Check:
     if not facts.nvml.get("available"):
         check.status, check.summary = SKIPPED, "no NVIDIA driver, so nothing to compare"
         check.evidence = [f"TensorFlow sees {len(tf_gpus)} GPU(s)"]
+        return check
+    crash = facts.probe.get("crash")
+    if crash and "physical" not in facts.probe:
+        check.status = SKIPPED
+        check.summary = (f"driver sees {len(nvml_gpus)}; TensorFlow's count is unknown: its probe crashed during "
+                         f"{crash['stage']} (see tensorflow)")
         return check
     buses = tf_bus_ids(facts.tf_stderr)
     check.evidence = [f"driver: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus]
@@ -294,11 +434,66 @@ def _satisfies(version: str, requirement: str) -> bool:
 
 
 def check_cuda_libraries(facts: Facts) -> Check:
+    """Judged as TensorFlow's loader judges: can each library be opened by its soname in the probe's
+    environment (TensorFlow's pip packages, LD_LIBRARY_PATH, the system), and did TensorFlow say it could not
+    open one. Which pip packages are installed is evidence only: system CUDA, conda and NVIDIA's containers
+    provide the libraries without them."""
+    from tf_device_panel.core.cudalibs import LIBRARIES, tf_dlopen_failures
+
     check = Check("cuda-libraries", "CUDA libraries for TensorFlow")
     build = facts.probe.get("build", {})
-    if not facts.probe.get("imported") or not build.get("is_cuda_build"):
+    crashed = bool(facts.probe.get("crash"))
+    if not crashed and (not facts.probe.get("imported") or not build.get("is_cuda_build")):
         check.status, check.summary = SKIPPED, "not a CUDA build of TensorFlow"
         return check
+    tf_failed = tf_dlopen_failures(facts.tf_stderr + facts.verbose_stderr)
+    found = {entry["soname"]: entry for entry in facts.libraries}
+    for library in LIBRARIES:
+        entry = found.get(library.soname)
+        if entry is None:
+            continue
+        if entry.get("path"):
+            check.evidence.append(f"{library.soname} ({library.what}): {entry['path']} — {entry['how']}")
+        else:
+            check.evidence.append(f"{library.soname} ({library.what}): " + (entry.get("error") or "not found"))
+    check.evidence += [f"TensorFlow: could not load {name}" + (f": {why}" if why else "")
+                       for name, why in tf_failed.items()]
+    required = [lib for lib in LIBRARIES if lib.required]
+    missing = [lib for lib in required if (lib.soname in found and not found[lib.soname].get("path"))
+               or lib.soname in tf_failed]
+    optional_missing = [lib for lib in LIBRARIES if not lib.required and lib.soname in found
+                        and not found[lib.soname].get("path")]
+    dlopen_said = [ln for ln in facts.tf_stderr if "cannot dlopen" in ln.lower()
+                   or "skipping registering gpu" in ln.lower()]
+    packages = _cuda_package_notes(facts)
+    if missing or (dlopen_said and not found):
+        check.status = FAIL
+        names = ", ".join(f"{lib.soname} ({lib.what}: {lib.needed_for})" for lib in missing) or \
+            "some of them (TensorFlow's messages below)"
+        stand_in = any("opens but has no" in str(found.get(lib.soname, {}).get("error")) for lib in missing)
+        check.summary = f"TensorFlow cannot {'use' if stand_in else 'open'} {names}"
+        check.evidence += dlopen_said[:4] + packages
+        check.fix = (f"{install_fix(facts)} (NVIDIA's pip packages, found by TensorFlow itself), or add the folder "
+                     "that holds them (system CUDA 12, conda) to LD_LIBRARY_PATH")
+        return check
+    if not found:
+        check.status = SKIPPED
+        check.summary = "could not look for the libraries (the library probe gave nothing)"
+        check.evidence += packages
+        return check
+    places = sorted({str(found[lib.soname].get("how")) for lib in required if lib.soname in found})
+    check.summary = f"all {len(required)} CUDA libraries TensorFlow needs open ({'; '.join(places)})"
+    if optional_missing:
+        check.status = WARN
+        check.summary += "; not found: " + ", ".join(f"{lib.soname} ({lib.needed_for})" for lib in optional_missing)
+        check.fix = (f"only needed for {', '.join(lib.needed_for for lib in optional_missing)}: "
+                     f"{install_fix(facts)} installs them")
+    check.evidence += packages
+    return check
+
+
+def _cuda_package_notes(facts: Facts) -> list[str]:
+    """TensorFlow's [and-cuda] pip packages: which are missing or at other versions (evidence, not a verdict)."""
     missing, wrong = [], []
     for requirement in facts.cuda_requirements:
         name = _normalise(re.split(r"[<>=!~ ;\[]", requirement, maxsplit=1)[0])
@@ -307,28 +502,10 @@ def check_cuda_libraries(facts: Facts) -> Check:
             missing.append(name)
         elif not _satisfies(version, requirement):
             wrong.append(f"{name} {version} (TensorFlow asks {requirement[len(name):]})")
-    messages = [ln for ln in facts.tf_stderr if "dlopen" in ln.lower() or "could not load dynamic" in ln.lower()
-                or "skipping registering gpu" in ln.lower()]
-    check.evidence = messages[:6] + facts.verbose_stderr[:8]
-    if wrong:
-        check.evidence += [f"version mismatch: {w}" for w in wrong]
+    notes = [f"pip package at another version: {w}" for w in wrong]
     if missing:
-        check.evidence.append(f"not installed: {', '.join(missing)}")
-    if messages or (missing and _nvml_gpus(facts)):
-        check.status = FAIL
-        check.summary = "TensorFlow could not load its CUDA libraries" if messages else \
-            f"{len(missing)} of TensorFlow's CUDA packages are not installed"
-        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version')}'"
-    elif wrong:
-        check.status, check.summary = WARN, "some CUDA packages are not at the versions TensorFlow asks for"
-        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version')}'"
-    elif missing:
-        check.status = WARN
-        check.summary = "TensorFlow's CUDA packages are not installed (it would need them to use a GPU)"
-        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version')}'"
-    else:
-        check.summary = f"all {len(facts.cuda_requirements)} CUDA packages present at the versions TensorFlow asks"
-    return check
+        notes.append(f"pip packages not installed (the libraries may come from elsewhere): {', '.join(missing)}")
+    return notes
 
 
 def check_compute_capability(facts: Facts) -> Check:
@@ -429,7 +606,7 @@ def check_configuration(facts: Facts) -> Check:
         check.status, check.summary = SKIPPED, "no configuration given (use --config FILE)"
         return check
     config = DeviceConfig.from_json(facts.config)
-    gpus = [GpuInfo(g["index"], g.get("name") or "", g.get("memory_total_mib")) for g in _nvml_gpus(facts)]
+    gpus = tf_gpu_inventory(_nvml_gpus(facts), facts.env.get("CUDA_VISIBLE_DEVICES"))
     problems = validate(config, gpus if facts.nvml.get("available") else None)
     check.evidence = [config.summary()] + [str(p) for p in problems]
     growth_env = (facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"
@@ -494,7 +671,7 @@ def check_torch(facts: Facts) -> Check:
     if torch.get("available") and tf_count == 0:
         check.status = WARN
         check.summary = "PyTorch uses the GPU but TensorFlow does not: the driver works, TensorFlow's setup does not"
-        check.fix = f"pip install 'tensorflow[and-cuda]=={facts.probe.get('version', '')}' (see cuda-libraries)"
+        check.fix = f"{install_fix(facts)} (see cuda-libraries)"
     elif not torch.get("available"):
         check.summary = "PyTorch does not see a GPU either: look at the driver first"
     else:
@@ -515,14 +692,15 @@ def check_xla_only(facts: Facts) -> Check:
 
 
 CHECKS: list[Callable[[Facts], Check]] = [
-    check_tensorflow, check_platform, check_driver, check_gpu_match, check_visible_devices, check_cuda_libraries,
+    check_hardware, check_tensorflow, check_platform, check_driver, check_gpu_match, check_visible_devices,
+    check_cuda_libraries,
     check_compute_capability, check_packages, check_gpu_memory, check_configuration, check_placement,
     check_torch, check_xla_only,
 ]
 
 
 def diagnose(facts: Facts) -> list[Check]:
-    results = []
+    results: list[Check] = []
     for function in CHECKS:
         try:
             results.append(function(facts))
@@ -530,6 +708,11 @@ def diagnose(facts: Facts) -> list[Check]:
             name = function.__name__.removeprefix("check_").replace("_", "-")
             log.warning("doctor check %s failed; the report marks it skipped", name, exc_info=exc)
             results.append(Check(name, name, SKIPPED, f"the check itself failed: {type(exc).__name__}: {exc}"))
+    hardware = results[0]
+    if hardware.id == "hardware" and hardware.status == FAIL:
+        # No NVIDIA GPU at all: a driver, CUDA libraries or GPU placement cannot apply; say so, not "install".
+        results = [Check(c.id, c.title, SKIPPED, "cannot apply: no NVIDIA GPU on this machine (see the first check)")
+                   if c.id in NEEDS_NVIDIA_GPU else c for c in results]
     return results
 
 

@@ -1,6 +1,9 @@
-"""The doctor's probe: imports TensorFlow in a fresh process and reports what it sees as one JSON line.
+"""The doctor's probe: imports TensorFlow in a fresh process and reports what it sees, stage by stage.
 
-TensorFlow's own messages (driver, cuInit, dlopen) go to this process's stderr, which the doctor reads.
+After each stage (import, GPU discovery, first op) it writes everything gathered so far as one JSON line, so
+when TensorFlow kills the process (a SIGSEGV from mismatched CUDA libraries) the doctor still has the facts
+of the stages before, and knows the stage it died in. TensorFlow's own messages (driver, cuInit, dlopen) go
+to this process's stderr, which the doctor reads.
 """
 
 from __future__ import annotations
@@ -12,10 +15,22 @@ import traceback
 from typing import Any
 
 PROBE_PREFIX = "\x1eTFDP-PROBE "
+# What the probe does, in order; each fact line names the last stage completed.
+STAGES = ("import", "GPU discovery", "first op")
+
+
+def report(facts: dict[str, Any], completed: str) -> None:
+    """Everything gathered so far, as one line: the doctor keeps the last it got."""
+    facts["stage"] = completed
+    facts["env"] = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH")}
+    sys.stderr.flush()
+    sys.stdout.write(PROBE_PREFIX + json.dumps(facts, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def probe(place: bool) -> dict[str, Any]:
     facts: dict[str, Any] = {"imported": False}
+    report(facts, "started")
     try:
         import tensorflow as tf
     except BaseException as exc:
@@ -29,6 +44,7 @@ def probe(place: bool) -> dict[str, Any]:
                           if isinstance(v, (str, bool, list, int))}
     except Exception as exc:
         facts["build"] = {"error": str(exc)}
+    report(facts, "import")
     physical = []
     for device in tf.config.list_physical_devices():
         entry: dict[str, Any] = {"name": device.name, "device_type": device.device_type}
@@ -42,6 +58,7 @@ def probe(place: bool) -> dict[str, Any]:
                 entry["details_error"] = str(exc)
         physical.append(entry)
     facts["physical"] = physical
+    report(facts, "GPU discovery")
     if place:
         tf.debugging.set_log_device_placement(True)
     facts["placement"] = []
@@ -62,12 +79,15 @@ def probe(place: bool) -> dict[str, Any]:
 
 
 def main() -> int:
+    if "--libraries" in sys.argv:  # where each CUDA library opens from, in a process of its own (no TensorFlow)
+        from tf_device_panel.core.cudalibs import locate
+
+        sys.stdout.write(PROBE_PREFIX + json.dumps([found.__dict__ for found in locate()]) + "\n")
+        sys.stdout.flush()
+        return 0
     place = "--no-placement" not in sys.argv
     facts = probe(place)
-    facts["env"] = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH")}
-    sys.stderr.flush()
-    sys.stdout.write(PROBE_PREFIX + json.dumps(facts, default=str) + "\n")
-    sys.stdout.flush()
+    report(facts, "done")
     return 0
 
 

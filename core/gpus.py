@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from tf_device_panel.core.config import GpuInfo
 
 # TF's line when it creates a logical GPU, e.g.
 # Created device /job:localhost/replica:0/task:0/device:GPU:1 with 1024 MB memory:  -> device: 0, name: NVIDIA L4,
@@ -68,3 +70,53 @@ def tf_gpu_lines(lines: Iterable[str]) -> list[str]:
 def tf_gpu_messages(lines: Iterable[str]) -> list[str]:
     """The same lines without TF's C++ log prefix, each once (TF says some twice), for people to read."""
     return list(dict.fromkeys(line.split("] ", 1)[-1] for line in tf_gpu_lines(lines)))
+
+
+def _field(gpu: Any, name: str) -> Any:
+    """A field of an NVML GPU given as a snapshot object or as its JSON dict."""
+    return gpu.get(name) if isinstance(gpu, dict) else getattr(gpu, name, None)
+
+
+def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> list[int]:
+    """NVML's index of each CUDA device, in CUDA's (and so TensorFlow's physical) order, as CUDA reads
+    `CUDA_VISIBLE_DEVICES` in the run process (where CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order too).
+
+    Unset: every GPU, in NVML's order. Set: each entry an index into that order or a GPU UUID (or its unique
+    prefix, "GPU-8315"); at the first entry CUDA cannot use (unknown, repeated, a MIG instance, garbage) it
+    ignores that entry and every later one. "" or "-1": no GPU. `nvml_gpus`: snapshots or their dicts.
+    """
+    ordered = [int(_field(g, "index")) for g in nvml_gpus]
+    if visible is None:
+        return ordered
+    chosen: list[int] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        index: int | None = None
+        if entry.isdigit() and int(entry) < len(ordered):
+            index = ordered[int(entry)]
+        elif entry.upper().startswith("GPU-"):
+            matches = [int(_field(g, "index")) for g in nvml_gpus
+                       if str(_field(g, "uuid") or "").lower().startswith(entry.lower())]
+            index = matches[0] if len(matches) == 1 else None
+        if index is None or index in chosen:
+            break
+        chosen.append(index)
+    return chosen
+
+
+def gpu_info(tf_index: int, nvml_gpu: Any, name: str = "") -> GpuInfo:
+    """What validation needs of TensorFlow's physical GPU `tf_index`, from its NVML record (a snapshot or its
+    dict): CUDA's total where NVML tells what the driver keeps (memory v2), else NVML's total, said so."""
+    total, reserved = _field(nvml_gpu, "memory_total_mib"), _field(nvml_gpu, "memory_reserved_mib")
+    cuda_total = None if total is None or reserved is None else int(total) - int(reserved)
+    index = _field(nvml_gpu, "index")
+    return GpuInfo(tf_index, name or _field(nvml_gpu, "name") or "", cuda_total if cuda_total is not None else total,
+                   nvml_index=None if index is None else int(index),
+                   total_source="CUDA" if cuda_total is not None else "NVML" if total is not None else "")
+
+
+def tf_gpu_inventory(nvml_gpus: Sequence[Any], visible: str | None) -> list[GpuInfo]:
+    """TensorFlow's physical GPUs as validation must see them: TF's indices (after CUDA_VISIBLE_DEVICES, matched
+    to NVML by UUID and PCI order) with CUDA's totals (`gpu_info`). `nvml_gpus`: snapshots or their dicts."""
+    by_index = {int(_field(g, "index")): g for g in nvml_gpus}
+    return [gpu_info(tf_index, by_index[nvml_index])
+            for tf_index, nvml_index in enumerate(cuda_visible_nvml_indices(visible, nvml_gpus))]

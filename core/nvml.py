@@ -51,9 +51,33 @@ class GpuSnapshot:
     memory_used_mib: int | None = None
     compute_capability: str | None = None
     error: str | None = None
+    # Memory the driver keeps for itself (memory v2 only): CUDA's total is NVML's total less this
+    # (an H100 80GB: 81,559 - 480 = 81,079 MiB, the most TensorFlow can be given).
+    memory_reserved_mib: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def cuda_total_mib(self) -> int | None:
+        """The total CUDA reports (what TensorFlow can split), when NVML tells what the driver keeps."""
+        if self.memory_total_mib is None or self.memory_reserved_mib is None:
+            return None
+        return self.memory_total_mib - self.memory_reserved_mib
+
+
+# CUDA cores per streaming multiprocessor, by compute capability's major.minor: NVML gives cores, peaks need SMs.
+CORES_PER_SM = {"6.0": 64, "6.1": 128, "6.2": 128, "7.0": 64, "7.2": 64, "7.5": 64, "8.0": 64, "8.6": 128,
+                "8.7": 128, "8.9": 128, "9.0": 128, "10.0": 128, "12.0": 128}
+
+
+@dataclass(frozen=True)
+class ComputeUnits:
+    """What a GPU's peak throughput is made of: its SMs, their highest clock and its architecture."""
+
+    sm_count: int
+    max_sm_clock_mhz: int
+    compute_capability: str
 
 
 @dataclass
@@ -266,6 +290,29 @@ class Nvml:
         if memory is not None:
             snap.memory_total_mib = int(memory.total) // MIB
             snap.memory_used_mib = int(memory.used) // MIB
+            reserved = getattr(memory, "reserved", None)  # memory v2 only
+            snap.memory_reserved_mib = None if reserved is None else int(reserved) // MIB
+
+    def compute_units(self, index: int) -> tuple[ComputeUnits | None, str]:
+        """GPU `index`'s SM count, maximum SM clock and compute capability; (None, why) when NVML cannot tell."""
+        if not self.init() or index >= len(self._handles) or index in self._row_errors:
+            return None, self.message or self._row_errors.get(index) or f"NVML has no GPU {index}"
+        pynvml, handle = self._pynvml, self._handles[index]
+        assert pynvml is not None
+        try:
+            capability = self.query("nvmlDeviceGetCudaComputeCapability", handle, gpu=index)
+            cores = self.query("nvmlDeviceGetNumGpuCores", handle, gpu=index)
+            clock = self.query("nvmlDeviceGetMaxClockInfo", handle, pynvml.NVML_CLOCK_SM, gpu=index)
+        except GpuLost:
+            return None, GPU_LOST
+        if capability is None:
+            return None, "NVML does not tell its compute capability"
+        arch = f"{capability[0]}.{capability[1]}"
+        if not cores or not clock:
+            return None, "NVML does not tell its CUDA cores or maximum SM clock"
+        if arch not in CORES_PER_SM:
+            return None, f"compute capability {arch} is not one this panel knows the SM layout of"
+        return ComputeUnits(int(cores) // CORES_PER_SM[arch], int(clock), arch), ""
 
     def _memory(self, index: int) -> Any:
         # v1 counts memory the driver reserves as used (wrong "used" on R510+ drivers); v2 does not.

@@ -116,8 +116,9 @@ class TableResult(_TableBase, total=False):
     title: str
     column_titles: dict[str, str]     # key -> heading; a key without one is its own heading
     repeats: int
+    tf32: bool                        # benchmark: TensorFloat-32 on for float32 matmuls (GPUs of 8.0 and later)
     plot: PlotSpec
-    peak: dict[str, Any]              # the CPU's physical peak, the bound no figure may pass
+    peak: dict[str, Any]              # the CPU's and GPUs' physical peaks, the bounds no figure may pass
     best: list[dict[str, Any]]        # the best figure per size
     flags: list[str]                  # figures above the peak or far above NumPy's
     notes: list[str]

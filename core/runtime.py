@@ -69,6 +69,17 @@ class RuntimeUnavailable(RuntimeError):
     """The process cannot take this request now (not warm yet, already used, or exited)."""
 
 
+class TensorFlowMissing(RuntimeUnavailable):
+    """The run's Python has no TensorFlow: the message says which Python, and how to install it."""
+
+
+def startup_error_text(error: Mapping[str, Any]) -> str:
+    """A run's start-up failure in words: TensorFlow missing from its Python, or what TensorFlow refused."""
+    if error.get("not_installed"):
+        return str(error.get("message"))
+    return f"TensorFlow rejected the configuration at {error.get('stage')}: {error.get('type')}: {error.get('message')}"
+
+
 def describe_exit(returncode: int | None, killed_because: str | None = None) -> str:
     """How a process ended, in words; `killed_because` is the reason when the client killed it on purpose."""
     if killed_because and returncode is not None and returncode < 0:
@@ -202,8 +213,14 @@ class RuntimeProcess:
                     raise RuntimeUnavailable(f"the runtime did not become ready within {timeout:.0f} s")
                 self._state_changed.wait(left)
         if self.warm_info is None:
-            raise RuntimeUnavailable(self.failure_message())
+            raise self.unavailable()
         return self.warm_info
+
+    def unavailable(self) -> RuntimeUnavailable:
+        """Why this process cannot run anything, as the exception to raise (TensorFlowMissing: no TensorFlow)."""
+        if self.startup_error and self.startup_error.get("not_installed"):
+            return TensorFlowMissing(self.failure_message())
+        return RuntimeUnavailable(self.failure_message())
 
     def wait_exited(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -217,9 +234,7 @@ class RuntimeProcess:
 
     def failure_message(self) -> str:
         if self.startup_error:
-            err = self.startup_error
-            return (f"TensorFlow rejected the configuration at {err.get('stage')}: "
-                    f"{err.get('type')}: {err.get('message')}")
+            return startup_error_text(self.startup_error)
         if self.exit_info:
             tail = "\n".join(self.exit_info.get("last_lines", [])[-8:])
             return f"the runtime {self.exit_info['description']}" + (f"; last output:\n{tail}" if tail else "")
@@ -554,7 +569,7 @@ def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[dict
     finally:
         runtime.stop()
     if runtime.ready_info is None:
-        raise RuntimeUnavailable(runtime.failure_message())
+        raise runtime.unavailable()
     described = (runtime.ready_info, runtime.recent_lines())
     with _described_lock:
         _described[config_key(config)] = described

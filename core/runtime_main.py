@@ -31,12 +31,14 @@ import traceback
 from typing import Any
 
 from tf_device_panel.core import events
-from tf_device_panel.core.config import ConfigError, DeviceConfig, gpu_total_mib
+from tf_device_panel.core.config import ConfigError, DeviceConfig
+from tf_device_panel.core.cudalibs import install_commands
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.jobs.script import ScriptExit
 from tf_device_panel.core.placement import short_device_name
 from tf_device_panel.core.processes import die_with_parent
+from tf_device_panel.core.tfplan import AppliedPlan, StepError, apply_plan, plan
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
 MEMORY_REPORT_S = 0.5
@@ -60,68 +62,21 @@ class EventWriter:
 
 
 def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
-    """Call the tf.config setters in TensorFlow's required order; returns what was done, step by step.
+    """Apply the configuration's plan (`core.tfplan`) before TensorFlow initializes; returns what was done,
+    step by step. The plan is kept (`applied_plan`) so `describe_logical` can give each logical GPU its limit.
 
-    Raises ConfigStepError naming the step and carrying TensorFlow's own message.
+    Raises ConfigStepError naming the step and carrying TensorFlow's (or the driver's) own message.
     """
-    done: list[str] = []
-    fraction_limits.clear()
-    gpus = tf.config.list_physical_devices("GPU")
-    cpus = tf.config.list_physical_devices("CPU")
-
-    def step(description: str, action: Any) -> None:
-        try:
-            action()
-        except (RuntimeError, ValueError, IndexError, TypeError) as exc:
-            raise ConfigStepError(description, exc) from exc
-        done.append(description)
-
-    missing = [i for i in (config.visible_gpus or ()) if i >= len(gpus)]
-    missing += [i for i in config.virtual_gpus if i >= len(gpus) and i not in missing]
-    if missing:
-        raise ConfigStepError(
-            "check GPU indices",
-            IndexError(f"GPU {', '.join(map(str, sorted(missing)))} requested, but TensorFlow sees "
-                       f"{len(gpus)} physical GPU(s)"))
-    if config.visible_gpus is not None:
-        chosen = [gpus[i] for i in config.visible_gpus]
-        step(f"set_visible_devices(GPU {list(config.visible_gpus)})",
-             lambda: tf.config.set_visible_devices(chosen, "GPU"))
-    visible = tf.config.get_visible_devices("GPU")
-    if config.memory_growth:
-        for gpu in visible:
-            step(f"set_memory_growth({gpu.name}, True)",
-                 lambda gpu=gpu: tf.config.experimental.set_memory_growth(gpu, True))
-    for index, limits in sorted(config.virtual_gpus.items()):
-        logical = [tf.config.LogicalDeviceConfiguration(memory_limit=m) for m in limits]
-        step(f"set_logical_device_configuration(GPU:{index}, {list(limits)} MiB)",
-             lambda index=index, logical=logical: tf.config.set_logical_device_configuration(gpus[index], logical))
-    if config.memory_fraction is not None:
-        fraction = config.memory_fraction
-        for gpu in visible:
-            index = gpus.index(gpu)
-            try:
-                total = gpu_total_mib(index)
-            except (OSError, RuntimeError, AttributeError) as exc:
-                raise ConfigStepError(f"read GPU:{index}'s total memory for memory_fraction", exc) from exc
-            limit = int(total * fraction)
-            fraction_limits.append(limit)
-            step(f"set_logical_device_configuration(GPU:{index}, [{limit}] MiB = {fraction:g} × {total} MiB)",
-                 lambda gpu=gpu, limit=limit: tf.config.set_logical_device_configuration(
-                     gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)]))
-    if config.cpu_devices > 1:
-        step(f"set_logical_device_configuration(CPU:0, {config.cpu_devices} logical CPUs)",
-             lambda: tf.config.set_logical_device_configuration(
-                 cpus[0], [tf.config.LogicalDeviceConfiguration()] * config.cpu_devices))
-    step(f"set_soft_device_placement({config.soft_placement})",
-         lambda: tf.config.set_soft_device_placement(config.soft_placement))
-    if config.log_placement:
-        # After initialization this call silently does nothing, so it must come before.
-        step("set_log_device_placement(True)", lambda: tf.debugging.set_log_device_placement(True))
-    return done
+    global applied_plan
+    applied_plan = AppliedPlan()
+    try:
+        applied_plan = apply_plan(tf, plan(config))
+    except StepError as exc:
+        raise ConfigStepError(exc.step, exc.cause) from exc
+    return list(applied_plan.steps)
 
 
-fraction_limits: list[int] = []  # the MiB limits memory_fraction gave each visible GPU, in order
+applied_plan = AppliedPlan()  # what the last apply_config did (one configuration per process)
 
 
 class ConfigStepError(Exception):
@@ -129,6 +84,17 @@ class ConfigStepError(Exception):
         self.step = step
         self.cause = cause
         super().__init__(f"{step}: {type(cause).__name__}: {cause}")
+
+
+def import_failure(exc: BaseException) -> dict[str, Any]:
+    """What to say when `import tensorflow` failed: TensorFlow absent from this Python is not a rejected
+    configuration, and says how to install it into the very interpreter the run uses."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "tensorflow":
+        python = sys.executable
+        return {"not_installed": True, "python": python,
+                "message": f"TensorFlow is not installed in this Python ({python}); install it with: "
+                           f"{install_commands(python)}"}
+    return {}
 
 
 def describe_physical(tf: Any) -> dict[str, Any]:
@@ -159,17 +125,21 @@ def describe_physical(tf: Any) -> dict[str, Any]:
 
 
 def describe_logical(tf: Any, config: DeviceConfig) -> list[dict[str, Any]]:
-    """The logical devices; listing them initializes TensorFlow."""
+    """The logical devices, each GPU with the memory limit the plan gave it (none for a GPU left whole);
+    listing them initializes TensorFlow."""
     logical = []
-    gpu_limits = [m for _, limits in sorted(config.virtual_gpus.items()) for m in limits] or list(fraction_limits)
     for device in tf.config.list_logical_devices():  # this initializes the runtime
         entry = {"name": f"/job:localhost/replica:0/task:0{device.name}", "short_name": short_device_name(device.name),
                  "device_type": device.device_type}
         logical.append(entry)
-    split_gpus = [d for d in logical if d["device_type"] == "GPU"]
-    if gpu_limits and len(gpu_limits) == len(split_gpus):
-        for device, limit in zip(split_gpus, gpu_limits, strict=False):
-            device["memory_limit_mib"] = limit
+    physical = tf.config.list_physical_devices("GPU")
+    visible = [physical.index(gpu) for gpu in tf.config.get_visible_devices("GPU") if gpu in physical]
+    limits = applied_plan.logical_gpu_limits(visible)
+    logical_gpus = [d for d in logical if d["device_type"] == "GPU"]
+    if len(limits) == len(logical_gpus):  # otherwise TF made other devices than planned: say no limit at all
+        for device, limit in zip(logical_gpus, limits, strict=True):
+            if limit is not None:
+                device["memory_limit_mib"] = limit
     return logical
 
 
@@ -336,7 +306,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     try:
         import tensorflow as tf
     except Exception as exc:
-        return fail("import tensorflow", exc)
+        return fail("import tensorflow", exc, **import_failure(exc))
     imported = time.monotonic()
     try:
         steps = apply_config(tf, config)

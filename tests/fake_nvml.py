@@ -92,6 +92,8 @@ class FakeGpus:
             "nvmlDeviceGetTemperature": lambda h, sensor: self._field("temperature", h, 55),
             "nvmlDeviceGetPowerUsage": lambda h: self._field("power", h, 70_000),
             "nvmlDeviceGetClockInfo": lambda h, kind: self._field("clocks", h, 1500 if kind == 1 else 6000),
+            "nvmlDeviceGetMaxClockInfo": lambda h, kind: self._field("clocks", h, 2040 if kind == 1 else 6251),
+            "nvmlDeviceGetNumGpuCores": lambda h: self._field("cores", h, 7424),  # an L4: 58 SMs × 128
         }
         for name in PROCESS_QUERIES:
             fakes[name] = lambda h: self._field("processes", h, self.processes[int(h[1:])])

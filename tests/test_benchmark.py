@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 from job_helpers import run_job
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.jobs.benchmark import NUMPY_ROW, best_per_size, check_rows, cpu_peak
+from tf_device_panel.core.jobs import JOBS
+from tf_device_panel.core.jobs.benchmark import (
+    MAX_TRIALS,
+    NUMPY_ROW,
+    TF32_LABEL,
+    GpuPeak,
+    best_per_size,
+    check_rows,
+    cpu_peak,
+    timed_turns,
+    uses_tf32,
+)
 
 ZEN4 = "processor\t: 0\ncpu MHz\t\t: 2596.144\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_bf16\n"
 HASWELL = "cpu MHz\t\t: 2300.000\nflags\t\t: fpu sse4_2 avx avx2 fma\n"
@@ -77,3 +92,115 @@ def test_time_grows_with_repeats_and_figures_are_plausible() -> None:
     assert 0.3 <= row["vs_numpy"] <= 3.0, ten["rows"]
     assert row["check"] == "ok" and ten["flags"] == []
     assert ten["best"][0]["size"] == 1024 and any(n.startswith("CPU peak") for n in ten["notes"])
+
+
+# -- GPU figures measured on the H100 (tests/fixtures/h100/benchmark-rows.json, gpu.json) ------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "h100"
+
+
+def h100() -> GpuPeak:
+    spec = json.loads((FIXTURES / "gpu.json").read_text())
+    gpu = spec["not_recorded_from_specification"]
+    return GpuPeak(spec["nvml"]["name"], gpu["sm_count"], gpu["max_sm_clock_mhz"], spec["nvml"]["compute_capability"])
+
+
+def h100_rows(tf32: bool) -> list[dict]:
+    """The H100's table as the job now builds it: float32 on the GPU labelled TF32 when TF32 was on."""
+    rows = []
+    for row in json.loads((FIXTURES / "benchmark-rows.json").read_text())["rows"]:
+        row = {k: v for k, v in row.items() if not k.endswith("_printed")}
+        if row["device"] == "/GPU:0" and row["dtype"] == "float32" and uses_tf32("9.0", tf32):
+            row.update(dtype=TF32_LABEL, math="tf32")
+        rows.append(row)
+    return rows
+
+
+def test_the_h100s_peaks_from_its_sms_clock_and_architecture() -> None:
+    peak = h100()
+    assert peak.gflops("float32") == pytest.approx(66_908, rel=1e-3)  # the H100 SXM's FP32 (non-tensor) figure
+    assert peak.gflops("tf32") == pytest.approx(535_265, rel=1e-3)
+    assert peak.gflops("float16") == pytest.approx(1_070_530, rel=1e-3)
+    assert "132 SMs × 2048 tf32 FLOP/clock × 1980 MHz (compute capability 9.0)" in peak.basis("tf32")
+    assert not uses_tf32("7.5", True) and not uses_tf32("9.0", False) and uses_tf32("8.0", True)
+
+
+def test_the_h100s_float32_figure_is_tf32_and_within_the_tf32_peak() -> None:
+    rows = h100_rows(tf32=True)
+    flags = check_rows(rows, cpu_peak(ZEN4, cores=16, max_khz=None), {"/GPU:0": h100()})
+    gpu32 = [r for r in rows if r["device"] == "/GPU:0" and r.get("math") == "tf32"]
+    assert [r["dtype"] for r in gpu32] == [TF32_LABEL] * 3
+    assert max(r["gflops"] for r in gpu32) == 376_621.0  # 5.6× the FP32 peak: only TF32 explains it
+    assert all(r["check"] == "ok" for r in rows if r["device"] == "/GPU:0"), [r["check"] for r in rows]
+    assert not [f for f in flags if "/GPU:0" in f]
+
+
+def test_the_same_figure_as_plain_float32_is_flagged_impossible() -> None:
+    rows = h100_rows(tf32=False)  # had TF32 been off, 376,621 GFLOP/s could not have been float32
+    flags = check_rows(rows, cpu_peak(ZEN4, cores=16, max_khz=None), {"/GPU:0": h100()})
+    (row,) = [r for r in rows if r["device"] == "/GPU:0" and r["dtype"] == "float32" and r["size"] == 8192]
+    assert row["check"] == "impossible: above the GPU's float32 peak 66908 GFLOP/s"
+    assert any(f.startswith("/GPU:0 float32 8192: 376621.0 GFLOP/s is above the GPU's float32 peak") and
+               "no device computes faster than its peak" in f for f in flags)
+
+
+def test_a_high_ratio_to_numpy_is_worded_as_unlikely_not_impossible() -> None:
+    peak = cpu_peak(HASWELL, cores=2, max_khz=3_000_000)  # 192 GFLOP/s float32
+    table = rows(100.0, 80.0)
+    table[0]["numpy_gflops"] = 20.0  # NumPy's trials beside this row read low (a busy machine)
+    (flag,) = check_rows(table, peak)
+    assert table[0]["check"] == "unlikely: 5.0× NumPy timed beside it (over 4×)"
+    assert "unlikely rather than impossible" in flag and "cannot be right" not in flag
+
+
+def test_tf_and_numpy_trials_take_turns_and_are_as_many() -> None:
+    order: list[str] = []
+    ctx = SimpleNamespace(check_cancelled=lambda: None)
+    (tf_best, numpy_best), trials = timed_turns(ctx, [lambda: order.append("tf"), lambda: order.append("numpy")])
+    assert order == ["tf", "numpy"] * trials and trials == MAX_TRIALS  # instant runs: the most trials
+    assert tf_best >= 0 and numpy_best >= 0
+
+
+def test_the_benchmark_declares_tf32_on_by_default() -> None:
+    (param,) = [p for p in JOBS["benchmark"].params if p.name == "tf32"]
+    assert param.default is True and param.type == "bool"
+
+
+def test_nvml_gives_the_sm_count_and_maximum_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_nvml import FakeGpus
+    from tf_device_panel.core.nvml import ComputeUnits, Nvml
+
+    FakeGpus(count=1).install(monkeypatch)  # an L4: 7424 CUDA cores, 2040 MHz, compute capability 8.9
+    units, why = Nvml().compute_units(0)
+    assert units == ComputeUnits(58, 2040, "8.9") and why == ""
+    l4 = GpuPeak("L4", units.sm_count, units.max_sm_clock_mhz, units.compute_capability)
+    assert l4.gflops("float16") == pytest.approx(121_160, rel=1e-3)  # NVIDIA's L4 dense FP16 figure: 121 TFLOP/s
+
+
+def test_a_gpu_is_matched_to_nvml_by_the_pci_bus_id_cuda_gives_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    from tf_device_panel.core.jobs.benchmark import nvml_index_of
+
+    nvml_gpus = [{"index": 0, "pci_bus_id": "00000000:00:06.0"}, {"index": 1, "pci_bus_id": "00000000:00:07.0"}]
+
+    class Driver:
+        def cuInit(self, flags: int) -> int:
+            return 0
+
+        def cuDeviceGet(self, device: object, index: int) -> int:
+            device._obj.value = index  # type: ignore[attr-defined]
+            return 0
+
+        def cuDeviceGetPCIBusId(self, bus: ctypes.Array, size: int, device: ctypes.c_int) -> int:
+            bus.value = [b"0000:00:07.0", b"0000:00:06.0"][device.value]  # CUDA's order is not NVML's here
+            return 0
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Driver())
+    assert [nvml_index_of(i, nvml_gpus, [0, 1]) for i in (0, 1)] == [1, 0]
+
+    def no_driver(name: str) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    assert nvml_index_of(0, nvml_gpus, [1, 0]) == 1  # then CUDA_VISIBLE_DEVICES' mapping

@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from helpers import ROOT
-from tf_device_panel.core import doctor
+from tf_device_panel.core import doctor, doctor_probe
 from tf_device_panel.core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
 from tf_device_panel.core.nvml import Nvml
 
@@ -35,9 +36,20 @@ def tf_gpu(index: int) -> dict:
             "compute_capability": "8.9"}
 
 
+def pip_libraries() -> list[dict]:
+    """Every CUDA library TensorFlow opens, found in its pip packages (as `tensorflow[and-cuda]` installs them)."""
+    from tf_device_panel.core.cudalibs import LIBRARIES
+
+    return [{"soname": lib.soname, "path": f"/venv/site-packages/nvidia/x/lib/{lib.soname}",
+             "how": "pip package nvidia-x", "error": ""} for lib in LIBRARIES]
+
+
 def healthy(gpus: int = 2) -> Facts:
     """A Linux machine where everything works, with `gpus` L4s."""
     return Facts(
+        pci={"readable": True, "devices": 6, "nvidia": [{"address": f"0000:0{b}:00.0", "device": "0x27b8",
+                                                         "class": "0x030200"} for b in (1, 2)]},
+        libraries=pip_libraries(),
         system="Linux", release="6.8.0", machine="x86_64", python="3.11.7",
         env={"CUDA_VISIBLE_DEVICES": None, "CUDA_DEVICE_ORDER": None, "TF_FORCE_GPU_ALLOW_GROWTH": None},
         packages={"tensorflow": "2.21.0", "keras": "3.15.1", **CUDA_PACKAGES},
@@ -120,11 +132,11 @@ def test_missing_cuda_libraries_are_named_from_verbose_logs() -> None:
     assert any("nvidia-cudnn-cu12" in e for e in check.evidence)
 
 
-def test_cuda_package_at_the_wrong_version_warns() -> None:
+def test_a_cuda_package_at_another_version_is_evidence_while_its_library_opens() -> None:
     facts = healthy(1)
-    facts.packages["nvidia-cudnn-cu12"] = "8.9.0"
+    facts.packages["nvidia-cudnn-cu12"] = "9.1.0"
     check = by_id(facts)["cuda-libraries"]
-    assert check.status == WARN and any("nvidia-cudnn-cu12 8.9.0" in e for e in check.evidence)
+    assert check.status == PASS and any("nvidia-cudnn-cu12 9.1.0" in e for e in check.evidence)
 
 
 def test_cpu_only_build_warns() -> None:
@@ -251,9 +263,12 @@ def test_real_run_on_this_machine() -> None:
     assert "Traceback" not in done.stderr
     report = json.loads(done.stdout)
     checks = {c["id"]: c for c in report["checks"]}
-    assert len(checks) == 13
+    assert len(checks) == 14 and report["checks"][0]["id"] == "hardware"
     assert checks["tensorflow"]["status"] == PASS
-    if not report["facts"]["nvml"]["available"]:  # CI and this machine: no driver
+    if report["facts"]["pci"].get("readable") and not report["facts"]["pci"]["nvidia"]:  # this machine, CI
+        assert checks["hardware"]["status"] == FAIL and "no NVIDIA GPU" in checks["hardware"]["summary"]
+        assert checks["driver"]["status"] == SKIPPED and done.returncode == 1
+    elif not report["facts"]["nvml"]["available"]:
         assert checks["driver"]["status"] == FAIL and checks["driver"]["fix"]
         assert done.returncode == 1
 
@@ -276,3 +291,160 @@ def test_tensorflows_gpu_messages_are_read_once_without_their_log_prefix() -> No
              "E0000 00:00:3.0  1 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error (303)"]
     assert tf_gpu_messages(lines) == ["Could not find cuda drivers on your machine, GPU will not be used.",
                                       "failed call to cuInit: INTERNAL: CUDA error (303)"]
+
+
+# -- measured on the H100 and on machines without a GPU (tests/fixtures/h100) ------------------------------
+
+FIXTURES = ROOT / "tests" / "fixtures" / "h100"
+
+
+def test_no_nvidia_gpu_on_the_pci_bus_comes_first_and_skips_what_cannot_apply(tmp_path) -> None:
+    for address, vendor in (("0000:00:00.0", "0x8086"), ("0000:00:01.0", "0x1af4"), ("0000:00:02.0", "0x1af4")):
+        (tmp_path / address).mkdir()
+        (tmp_path / address / "vendor").write_text(vendor + "\n")
+    facts = replace(healthy(0), pci=doctor.pci_facts(tmp_path), nvml={"available": False, "message": "no driver"},
+                    probe={"imported": False, "import_error": "ModuleNotFoundError: No module named 'tensorflow'"},
+                    libraries=[], torch={"version": "2.5.0", "available": False, "count": 0})
+    checks = doctor.diagnose(facts)
+    first = checks[0]
+    assert first.id == "hardware" and first.status == FAIL
+    assert first.summary == "no NVIDIA GPU on this machine: none of its 3 PCI devices is NVIDIA's (vendor 0x10de)"
+    assert "GPU instance" in first.fix and "passed through" in first.fix
+    skipped = {c.id for c in checks if c.status == SKIPPED and "no NVIDIA GPU on this machine" in c.summary}
+    assert skipped == {"driver", "gpus", "cuda-visible-devices", "cuda-libraries", "compute-capability",
+                       "gpu-memory", "placement", "pytorch", "xla-devices"}
+    text = doctor.to_text(checks, facts)
+    assert "Install the NVIDIA driver" not in text and "and-cuda" not in text  # no GBs of CUDA wheels
+    assert "pip install 'tensorflow==2.21.0'" in by_id(facts)["tensorflow"].fix
+
+
+def test_pci_devices_with_an_nvidia_vendor_are_found(tmp_path) -> None:
+    (tmp_path / "0000:00:06.0").mkdir()
+    for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):  # the H100 SXM
+        (tmp_path / "0000:00:06.0" / name).write_text(value + "\n")
+    pci = doctor.pci_facts(tmp_path)
+    assert pci == {"readable": True, "devices": 1,
+                   "nvidia": [{"address": "0000:00:06.0", "device": "0x2330", "class": "0x030200"}]}
+    assert doctor.pci_facts(tmp_path / "absent")["readable"] is False
+
+
+def h100_with_libraries_on_ld_library_path() -> Facts:
+    """The H100 host: TensorFlow from /tmp/site_tf, every CUDA library in /tmp/cudalib via LD_LIBRARY_PATH, and
+    none of TensorFlow's nvidia-*-cu12 pip packages (recorded: doctor-real-cublas.txt said 11 were missing)."""
+    from tf_device_panel.core.cudalibs import LIBRARIES
+
+    facts = healthy(1)
+    facts.packages = {"tensorflow": "2.21.0", "keras": "3.15.1"}
+    facts.cuda_requirements = [f"nvidia-{n}-cu12" for n in ("cublas", "cuda-cupti", "cuda-nvcc", "cuda-nvrtc",
+                                                            "cudnn", "cufft", "curand", "cusolver", "cusparse",
+                                                            "nccl", "nvjitlink")]
+    facts.env["LD_LIBRARY_PATH"] = "/tmp/cudalib"
+    facts.libraries = [{"soname": lib.soname, "path": f"/tmp/cudalib/{lib.soname}", "how": "LD_LIBRARY_PATH",
+                        "error": ""} for lib in LIBRARIES]
+    return facts
+
+
+def test_libraries_on_ld_library_path_pass_without_pip_packages() -> None:
+    recorded = (FIXTURES / "doctor-real-cublas.txt").read_text()
+    assert "11 of TensorFlow's CUDA packages are not installed" in recorded  # what it said on the H100
+    check = by_id(h100_with_libraries_on_ld_library_path())["cuda-libraries"]
+    assert check.status == PASS
+    assert check.summary == "all 8 CUDA libraries TensorFlow needs open (LD_LIBRARY_PATH)"
+    assert "libcublas.so.12 (cuBLAS): /tmp/cudalib/libcublas.so.12 — LD_LIBRARY_PATH" in check.evidence
+    assert any(e.startswith("pip packages not installed (the libraries may come from elsewhere)")
+               for e in check.evidence)
+
+
+def test_a_library_tensorflow_cannot_open_is_named_with_what_needs_it() -> None:
+    facts = h100_with_libraries_on_ld_library_path()
+    for entry in facts.libraries:
+        if entry["soname"] == "libcudnn.so.9":
+            entry.update(path=None, how="not found", error="libcudnn.so.9: cannot open shared object file")
+    check = by_id(facts)["cuda-libraries"]
+    assert check.status == FAIL and check.summary.startswith("TensorFlow cannot open libcudnn.so.9 (cuDNN: ")
+    assert "LD_LIBRARY_PATH" in check.fix and "tensorflow[and-cuda]==2.21.0" in check.fix
+
+
+def test_a_missing_optional_library_only_warns() -> None:
+    facts = h100_with_libraries_on_ld_library_path()
+    facts.libraries = [e for e in facts.libraries if e["soname"] != "libnccl.so.2"] + [
+        {"soname": "libnccl.so.2", "path": None, "how": "not found", "error": ""}]
+    check = by_id(facts)["cuda-libraries"]
+    assert check.status == WARN and "libnccl.so.2 (NcclAllReduce across GPUs)" in check.summary
+
+
+def crashed_probe(stdout_facts: list[dict], returncode: int, stderr: str) -> Any:
+    lines = [doctor_probe.PROBE_PREFIX + json.dumps(f) for f in stdout_facts]
+    return subprocess.CompletedProcess([], returncode, "\n".join(lines) + "\n", stderr)
+
+
+def test_a_probe_killed_by_sigsegv_in_its_first_op_keeps_what_it_learned(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded = (FIXTURES / "doctor-probe-sigsegv.txt").read_text()
+    assert "TensorFlow cannot be imported" in recorded and "the probe exited with code -11" in recorded
+    imported = {"imported": True, "version": "2.21.0", "build": CUDA_BUILD, "stage": "import"}
+    discovered = {**imported, "stage": "GPU discovery", "physical": [
+        {"name": "/physical_device:CPU:0", "device_type": "CPU"},
+        {"name": "/physical_device:GPU:0", "device_type": "GPU", "device_name": "NVIDIA H100 80GB HBM3",
+         "compute_capability": "9.0"}]}
+    stderr = ("I0000 00:00:1795500165.111483    2064 execute.cc:1775] Executing op MatMul in device "
+              "/job:localhost/replica:0/task:0/device:GPU:0\n")
+    monkeypatch.setattr(doctor, "run_module", lambda *a, **k: crashed_probe(
+        [{"imported": False, "stage": "started"}, imported, discovered], -11, stderr))
+    probe, _ = doctor.run_probe()
+    assert probe["crash"]["how"] == "SIGSEGV" and probe["crash"]["stage"] == "first op"
+    facts = replace(healthy(1), probe=probe)
+    facts.nvml["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
+    checks = by_id(facts)
+    tensorflow = checks["tensorflow"]
+    assert tensorflow.status == FAIL
+    assert tensorflow.summary == "the TensorFlow probe crashed (SIGSEGV) during first op"
+    assert "TensorFlow 2.21.0 had imported, seeing 1 GPU(s)" in tensorflow.evidence
+    assert any("Executing op MatMul" in e for e in tensorflow.evidence)
+    assert "cannot be imported" not in tensorflow.summary and "pip install tensorflow" not in tensorflow.fix
+    assert checks["gpus"].summary == "driver sees 1, TensorFlow sees 1"  # the facts before the crash are kept
+
+
+def write_fake_tensorflow(folder: Any, crash_in: str) -> None:
+    package = folder / "tensorflow"
+    package.mkdir()
+    die = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    if crash_in == "import":
+        (package / "__init__.py").write_text(die + "\n")
+        return
+    (package / "__init__.py").write_text(
+        "from types import SimpleNamespace\n__version__ = '2.21.0'\n"
+        "sysconfig = SimpleNamespace(get_build_info=lambda: {'is_cuda_build': True, 'cuda_version': '12.5.1'})\n"
+        f"def _die(*args):\n    {die}\n"
+        "config = SimpleNamespace(list_physical_devices=_die)\n")
+
+
+@pytest.mark.parametrize(("crash_in", "stage"), [("import", "import"), ("discovery", "GPU discovery")])
+def test_a_real_probe_process_that_segfaults_is_reported_as_a_crash(tmp_path, crash_in: str, stage: str) -> None:
+    write_fake_tensorflow(tmp_path, crash_in)  # a TensorFlow that dies as mismatched CUDA libraries make it
+    probe, _ = doctor.run_probe({"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+                                timeout=60)
+    assert probe["crash"]["how"] == "SIGSEGV" and probe["crash"]["stage"] == stage
+    assert probe.get("version") == (None if crash_in == "import" else "2.21.0")
+    check = doctor.check_tensorflow(replace(healthy(1), probe=probe))
+    assert check.summary == f"the TensorFlow probe crashed (SIGSEGV) during {stage}"
+
+
+def test_without_tensorflow_the_pytorch_fix_names_a_version() -> None:
+    report = json.loads((FIXTURES / "doctor-without-tensorflow.json").read_text())
+    assert report["checks"][11]["fix"] == "pip install 'tensorflow[and-cuda]==' (see cuda-libraries)"  # recorded
+    known = {f.name for f in fields(Facts)}
+    facts = Facts(**{k: v for k, v in report["facts"].items() if k in known})
+    check = by_id(facts)["pytorch"]
+    assert check.status == WARN and check.fix == "pip install 'tensorflow[and-cuda]==2.21.0' (see cuda-libraries)"
+
+
+def test_a_stand_in_library_is_named_as_unusable() -> None:
+    facts = h100_with_libraries_on_ld_library_path()
+    for entry in facts.libraries:
+        if entry["soname"] == "libcublas.so.12":  # the GPU host's empty stand-in: MatMul died with SIGSEGV
+            entry.update(path=None, error="/tmp/cudalib/libcublas.so.12 opens but has no cublasCreate_v2: a "
+                                          "stand-in or a broken file")
+    check = by_id(facts)["cuda-libraries"]
+    assert check.status == FAIL and check.summary.startswith("TensorFlow cannot use libcublas.so.12 (cuBLAS: MatMul")
+    assert "libcublas.so.12 (cuBLAS): /tmp/cudalib/libcublas.so.12 opens but has no cublasCreate_v2: a stand-in or a " \
+           "broken file" in check.evidence

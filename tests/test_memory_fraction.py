@@ -101,10 +101,10 @@ class FakeConfigApi:
 
 
 def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core import runtime_main
+    from tf_device_panel.core import runtime_main, tfplan
 
-    totals = {0: 81559, 1: 40960}
-    monkeypatch.setattr(runtime_main, "gpu_total_mib", lambda index: totals[index])
+    totals = {0: 81079, 1: 40960}
+    monkeypatch.setattr(tfplan, "gpu_total_mib", lambda index: totals[index])
     api = FakeConfigApi()
     tf = SimpleNamespace(config=api, debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     steps = runtime_main.apply_config(tf, DeviceConfig(visible_gpus=(1,), memory_fraction=0.4, log_placement=False))
@@ -112,16 +112,16 @@ def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkey
     assert not any(call[:2] == ("logical", "GPU:0") for call in api.calls)  # hidden GPUs are left alone
     assert api.calls.index(("visible", ("GPU:1",))) < api.calls.index(("logical", "GPU:1", (16384,)))
     assert "set_logical_device_configuration(GPU:1, [16384] MiB = 0.4 × 40960 MiB)" in steps
-    assert runtime_main.fraction_limits == [16384]
+    assert runtime_main.applied_plan.gpu_limits == {1: (16384,)}
 
 
 def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core import runtime_main
+    from tf_device_panel.core import runtime_main, tfplan
 
     def no_driver(index: int) -> int:
         raise OSError("libcuda.so.1: cannot open shared object file")
 
-    monkeypatch.setattr(runtime_main, "gpu_total_mib", no_driver)
+    monkeypatch.setattr(tfplan, "gpu_total_mib", no_driver)
     tf = SimpleNamespace(config=FakeConfigApi(), debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     with pytest.raises(runtime_main.ConfigStepError, match=r"GPU:0's total memory for memory_fraction.*libcuda"):
         runtime_main.apply_config(tf, DeviceConfig(memory_fraction=0.5))

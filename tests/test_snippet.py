@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
+import pytest
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 
 PROBE = """
@@ -12,13 +14,19 @@ import json
 print("DEVICES=" + json.dumps({
     "logical": [d.name for d in tf.config.list_logical_devices()],
     "soft": tf.config.get_soft_device_placement(),
+    "allocator": os.environ.get("TF_GPU_ALLOCATOR"),
 }))
 """
 
 
-def run_snippet(config: DeviceConfig) -> dict:
+def paste_and_run(config: DeviceConfig, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     code = to_python_snippet(config) + PROBE
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+def run_snippet(config: DeviceConfig, env: dict[str, str] | None = None) -> dict:
+    done = paste_and_run(config, env)
     assert done.returncode == 0, done.stderr[-2000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("DEVICES="))
     import json
@@ -27,10 +35,20 @@ def run_snippet(config: DeviceConfig) -> dict:
 
 
 def test_snippet_splits_the_cpu_and_sets_soft_placement() -> None:
-    config = DeviceConfig(cpu_devices=3, soft_placement=False, visible_gpus=(0,), log_placement=True)
-    result = run_snippet(config)
+    config = DeviceConfig(cpu_devices=3, soft_placement=False, visible_gpus=(), log_placement=True)
+    result = run_snippet(config, env={"TF_GPU_ALLOCATOR": "cuda_malloc_async"})
     assert result["logical"] == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
     assert result["soft"] is False
+    assert result["allocator"] is None  # the profile says default: an inherited value is removed, as in a run
+
+
+def test_the_snippet_refuses_a_gpu_this_machine_lacks_as_a_run_does() -> None:
+    from tf_device_panel.core.nvml import Nvml
+
+    if Nvml().init():
+        pytest.skip("this machine has an NVIDIA driver: GPU 7 may exist")
+    done = paste_and_run(DeviceConfig(visible_gpus=(7,)))
+    assert done.returncode == 1 and "IndexError: GPU 7 requested, but TensorFlow sees 0 physical GPU(s)" in done.stderr
 
 
 def test_default_snippet_is_short_and_runs() -> None:
@@ -42,8 +60,8 @@ def test_default_snippet_is_short_and_runs() -> None:
 def test_snippet_has_every_gpu_call_in_tensorflows_order() -> None:
     snippet = to_python_snippet(DeviceConfig(visible_gpus=(0, 1), virtual_gpus={1: (1024, 2048)},
                                              gpu_allocator="cuda_malloc_async"))
-    order = ["TF_GPU_ALLOCATOR", "import tensorflow", "set_visible_devices", "memory_limit=1024",
-             "memory_limit=2048", "except RuntimeError", "set_soft_device_placement", "set_log_device_placement"]
+    order = ["TF_GPU_ALLOCATOR", "import tensorflow", "missing = ", "set_visible_devices", "memory_limit=1024",
+             "memory_limit=2048", "set_soft_device_placement", "set_log_device_placement"]
     positions = [snippet.index(marker) for marker in order]
     assert positions == sorted(positions)
     compile(snippet, "<snippet>", "exec")

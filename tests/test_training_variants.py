@@ -3,17 +3,72 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from job_helpers import run_job
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.jobs import JOBS
 from tf_device_panel.core.jobs.context import JobError
-from tf_device_panel.core.jobs.training import learning_rate_for, nccl_unavailable
+from tf_device_panel.core.jobs.training import choose_cross_device_ops, learning_rate_for, nccl_unavailable
+from tf_device_panel.core.tfplan import logical_gpu_owners
+
+# Measured on the H100 (shared/gpu-host/recorded/h100-cublas-nccl.log): the 2048+4096 split's two logical GPUs
+# are both physical GPU 0, and NcclAllReduce over them failed with "NCCL: invalid usage" (real NCCL 2.27.7).
+H100_SPLIT = DeviceConfig(virtual_gpus={0: (2048, 4096)})
+SPLIT_NAMES = ["/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1"]
+
+
+def real_nccl() -> tuple[str | None, str]:
+    return "2.27.7", "/tmp/cudalib/libnccl.so.2 (LD_LIBRARY_PATH)"
+
+
+def stand_in_nccl() -> tuple[str | None, str]:
+    return None, "/tmp/cudalib/libnccl.so.2 is not a working NCCL (undefined symbol: ncclGetVersion)"
+
+
+def test_auto_never_picks_nccl_for_logical_gpus_split_from_one_gpu() -> None:
+    recorded = (Path(__file__).parent / "fixtures" / "h100" / "nccl-split-gpu-failure.txt").read_text()
+    assert "INTERNAL:  NCCL: invalid usage" in recorded and "SGD/NcclAllReduce" in recorded
+    physical_of = {f"/GPU:{i}": owner for i, owner in enumerate(logical_gpu_owners(H100_SPLIT, [0]))}
+    assert physical_of == {"/GPU:0": 0, "/GPU:1": 0}
+    used, note = choose_cross_device_ops("auto", SPLIT_NAMES, physical_of, real_nccl)
+    assert used == "HierarchicalCopyAllReduce"
+    assert note == ("cross-device ops auto: HierarchicalCopyAllReduce, since /GPU:0 and /GPU:1 are split from one "
+                    "physical GPU (GPU 0), and NCCL runs one rank per GPU (\"NCCL: invalid usage\")")
+    used, note = choose_cross_device_ops("NcclAllReduce", SPLIT_NAMES, physical_of, real_nccl)
+    assert used == "HierarchicalCopyAllReduce" and note.startswith("NcclAllReduce cannot run here (/GPU:0 and")
+
+
+def test_auto_picks_nccl_only_on_distinct_gpus_where_nccl_loads() -> None:
+    two_gpus = {"/GPU:0": 0, "/GPU:1": 1}
+    assert logical_gpu_owners(DeviceConfig(virtual_gpus={1: (1024, 1024)}), [0, 1]) == [0, 1, 1]
+    assert logical_gpu_owners(DeviceConfig(visible_gpus=(1,)), [1]) == [1]
+    used, note = choose_cross_device_ops("auto", SPLIT_NAMES, two_gpus, real_nccl)
+    assert used == "NcclAllReduce" and "NCCL 2.27.7 from /tmp/cudalib/libnccl.so.2" in note
+    used, note = choose_cross_device_ops("auto", SPLIT_NAMES, two_gpus, stand_in_nccl)
+    assert used == "HierarchicalCopyAllReduce" and "NCCL does not load in this process" in note
+    assert choose_cross_device_ops("ReductionToOneDevice", SPLIT_NAMES, two_gpus, stand_in_nccl) == (
+        "ReductionToOneDevice", "")
+
+
+def test_the_forms_default_is_auto_which_runs_anywhere() -> None:
+    for job in ("fit", "custom-loop"):
+        (param,) = [p for p in JOBS[job].params if p.name == "cross_device_ops"]
+        assert param.default == "auto" and "auto" in param.choices
+
+
+def test_auto_on_cpus_runs_hierarchical_copy_and_says_why(two_cpus: DeviceConfig) -> None:
+    result, error, _ = run_job(two_cpus, "custom-loop", {"steps": 3})
+    assert error is None, error
+    assert result["requested_cross_device_ops"] == "auto" and result["cross_device_ops"] == "HierarchicalCopyAllReduce"
+    assert result["notes"] == ["cross-device ops auto: HierarchicalCopyAllReduce, since NCCL all-reduces between "
+                               "NVIDIA GPUs only, not over /CPU:0, /CPU:1"]
 
 
 def test_nccl_needs_gpus_and_the_learning_rate_table_is_the_seeds() -> None:
     assert nccl_unavailable(["/job:localhost/replica:0/task:0/device:GPU:0", "/device:GPU:1"]) is None
-    assert "not over /device:CPU:1" in (nccl_unavailable(["/device:GPU:0", "/device:CPU:1"]) or "")
+    assert "not over /CPU:1" in (nccl_unavailable(["/device:GPU:0", "/device:CPU:1"]) or "")
     assert learning_rate_for("by-global-batch", 10, 0.01) == (0.15, "LEARNING_RATES_BY_BATCH_SIZE[10]")
     assert learning_rate_for("fixed", 10, 0.01) == (0.01, "fixed")
     with pytest.raises(JobError, match=r"global batch is 6.*only knows 5, 10, 20"):
@@ -26,7 +81,7 @@ def two_cpus() -> DeviceConfig:
 
 
 def test_nccl_on_cpus_says_so_and_uses_hierarchical_copy_then_evaluates(two_cpus: DeviceConfig) -> None:
-    result, error, _ = run_job(two_cpus, "fit", {"epochs": 2})
+    result, error, _ = run_job(two_cpus, "fit", {"epochs": 2, "cross_device_ops": "NcclAllReduce"})
     assert error is None, error
     assert result["requested_cross_device_ops"] == "NcclAllReduce"
     assert result["cross_device_ops"] == "HierarchicalCopyAllReduce" and result["replicas_in_sync"] == 2

@@ -258,11 +258,13 @@ class JobSpec:
 
 
 _CROSS_DEVICE_OPS = Param(
-    "cross_device_ops", CHOICE, "NcclAllReduce", "How MirroredStrategy combines the replicas' gradients "
-    "(tf.distribute.NcclAllReduce, HierarchicalCopyAllReduce or ReductionToOneDevice). NCCL needs NVIDIA GPUs: "
-    "elsewhere the job says so and uses HierarchicalCopyAllReduce. With one device and no devices named, the "
-    "default strategy runs instead.",
-    choices=("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"), label="Cross-device ops")
+    "cross_device_ops", CHOICE, "auto", "How MirroredStrategy combines the replicas' gradients. auto: "
+    "NcclAllReduce when every replica is on its own physical GPU and NCCL loads, else "
+    "HierarchicalCopyAllReduce (the result says which, and why). NcclAllReduce where it cannot run (CPUs, "
+    "logical GPUs split from one GPU, no NCCL) falls back the same way, said. With one device and no devices "
+    "named, the default strategy runs instead.",
+    choices=("auto", "NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice"),
+    label="Cross-device ops")
 _LR_RULE = Param(
     "lr_rule", CHOICE, "fixed", "fixed: the job's usual learning rate; by-global-batch: the seeds' "
     "LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}, looked up by the global batch.",
@@ -375,7 +377,11 @@ JOBS: dict[str, JobSpec] = {
              Param("repeats", INT, 5, "Matmuls timed per measurement.", minimum=1, maximum=10_000,
                    label="Repeats", unit="matmuls"),
              Param("devices", DEVICES, "", "Comma-separated logical devices. Empty: every logical device.",
-                   label="Devices", empty_means="every logical device")),
+                   label="Devices", empty_means="every logical device"),
+             Param("tf32", BOOL, True, "TensorFloat-32 for float32 matmuls on GPUs of compute capability 8.0 and "
+                   "later (tf.config.experimental.enable_tensor_float_32_execution): on, TensorFlow's default, "
+                   "runs them on tensor cores with 10-bit mantissa products, and the rows read float32 (TF32); "
+                   "off measures float32 proper.", label="TensorFloat-32")),
         ),
         JobSpec(
             "multi-worker", "Multi-worker cluster",

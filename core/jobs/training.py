@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.jobs import split_devices
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.results import TrainingResult
@@ -27,21 +29,53 @@ def pick_devices(requested: str) -> list[str]:
     return [by_short[canonical_device(n)] for n in names]
 
 
-CROSS_DEVICE_OPS = ("NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice")
+AUTO = "auto"
+CROSS_DEVICE_OPS = (AUTO, "NcclAllReduce", "HierarchicalCopyAllReduce", "ReductionToOneDevice")
 # The seed's table: a larger global batch takes a larger learning rate.
 LEARNING_RATES_BY_BATCH_SIZE = {5: 0.1, 10: 0.15, 20: 0.175}
 
 
-def nccl_unavailable(names: list[str]) -> str | None:
-    """Why NCCL cannot all-reduce over these devices, or None if it can."""
+def nccl_unavailable(names: list[str], physical_of: Mapping[str, int] | None = None,
+                     nccl_loads: Callable[[], tuple[str | None, str]] | None = None) -> str | None:
+    """Why NCCL cannot all-reduce over these logical devices, or None if it can.
+
+    `physical_of`: each logical GPU's physical GPU (canonical short name → index). NCCL runs one rank per
+    device: two replicas on logical GPUs split from one physical GPU fail with "NCCL: invalid usage" (measured
+    on an H100 with NCCL 2.27.7). `nccl_loads`: `cudalibs.nccl_version`, checked last (it opens the library).
+    """
     import platform
+
+    from tf_device_panel.core.placement import canonical_device
 
     if platform.system() == "Windows":
         return "NCCL does not exist on Windows"
-    others = [n for n in names if "GPU" not in n.upper()]
+    others = [canonical_device(n) for n in names if "GPU" not in n.upper()]
     if others:
         return f"NCCL all-reduces between NVIDIA GPUs only, not over {', '.join(others)}"
+    if physical_of is not None:
+        by_physical: dict[int, list[str]] = {}
+        for name in names:
+            short = canonical_device(name)
+            by_physical.setdefault(physical_of.get(short, -1), []).append(short)
+        shared = {index: group for index, group in by_physical.items() if len(group) > 1 and index >= 0}
+        if shared:
+            index, group = min(shared.items())
+            return (f"{' and '.join(group)} are split from one physical GPU (GPU {index}), and NCCL runs one rank "
+                    "per GPU (\"NCCL: invalid usage\")")
+    if nccl_loads is not None:
+        version, where = nccl_loads()
+        if version is None:
+            return f"NCCL does not load in this process: {where}"
     return None
+
+
+def physical_gpu_of_logical(tf: Any, config: DeviceConfig) -> dict[str, int]:
+    """Each logical GPU's physical GPU (TensorFlow's index), from the configuration the run applied."""
+    from tf_device_panel.core.tfplan import logical_gpu_owners
+
+    physical = tf.config.list_physical_devices("GPU")
+    visible = [physical.index(gpu) for gpu in tf.config.get_visible_devices("GPU") if gpu in physical]
+    return {f"/GPU:{i}": owner for i, owner in enumerate(logical_gpu_owners(config, visible))}
 
 
 class StrategyChoice(TypedDict, total=False):
@@ -51,22 +85,41 @@ class StrategyChoice(TypedDict, total=False):
     note: str | None
 
 
-def choose_strategy(names: list[str], cross_device_ops: str, devices_named: bool) -> tuple[Any, StrategyChoice]:
+def choose_cross_device_ops(requested: str, names: list[str], physical_of: Mapping[str, int] | None,
+                            nccl_loads: Callable[[], tuple[str | None, str]] | None) -> tuple[str, str]:
+    """(the cross-device ops to use, a note saying why when it is not what was asked).
+
+    auto: NcclAllReduce when every replica is on its own physical GPU and NCCL loads, else
+    HierarchicalCopyAllReduce (which runs anywhere). NcclAllReduce asked where it cannot run: the same
+    fallback, said."""
+    if requested not in (AUTO, "NcclAllReduce"):
+        return requested, ""
+    why = nccl_unavailable(names, physical_of, nccl_loads)
+    if requested == AUTO:
+        if why is None:
+            version, where = nccl_loads() if nccl_loads else (None, "")
+            found = f" (NCCL {version} from {where})" if version else ""
+            return "NcclAllReduce", f"cross-device ops auto: NcclAllReduce, every replica on its own GPU{found}"
+        return "HierarchicalCopyAllReduce", f"cross-device ops auto: HierarchicalCopyAllReduce, since {why}"
+    if why is None:
+        return requested, ""
+    return "HierarchicalCopyAllReduce", (f"NcclAllReduce cannot run here ({why}); using HierarchicalCopyAllReduce "
+                                         "instead — choose it (or ReductionToOneDevice, or auto) explicitly here")
+
+
+def choose_strategy(names: list[str], cross_device_ops: str, devices_named: bool,
+                    config: DeviceConfig | None = None) -> tuple[Any, StrategyChoice]:
     """The seeds' strategy for `names`: MirroredStrategy with the requested cross-device ops, or the default
     strategy when TensorFlow has just one device to use (the seeds' `tf.distribute.get_strategy()`)."""
     import tensorflow as tf
+    from tf_device_panel.core.cudalibs import nccl_version
 
     if len(names) == 1 and not devices_named:
         return tf.distribute.get_strategy(), {
             "strategy": "default strategy (tf.distribute.get_strategy())", "cross_device_ops": None,
             "note": f"one device ({names[0]}): nothing to mirror, so the default strategy runs as plain TensorFlow"}
-    used, note = cross_device_ops, ""
-    if cross_device_ops == "NcclAllReduce":
-        why = nccl_unavailable(names)
-        if why:
-            used = "HierarchicalCopyAllReduce"
-            note = (f"NcclAllReduce cannot run here ({why}); using HierarchicalCopyAllReduce instead — "
-                    "choose it (or ReductionToOneDevice) explicitly on this machine")
+    physical_of = physical_gpu_of_logical(tf, config) if config is not None else None
+    used, note = choose_cross_device_ops(cross_device_ops, names, physical_of, nccl_version)
     ops = getattr(tf.distribute, used)()
     info: StrategyChoice = {"strategy": "MirroredStrategy", "cross_device_ops": used,
                             "requested_cross_device_ops": cross_device_ops, "note": note}
@@ -117,13 +170,13 @@ def synthetic_images(samples: int, image_size: int) -> Any:
 
 
 def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: int = 100,
-        devices: str = "", model: str = "dense", image_size: int = 32, cross_device_ops: str = "NcclAllReduce",
+        devices: str = "", model: str = "dense", image_size: int = 32, cross_device_ops: str = AUTO,
         data: str = "dataset", lr_rule: str = "fixed", evaluate: bool = True) -> TrainingResult:
     import numpy as np
     import tensorflow as tf
 
     names = pick_devices(devices)
-    strategy, chosen = choose_strategy(names, cross_device_ops, bool(devices.strip()))
+    strategy, chosen = choose_strategy(names, cross_device_ops, bool(devices.strip()), ctx.device_config)
     replicas = strategy.num_replicas_in_sync
     global_batch = batch_per_replica * replicas
     steps_per_epoch = -(-samples // global_batch)
@@ -197,12 +250,12 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
 
 
 def custom_loop(ctx: JobContext, steps: int = 20, batch_per_replica: int = 5, learning_rate: float = 0.1,
-                devices: str = "", cross_device_ops: str = "NcclAllReduce", lr_rule: str = "fixed") -> TrainingResult:
+                devices: str = "", cross_device_ops: str = AUTO, lr_rule: str = "fixed") -> TrainingResult:
     """The seeds' custom training loop under MirroredStrategy."""
     import tensorflow as tf
 
     names = pick_devices(devices)
-    strategy, chosen = choose_strategy(names, cross_device_ops, bool(devices.strip()))
+    strategy, chosen = choose_strategy(names, cross_device_ops, bool(devices.strip()), ctx.device_config)
     replicas = strategy.num_replicas_in_sync
     global_batch_size = batch_per_replica * replicas  # the global batch grows with the replicas
     learning_rate, lr_source = learning_rate_for(lr_rule, global_batch_size, learning_rate)

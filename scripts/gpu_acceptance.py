@@ -1,0 +1,489 @@
+"""The panel on a real GPU: every GPU path run and checked, written up as a Markdown report with the figures.
+
+On a GPU host prepared with `shared/gpu-host/` (TensorFlow from `prepare.sh --cublas --nccl --cudnn`, this
+project's wheel installed, `export PYTHONPATH=/tmp/site_tf LD_LIBRARY_PATH=/tmp/cudalib`):
+
+    python scripts/gpu_acceptance.py [--report gpu-acceptance.md] [--json figures.json] [--quick]
+
+or `scripts/gpu-acceptance.sh`, which does the same. It checks, each against what the configuration implies:
+  1. the GPU as NVML and CUDA see it (totals, the driver's reserve, SMs, clock, compute capability);
+  2. `devices` under six profiles (default, growth, split 2048+4096, fraction 0.25, hidden, 1024×3 + 2 CPUs):
+     the logical devices and their limits;
+  3. the GPU memory each profile's run holds after its first op, read from NVML's process list;
+  4. every job on the GPU (matmul, replicate, session, memory, fit dense and cnn, custom-loop over a split GPU
+     with the default cross-device ops, the memory job's OOM past a logical GPU's limit);
+  5. the benchmark (TF32 labelled, no figure above the GPU's peak, tf32=off measured too);
+  6. the exporter during a run: TensorFlow's allocator metrics and the run's process memory;
+  7. the doctor: no check fails.
+Exit status 0 when every check passed. Everything judged here is a pure function of the figures, tested
+against the H100's recorded figures (tests/test_gpu_acceptance.py) so the judging runs in CI without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tf_device_panel.core.config import DeviceConfig, save_profile
+from tf_device_panel.core.tfplan import logical_gpu_owners
+
+CONTEXT_MAX_MIB = 1024    # a CUDA context and TensorFlow's kernels: 520 MiB measured on the H100
+GROWTH_MAX_MIB = 2048     # with memory growth, one small op holds little more than the context
+HIDDEN_MAX_MIB = 64       # every GPU hidden: no context; listing the GPUs took 4 MiB on the H100
+MIB = 2**20
+
+PROFILES: dict[str, DeviceConfig] = {
+    "default": DeviceConfig(),
+    "growth": DeviceConfig(memory_growth=True),
+    "split": DeviceConfig(virtual_gpus={0: (2048, 4096)}),
+    "fraction": DeviceConfig(memory_fraction=0.25),
+    "hidden": DeviceConfig(visible_gpus=()),
+    "three": DeviceConfig(virtual_gpus={0: (1024, 1024, 1024)}, cpu_devices=2),
+}
+
+
+@dataclass
+class Result:
+    """One check: passed (True), failed (False) or skipped (None), with its figures in words."""
+
+    section: str
+    name: str
+    passed: bool | None
+    figures: str
+    detail: list[str] = field(default_factory=list)
+
+
+# -- judging (pure, tested against the H100's recorded figures) ----------------------------------------------
+
+def expected_logical(config: DeviceConfig, gpu_count: int, cuda_total_mib: int) -> list[tuple[str, int | None]]:
+    """The logical devices a profile should give on a machine with `gpu_count` GPUs of `cuda_total_mib` each,
+    with each GPU's memory limit (None: the whole GPU)."""
+    devices: list[tuple[str, int | None]] = [(f"/CPU:{i}", None) for i in range(config.cpu_devices)]
+    visible = list(range(gpu_count)) if config.visible_gpus is None else list(config.visible_gpus)
+    limits: list[int | None] = []
+    for index in visible:
+        if index in config.virtual_gpus:
+            limits += list(config.virtual_gpus[index])
+        elif config.memory_fraction is not None:
+            limits.append(int(cuda_total_mib * config.memory_fraction))
+        else:
+            limits.append(None)
+    assert len(limits) == len(logical_gpu_owners(config, visible))
+    return devices + [(f"/GPU:{i}", limit) for i, limit in enumerate(limits)]
+
+
+_LOGICAL = re.compile(r"^\s+(/(?:CPU|GPU):\d+)\s+/job:\S+(?:\s+limit (\d+) MiB)?\s*$")
+
+
+def parse_devices_text(text: str) -> list[tuple[str, int | None]]:
+    """The logical devices `tf-device-panel devices` printed, with their limits."""
+    found = []
+    for line in text.splitlines():
+        match = _LOGICAL.match(line)
+        if match:
+            found.append((match.group(1), int(match.group(2)) if match.group(2) else None))
+    return found
+
+
+def check_devices(profile: str, text: str, gpu_count: int, cuda_total_mib: int) -> Result:
+    expected = expected_logical(PROFILES[profile], gpu_count, cuda_total_mib)
+    seen = parse_devices_text(text)
+    words = ", ".join(f"{name}" + (f" {limit} MiB" if limit else "") for name, limit in seen) or "none"
+    detail = [] if seen == expected else [f"expected {expected}", f"got {seen}"]
+    return Result("devices", profile, seen == expected, words, detail)
+
+
+def memory_window(profile: str, nvml_total_mib: int, cuda_total_mib: int) -> tuple[int, int]:
+    """The GPU memory (MiB, NVML's per-process figure) a profile's run may hold after its first op on /GPU:0."""
+    config = PROFILES[profile]
+    if config.visible_gpus == ():
+        return 0, HIDDEN_MAX_MIB
+    if config.memory_growth:
+        return 1, GROWTH_MAX_MIB
+    if config.virtual_gpus:
+        limits = config.virtual_gpus[0]
+        # TensorFlow reserves a logical GPU's whole limit when it is first used: only /GPU:0 is, here
+        return limits[0], sum(limits) + CONTEXT_MAX_MIB
+    if config.memory_fraction is not None:
+        limit = int(cuda_total_mib * config.memory_fraction)
+        return limit, limit + CONTEXT_MAX_MIB
+    return int(cuda_total_mib * 0.9), nvml_total_mib  # no limit: nearly all the GPU
+
+
+def judge_memory(profile: str, held_mib: int | None, nvml_total_mib: int, cuda_total_mib: int) -> Result:
+    low, high = memory_window(profile, nvml_total_mib, cuda_total_mib)
+    if held_mib is None:
+        return Result("memory", profile, False, "NVML showed no process for the run", [f"expected {low}–{high} MiB"])
+    return Result("memory", profile, low <= held_mib <= high, f"{held_mib:,} MiB held (expected {low:,}–{high:,})")
+
+
+TOTAL_SLACK_MIB = 64  # how far NVML's total less its reserve may be from CUDA's and still stand in for it
+
+
+def judge_totals(facts: dict[str, Any]) -> Result:
+    """Validation takes CUDA's total as NVML's total less the driver's reserve (memory v2): is it so here?"""
+    nvml_total, reserved, cuda = facts.get("nvml_total_mib"), facts.get("reserved_mib"), facts.get("cuda_total_mib")
+    if nvml_total is None or reserved is None or cuda is None or "cuda_total_error" in facts:
+        return Result("GPU", "CUDA's total from NVML", None, f"not comparable: NVML {nvml_total}, reserve {reserved}, "
+                      f"CUDA {cuda} {facts.get('cuda_total_error', '')}".strip())
+    estimate = int(nvml_total) - int(reserved)
+    return Result("GPU", "CUDA's total from NVML", abs(estimate - int(cuda)) <= TOTAL_SLACK_MIB,
+                  f"NVML {nvml_total} - reserve {reserved} = {estimate} MiB; CUDA says {cuda} MiB")
+
+
+def placements_by_device(outcome: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for placed in outcome.get("placements") or []:
+        counts[placed["short_device"]] = counts.get(placed["short_device"], 0) + 1
+    return counts
+
+
+def judge_job(name: str, outcome: dict[str, Any], expect: Callable[[dict[str, Any]], str | None] | None = None,
+              want_status: str = "ok") -> Result:
+    """A job's outcome: its status, ops placed on a GPU, and what `expect` says of its result (None: fine)."""
+    counts = placements_by_device(outcome)
+    gpu_ops = sum(n for device, n in counts.items() if device.startswith("/GPU:"))
+    problems = []
+    if outcome.get("status") != want_status:
+        error = outcome.get("error") or {}
+        problems.append(f"status {outcome.get('status')} (wanted {want_status}): {error.get('type')}: "
+                        f"{str(error.get('message'))[:300]}")
+    if not gpu_ops:
+        problems.append("no op was placed on a GPU")
+    said = expect(outcome) if expect and not problems else None
+    if said:
+        problems.append(said)
+    figures = (f"{outcome.get('status')} in {outcome.get('duration_s') or 0:.2f} s; ops: "
+               + ", ".join(f"{device} {n}" for device, n in sorted(counts.items())))
+    return Result("jobs", name, not problems, figures, problems)
+
+
+def judge_benchmark(result: dict[str, Any], capability: str, tf32: bool) -> Result:
+    """GPU rows: float32 labelled TF32 where TensorFlow used it, none above the GPU's peak, a peak estimated."""
+    from tf_device_panel.core.jobs.benchmark import TF32_LABEL, uses_tf32
+
+    gpu_rows = [r for r in result.get("rows", []) if str(r.get("device", "")).startswith("/GPU:")]
+    problems = []
+    float32 = [r for r in gpu_rows if str(r["dtype"]).startswith("float32")]
+    want = TF32_LABEL if uses_tf32(capability, tf32) else "float32"
+    if any(r["dtype"] != want for r in float32):
+        problems.append(f"float32 rows read {sorted({r['dtype'] for r in float32})}, expected {want!r}")
+    impossible = [f"{r['device']} {r['dtype']} {r['size']}: {r['check']}" for r in gpu_rows
+                  if str(r.get("check", "")).startswith("impossible")]
+    problems += impossible
+    if not result.get("peak", {}).get("gpu_gflops"):
+        problems.append("no GPU peak estimated: " + "; ".join(n for n in result.get("notes", []) if "GPU peak" in n))
+    largest = max((r["size"] for r in gpu_rows), default=0)
+    peaks = result.get("peak", {}).get("gpu_gflops", {})
+    figures = []
+    for row in (r for r in gpu_rows if r["size"] == largest and r.get("gflops")):
+        math = row.get("math") or row["dtype"]
+        peak = peaks.get(row["device"], {}).get(math)
+        figures.append(f"{row['dtype']} {row['size']}: {row['gflops']:,.0f} GFLOP/s"
+                       + (f" ({row['gflops'] / peak:.0%} of peak {peak:,.0f})" if peak else ""))
+    return Result("benchmark", f"benchmark, tf32 {'on' if tf32 else 'off'}", not problems,
+                  "; ".join(figures) or "no GPU row", problems)
+
+
+METRICS = ("tfdp_tf_allocator_current_bytes", "tfdp_tf_allocator_peak_bytes", "tfdp_run_info",
+           "tfdp_device_config_info", "tfdp_gpu_process_memory_used_bytes")
+
+
+def judge_exporter(text: str) -> Result:
+    """The exporter's page during a GPU run: TensorFlow's allocator figures for /GPU:0 and the run's memory."""
+    missing = [name for name in METRICS if not re.search(rf"^{name}\{{", text, re.MULTILINE)]
+    current = re.search(r'^tfdp_tf_allocator_current_bytes\{device="/GPU:0"\}\s+(\S+)', text, re.MULTILINE)
+    figures = f"/GPU:0 allocator current {float(current.group(1)):,.0f} bytes" if current else "no /GPU:0 figure"
+    return Result("exporter", "metrics during a run", not missing and current is not None, figures,
+                  [f"missing: {', '.join(missing)}"] if missing else [])
+
+
+def judge_doctor(report: dict[str, Any]) -> Result:
+    checks = report.get("checks", [])
+    failed = [f"{c['title']}: {c['summary']}" for c in checks if c["status"] == "fail"]
+    counts = {s: sum(c["status"] == s for c in checks) for s in ("pass", "warn", "fail", "skipped")}
+    return Result("doctor", "doctor", not failed, ", ".join(f"{n} {s}" for s, n in counts.items()), failed)
+
+
+def to_markdown(results: Sequence[Result], facts: dict[str, Any], when: str) -> str:
+    passed = sum(r.passed is True for r in results)
+    failed = sum(r.passed is False for r in results)
+    lines = [f"# GPU acceptance — {facts.get('gpu', 'no GPU')}", "",
+             f"- Date: {when}",
+             f"- Device: {facts.get('gpu', '?')}, driver {facts.get('driver', '?')}, "
+             f"compute capability {facts.get('compute_capability', '?')}",
+             f"- Memory: NVML {facts.get('nvml_total_mib', '?')} MiB, CUDA {facts.get('cuda_total_mib', '?')} MiB "
+             f"(the driver keeps {facts.get('reserved_mib', '?')} MiB); {facts.get('sm_count', '?')} SMs at up to "
+             f"{facts.get('max_sm_clock_mhz', '?')} MHz",
+             f"- TensorFlow {facts.get('tf_version', '?')}, Python {facts.get('python', '?')}",
+             f"- Result: {passed} passed, {failed} failed, {len(results) - passed - failed} skipped", ""]
+    for section in dict.fromkeys(r.section for r in results):
+        lines += [f"## {section}", "", "| | check | figures |", "|---|---|---|"]
+        for result in (r for r in results if r.section == section):
+            mark = {True: "✔", False: "✘", None: "–"}[result.passed]
+            lines.append(f"| {mark} | {result.name} | {result.figures.replace('|', '/')} |")
+        details = [(r.name, d) for r in results if r.section == section for d in r.detail]
+        if details:
+            lines += ["", *[f"- {name}: {text}" for name, text in details]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+# -- running on the GPU host ----------------------------------------------------------------------------------
+
+PANEL = [sys.executable, "-m", "tf_device_panel"]
+
+
+def panel(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PANEL, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def run_json(job: str, profile: Path, *params: str, timeout: float = 600) -> dict[str, Any]:
+    pairs = [part for param in params for part in ("-p", param)]
+    done = panel("run", job, "--config", str(profile), "--json", *pairs, timeout=timeout)
+    try:
+        return dict(json.loads(done.stdout))
+    except json.JSONDecodeError:
+        return {"status": "no-result", "error": {"type": f"exit {done.returncode}", "message": done.stderr[-500:]}}
+
+
+def gpu_facts() -> dict[str, Any]:
+    from tf_device_panel.core.config import gpu_total_mib
+    from tf_device_panel.core.nvml import Nvml
+
+    nvml = Nvml()
+    if not nvml.init() or not nvml.gpus():
+        return {"error": nvml.message or "NVML sees no GPU"}
+    gpu = nvml.gpus()[0]
+    units, why = nvml.compute_units(0)
+    facts: dict[str, Any] = {"gpu": gpu.name, "driver": nvml.driver_version(), "nvml_total_mib": gpu.memory_total_mib,
+                             "reserved_mib": gpu.memory_reserved_mib, "compute_capability": gpu.compute_capability,
+                             "gpu_count": len(nvml.gpus()), "python": sys.version.split()[0],
+                             "sm_count": units.sm_count if units else why,
+                             "max_sm_clock_mhz": units.max_sm_clock_mhz if units else why}
+    try:
+        facts["cuda_total_mib"] = gpu_total_mib(0)
+    except (OSError, RuntimeError) as exc:
+        facts["cuda_total_mib"] = gpu.cuda_total_mib or gpu.memory_total_mib
+        facts["cuda_total_error"] = str(exc)
+    return facts
+
+
+HOLD_SCRIPT = """
+import os, sys, time
+import tensorflow as tf
+with tf.device(sys.argv[1]):
+    x = tf.ones((256, 256)) * 2.0
+print("HOLDING", os.getpid(), float(tf.reduce_sum(x)), flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def held_by_run(profile: Path, seconds: float = 4.0, device: str = "/GPU:0",
+                during: Callable[[], None] | None = None) -> tuple[int | None, str]:
+    """Run a script that does one op on `device` and waits; the most GPU memory NVML shows its process hold."""
+    from tf_device_panel.core.nvml import Nvml
+
+    nvml = Nvml()
+    nvml.init()
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(HOLD_SCRIPT)
+    process = subprocess.Popen([*PANEL, "run", "script", "--config", str(profile), "-p", f"path={script.name}",
+                                "-p", f"args={device} {seconds}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    held: int | None = None
+    output: list[str] = []
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            output.append(line)
+            match = re.search(r"HOLDING (\d+)", line)
+            if not match:
+                continue
+            pid, until = int(match.group(1)), time.monotonic() + seconds - 0.5
+            if during is not None:
+                threading.Thread(target=during, daemon=True).start()
+            while time.monotonic() < until:
+                for gpu in nvml.gpus():
+                    for proc in nvml.processes(gpu.index) or []:
+                        if proc.pid == pid and proc.used_mib is not None:
+                            held = max(held or 0, proc.used_mib)
+                time.sleep(0.2)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)
+        os.unlink(script.name)
+    if held is None and device.startswith("/CPU"):
+        held = 0  # a run that never touches a GPU may not be in NVML's process list at all
+    return held, "".join(output[-20:])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def exporter_during_run(profile: Path) -> Result:
+    port = free_port()
+    exporter = subprocess.Popen([*PANEL, "exporter", "--listen", f"127.0.0.1:{port}", "--interval", "0.2"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    page: list[str] = []
+
+    def scrape() -> None:
+        time.sleep(1.5)  # a sample or two of the run
+        with contextlib.suppress(OSError):
+            page.append(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+
+    try:
+        held_by_run(profile, seconds=5.0, during=scrape)
+    finally:
+        exporter.send_signal(signal.SIGINT)
+        try:
+            exporter.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            exporter.kill()
+            exporter.wait()
+    return judge_exporter(page[0] if page else "")
+
+
+def session_expect(outcome: dict[str, Any]) -> str | None:
+    counts = placements_by_device(outcome)
+    return None if counts.get("/GPU:0") and counts.get("/GPU:1") else "MatMul did not run on both /GPU:0 and /GPU:1"
+
+
+def fit_expect(replicas: int, ops: str | None) -> Callable[[dict[str, Any]], str | None]:
+    def expect(outcome: dict[str, Any]) -> str | None:
+        result = outcome.get("result") or {}
+        if result.get("replicas_in_sync") != replicas:
+            return f"{result.get('replicas_in_sync')} replicas, wanted {replicas}"
+        if ops and result.get("cross_device_ops") != ops:
+            return f"cross-device ops {result.get('cross_device_ops')}, wanted {ops}"
+        return None
+    return expect
+
+
+def matrix_expect(expected: list[list[float]]) -> Callable[[dict[str, Any]], str | None]:
+    def expect(outcome: dict[str, Any]) -> str | None:
+        matrix = (outcome.get("result") or {}).get("matrix")
+        return None if matrix == expected else f"result {matrix}, wanted {expected}"
+    return expect
+
+
+def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
+    facts = gpu_facts()
+    results: list[Result] = []
+    if "error" in facts:
+        results.append(Result("GPU", "NVML", False, facts["error"], ["run this on a host with an NVIDIA GPU"]))
+        return results, facts
+    done = panel("devices", "--json", timeout=300)
+    with contextlib.suppress(json.JSONDecodeError):
+        facts["tf_version"] = json.loads(done.stdout).get("tf_version")
+    results.append(Result("GPU", "NVML and CUDA", True,
+                          f"{facts['gpu']}: NVML {facts['nvml_total_mib']} MiB, CUDA {facts['cuda_total_mib']} MiB, "
+                          f"reserve {facts['reserved_mib']} MiB, {facts['sm_count']} SMs, "
+                          f"{facts['max_sm_clock_mhz']} MHz, compute {facts['compute_capability']}"))
+    results.append(judge_totals(facts))
+    folder = Path(tempfile.mkdtemp(prefix="gpu-acceptance-"))
+    profiles = {}
+    for name, config in PROFILES.items():
+        profiles[name] = folder / f"{name}.json"
+        save_profile(config, profiles[name])
+    for name, path in profiles.items():
+        shown = panel("devices", "--config", str(path), timeout=300)
+        results.append(check_devices(name, shown.stdout, facts["gpu_count"], facts["cuda_total_mib"]))
+    for name in ("default", "growth", "split", "fraction", "hidden"):
+        held, tail = held_by_run(profiles[name], device="/CPU:0" if name == "hidden" else "/GPU:0")
+        result = judge_memory(name, held, facts["nvml_total_mib"], facts["cuda_total_mib"])
+        if not result.passed:
+            result.detail.append(textwrap.shorten(tail, 600))
+        results.append(result)
+
+    split, whole = profiles["split"], profiles["default"]
+    product = [[22.0, 28.0], [49.0, 64.0]]
+    results.append(judge_job("matmul on /GPU:0", run_json("matmul", whole), matrix_expect(product)))
+    results.append(judge_job("matmul on /GPU:1 of a split", run_json("matmul", split, "device=/GPU:1"),
+                             matrix_expect(product)))
+    results.append(judge_job("replicate over a split", run_json("replicate", split),
+                             matrix_expect([[44.0, 56.0], [98.0, 128.0]])))
+    results.append(judge_job("session two-devices", run_json("session", split, "example=two-devices"),
+                             session_expect))
+    results.append(judge_job("fit over a split (auto cross-device ops)", run_json("fit", split),
+                             fit_expect(2, "HierarchicalCopyAllReduce")))
+    results.append(judge_job("custom-loop over a split (auto)", run_json("custom-loop", split),
+                             fit_expect(2, "HierarchicalCopyAllReduce")))
+    results.append(judge_job("fit dense, whole GPU", run_json("fit", whole), fit_expect(1, None)))
+    results.append(judge_job("memory under growth", run_json("memory", profiles["growth"])))
+    oom = run_json("memory", split, "step_mib=1024", "steps=6")
+    results.append(judge_job("memory past a 2048 MiB logical GPU (OOM expected)", oom,
+                             lambda o: None if "out of memory" in str((o.get("error") or {}).get("message"))
+                             else "no out-of-memory error", want_status="error"))
+    if not quick:
+        results.append(judge_job("fit cnn 150 px, whole GPU", run_json("fit", whole, "model=cnn", "image_size=150"),
+                                 fit_expect(1, None)))
+        results.append(judge_job("fit cnn over a 4096+4096 split", run_json(
+            "fit", _profile(folder, "split4096", DeviceConfig(virtual_gpus={0: (4096, 4096)})), "model=cnn"),
+            fit_expect(2, "HierarchicalCopyAllReduce")))
+    sizes = "1024,4096" if quick else "1024,4096,8192"
+    for tf32 in (True, False):
+        dtypes = "dtypes=float32,float16,bfloat16" if tf32 else "dtypes=float32"
+        bench = run_json("benchmark", whole, f"sizes={sizes}", "devices=/GPU:0", dtypes,
+                         f"tf32={'on' if tf32 else 'off'}")
+        results.append(judge_benchmark(bench.get("result") or {}, str(facts["compute_capability"]), tf32)
+                       if bench.get("status") == "ok" else judge_job("benchmark", bench))
+    results.append(exporter_during_run(profiles["growth"]))
+    doctor = panel("doctor", "--json", timeout=600)
+    try:
+        results.append(judge_doctor(json.loads(doctor.stdout)))
+    except json.JSONDecodeError:
+        results.append(Result("doctor", "doctor", False, f"no report (exit {doctor.returncode})",
+                              [doctor.stderr[-500:]]))
+    return results, facts
+
+
+def _profile(folder: Path, name: str, config: DeviceConfig) -> Path:
+    path = folder / f"{name}.json"
+    save_profile(config, path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", default="gpu-acceptance.md", help="where to write the Markdown report")
+    parser.add_argument("--json", dest="json_path", help="also write the results and figures as JSON")
+    parser.add_argument("--quick", action="store_true", help="skip the CNN fits and the 8192 benchmark")
+    args = parser.parse_args(argv)
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    results, facts = run_all(args.quick)
+    Path(args.report).write_text(to_markdown(results, facts, when), encoding="utf-8")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps({"when": when, "facts": facts,
+                                                    "results": [asdict(r) for r in results]}, indent=1))
+    failed = [r for r in results if r.passed is False]
+    print(f"{len(results) - len(failed)} of {len(results)} checks passed; report: {args.report}")
+    for result in failed:
+        print(f"FAILED {result.section} / {result.name}: {result.figures}; {'; '.join(result.detail)[:400]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

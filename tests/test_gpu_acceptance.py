@@ -1,0 +1,169 @@
+"""scripts/gpu_acceptance.py judges what it measures on a GPU host: here against the H100's recorded figures
+(tests/fixtures/h100), so CI checks the judging without a GPU; the whole run itself is a `gpu` test."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from helpers import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "h100"
+GPU = json.loads((FIXTURES / "gpu.json").read_text())
+NVML_TOTAL, CUDA_TOTAL = GPU["nvml"]["memory_total_mib"], GPU["cuda_total_mib"]
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "scripts" / "gpu_acceptance.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_acceptance"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+acceptance = load_script()
+
+
+def recorded_devices() -> dict[str, str]:
+    text = (FIXTURES / "devices-six-profiles.txt").read_text()
+    parts = re.split(r"^=== devices --config (\w+)\n", text, flags=re.MULTILINE)
+    recorded_as = {"virtual": "split"}  # the H100 run called the 2048+4096 profile "virtual"
+    return {recorded_as.get(name, name): body for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def test_every_profile_gave_the_devices_and_limits_it_implies_on_the_h100() -> None:
+    shown = recorded_devices()
+    assert set(shown) == set(acceptance.PROFILES)
+    for profile, text in shown.items():
+        result = acceptance.check_devices(profile, text, gpu_count=1, cuda_total_mib=CUDA_TOTAL)
+        assert result.passed, (profile, result.detail)
+    assert acceptance.check_devices("fraction", shown["fraction"], 1, CUDA_TOTAL).figures == \
+        "/CPU:0, /GPU:0 20269 MiB"
+
+
+def test_a_device_list_that_misses_a_limit_fails() -> None:
+    wrong = recorded_devices()["split"].replace("limit 4096 MiB", "")
+    result = acceptance.check_devices("split", wrong, gpu_count=1, cuda_total_mib=CUDA_TOTAL)
+    assert result.passed is False and "('/GPU:1', 4096)" in result.detail[0]
+
+
+@pytest.mark.parametrize("profile", ["default", "growth", "split", "fraction"])
+def test_the_memory_each_profile_held_on_the_h100_is_what_it_implies(profile: str) -> None:
+    recorded = GPU["process_memory_after_first_op_mib"]
+    held = {"default": recorded["default"], "growth": recorded["memory_growth"],
+            "split": recorded["split_2048_4096"], "fraction": recorded["memory_fraction_0_25"]}[profile]
+    result = acceptance.judge_memory(profile, held, NVML_TOTAL, CUDA_TOTAL)
+    assert result.passed, result.figures
+
+
+def test_memory_that_contradicts_the_profile_fails() -> None:
+    assert not acceptance.judge_memory("growth", 79274, NVML_TOTAL, CUDA_TOTAL).passed  # growth ignored
+    assert not acceptance.judge_memory("default", 522, NVML_TOTAL, CUDA_TOTAL).passed
+    assert not acceptance.judge_memory("fraction", 79274, NVML_TOTAL, CUDA_TOTAL).passed  # limit not applied
+    assert not acceptance.judge_memory("split", None, NVML_TOTAL, CUDA_TOTAL).passed
+    assert acceptance.judge_memory("hidden", 4, NVML_TOTAL, CUDA_TOTAL).passed
+
+
+def h100_benchmark(tf32_labelled: bool) -> dict:
+    from tf_device_panel.core.jobs.benchmark import TF32_LABEL, GpuPeak, check_rows, cpu_peak
+
+    spec = GPU["not_recorded_from_specification"]
+    peak = GpuPeak(GPU["nvml"]["name"], spec["sm_count"], spec["max_sm_clock_mhz"], "9.0")
+    rows = []
+    for row in json.loads((FIXTURES / "benchmark-rows.json").read_text())["rows"]:
+        row = {k: v for k, v in row.items() if not k.endswith("_printed")}
+        if tf32_labelled and row["device"] == "/GPU:0" and row["dtype"] == "float32":
+            row.update(dtype=TF32_LABEL, math="tf32")
+        rows.append(row)
+    check_rows(rows, cpu_peak("flags\t: avx512f\n", 16, 3_150_000), {"/GPU:0": peak})
+    return {"rows": rows, "peak": {"gpu_gflops": {"/GPU:0": {m: peak.gflops(m) for m in ("float32", "tf32",
+                                                                                          "float16", "bfloat16")}}},
+            "notes": []}
+
+
+def test_the_h100_benchmark_passes_when_tf32_is_said() -> None:
+    result = acceptance.judge_benchmark(h100_benchmark(tf32_labelled=True), "9.0", tf32=True)
+    assert result.passed, result.detail
+    assert "float32 (TF32) 8192: 376,621 GFLOP/s (70% of peak 535,265)" in result.figures
+    assert "float16 8192: 652,586 GFLOP/s (61% of peak 1,070,531)" in result.figures
+
+
+def test_the_h100_benchmark_as_it_was_recorded_fails() -> None:
+    result = acceptance.judge_benchmark(h100_benchmark(tf32_labelled=False), "9.0", tf32=True)
+    assert result.passed is False
+    assert "float32 rows read ['float32'], expected 'float32 (TF32)'" in result.detail
+    assert any("impossible: above the GPU's float32 peak 66908" in d for d in result.detail)
+
+
+def test_the_exporters_page_during_the_h100_run_has_the_allocator_figures() -> None:
+    lines = []
+    for line in (FIXTURES / "exporter-during-run.txt").read_text().splitlines():
+        match = re.match(r"^(tfdp_\w+) (\{.*\}) (\S+)$", line)
+        if match:  # the recorded scrape printed (name, labels dict, value): back to Prometheus' text
+            labels = ast.literal_eval(match.group(2))
+            lines.append(match.group(1) + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "} "
+                         + match.group(3))
+    result = acceptance.judge_exporter("\n".join(lines))
+    assert result.passed and result.figures == "/GPU:0 allocator current 134,219,520 bytes"
+    assert not acceptance.judge_exporter("\n".join(lines[:1])).passed
+
+
+def test_jobs_are_judged_by_status_gpu_placements_and_result() -> None:
+    # the mirrored fit over the H100's split, as recorded: placements 2053 (/CPU:0 546, /GPU:0 937, /GPU:1 570)
+    placements = [{"short_device": device} for device, n in (("/CPU:0", 546), ("/GPU:0", 937), ("/GPU:1", 570))
+                  for _ in range(n)]
+    fit = {"status": "ok", "duration_s": 4.32, "placements": placements,
+           "result": {"replicas_in_sync": 2, "cross_device_ops": "HierarchicalCopyAllReduce"}}
+    result = acceptance.judge_job("fit", fit, acceptance.fit_expect(2, "HierarchicalCopyAllReduce"))
+    assert result.passed and result.figures == "ok in 4.32 s; ops: /CPU:0 546, /GPU:0 937, /GPU:1 570"
+    nccl = {"status": "error", "placements": placements,
+            "error": {"type": "InternalError", "message": "NCCL: invalid usage"}}  # the default, before auto
+    assert not acceptance.judge_job("fit", nccl).passed
+    on_cpu = {**fit, "placements": [{"short_device": "/CPU:0"}]}
+    assert acceptance.judge_job("fit", on_cpu).detail == ["no op was placed on a GPU"]
+
+
+def test_cudas_total_is_checked_against_nvmls_less_its_reserve() -> None:
+    h100 = {"nvml_total_mib": NVML_TOTAL, "reserved_mib": 480, "cuda_total_mib": CUDA_TOTAL}
+    result = acceptance.judge_totals(h100)
+    assert result.passed and result.figures == "NVML 81559 - reserve 480 = 81079 MiB; CUDA says 81079 MiB"
+    assert acceptance.judge_totals({**h100, "reserved_mib": 0}).passed is False
+    assert acceptance.judge_totals({**h100, "reserved_mib": None}).passed is None
+
+
+def test_the_doctor_and_the_report() -> None:
+    recorded = json.loads((FIXTURES / "doctor-without-tensorflow.json").read_text())
+    doctor = acceptance.judge_doctor(recorded)
+    assert doctor.passed is False and doctor.figures == "6 pass, 1 warn, 2 fail, 4 skipped"
+    facts = {"gpu": GPU["nvml"]["name"], "driver": "580.159.04", "nvml_total_mib": NVML_TOTAL,
+             "cuda_total_mib": CUDA_TOTAL, "reserved_mib": 480, "compute_capability": "9.0", "sm_count": 132,
+             "max_sm_clock_mhz": 1980, "tf_version": "2.21.0", "python": "3.12.3"}
+    memory = acceptance.judge_memory("growth", 522, NVML_TOTAL, CUDA_TOTAL)
+    report = acceptance.to_markdown([memory, doctor], facts, "2026-11-24 07:00 UTC")
+    assert report.startswith("# GPU acceptance — NVIDIA H100 80GB HBM3\n")
+    assert "- Memory: NVML 81559 MiB, CUDA 81079 MiB (the driver keeps 480 MiB); 132 SMs at up to 1980 MHz" in report
+    assert "| ✔ | growth | 522 MiB held (expected 1–2,048) |" in report
+    assert "- Result: 1 passed, 1 failed, 0 skipped" in report and "- doctor: TensorFlow imports" in report
+
+
+@pytest.mark.gpu
+def test_the_whole_acceptance_run_on_this_gpu(tmp_path: Path) -> None:
+    from tf_device_panel.core.nvml import Nvml
+
+    nvml = Nvml()
+    if not nvml.init() or not nvml.gpus():
+        pytest.skip(f"needs an NVIDIA GPU with TensorFlow set up (shared/gpu-host): {nvml.message or 'no GPU'}")
+    pytest.importorskip("tensorflow", reason="TensorFlow is not installed here (see shared/gpu-host/README.md)")
+    report = tmp_path / "gpu-acceptance.md"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_acceptance.py"), "--quick", "--report",
+                           str(report)], capture_output=True, text=True, timeout=1800)
+    print(report.read_text())
+    assert done.returncode == 0, done.stdout[-3000:]
