@@ -61,7 +61,7 @@ def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8
                 < HOST_RESERVE * psutil.virtual_memory().total:
             raise JobError(f"stopped before step {step}: another {step_mib} MiB would leave the host with less "
                            f"than {HOST_RESERVE:.0%} of its memory free ({len(held) * step_mib} MiB held so far). "
-                           "The runtime is still running.")
+                           "Nothing was taken past that point.")
         try:
             with tf.device(full):
                 tensor = tf.ones([floats_per_step], dtype=tf.float32)
@@ -72,7 +72,8 @@ def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8
             raise JobError(
                 f"out of memory on {short} at step {step}, with {(step - 1) * step_mib} MiB already held: "
                 f"{first_line}. The device's memory limit (from memory_limit or the GPU's size) was "
-                "reached; the runtime survived and is still running.") from None
+                "reached. TensorFlow raised a clean ResourceExhaustedError: a script can catch it and go on "
+                "(this run's process ends with the job).") from None
         ctx.progress(step, steps + 1, f"step {step}/{steps}: {len(held) * step_mib} MiB held on {short}")
         record(step, "allocated")
 
