@@ -38,7 +38,7 @@ import platformdirs
 import psutil
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
-from tf_device_panel.core.streams import OUTPUT_STREAMS, StreamDemux, split_lines
+from tf_device_panel.core.streams import OUTPUT_STREAMS, LineBuffer, StreamDemux, split_lines
 from tf_device_panel.core.text import clip
 
 HOME_ENV = "TF_DEVICE_PANEL_HOME"
@@ -199,6 +199,11 @@ class RunRecorder:
         text = event.data.get("line") or event.data.get("text", "")
         data = text.encode("utf-8", "surrogateescape") + b"\n"
         lines = text.count("\n") + 1  # a block of plain output is one event
+        if len(data) > self._segment_bytes:  # one line larger than a tail segment: its head and tail, as a run's
+            clipped = LineBuffer(self._segment_bytes)
+            clipped.add(data[:-1])
+            data = clipped.take() + b"\n"
+            lines = data.count(b"\n")
         head_full = not self._tail and self._offset + len(data) > self.cap_bytes // 2
         if head_full or (self._tail and self._tail[-1]["bytes"] >= self._segment_bytes):
             self._next_segment()
@@ -539,7 +544,7 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str,
             line.time = time_now[0]
             merged.append(line)
 
-    demux = StreamDemux(deliver)
+    demux = StreamDemux(deliver, line_cap=None)  # recorded lines are already within the cap
     stream = "stdout"
     pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].get("at", 0), item[0])))
     upcoming = next(pending, None)

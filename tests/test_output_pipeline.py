@@ -3,6 +3,7 @@ memory bounded; and the run record's compact layout, cap and compatibility with 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -21,6 +22,7 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.session import JobRun
+from tf_device_panel.core.streams import LINE_CAP_BYTES
 
 FLOOD = """
     import itertools, sys
@@ -91,6 +93,35 @@ def test_an_endless_flood_keeps_the_cli_small(tmp_path: Path, panel_home: Path) 
             process.wait()
     assert peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
     assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+def test_200_mb_without_a_newline_keeps_the_cli_small_and_the_record_in_its_cap(tmp_path: Path,
+                                                                                panel_home: Path) -> None:
+    script = tmp_path / "one_line.py"
+    script.write_text("import sys\nfor _ in range(3200):\n    sys.stdout.write('x' * 65536)\nsys.exit(4)\n")
+    process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    watched = psutil.Process(process.pid)
+    peak = [0]
+
+    def ended() -> bool:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            peak[0] = max(peak[0], watched.memory_info().rss)
+        return process.poll() is not None
+
+    try:
+        wait_until(ended, timeout=240, interval=0.05, message="the CLI did not finish the 200 MB line")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, err = process.communicate()
+    assert b"Traceback" not in err, err
+    assert process.returncode == 4 and peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
+    (summary,) = RunHistory().summaries()
+    assert summary["output"]["bytes"] < 10 * 1024 * 1024  # the line's head and tail, not 200 MB in one piece
+    (line,) = [e.data["text"] for e in RunHistory().events(summary["run_id"])
+               if e.type == events.LOG and e.data["text"].startswith("xxx")]
+    assert f"[{200 * 1024 * 1024 - LINE_CAP_BYTES} bytes of this line not kept" in line
 
 
 def test_a_closed_stdout_cancels_the_run_and_finalizes_the_record(tmp_path: Path, panel_home: Path) -> None:
