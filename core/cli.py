@@ -124,7 +124,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_snippet(args: argparse.Namespace) -> int:
-    config = load_profile(args.config) if args.config else DeviceConfig()
+    config = load_profile(args.config)  # required: an empty name is an error, not "no profile"
     sys.stdout.write(to_python_snippet(config))
     return EXIT_OK
 
@@ -209,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from tf_device_panel.core import doctor
 
-    config = load_profile(args.config) if args.config else None
+    config = load_profile(args.config) if args.config is not None else None
     if not args.json:
         print("Examining this machine (TensorFlow is imported in a probe process; this takes a few seconds)…",
               file=sys.stderr)
@@ -232,7 +232,7 @@ def cmd_cluster_config(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.ps and not args.chief:
         raise UsageError("a parameter-server cluster needs a coordinator: add --chief HOST:PORT")
-    if args.config:
+    if args.config is not None:
         load_profile(args.config)  # a bad profile is named now, not on every machine later
     if args.json:
         _emit_json(tasks)

@@ -64,8 +64,9 @@ def home() -> Path:
         return platformdirs.user_data_path("tf-device-panel")
     try:
         return Path(override).expanduser()
-    except RuntimeError as exc:  # "~nouser/…": no such user's home
-        raise HistoryError(f"{HOME_ENV}={override!r}: {exc}; set it to an existing folder") from None
+    except RuntimeError:  # "~nouser/…": no such user, so no home to expand
+        raise HistoryError(f"{HOME_ENV}={override!r}: {override.split('/')[0]!r} names no user of this machine; "
+                           "set it to an existing folder") from None
 
 
 def _write_json_atomic(path: Path, data: Any, reserve: int = 0) -> None:
@@ -91,10 +92,22 @@ def _write_json_in_place(path: Path, data: Any) -> None:
         handle.write(text + b"\n" + b" " * (size - len(text) - 1))
 
 
+_WHAT_TO_DO = {
+    errno.ENOSPC: "free some space there",
+    errno.EDQUOT: "free some space there",
+    errno.EROFS: f"set {HOME_ENV} to a writable folder",
+    errno.EACCES: f"check its permissions, or set {HOME_ENV} to a writable folder",
+    errno.EPERM: f"check its permissions, or set {HOME_ENV} to a writable folder",
+    errno.ENOTDIR: f"a file stands where a folder should be; move it, or set {HOME_ENV} to another folder",
+    errno.EEXIST: f"a file stands where a folder should be; move it, or set {HOME_ENV} to another folder",
+}
+
+
 def problem_text(exc: OSError, what: Path | str) -> str:
-    """One line for a failed write: what could not be written and why."""
+    """One line for a failed write: what could not be written, why, and what to do."""
     reason = exc.strerror or str(exc)
-    return f"could not write {what}: {reason}"
+    todo = _WHAT_TO_DO.get(exc.errno or 0)
+    return f"could not write {what}: {reason}" + (f" ({todo})" if todo else "")
 
 
 def record_cap_bytes() -> int:
@@ -312,8 +325,10 @@ class RunHistory:
         except FileNotFoundError:
             return []
         except NotADirectoryError:
-            raise HistoryError(f"the run history {root} is a file, not a folder: move it away, or set "
-                               f"{HOME_ENV} to another folder") from None
+            blocking = next((path for path in (root, *root.parents) if path.exists() and not path.is_dir()), root)
+            where = "" if blocking == root else f" ({root} is inside it)"
+            raise HistoryError(f"the run history cannot be read: {blocking} is a file, not a folder{where}; move "
+                               f"it away, or set {HOME_ENV} to another folder") from None
         except OSError as exc:
             raise HistoryError(f"cannot read the run history {root}: {exc.strerror or exc}; check its "
                                f"permissions, or set {HOME_ENV} to another folder") from None
