@@ -210,7 +210,8 @@ class RunRecorder:
             self._stream = stream
             self._write_event(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")
         text = event.data.get("line") or event.data.get("text", "")
-        data = text.encode("utf-8", "surrogateescape") + b"\n"
+        raw = event.data.get("raw")  # the bytes as printed, where the text shown differs from them
+        data = (raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogateescape")) + b"\n"
         lines = text.count("\n") + 1  # a block of plain output is one event
         if len(data) > self._segment_bytes:  # one line larger than a tail segment: its head and tail, as a run's
             clipped = LineBuffer(self._segment_bytes)

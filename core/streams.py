@@ -168,7 +168,7 @@ class StreamDemux:
             self._output_block(block, lines, stream)
         else:
             for raw in lines:
-                self._output_line(visible_text(raw), stream)
+                self._output_line(raw, stream)
         self._live_line(stream)
 
     def close(self, stream: str) -> None:
@@ -178,7 +178,7 @@ class StreamDemux:
             if stream == EVENTS:
                 self._event_line(rest)
             else:
-                self._output_line(visible_text(rest), stream)
+                self._output_line(rest, stream)
         self.closed.add(stream)
 
     def _live_line(self, stream: str) -> None:
@@ -208,12 +208,18 @@ class StreamDemux:
         text = block.decode("utf-8", errors="replace")
         for line in lines[-KEPT_LINES:]:
             self._on_line(line.decode("utf-8", errors="replace"))
-        self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text},
-                            job_id=self._job_id()))
+        data: dict[str, object] = {"stream": stream, "kind": placement.OUTPUT, "text": text}
+        if "\ufffd" in text:
+            data["raw"] = block  # not UTF-8: the record keeps the bytes as printed
+        self._deliver(Event(events.LOG, data, job_id=self._job_id()))
 
     def _output_line(self, raw: bytes, stream: str) -> None:
+        """One finished line as printed; shown as a terminal would show it (`\r` redraws collapsed, bytes that
+        are not UTF-8 replaced), with the printed bytes kept in the event's `raw` when they differ."""
         self._live[stream] = b""
-        line = raw.decode("utf-8", errors="replace")
+        shown = visible_text(raw)
+        line = shown.decode("utf-8", errors="replace")
+        exact = {"raw": raw} if shown is not raw or "\ufffd" in line else {}
         self._on_line(line)
         kind, placed = placement.parse_line(line, stream)
         if stream == STDERR:
@@ -225,7 +231,8 @@ class StreamDemux:
             else:
                 self._stderr_kind = kind if kind != placement.OUTPUT else ""
         if placed is not None:
-            self._deliver(Event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line},
+            self._deliver(Event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line, **exact},
                                 job_id=self._job_id()))
         else:
-            self._deliver(Event(events.LOG, {"stream": stream, "kind": kind, "text": line}, job_id=self._job_id()))
+            self._deliver(Event(events.LOG, {"stream": stream, "kind": kind, "text": line, **exact},
+                                job_id=self._job_id()))

@@ -21,7 +21,7 @@ from tf_device_panel.core.cli_output import RunPrinter
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.session import JobRun
+from tf_device_panel.core.session import JobRun, run_job_once
 from tf_device_panel.core.streams import LINE_CAP_BYTES
 
 FLOOD = """
@@ -207,3 +207,26 @@ def test_a_progress_bar_is_redrawn_in_place_on_a_terminal_only(terminal: bool) -
         assert out.getvalue() == ("\r\x1b[K  | 1/3 [=>  ]\r\x1b[K  | 2/3 [==> ]\r\x1b[K  | 3/3 [===]\n")
     else:
         assert out.getvalue() == "  | 3/3 [===]\n"
+
+
+def test_the_record_keeps_the_bytes_printed_and_the_view_shows_what_a_terminal_shows(tmp_path: Path,
+                                                                                     panel_home: Path) -> None:
+    script = tmp_path / "raw.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        out = sys.stdout.buffer
+        for i in range(2000):
+            out.write(b"bad \\xff\\xfe byte %d\\n" % i)       # not UTF-8
+        for step in range(3000):
+            out.write(b"\\rprogress %4d/3000" % step)       # a progress bar redrawn with \\r
+        out.write(b"\\nwindows line\\r\\nlast\\n")
+    """))
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, check=True).stdout
+    outcome = run_job_once(DeviceConfig(), "script", {"path": str(script)}, history=RunHistory())
+    assert outcome.status == "ok", outcome.error
+    record = (panel_home / "runs" / str(outcome.run_id) / "output.txt").read_bytes()
+    assert printed in record  # every byte as printed: nothing replaced, no redraw collapsed
+    texts = [e.data["text"] for e in RunHistory().events(str(outcome.run_id))
+             if e.type == events.LOG and e.data.get("stream") == "stdout"]
+    assert texts[0] == "bad \ufffd\ufffd byte 0"
+    assert texts[-3:] == ["progress 2999/3000", "windows line", "last"]
