@@ -38,7 +38,7 @@ from tf_device_panel.core.config import (
 from tf_device_panel.core.diagnostics import configure_logging
 from tf_device_panel.core.events import ReadyData
 from tf_device_panel.core.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.history import HistoryError, RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.runtime import shell_status
@@ -126,7 +126,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_snippet(args: argparse.Namespace) -> int:
-    config = load_profile(args.config) if args.config else DeviceConfig()
+    config = load_profile(args.config)  # required: an empty name is an error, not "no profile"
     sys.stdout.write(to_python_snippet(config))
     return EXIT_OK
 
@@ -202,6 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(str(outcome.error["traceback"]).rstrip(), file=sys.stderr)
             _print_lines(error_text(outcome.error, args.verbose), sys.stderr)
         _print_lines(lines[-1:])
+    if outcome.record_problem:
+        # The run went on; only its record is short. One line, whatever the output mode.
+        print(f"warning: this run's record is incomplete: {outcome.record_problem}", file=sys.stderr)
     if spec.name == "script" and outcome.returncode is not None:
         return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
@@ -210,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from tf_device_panel.core import doctor
 
-    config = load_profile(args.config) if args.config else None
+    config = load_profile(args.config) if args.config is not None else None
     if not args.json:
         print("Examining this machine (TensorFlow is imported in a probe process; this takes a few seconds)…",
               file=sys.stderr)
@@ -233,7 +236,7 @@ def cmd_cluster_config(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.ps and not args.chief:
         raise UsageError("a parameter-server cluster needs a coordinator: add --chief HOST:PORT")
-    if args.config:
+    if args.config is not None:
         load_profile(args.config)  # a bad profile is named now, not on every machine later
     if args.json:
         _emit_json(tasks)
@@ -410,7 +413,7 @@ def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], 
     except ConfigError as exc:
         print("error: invalid configuration:\n" + "\n".join(f"  - {p}" for p in exc.problems), file=sys.stderr)
         return EXIT_USAGE
-    except ConfigRejected as exc:
+    except (ConfigRejected, HistoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ParamError as exc:

@@ -245,5 +245,7 @@ def runs_text(runs: Sequence[Mapping[str, Any]]) -> list[str]:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
         duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), int | float) else ""
         error = one_line(str((run.get("error") or {}).get("message", "")))
+        if run.get("incomplete"):
+            error = one_line(f"record incomplete: {run['incomplete']}") + (f"; {error}" if error else "")
         lines.append(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error}".rstrip())
     return lines

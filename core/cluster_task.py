@@ -8,6 +8,7 @@ ClusterCoordinator). Results are printed as one line prefixed with RESULT_PREFIX
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -156,6 +157,9 @@ def device_config(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A crash in TensorFlow's C++ or gRPC (SIGSEGV, SIGABRT, SIGBUS) then leaves on stderr which thread crashed
+    # and what Python was doing, for the job to report (with no Python frame: it was in native code).
+    faulthandler.enable(all_threads=True)
     die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m tf_device_panel.core.cluster_task")
     parser.add_argument("role", choices=sorted(ROLES))

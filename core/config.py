@@ -363,6 +363,16 @@ def _parse_constant(text: str) -> float:
     raise _Malformed(f"{text} is not a number JSON allows; write a plain number")
 
 
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a key given twice is an error (json.loads would silently keep the last)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _Malformed(f"the key {quote(key)} is given twice in one object; keep the one you mean")
+        result[key] = value
+    return result
+
+
 def parse_profile_text(raw: bytes) -> Any:
     """Decode a profile's bytes (UTF-8, with or without a byte-order mark) and parse its JSON.
 
@@ -374,7 +384,8 @@ def parse_profile_text(raw: bytes) -> Any:
         raise _Malformed(f"cannot be read as UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
                          "save it as UTF-8") from None
     try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant,
+                          object_pairs_hook=_object_without_duplicates)
     except json.JSONDecodeError as exc:
         raise _Malformed(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
@@ -409,6 +420,9 @@ def _read_limited(path: Path) -> bytes:
 
 def load_profile(path: str | os.PathLike[str]) -> DeviceConfig:
     """Read a JSON profile. Raises `ProfileError` naming every problem; never modifies the file."""
+    if not str(path).strip():  # Path("") would be the current folder
+        raise ProfileError('""', [Problem("(file)", "no file name given",
+                                              "give the profile's path, e.g. --config gpu0.json")])
     path = Path(path)
     try:
         data = parse_profile_text(_read_limited(path))

@@ -10,13 +10,24 @@ Past the per-run cap (RECORD_CAP_ENV MB, default 100), the output's head is kept
 in the last few output.tail.N segments; the summary's `output` says how many lines were dropped between.
 Log and placement events are rebuilt from the lines when a run is read. Records written before this
 layout (every line an event in events.jsonl) still load.
+
+Writing never stops a run: every write goes through `RunRecorder._guarded`; the first that fails (a full
+disk, a read-only or vanished folder) ends the recording, and the summary says `incomplete` with the reason.
+run.json is created padded with RESERVED_BYTES of spaces, so the final summary can still be written in place
+over them when the disk is full.
+
+Reading is total: a damaged run.json (not JSON, not UTF-8, wrong types) lists that run as `unreadable` with
+the reason; damaged lines of events.jsonl are skipped and counted in a warning in the run's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import math
 import os
+import re
 import secrets
 import time
 from collections import deque
@@ -27,24 +38,76 @@ import platformdirs
 import psutil
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
-from tf_device_panel.core.streams import OUTPUT_STREAMS, StreamDemux, split_lines
+from tf_device_panel.core.streams import OUTPUT_STREAMS, LineBuffer, StreamDemux, split_lines
+from tf_device_panel.core.text import clip
 
 HOME_ENV = "TF_DEVICE_PANEL_HOME"
 RECORD_CAP_ENV = "TF_DEVICE_PANEL_RECORD_CAP_MB"
 DEFAULT_CAP_MB = 100
 TAIL_SEGMENTS = 4          # the tail is kept in this many segments of a quarter of half the cap each
 FLUSH_S = 0.2
+RESERVED_BYTES = 16384     # spaces after run.json's first version: room for the final summary on a full disk
+MAX_SUMMARY_BYTES = 64 * 1024 * 1024  # a run.json larger than this is not a summary this panel wrote
+MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
+UNREADABLE = "unreadable"
+_TAIL_FILE = re.compile(r"output\.tail\.\d+")
+
+
+class HistoryError(Exception):
+    """The history folder itself cannot be used (a file where the folder should be, no permission):
+    the message says what to do."""
 
 
 def home() -> Path:
     override = os.environ.get(HOME_ENV)
-    return Path(override).expanduser() if override else platformdirs.user_data_path("tf-device-panel")
+    if not override:
+        return platformdirs.user_data_path("tf-device-panel")
+    try:
+        return Path(override).expanduser()
+    except RuntimeError:  # "~nouser/…": no such user, so no home to expand
+        raise HistoryError(f"{HOME_ENV}={override!r}: {override.split('/')[0]!r} names no user of this machine; "
+                           "set it to an existing folder") from None
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
+def _write_json_atomic(path: Path, data: Any, reserve: int = 0) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        text = json.dumps(data, indent=2, default=str) + "\n"
+        tmp.write_text(text + " " * reserve, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _write_json_in_place(path: Path, data: Any) -> None:
+    """Overwrite `path` within its present size (its reserved spaces), allocating nothing: the last resort
+    on a full disk. Raises OSError when the summary does not fit or the file cannot be written."""
+    text = json.dumps(data, separators=(",", ":"), default=str).encode()
+    with path.open("r+b") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if len(text) + 1 > size:
+            raise OSError(errno.ENOSPC, "the final summary does not fit the space reserved for it")
+        handle.write(text + b"\n" + b" " * (size - len(text) - 1))
+
+
+_WHAT_TO_DO = {
+    errno.ENOSPC: "free some space there",
+    errno.EDQUOT: "free some space there",
+    errno.EROFS: f"set {HOME_ENV} to a writable folder",
+    errno.EACCES: f"check its permissions, or set {HOME_ENV} to a writable folder",
+    errno.EPERM: f"check its permissions, or set {HOME_ENV} to a writable folder",
+    errno.ENOTDIR: f"a file stands where a folder should be; move it, or set {HOME_ENV} to another folder",
+    errno.EEXIST: f"a file stands where a folder should be; move it, or set {HOME_ENV} to another folder",
+}
+
+
+def problem_text(exc: OSError, what: Path | str) -> str:
+    """One line for a failed write: what could not be written, why, and what to do."""
+    reason = exc.strerror or str(exc)
+    todo = _WHAT_TO_DO.get(exc.errno or 0)
+    return f"could not write {what}: {reason}" + (f" ({todo})" if todo else "")
 
 
 def record_cap_bytes() -> int:
@@ -67,16 +130,24 @@ def is_output_line(event: Event) -> bool:
             and "task" not in event.data)
 
 
+def _write(handle: Any, data: Any) -> None:
+    """The one place the recorder's files are written (tests inject faults here)."""
+    handle.write(data)
+
+
 class RunRecorder:
+    """Writes one run's record as it happens. Never raises: the first failed write (full disk, read-only
+    or removed folder, no permission) is kept in `problem`, later writes are skipped, and `finish` marks the
+    summary `incomplete` with that reason."""
+
     def __init__(self, folder: Path, summary: dict[str, Any], cap_bytes: int | None = None):
         self.folder = folder
         self.run_id = folder.name
         self.summary = summary
         self.cap_bytes = record_cap_bytes() if cap_bytes is None else cap_bytes
-        folder.mkdir(parents=True, exist_ok=False)
-        _write_json_atomic(folder / "run.json", summary)
-        self._events = (folder / "events.jsonl").open("a", encoding="utf-8", buffering=1)
-        self._output = (folder / "output.txt").open("ab", buffering=1024 * 1024)
+        self.problem: str | None = None
+        self._events: Any = None
+        self._output: Any = None
         self._offset = 0          # bytes of output so far, dropped ones included
         self._lines = 0
         self._stream = "stdout"
@@ -86,9 +157,40 @@ class RunRecorder:
         self._dropped_lines = 0
         self._segments = 0
         self._closed = False
+        self._summary_written = False
+        self._guarded(folder, lambda: folder.mkdir(parents=True, exist_ok=False))
+        self._guarded(folder / "run.json",
+                      lambda: _write_json_atomic(folder / "run.json", summary, reserve=RESERVED_BYTES))
+        self._summary_written = self.problem is None
+        self._events = self._guarded(folder / "events.jsonl",
+                                     lambda: (folder / "events.jsonl").open("a", encoding="utf-8", buffering=1))
+        self._output = self._guarded(folder / "output.txt",
+                                     lambda: (folder / "output.txt").open("ab", buffering=1024 * 1024))
+
+    @property
+    def failed(self) -> bool:
+        return self.problem is not None
+
+    def _guarded(self, what: Path, action: Any) -> Any:
+        """Run one write; on failure remember why (the first failure only), stop recording, return None."""
+        if self.problem is not None:
+            return None
+        try:
+            return action()
+        except (OSError, ValueError) as exc:  # ValueError: a file closed under us ("I/O on closed file")
+            self.problem = problem_text(exc, what) if isinstance(exc, OSError) else f"could not write {what}: {exc}"
+            self._close_files()
+            return None
+
+    def _close_files(self) -> None:
+        for handle in (self._output, self._events):
+            if handle is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    handle.close()
+        self._output = self._events = None
 
     def append(self, event: Event) -> None:
-        if self._closed or event.data.get("partial"):
+        if self._closed or self.problem is not None or event.data.get("partial"):
             return
         if is_output_line(event):
             self._append_line(event)
@@ -96,20 +198,32 @@ class RunRecorder:
         self._flush()
         entry = event.to_json()
         entry["at"] = self._offset
-        self._events.write(json.dumps(entry, default=str) + "\n")
+        self._write_event(json.dumps(entry, default=str) + "\n")
+
+    def _write_event(self, line: str) -> None:
+        handle = self._events
+        self._guarded(self.folder / "events.jsonl", lambda: _write(handle, line))
 
     def _append_line(self, event: Event) -> None:
         stream = event.data["stream"]
         if stream != self._stream:
             self._stream = stream
-            self._events.write(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")
+            self._write_event(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")
         text = event.data.get("line") or event.data.get("text", "")
-        data = text.encode("utf-8", "surrogateescape") + b"\n"
+        raw = event.data.get("raw")  # the bytes as printed, where the text shown differs from them
+        data = (raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogateescape")) + b"\n"
         lines = text.count("\n") + 1  # a block of plain output is one event
+        if len(data) > self._segment_bytes:  # one line larger than a tail segment: its head and tail, as a run's
+            clipped = LineBuffer(self._segment_bytes)
+            clipped.add(data[:-1])
+            data = clipped.take() + b"\n"
+            lines = data.count(b"\n")
         head_full = not self._tail and self._offset + len(data) > self.cap_bytes // 2
         if head_full or (self._tail and self._tail[-1]["bytes"] >= self._segment_bytes):
             self._next_segment()
-        self._output.write(data)
+        output = self._output
+        name = self._tail[-1]["file"] if self._tail else "output.txt"
+        self._guarded(self.folder / name, lambda: _write(output, data))
         self._offset += len(data)
         self._lines += lines
         if self._tail:
@@ -121,11 +235,12 @@ class RunRecorder:
 
     def _next_segment(self) -> None:
         """Past half the cap: the rest goes to rotating tail segments, the oldest dropped."""
-        self._output.close()
+        output = self._output
+        self._guarded(self.folder, lambda: output.close())
         self._segments += 1
         name = f"output.tail.{self._segments}"
         self._tail.append({"file": name, "start": self._offset, "lines": 0, "bytes": 0})
-        self._output = (self.folder / name).open("ab", buffering=1024 * 1024)
+        self._output = self._guarded(self.folder / name, lambda: (self.folder / name).open("ab", buffering=1024 * 1024))
         while len(self._tail) > TAIL_SEGMENTS:
             oldest = self._tail.popleft()
             self._dropped_lines += oldest["lines"]
@@ -138,19 +253,42 @@ class RunRecorder:
                 "cap_bytes": self.cap_bytes, "tail": list(self._tail)}
 
     def _flush(self, now: float | None = None) -> None:
-        self._output.flush()
+        output = self._output
+        if output is not None:
+            self._guarded(self.folder / (self._tail[-1]["file"] if self._tail else "output.txt"),
+                          lambda: output.flush())
         self._last_flush = now or time.monotonic()
 
     def finish(self, **fields: Any) -> None:
         if self._closed:
             return
         self._closed = True
-        self._output.close()
+        output = self._output
+        if output is not None:
+            self._guarded(self.folder / (self._tail[-1]["file"] if self._tail else "output.txt"),
+                          lambda: output.close())
+        self._output = None
         self.summary.update(fields)
         self.summary["output"] = self._output_summary()
         self.summary["finished"] = time.time()
-        _write_json_atomic(self.folder / "run.json", self.summary)
-        self._events.close()
+        if self.problem is not None:
+            self.summary["incomplete"] = self.problem
+        self._close_files()
+        if not self._summary_written:
+            return  # no folder or no run.json to update: `problem` says why
+        path = self.folder / "run.json"
+        try:
+            _write_json_atomic(path, self.summary)
+            return
+        except OSError as exc:
+            self.problem = self.problem or problem_text(exc, path)
+        self.summary["incomplete"] = self.problem
+        # The disk is full: the summary goes over run.json's reserved spaces, the bulky parts left out first.
+        bulky = ("placement_counts", "fallbacks", "devices", "result")
+        for drop in range(len(bulky) + 1):
+            with contextlib.suppress(OSError):
+                _write_json_in_place(path, {k: v for k, v in self.summary.items() if k not in bulky[:drop]})
+                return
 
 
 class RunHistory:
@@ -168,61 +306,246 @@ class RunHistory:
 
     def summaries(self, limit: int | None = None) -> list[dict[str, Any]]:
         """At most `limit` summaries (all with None), newest first; a run whose client died mid-run shows as
-        'interrupted'."""
+        'interrupted', a run whose run.json is damaged as 'unreadable' with the reason. Raises HistoryError
+        only when the history folder itself cannot be listed."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
-        if not self.root.is_dir() or limit == 0:
+        if limit == 0:
             return []
         runs = []
-        for folder in sorted(self.root.iterdir(), reverse=True):
-            if not folder.is_dir():
-                continue
-            try:
-                summary = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                summary = {"run_id": folder.name, "status": "unreadable", "error": {"message": str(exc)}}
-            if summary.get("status") == "running" and not psutil.pid_exists(int(summary.get("client_pid", 0))):
-                summary["status"] = "interrupted"
-            runs.append(summary)
+        for folder in self._run_folders():
+            runs.append(self._summary(folder))
             if limit is not None and len(runs) >= limit:
                 break
         return runs
 
+    def _run_folders(self) -> list[Path]:
+        root = self.root
+        try:
+            names = sorted(os.listdir(root), reverse=True)
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            blocking = next((path for path in (root, *root.parents) if path.exists() and not path.is_dir()), root)
+            where = "" if blocking == root else f" ({root} is inside it)"
+            raise HistoryError(f"the run history cannot be read: {blocking} is a file, not a folder{where}; move "
+                               f"it away, or set {HOME_ENV} to another folder") from None
+        except OSError as exc:
+            raise HistoryError(f"cannot read the run history {root}: {exc.strerror or exc}; check its "
+                               f"permissions, or set {HOME_ENV} to another folder") from None
+        folders = []
+        for name in names:
+            folder = root / name
+            if not name.startswith(".") and folder.is_dir():
+                folders.append(folder)
+        return folders
+
+    def _summary(self, folder: Path) -> dict[str, Any]:
+        try:
+            summary = read_summary(folder / "run.json")
+        except SummaryError as exc:
+            return unreadable_summary(folder, str(exc))
+        summary["run_id"] = folder.name  # the folder is what get() and events() find it by
+        if summary["status"] == "running":
+            pid = summary.get("client_pid")
+            if pid is None or not psutil.pid_exists(pid):
+                summary["status"] = "interrupted"
+        return summary
+
     def get(self, run_id: str) -> dict[str, Any]:
-        folder = self._folder(run_id)
-        return dict(json.loads((folder / "run.json").read_text(encoding="utf-8")))
+        """The run's summary, checked like in `summaries` (a damaged one comes back as 'unreadable')."""
+        return self._summary(self._folder(run_id))
 
     def events(self, run_id: str) -> list[Event]:
         """The recorded events, output lines made log and placement events again in their places. A line
-        cut short by a crash is skipped, not fatal."""
+        cut short by a crash is skipped, not fatal; other damaged lines are skipped and counted in a warning."""
         folder = self._folder(run_id)
         entries: list[dict[str, Any]] = []
-        with (folder / "events.jsonl").open(encoding="utf-8") as handle:
-            for line in handle:
-                with contextlib.suppress(ValueError):
-                    entries.append(json.loads(line))
-        if not (folder / "output.txt").exists():
-            return [event for event in map(_event_or_none, entries) if event is not None]
-        return _merge_output(folder, entries, self.get(run_id).get("output") or {})
+        damaged: list[str] = []
+        try:
+            with (folder / "events.jsonl").open("rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    entry, reason = _entry(line)
+                    if entry is not None:
+                        entries.append(entry)
+                    elif reason and line.endswith(b"\n"):  # the last line cut short by a crash is no damage
+                        damaged.append(f"line {number}: {reason}")
+        except OSError as exc:
+            damaged.append(f"cannot read it: {exc.strerror or exc}")
+        summary = self.get(run_id)
+        if (folder / "output.txt").exists() and summary["status"] != UNREADABLE:
+            try:
+                merged = _merge_output(folder, entries, summary.get("output") or {})
+            except OSError as exc:
+                damaged.append(f"cannot read the output: {exc.strerror or exc}")
+                merged = [e for e in map(_event_or_none, entries) if e is not None]
+        else:
+            merged = [e for e in map(_event_or_none, entries) if e is not None]
+        if damaged:
+            text = (f"{len(damaged)} damaged part(s) of this run's record skipped (events.jsonl "
+                    f"{clip('; '.join(damaged[:3]), 300)})")
+            merged.insert(0, Event(events.LOG, {"stream": "panel", "kind": "warning", "text": text},
+                                   time=merged[0].time if merged else 0.0))
+        return merged
 
     def _folder(self, run_id: str) -> Path:
         folder = self.root / run_id
-        if "/" in run_id or run_id.startswith(".") or not folder.is_dir():
+        if "/" in run_id or "\0" in run_id or run_id.startswith(".") or not folder.is_dir():
             raise KeyError(f"no run {run_id!r} in {self.root}")
         return folder
 
 
+class SummaryError(ValueError):
+    """Why a run.json cannot be used: one line, for the 'unreadable' row."""
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A run.json read and checked field by field; SummaryError says what is wrong."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SUMMARY_BYTES + 1)
+    except OSError as exc:
+        raise SummaryError(f"run.json: {exc.strerror or exc}") from None
+    if len(data) > MAX_SUMMARY_BYTES:
+        raise SummaryError(f"run.json is larger than {MAX_SUMMARY_BYTES // (1024 * 1024)} MB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SummaryError(f"run.json is not UTF-8 text (byte {exc.start})") from None
+    try:
+        summary = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except (ValueError, RecursionError) as exc:
+        raise SummaryError(f"run.json is not valid JSON ({clip(str(exc), 120)})") from None
+    if not isinstance(summary, dict):
+        raise SummaryError(f"run.json holds {_json_type(summary)}, not an object")
+    check_summary(summary)
+    return summary
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the key {key!r} appears twice")
+        result[key] = value
+    return result
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_time(value: Any) -> bool:
+    """Seconds since 1970 that a clock can show (time.localtime fails past about the year 10^9)."""
+    return _is_number(value) and 0 <= value < 2**36
+
+
+# field -> (check, what it must be); a missing field is fine unless REQUIRED names it
+_FIELDS: dict[str, tuple[Any, str]] = {
+    "run_id": (lambda v: isinstance(v, str), "a string"),
+    "job": (lambda v: isinstance(v, str), "a string"),
+    "status": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "started": (_is_time, "a time in seconds since 1970"),
+    "finished": (_is_time, "a time in seconds since 1970"),
+    "duration_s": (lambda v: v is None or _is_number(v), "a number of seconds or null"),
+    "client_pid": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_PID,
+                   f"a whole number from 1 to {MAX_PID}"),
+    "returncode": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "a whole number or null"),
+    "params": (lambda v: isinstance(v, dict), "an object"),
+    "config": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "devices": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "error": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("message", ""), str)),
+              "null or an object with a string 'message'"),
+    "job_id": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "incomplete": (lambda v: isinstance(v, str), "a string"),
+    "fallbacks": (lambda v: isinstance(v, list), "a list"),
+    "placement_counts": (lambda v: isinstance(v, list), "a list"),
+    "output": (lambda v: v is None or _output_ok(v), "null or the output's sizes and tail segments"),
+}
+REQUIRED = ("job", "status", "started")
+
+
+def _output_ok(output: Any) -> bool:
+    if not isinstance(output, dict):
+        return False
+    if not all(_is_number(output.get(key, 0)) for key in ("bytes", "lines", "dropped_lines", "cap_bytes")):
+        return False
+    tail = output.get("tail", [])
+    return isinstance(tail, list) and all(
+        isinstance(s, dict) and isinstance(s.get("file"), str) and _TAIL_FILE.fullmatch(s["file"]) is not None
+        and isinstance(s.get("start"), int) and not isinstance(s.get("start"), bool) and s["start"] >= 0
+        for s in tail)
+
+
+def check_summary(summary: dict[str, Any]) -> None:
+    for name in REQUIRED:
+        if name not in summary:
+            raise SummaryError(f"run.json has no {name!r}")
+    for name, (ok, wanted) in _FIELDS.items():
+        if name in summary and not ok(summary[name]):
+            raise SummaryError(f"run.json: {name!r} must be {wanted}, got {clip(repr(summary[name]), 60)}")
+
+
+def unreadable_summary(folder: Path, reason: str) -> dict[str, Any]:
+    """The row a damaged run shows: its folder name, when the folder last changed, and why."""
+    try:
+        started = folder.stat().st_mtime
+    except OSError:
+        started = 0.0
+    return {"run_id": folder.name, "status": UNREADABLE, "started": started, "params": {},
+            "error": {"type": "Unreadable", "message": reason}}
+
+
+def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """One events.jsonl line as a checked entry, or (None, why not); a blank line is (None, "")."""
+    if not line.strip():
+        return None, ""
+    try:
+        entry = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except (ValueError, RecursionError):
+        return None, "not JSON"
+    if not isinstance(entry, dict):
+        return None, f"{_json_type(entry)}, not an object"
+    at = entry.get("at", 0)
+    if not (isinstance(at, int) and not isinstance(at, bool) and at >= 0):
+        return None, f"'at' must be a byte offset, got {clip(repr(at), 40)}"
+    if "output_stream" in entry:
+        return (entry, "") if entry["output_stream"] in OUTPUT_STREAMS else (None, "unknown output stream")
+    return (entry, "") if _event_or_none(entry) is not None else (None, "not an event")
+
+
+_PLACEMENT_KEYS = ("op", "op_type", "device", "short_device", "mode")
+
+
 def _event_or_none(entry: dict[str, Any]) -> Event | None:
+    kind, data, job_id, at = entry.get("type"), entry.get("data", {}), entry.get("job_id"), entry.get("time", 0.0)
+    if not isinstance(kind, str) or not isinstance(data, dict) or not (job_id is None or isinstance(job_id, str)):
+        return None
+    if not _is_number(at):
+        return None
+    if kind == events.PLACEMENT and not all(isinstance(data.get(key), str) for key in _PLACEMENT_KEYS):
+        return None
     try:
         return Event.from_json(entry)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def _output_chunks(folder: Path, output: dict[str, Any]) -> list[tuple[int, bytes]]:
     """(start offset, bytes) of each kept piece of output: the head, then the tail segments."""
     chunks = [(0, (folder / "output.txt").read_bytes())]
-    for segment in output.get("tail", []):
+    for segment in output.get("tail", []):  # names and starts checked by read_summary
         with contextlib.suppress(OSError):
             chunks.append((int(segment["start"]), (folder / segment["file"]).read_bytes()))
     return chunks
@@ -237,9 +560,9 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str,
             line.time = time_now[0]
             merged.append(line)
 
-    demux = StreamDemux(deliver)
+    demux = StreamDemux(deliver, line_cap=None)  # recorded lines are already within the cap
     stream = "stdout"
-    pending = iter(sorted(enumerate(entries), key=lambda item: (int(item[1].get("at", 0)), item[0])))
+    pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].get("at", 0), item[0])))
     upcoming = next(pending, None)
     dropped_reported = False
     for start, data in _output_chunks(folder, output):

@@ -37,6 +37,7 @@ class JobOutcome:
     run_id: str | None = None
     job_id: str | None = None
     returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
+    record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
 
     @property
     def finished(self) -> bool:
@@ -47,7 +48,7 @@ class JobOutcome:
             "job": self.job, "status": self.status, "result": self.result, "params": self.params,
             "placements": self.placements, "fallbacks": self.fallbacks, "error": self.error,
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
-            "run_id": self.run_id,
+            "run_id": self.run_id, "record_problem": self.record_problem,
         }
 
 
@@ -146,6 +147,7 @@ class JobRun:
                                  returncode=o.returncode,
                                  fallbacks=o.fallbacks,
                                  placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()])
+            o.record_problem = self.recorder.problem
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -167,8 +169,13 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
     signals: list[int] = []
 
     def handle(event: Event) -> None:
-        if on_event is not None:
-            on_event(event)
+        try:
+            if on_event is not None:
+                on_event(event)
+        finally:
+            after_listener(event)
+
+    def after_listener(event: Event) -> None:
         if event.type == events.WARM and not submitted.is_set():
             try:
                 run.attach(runtime.submit(job, params))
@@ -176,13 +183,15 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
             except RuntimeUnavailable as exc:  # it died between saying warm and now
                 run.fail("RuntimeUnavailable", str(exc), status="crashed")
         elif event.type == events.RUNTIME_EXITED:
-            if not run.finished:
-                if runtime.startup_error:
-                    run.fail("ConfigRejected", runtime.failure_message())
-                else:
-                    run.fail("RuntimeExited", runtime.failure_message(),
-                             status="cancelled" if signals or (cancel and cancel.is_set()) else "crashed")
-            exited.set()
+            try:
+                if not run.finished:
+                    if runtime.startup_error:
+                        run.fail("ConfigRejected", runtime.failure_message())
+                    else:
+                        run.fail("RuntimeExited", runtime.failure_message(),
+                                 status="cancelled" if signals or (cancel and cancel.is_set()) else "crashed")
+            finally:
+                exited.set()  # whatever went wrong above, the loop below must learn that the run ended
             return
         run.feed(event)
 

@@ -13,6 +13,7 @@ streams.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable
 
 from tf_device_panel.core import events, placement
@@ -20,6 +21,8 @@ from tf_device_panel.core.events import Event
 
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
 OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
+LINE_CAP_BYTES = 8 * 1024 * 1024  # an output line longer than this keeps its first and last half of it
+LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from at most its last this many bytes
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
 # Anything in a block of lines that `placement.parse_line` could take for more than plain output. A block
@@ -45,6 +48,78 @@ def visible_text(raw: bytes) -> bytes:
     return drawings[-1] if drawings else b""
 
 
+def dropped_marker(dropped: int, cap: int) -> bytes:
+    """What stands in a line for the bytes a LineBuffer dropped from its middle."""
+    return (f" … [{dropped} bytes of this line not kept: a line longer than {cap} bytes keeps its first and "
+            f"last {cap // 2}] … ").encode()
+
+
+class LineBuffer:
+    """The pieces of one line still open: appending costs the piece's length; with a `cap`, past it only the
+    first and last cap/2 bytes are kept (`dropped` counts the rest)."""
+
+    def __init__(self, cap: int | None = None):
+        self.cap = cap
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.dropped = 0
+        self.has_cr = False
+
+    @property
+    def kept_bytes(self) -> int:
+        return len(self._head) + self._tail_size
+
+    def add(self, data: bytes) -> None:
+        if not data:
+            return
+        if b"\r" in data:
+            self.has_cr = True
+        if self.cap is None:
+            self._head += data
+            return
+        room = self.cap // 2 - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self._tail.append(data)
+        self._tail_size += len(data)
+        excess = self._tail_size - (self.cap - self.cap // 2)
+        while excess > 0:
+            first = self._tail[0]
+            if len(first) <= excess:
+                self._tail.popleft()
+                cut = len(first)
+            else:
+                self._tail[0] = first[excess:]
+                cut = excess
+            self._tail_size -= cut
+            self.dropped += cut
+            excess -= cut
+
+    def last(self, size: int) -> bytes:
+        """The line's last `size` bytes kept (for a live view of a long partial line)."""
+        pieces: list[bytes] = []
+        wanted = size
+        for piece in reversed(self._tail):
+            pieces.append(piece[-wanted:])
+            wanted -= len(pieces[-1])
+            if wanted <= 0:
+                break
+        if wanted > 0:
+            pieces.append(bytes(self._head[-wanted:]))
+        return b"".join(reversed(pieces))
+
+    def take(self) -> bytes:
+        """The line as kept, and the buffer emptied for the next one."""
+        middle = dropped_marker(self.dropped, self.cap or 0) if self.dropped else b""
+        line = bytes(self._head) + middle + b"".join(self._tail)
+        self._head, self._tail, self._tail_size, self.dropped, self.has_cr = bytearray(), deque(), 0, 0, False
+        return line
+
+
 class StreamDemux:
     """Feed it bytes per stream; it calls `deliver` with each event, in order, as soon as it may.
 
@@ -52,19 +127,35 @@ class StreamDemux:
     """
 
     def __init__(self, deliver: Callable[[Event], None], *, job_id: Callable[[], str | None] = lambda: None,
-                 on_line: Callable[[str], None] = lambda line: None):
+                 on_line: Callable[[str], None] = lambda line: None, line_cap: int | None = LINE_CAP_BYTES):
         self._deliver = deliver
         self._job_id = job_id
         self._on_line = on_line
-        self._partial = {EVENTS: b"", STDOUT: b"", STDERR: b""}
+        # Event lines are the panel's own and kept whole; output lines are the job's, kept up to line_cap.
+        self._partial = {EVENTS: LineBuffer(), STDOUT: LineBuffer(line_cap), STDERR: LineBuffer(line_cap)}
         self._live = {STDOUT: b"", STDERR: b""}  # the partial line last delivered, per output stream
         self.closed: set[str] = set()
         self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
 
+    def buffered_bytes(self, stream: str) -> int:
+        """How much of `stream`'s open line is held (bounded by the line cap for output streams)."""
+        return self._partial[stream].kept_bytes
+
     def feed(self, stream: str, chunk: bytes) -> None:
-        *lines, rest = (self._partial[stream] + chunk).split(b"\n")
-        self._partial[stream] = rest
+        buffer = self._partial[stream]
+        last_end = chunk.rfind(b"\n")
+        if last_end < 0:  # no line ends here: only the open line grows
+            buffer.add(chunk)
+            if stream != EVENTS:
+                self._live_line(stream)
+            return
+        first_end = chunk.find(b"\n")
+        buffer.add(chunk[:first_end])
+        lines = [buffer.take()]
+        if last_end > first_end:
+            lines += chunk[first_end + 1:last_end].split(b"\n")
+        buffer.add(chunk[last_end + 1:])
         if stream == EVENTS:
             for raw in lines:
                 if raw.strip():
@@ -77,23 +168,24 @@ class StreamDemux:
             self._output_block(block, lines, stream)
         else:
             for raw in lines:
-                self._output_line(visible_text(raw), stream)
-        self._live_line(stream, rest)
+                self._output_line(raw, stream)
+        self._live_line(stream)
 
     def close(self, stream: str) -> None:
         """End of `stream`: its last line without a newline counts."""
-        rest, self._partial[stream] = self._partial[stream], b""
+        rest = self._partial[stream].take()
         if rest:
             if stream == EVENTS:
                 self._event_line(rest)
             else:
-                self._output_line(visible_text(rest), stream)
+                self._output_line(rest, stream)
         self.closed.add(stream)
 
-    def _live_line(self, stream: str, rest: bytes) -> None:
-        if b"\r" not in rest:
+    def _live_line(self, stream: str) -> None:
+        buffer = self._partial[stream]
+        if not buffer.has_cr:
             return
-        shown = visible_text(rest)
+        shown = visible_text(buffer.last(LIVE_WINDOW_BYTES))
         if shown and shown != self._live[stream]:
             self._live[stream] = shown
             text = shown.decode("utf-8", errors="replace")
@@ -116,12 +208,18 @@ class StreamDemux:
         text = block.decode("utf-8", errors="replace")
         for line in lines[-KEPT_LINES:]:
             self._on_line(line.decode("utf-8", errors="replace"))
-        self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text},
-                            job_id=self._job_id()))
+        data: dict[str, object] = {"stream": stream, "kind": placement.OUTPUT, "text": text}
+        if "\ufffd" in text:
+            data["raw"] = block  # not UTF-8: the record keeps the bytes as printed
+        self._deliver(Event(events.LOG, data, job_id=self._job_id()))
 
     def _output_line(self, raw: bytes, stream: str) -> None:
+        """One finished line as printed; shown as a terminal would show it (`\r` redraws collapsed, bytes that
+        are not UTF-8 replaced), with the printed bytes kept in the event's `raw` when they differ."""
         self._live[stream] = b""
-        line = raw.decode("utf-8", errors="replace")
+        shown = visible_text(raw)
+        line = shown.decode("utf-8", errors="replace")
+        exact = {"raw": raw} if shown is not raw or "\ufffd" in line else {}
         self._on_line(line)
         kind, placed = placement.parse_line(line, stream)
         if stream == STDERR:
@@ -133,7 +231,8 @@ class StreamDemux:
             else:
                 self._stderr_kind = kind if kind != placement.OUTPUT else ""
         if placed is not None:
-            self._deliver(Event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line},
+            self._deliver(Event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line, **exact},
                                 job_id=self._job_id()))
         else:
-            self._deliver(Event(events.LOG, {"stream": stream, "kind": kind, "text": line}, job_id=self._job_id()))
+            self._deliver(Event(events.LOG, {"stream": stream, "kind": kind, "text": line, **exact},
+                                job_id=self._job_id()))

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.history import HistoryError, RunHistory
 from tf_device_panel.core.session import JobRun
 from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.result_view import ResultView
@@ -104,7 +104,13 @@ class HistoryPanel(QWidget):
         self.dialogs: list[QDialog] = []
 
     def refresh(self) -> None:
-        runs = self.history.summaries(limit=500)
+        try:
+            runs = self.history.summaries(limit=500)
+        except HistoryError as exc:  # the folder itself is unusable; a damaged run is a row of its own
+            self.summaries = {}
+            self.table.setRowCount(0)
+            self.details.setText(html.escape(str(exc)))
+            return
         self.summaries = {run["run_id"]: run for run in runs}
         self.table.setRowCount(len(runs))
         for row, run in enumerate(runs):

@@ -4,10 +4,13 @@ a NotSupported field, a lost GPU and no NVML; the panel's own run metrics from t
 
 from __future__ import annotations
 
+import logging
 import os
+import select
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -20,7 +23,7 @@ from helpers import ROOT, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
-from tf_device_panel.core.exporter import Exporter, ExporterError, parse_listen
+from tf_device_panel.core.exporter import Exporter, ExporterError, _QuietHandler, parse_listen
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import Nvml
 
@@ -292,3 +295,59 @@ def test_a_silent_client_does_not_stall_other_scrapes(monkeypatch: pytest.Monkey
     exporter = start_exporter()
     with socket.create_connection(("127.0.0.1", exporter.port), timeout=10):  # connects, never sends a request
         assert "tfdp_build_info" in scrape(exporter.url)
+
+
+def test_200_simultaneous_scrapes_are_all_held_and_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_library(monkeypatch)
+    exporter = Exporter("127.0.0.1", 0, interval=0.1, nvml=Nvml())
+    server = exporter._bind()  # listening, not yet accepting: every connection must wait in the backlog
+    clients: list[socket.socket] = []
+    thread: threading.Thread | None = None
+    try:
+        for _ in range(200):
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", exporter.port))
+            clients.append(client)
+        _, connected, _ = select.select([], clients, [], 2.0)
+        # a SYN past a full backlog is dropped and retried after 1 s, 3 s, …: such a client is not connected yet
+        connected = [c for c in connected if c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0]
+        assert len(connected) == 200, f"only {len(connected)} of 200 connections were held"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        for client in clients:
+            client.setblocking(True)
+            client.settimeout(30)
+            client.sendall(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        answers = []
+        for client in clients:
+            with client.makefile("rb") as reply:
+                answers.append(reply.readline())
+        assert answers == [b"HTTP/1.0 200 OK\r\n"] * 200
+    finally:
+        for client in clients:
+            client.close()
+        if thread is not None:
+            server.shutdown()
+        server.server_close()
+
+
+def test_idle_clients_are_closed_quietly_with_one_debug_line_each(monkeypatch: pytest.MonkeyPatch,
+                                                                  start_exporter: Callable[..., Exporter],
+                                                                  capfd: pytest.CaptureFixture[str],
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    no_library(monkeypatch)
+    monkeypatch.setattr(_QuietHandler, "timeout", 0.3)
+    caplog.set_level(logging.DEBUG, logger="tf_device_panel.core.exporter")
+    exporter = start_exporter()
+    idle = [socket.create_connection(("127.0.0.1", exporter.port), timeout=30) for _ in range(20)]
+    try:
+        for client in idle:
+            assert client.recv(1) == b""  # the exporter closed it
+        assert "tfdp_build_info" in scrape(exporter.url)
+    finally:
+        for client in idle:
+            client.close()
+    wait_until(lambda: len([r for r in caplog.records if r.getMessage().startswith("closed the connection")]) == 20,
+               timeout=30, message="one debug line per idle client")
+    assert "Traceback" not in capfd.readouterr().err

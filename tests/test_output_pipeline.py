@@ -3,6 +3,7 @@ memory bounded; and the run record's compact layout, cap and compatibility with 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -20,7 +21,8 @@ from tf_device_panel.core.cli_output import RunPrinter
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.session import JobRun
+from tf_device_panel.core.session import JobRun, run_job_once
+from tf_device_panel.core.streams import LINE_CAP_BYTES
 
 FLOOD = """
     import itertools, sys
@@ -91,6 +93,35 @@ def test_an_endless_flood_keeps_the_cli_small(tmp_path: Path, panel_home: Path) 
             process.wait()
     assert peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
     assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+def test_200_mb_without_a_newline_keeps_the_cli_small_and_the_record_in_its_cap(tmp_path: Path,
+                                                                                panel_home: Path) -> None:
+    script = tmp_path / "one_line.py"
+    script.write_text("import sys\nfor _ in range(3200):\n    sys.stdout.write('x' * 65536)\nsys.exit(4)\n")
+    process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}"],
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    watched = psutil.Process(process.pid)
+    peak = [0]
+
+    def ended() -> bool:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            peak[0] = max(peak[0], watched.memory_info().rss)
+        return process.poll() is not None
+
+    try:
+        wait_until(ended, timeout=240, interval=0.05, message="the CLI did not finish the 200 MB line")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, err = process.communicate()
+    assert b"Traceback" not in err, err
+    assert process.returncode == 4 and peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
+    (summary,) = RunHistory().summaries()
+    assert summary["output"]["bytes"] < 10 * 1024 * 1024  # the line's head and tail, not 200 MB in one piece
+    (line,) = [e.data["text"] for e in RunHistory().events(summary["run_id"])
+               if e.type == events.LOG and e.data["text"].startswith("xxx")]
+    assert f"[{200 * 1024 * 1024 - LINE_CAP_BYTES} bytes of this line not kept" in line
 
 
 def test_a_closed_stdout_cancels_the_run_and_finalizes_the_record(tmp_path: Path, panel_home: Path) -> None:
@@ -176,3 +207,26 @@ def test_a_progress_bar_is_redrawn_in_place_on_a_terminal_only(terminal: bool) -
         assert out.getvalue() == ("\r\x1b[K  | 1/3 [=>  ]\r\x1b[K  | 2/3 [==> ]\r\x1b[K  | 3/3 [===]\n")
     else:
         assert out.getvalue() == "  | 3/3 [===]\n"
+
+
+def test_the_record_keeps_the_bytes_printed_and_the_view_shows_what_a_terminal_shows(tmp_path: Path,
+                                                                                     panel_home: Path) -> None:
+    script = tmp_path / "raw.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        out = sys.stdout.buffer
+        for i in range(2000):
+            out.write(b"bad \\xff\\xfe byte %d\\n" % i)       # not UTF-8
+        for step in range(3000):
+            out.write(b"\\rprogress %4d/3000" % step)       # a progress bar redrawn with \\r
+        out.write(b"\\nwindows line\\r\\nlast\\n")
+    """))
+    printed = subprocess.run([sys.executable, str(script)], capture_output=True, check=True).stdout
+    outcome = run_job_once(DeviceConfig(), "script", {"path": str(script)}, history=RunHistory())
+    assert outcome.status == "ok", outcome.error
+    record = (panel_home / "runs" / str(outcome.run_id) / "output.txt").read_bytes()
+    assert printed in record  # every byte as printed: nothing replaced, no redraw collapsed
+    texts = [e.data["text"] for e in RunHistory().events(str(outcome.run_id))
+             if e.type == events.LOG and e.data.get("stream") == "stdout"]
+    assert texts[0] == "bad \ufffd\ufffd byte 0"
+    assert texts[-3:] == ["progress 2999/3000", "windows line", "last"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tf_device_panel.core import events, placement
 from tf_device_panel.core.events import Event
+from tf_device_panel.core.history import RunRecorder
 from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux, split_lines
 
 EAGER = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
@@ -89,3 +92,41 @@ def test_plain_output_comes_as_one_block_and_tensorflow_lines_one_by_one() -> No
     assert lines == [f"line {i}" for i in range(60, 100)]  # the client keeps only the last lines anyway
     demux.feed(STDERR, b"plain\n" + EAGER.encode() + b"\n")
     assert [e.type for e in delivered[1:]] == [events.LOG, events.PLACEMENT]
+
+
+def test_a_line_without_newline_is_held_bounded_and_kept_as_head_and_tail() -> None:
+    delivered: list[Event] = []
+    cap = 64 * 1024
+    demux = StreamDemux(delivered.append, line_cap=cap)
+    demux.feed(STDOUT, b"H" * 40_000)
+    chunk = b"m" * 4096
+    for _ in range(2_000):  # 8 MB in one line: only cap bytes are ever held
+        demux.feed(STDOUT, chunk)
+        assert demux.buffered_bytes(STDOUT) <= cap
+    demux.feed(STDOUT, b"T" * 1000 + b"\nnext\n")
+    (line, after) = [one.data["text"] for event in delivered for one in split_lines(event)]
+    dropped = 40_000 + 2_000 * 4096 + 1000 - cap
+    assert line.startswith("H" * 32_768) and line.endswith("m" * (32_768 - 1000) + "T" * 1000)
+    assert f"[{dropped} bytes of this line not kept" in line and after == "next"
+    assert demux.buffered_bytes(STDOUT) == 0
+
+
+def test_a_progress_bar_without_newline_stays_bounded_and_live() -> None:
+    delivered: list[Event] = []
+    demux = StreamDemux(delivered.append, line_cap=16 * 1024)
+    for step in range(20_000):
+        demux.feed(STDERR, f"\rstep {step:05d}".encode())
+        assert demux.buffered_bytes(STDERR) <= 16 * 1024
+    assert delivered[-1].data == {"stream": STDERR, "kind": "output", "text": "step 19999", "partial": True}
+    demux.close(STDERR)
+    assert delivered[-1].data["text"] == "step 19999" and "partial" not in delivered[-1].data
+
+
+def test_the_record_keeps_a_line_longer_than_its_cap_as_head_and_tail(tmp_path: Path) -> None:
+    cap = 1024 * 1024
+    recorder = RunRecorder(tmp_path / "run", {"run_id": "run", "job": "script", "status": "running",
+                                               "started": 1.0}, cap_bytes=cap)
+    recorder.append(Event(events.LOG, {"stream": STDOUT, "kind": "output", "text": "x" * (3 * cap)}))
+    recorder.finish(status="ok")
+    kept = sum(path.stat().st_size for path in (tmp_path / "run").glob("output*"))
+    assert kept <= cap // 2 + 1024, kept

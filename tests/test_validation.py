@@ -45,6 +45,8 @@ def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
     (b'{"version": 1, "cpu_devices": 2', "not valid JSON"),
     (b'{"version": 1}\xff', "cannot be read as UTF-8 text"),
     (b'{"version": 1, "gpu_allocator": "' + b"x" * 900_000 + b'"}', "unknown allocator 'xxxxx"),
+    (b'{"version": 1, "cpu_devices": 2, "cpu_devices": 3}', "the key 'cpu_devices' is given twice"),
+    (b'{"version": 1, "virtual_gpus": {"0": [1024], "0": [2048]}}', "the key '0' is given twice"),
 ])
 def test_malformed_profiles_get_one_short_line(tmp_path: Path, content: bytes, expected: str) -> None:
     path = tmp_path / "bad.json"
@@ -108,6 +110,11 @@ def test_gpus_that_cannot_be_checked_get_a_warning_not_a_plain_valid(
     ("fit", "epochs", "٣", "expected a whole number in plain digits 0-9"),
     ("fit", "epochs", "9" * 5000, "got 5000 characters"),
     ("script", "path", "missing.py", "'missing.py' does not exist"),
+    ("fit", "epochs", "1_000", "expected a whole number in plain digits 0-9 (e.g. 1000), got '1_000'"),
+    ("custom-loop", "learning_rate", "1_0.5", "expected a number in plain digits 0-9"),
+    ("fit", "devices", "/CPU:0,/CPU:0,/CPU:0", "'/CPU:0' is listed twice; list each device once"),
+    ("fit", "devices", "/CPU:0,/device:cpu:0", "'/device:cpu:0' is listed twice (as '/CPU:0')"),
+    ("script", "path", "~nouser_h24/x.py", "'~nouser_h24' names no user of this machine"),
 ])
 def test_bad_job_parameters_are_refused_with_what_was_wrong(job: str, param: str, text: str, expected: str) -> None:
     with pytest.raises(ParamError) as caught:
@@ -156,3 +163,14 @@ def test_the_doctor_warns_about_gpus_it_cannot_check_and_growth_with_a_fraction(
     assert configuration({"version": 1, "cpu_devices": 2}, no_driver).status == PASS
     check = configuration({"version": 1, "memory_fraction": 0.5}, {"available": True, "gpus": []}, "true")
     assert check.status == WARN and "memory_fraction" in check.summary and "memory_fraction" in check.fix
+
+
+def test_environment_and_empty_name_problems_exit_2_with_what_to_do(tmp_path: Path) -> None:
+    done = run_cli("snippet", "--config", "")
+    assert done.returncode == 2 and "no file name given" in done.stderr and "Traceback" not in done.stderr
+    (tmp_path / "file").write_text("")
+    for home, expected in [(str(tmp_path / "file" / "home"), "is a file, not a folder"),
+                           ("~nouser_h24/home", "'~nouser_h24' names no user of this machine")]:
+        done = subprocess.run([sys.executable, "-m", "tf_device_panel", "runs"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "TF_DEVICE_PANEL_HOME": home})
+        assert done.returncode == 2 and expected in done.stderr and "TF_DEVICE_PANEL_HOME" in done.stderr, done.stderr

@@ -46,12 +46,21 @@ class _NotANumber(ValueError):
     """A number written so that Python would misread or refuse it; the message says how to write it."""
 
 
+_PLAIN_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_PLAIN_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
 def _ascii_number(text: str, what: str) -> str:
-    """`text` if written in ASCII and not absurdly long: Python's int() reads '٣' as 3 and refuses 5000 digits."""
+    """`text` if written in plain ASCII digits and not absurdly long: Python's int() reads '٣' as 3, '1_000' as
+    1000 and ' 1 ' as 1, and refuses 5000 digits."""
     if not text.isascii():
         raise _NotANumber(f"expected {what} in plain digits 0-9, got {quote(text)}")
     if len(text) > MAX_NUMBER_CHARS:
         raise _NotANumber(f"expected {what}, got {len(text)} characters ({quote(text)})")
+    plain = _PLAIN_INT if what == "a whole number" else _PLAIN_FLOAT
+    if "_" in text or (plain.fullmatch(text) is None and text.lower().lstrip("+-") not in ("inf", "nan", "infinity")):
+        example = "1000" if what == "a whole number" else "0.5 or 1e-3"
+        raise _NotANumber(f"expected {what} in plain digits 0-9 (e.g. {example}), got {quote(text)}")
     return text
 
 
@@ -142,10 +151,16 @@ class Param:
             if problem:
                 raise ValueError(problem)
         if kind == DEVICES:
+            seen: dict[tuple[str, ...], str] = {}
             for item in split_devices(value):
                 problem = device_spec_problem(item)
                 if problem:
                     raise ValueError(f"{problem}; list devices like /CPU:0,/CPU:1")
+                key = device_key(item)
+                if key in seen:
+                    same = "" if seen[key] == item else f" (as {quote(seen[key])})"
+                    raise ValueError(f"{quote(item)} is listed twice{same}; list each device once, e.g. /CPU:0,/CPU:1")
+                seen[key] = item
         if kind == INTS:
             items = split_devices(value)
             if not items:
@@ -176,9 +191,22 @@ class Param:
         return value
 
 
+def device_key(text: str) -> tuple[str, ...]:
+    """What a valid device name names, whatever its spelling: '/CPU:0', 'cpu:0' and '/device:CPU:0' are one."""
+    match = _DEVICE_SPEC.match(text.strip())
+    assert match is not None, text
+    name = "short" if match.group("short") else "full"
+    prefix = text.strip()[:match.start(name)].lower().removesuffix("/device:").rstrip("/")  # the /job:… part
+    return (prefix, match.group(name).lower(), str(int(match.group("index"))))
+
+
 def path_problem(text: str) -> str | None:
     """Why `text` is not a readable file, or None; checked before TensorFlow starts, so a typo costs nothing."""
-    file = Path(text.strip()).expanduser()
+    try:
+        file = Path(text.strip()).expanduser()
+    except RuntimeError:  # "~nouser/x.py": no such user, so no home to expand
+        user = text.strip().split("/")[0]
+        return f"{quote(text)}: {quote(user)} names no user of this machine, so it has no home folder; check the path"
     try:
         if not file.exists():
             return f"{quote(text)} does not exist (looked in {quote(str(Path.cwd()))}); check the path"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from tf_device_panel.core import events, placement
@@ -57,12 +60,52 @@ def _device_args(config: DeviceConfig) -> list[str]:
     return ["--device-config", json.dumps(config.to_json())]
 
 
+CRASH_SIGNALS = {-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, -signal.SIGILL, -signal.SIGFPE}
+FAULT_LINES = 16  # of Python's fault-handler report, quoted in the error
+
+
+def core_dump_note() -> str:
+    """Whether the crashed task could leave a core dump, and where (the tasks inherit this process's limit)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_CORE)
+    if soft == 0:
+        return "no core dump was written (core size limit 0: run `ulimit -c unlimited` before starting to get one)"
+    try:
+        pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    except OSError:
+        pattern = "unknown"
+    return f"a core dump may have been written (kernel.core_pattern: {pattern})"
+
+
+def crash_report(task: Task) -> str:
+    """What is known of a task killed by a crash signal: where it crashed, from Python's fault handler."""
+    lines = list(task.last_lines)
+    start = next((i for i, line in enumerate(lines) if "Fatal Python error" in line), None)
+    if start is None:
+        return f"\n{core_dump_note()}"
+    fault = lines[start:start + FAULT_LINES]
+    # The handler marks the crashing thread "Current thread" only when it is a Python thread.
+    current = next((i for i, line in enumerate(fault) if line.startswith("Current thread")), None)
+    frame = fault[current + 1].strip() if current is not None and current + 1 < len(fault) else ""
+    if current is None:
+        where = ("in a thread Python does not run (one of TensorFlow's C++ or gRPC threads), so not in this "
+                 "panel's code")
+    elif not frame or "<no Python frame>" in frame:
+        where = "in native code (TensorFlow's C++ runtime or gRPC), with no Python frame on that thread"
+    else:
+        where = f"in a Python thread at {frame} (inside what that line called)"
+    return (f"\n{task.name} crashed {where}. Python's fault handler reported:\n" + "\n".join(fault)
+            + f"\n{core_dump_note()}. A crash like this in TensorFlow's distributed runtime is usually "
+              "intermittent: run the job again; if it repeats, report it to TensorFlow with the lines above.")
+
+
 def _run_cluster(ctx: JobContext, cluster: LocalCluster, waited: list[Task], watched: list[Task],
                  timeout_s: int, what: str) -> None:
     try:
         cluster.wait(waited, timeout_s, ctx.cancel_requested.is_set, watch=watched)
     except TaskFailed as exc:
-        raise JobError(f"{what} failed: {exc}") from None
+        code = exc.task.process.poll() if exc.task.process is not None else None
+        report = crash_report(exc.task) if code in CRASH_SIGNALS else ""
+        raise JobError(f"{what} failed: {exc}{report}") from None
     except TimeoutError as exc:
         raise JobError(f"{what} timed out: {exc}. Raise timeout_s on a slow machine.") from None
     if ctx.cancel_requested.is_set():

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# The adversary's cases of issue 24, each bounded and followed by checks: a full disk, a damaged history,
+# output without newlines, the exporter under load, and SIGKILL of the CLI, the supervisor and the run process
+# at random moments. After every case: no process of ours is left, and every run record is final, interrupted
+# or marked incomplete (never "running"). Loopback only; everything stops by itself (ROUNDS kills per target,
+# default 3; each command under `timeout`).
+#
+#   scripts/chaos.sh [ROUNDS]
+#
+# Uses .venv (README's set-up). The full-disk case needs `unshare` (a 1 MB tmpfs in a private mount namespace)
+# and is skipped without it. Exit status 0 when every check held, 1 at the first that did not.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CHAOS_ROUNDS=${1:-3}
+export CHAOS_PYTHON=${PYTHON:-.venv/bin/python}
+exec timeout 900 "$CHAOS_PYTHON" - <<'EOF'
+import json, os, random, shutil, signal, socket, subprocess, sys, tempfile, threading, time, urllib.request, uuid
+from pathlib import Path
+
+import psutil
+
+PYTHON = os.environ["CHAOS_PYTHON"]
+ROUNDS = int(os.environ["CHAOS_ROUNDS"])
+MARK = f"tfdp-chaos-{uuid.uuid4().hex[:8]}"  # in the environment of everything a case starts, to find leftovers
+work = Path(tempfile.mkdtemp(prefix="tfdp-chaos-"))
+failures = []
+
+
+def ours() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and process.environ().get("CHAOS_MARK") == MARK:
+                found.append(process)
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+def check(case: str, home: Path) -> None:
+    deadline = time.monotonic() + 15  # what a case started is given this long to be gone
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in ours()]
+    listed = cli(home, "runs", "--json")
+    statuses = [(r["run_id"], r["status"], r.get("incomplete")) for r in json.loads(listed.stdout or "[]")]
+    running = [s for s in statuses if s[1] == "running"]
+    ok = not left and not running and listed.returncode == 0
+    print(f"{'ok  ' if ok else 'FAIL'} {case}: {len(statuses)} record(s) {sorted({s[1] for s in statuses})}"
+          + (f"; left running: {left}" if left else "") + (f"; records still 'running': {running}" if running else ""))
+    if not ok:
+        failures.append(case)
+        for process in ours():
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
+
+def env(home: Path) -> dict[str, str]:
+    return {**os.environ, "TF_DEVICE_PANEL_HOME": str(home), "CHAOS_MARK": MARK}
+
+
+def cli(home: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "tf_device_panel", *args], env=env(home), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def script(name: str, code: str) -> Path:
+    path = work / name
+    path.write_text(code)
+    return path
+
+
+FLOOD = script("flood.py", "import itertools\nfor i in itertools.count():\n    print('line', i, 'x' * 60)\n")
+
+# 1. a full disk: the run goes on, the CLI exits with the script's status, the record is marked incomplete
+if shutil.which("unshare") and subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
+                                              capture_output=True).returncode == 0:
+    home = work / "full"
+    home.mkdir()
+    lines = script("lines.py", "import sys\nfor i in range(40000):\n    print('line', i, 'x' * 60)\nsys.exit(3)\n")
+    inner = (f"mount -t tmpfs -o size=1m tmpfs {home} && TF_DEVICE_PANEL_HOME={home} timeout 120 {PYTHON} -m "
+             f"tf_device_panel run script -p path={lines} >/dev/null; echo exit=$?; TF_DEVICE_PANEL_HOME={home} "
+             f"{PYTHON} -m tf_device_panel runs --json")
+    started = time.monotonic()
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", inner],
+                          env={**os.environ, "CHAOS_MARK": MARK}, capture_output=True, text=True, timeout=240)
+    record = json.loads(done.stdout.split("\n", 1)[1] or "[{}]")[0]
+    good = "exit=3" in done.stdout and "No space left" in str(record.get("incomplete")) and "Traceback" not in done.stderr
+    print(f"{'ok  ' if good else 'FAIL'} full disk: {done.stdout.splitlines()[0]} in {time.monotonic() - started:.0f} s,"
+          f" record {record.get('status')}, incomplete: {record.get('incomplete')}")
+    if not good:
+        failures.append("full disk")
+else:
+    print("skip full disk: `unshare` cannot make a private mount namespace here")
+
+# 2. a damaged history beside a good run: every reader lists both
+home = work / "damaged"
+cli(home, "run", "script", "-p", f"path={script('ok.py', 'print(1)')}")
+for name, content in [("a", b'{"client_pid": "abc"}'), ("b", b"\xff\xfe"), ("c", b"[1,2,3]"), ("d", b"null"),
+                      ("e", b'{"job": "x", "status": "running", "started": 1, "client_pid": 1.5}')]:
+    folder = home / "runs" / f"20000101-000000-{name}"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_bytes(content)
+    (folder / "events.jsonl").write_bytes(bytes(random.randrange(256) for _ in range(300)))
+listed = cli(home, "runs", "--json")
+statuses = sorted(r["status"] for r in json.loads(listed.stdout or "[]"))
+good = listed.returncode == 0 and statuses == ["ok"] + ["unreadable"] * 5 and cli(home, "runs").returncode == 0
+print(f"{'ok  ' if good else 'FAIL'} damaged history: {statuses}")
+if not good:
+    failures.append("damaged history")
+
+# 3. 200 MB without a newline
+home = work / "one-line"
+one_line = script("one_line.py", "import sys\nfor _ in range(3200):\n    sys.stdout.write('x' * 65536)\n")
+process = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "run", "script", "-p", f"path={one_line}"],
+                           env=env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+peak, started = 0, time.monotonic()
+while process.poll() is None and time.monotonic() - started < 120:
+    try:
+        peak = max(peak, psutil.Process(process.pid).memory_info().rss)
+    except psutil.Error:
+        break
+    time.sleep(0.05)
+good = process.poll() == 0 and peak < 150 * 2**20
+print(f"{'ok  ' if good else 'FAIL'} 200 MB in one line: exit {process.poll()} in {time.monotonic() - started:.1f} s, "
+      f"CLI peak {peak / 2**20:.0f} MB")
+if not good:
+    failures.append("200 MB in one line")
+    process.kill()
+check("200 MB in one line", home)
+
+# 4. the exporter under load: 200 simultaneous scrapes and 20 idle clients, on 127.0.0.1
+home = work / "exporter"
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+exporter = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "exporter", "--listen", f"127.0.0.1:{port}"],
+                            env=env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+assert exporter.stdout is not None
+exporter.stdout.readline()  # "serving …": it listens
+idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(20)]
+barrier, answered, slowest = threading.Barrier(200), [], [0.0]
+
+
+def scrape() -> None:
+    barrier.wait()
+    began = time.perf_counter()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            answered.append(response.status)
+    except OSError:
+        pass
+    slowest[0] = max(slowest[0], time.perf_counter() - began)
+
+
+threads = [threading.Thread(target=scrape) for _ in range(200)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+for client in idle:
+    client.close()
+exporter.send_signal(signal.SIGTERM)
+_, err = exporter.communicate(timeout=30)
+good = answered.count(200) == 200 and "Traceback" not in err
+print(f"{'ok  ' if good else 'FAIL'} exporter: {answered.count(200)}/200 scrapes answered, slowest {slowest[0]:.2f} s, "
+      f"{err.count('Traceback')} tracebacks")
+if not good:
+    failures.append("exporter")
+check("exporter", home)
+
+
+# 5. SIGKILL of the CLI, the supervisor or the run process at a random moment of a flood
+def targets(cli_process: psutil.Process) -> dict[str, psutil.Process]:
+    """The CLI, its supervisor (its child) and the run process (the supervisor's child: a fork, same cmdline)."""
+    found = {"cli": cli_process}
+    for child in cli_process.children():
+        if "core.supervisor" in " ".join(child.cmdline()):
+            found["supervisor"] = child
+            for grandchild in child.children():
+                found["run process"] = grandchild
+    return found
+
+
+for target in ("cli", "supervisor", "run process"):
+    for round_ in range(ROUNDS):
+        home = work / f"kill-{target.replace(' ', '-')}-{round_}"
+        process = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "run", "script", "-p", f"path={FLOOD}"],
+                                   env=env(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started = time.monotonic()
+        victim = None
+        while victim is None and time.monotonic() - started < 120 and process.poll() is None:
+            victim = targets(psutil.Process(process.pid)).get(target)
+            time.sleep(0.1)
+        time.sleep(random.uniform(0.0, 3.0))
+        if victim is None:
+            failures.append(f"SIGKILL {target}: never found it")
+        else:
+            try:
+                victim.kill()
+            except psutil.Error:
+                pass
+        try:
+            code = process.wait(timeout=30) if target != "cli" else process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+            process.kill()
+            process.wait()
+            failures.append(f"SIGKILL {target}: the CLI did not end")
+        print(f"     SIGKILL {target} round {round_ + 1}: CLI exit {code}")
+        check(f"SIGKILL {target} round {round_ + 1}", home)
+
+shutil.rmtree(work, ignore_errors=True)
+print(f"chaos: {'every check held' if not failures else 'FAILED: ' + ', '.join(failures)}")
+sys.exit(1 if failures else 0)
+EOF
