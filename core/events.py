@@ -127,7 +127,12 @@ class PlacementData(TypedDict, total=False):
     task: str
 
 
-class FallbackData(TypedDict):
+class _ScriptPlace(TypedDict, total=False):
+    file: str   # a user's script: where it entered tf.device(...)
+    line: int
+
+
+class FallbackData(_ScriptPlace):
     op: str
     requested: str
     requested_short: str

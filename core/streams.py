@@ -19,7 +19,20 @@ from tf_device_panel.core import events, placement
 from tf_device_panel.core.events import Event
 
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
+SCRIPT = "script"  # the user's script's own sys.stdout and sys.stderr, in frames (see `frame`)
 OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
+
+# The script's channel: its sys.stdout and sys.stderr share one pipe, so the order of their writes is kept
+# exactly; each write goes out as frames: a tag (which stream), the payload's length (4 bytes, big-endian),
+# the payload. A frame is at most PIPE_BUF bytes and written with one write, so it never tears.
+SCRIPT_STDOUT_TAG, SCRIPT_STDERR_TAG = b"o", b"e"
+FRAME_HEADER = 5
+MAX_FRAME_PAYLOAD = 4096 - FRAME_HEADER
+_SCRIPT_STREAMS = {SCRIPT_STDOUT_TAG[0]: "script-stdout", SCRIPT_STDERR_TAG[0]: "script-stderr"}
+
+
+def frame(tag: bytes, payload: bytes) -> bytes:
+    return tag + len(payload).to_bytes(4, "big") + payload
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
 # Anything in a block of lines that `placement.parse_line` could take for more than plain output. A block
@@ -56,13 +69,18 @@ class StreamDemux:
         self._deliver = deliver
         self._job_id = job_id
         self._on_line = on_line
-        self._partial = {EVENTS: b"", STDOUT: b"", STDERR: b""}
-        self._live = {STDOUT: b"", STDERR: b""}  # the partial line last delivered, per output stream
+        self._partial = {EVENTS: b"", STDOUT: b"", STDERR: b"", SCRIPT: b"",
+                         **dict.fromkeys(_SCRIPT_STREAMS.values(), b"")}
+        # the partial line last delivered, per output stream
+        self._live = {STDOUT: b"", STDERR: b"", **dict.fromkeys(_SCRIPT_STREAMS.values(), b"")}
         self.closed: set[str] = set()
         self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
 
     def feed(self, stream: str, chunk: bytes) -> None:
+        if stream == SCRIPT:
+            self._feed_script(chunk)
+            return
         *lines, rest = (self._partial[stream] + chunk).split(b"\n")
         self._partial[stream] = rest
         if stream == EVENTS:
@@ -83,7 +101,10 @@ class StreamDemux:
     def close(self, stream: str) -> None:
         """End of `stream`: its last line without a newline counts."""
         rest, self._partial[stream] = self._partial[stream], b""
-        if rest:
+        if stream == SCRIPT:
+            for key in _SCRIPT_STREAMS.values():
+                self._script_lines(key, b"", at_end=True)
+        elif rest:
             if stream == EVENTS:
                 self._event_line(rest)
             else:
@@ -137,3 +158,47 @@ class StreamDemux:
                                 job_id=self._job_id()))
         else:
             self._deliver(Event(events.LOG, {"stream": stream, "kind": kind, "text": line}, job_id=self._job_id()))
+
+    # -- the script's own output: always the script's, never classified by its shape ---------------------
+    def _feed_script(self, chunk: bytes) -> None:
+        """Cut the script's channel into its frames; consecutive frames of one stream are handled together."""
+        data = self._partial[SCRIPT] + chunk if self._partial[SCRIPT] else chunk
+        position, end_of_data = 0, len(data)
+        runs: list[tuple[str, list[bytes]]] = []
+        while end_of_data - position >= FRAME_HEADER:
+            end = position + FRAME_HEADER + int.from_bytes(data[position + 1:position + FRAME_HEADER], "big")
+            if end > end_of_data:
+                break
+            key = _SCRIPT_STREAMS.get(data[position], "script-stdout")
+            payload = data[position + FRAME_HEADER:end]
+            if runs and runs[-1][0] == key:
+                runs[-1][1].append(payload)
+            else:
+                runs.append((key, [payload]))
+            position = end
+        self._partial[SCRIPT] = data[position:]
+        for key, payloads in runs:
+            self._script_lines(key, b"".join(payloads))
+
+    def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:
+        stream = STDOUT if key == "script-stdout" else STDERR
+        *lines, rest = (self._partial[key] + data).split(b"\n")
+        if at_end and rest:
+            lines, rest = [*lines, rest], b""
+        self._partial[key] = rest
+        if lines:
+            if any(b"\r" in line for line in lines):
+                lines = [visible_text(line) for line in lines]
+            self._live[key] = b""
+            for line in lines[-KEPT_LINES:]:
+                self._on_line(line.decode("utf-8", errors="replace"))
+            text = b"\n".join(lines).decode("utf-8", errors="replace")
+            self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text},
+                                job_id=self._job_id()))
+        if b"\r" in rest:
+            shown = visible_text(rest)
+            if shown and shown != self._live[key]:
+                self._live[key] = shown
+                self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "partial": True,
+                                                 "text": shown.decode("utf-8", errors="replace")},
+                                    job_id=self._job_id()))

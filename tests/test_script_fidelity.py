@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, process_gone, wait_until
-from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.session import run_job_once
 
@@ -155,3 +156,98 @@ def test_children_are_ended_when_the_run_is_cancelled_or_the_cli_killed(tmp_path
     wait_until(lambda: all_gone(pids), timeout=15, message=f"children {pids} outlived the run")
     if how == "ctrl-c":
         assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+# -- TensorFlow as the script gets it: imported and configured, not initialized ------------------------------
+def profile(tmp_path: Path, **keys: object) -> Path:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"version": 1, **keys}))
+    return path
+
+
+def bare_run(script: Path, cwd: Path, prelude: str = "", env: dict[str, str] | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+    """`python file.py`, with `prelude` (a profile's snippet) pasted at its top when given."""
+    if prelude:
+        script = script.with_name(f"bare_{script.name}")
+        script.write_text(prelude + "\n" + script.with_name(script.name[5:]).read_text())
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, env=env or os.environ.copy())
+
+
+def test_the_scripts_own_tf_config_calls_work_as_bare(tmp_path: Path) -> None:
+    # The seeds' lesson, configuration before initialization, with a logical-CPU split standing in for the
+    # "1 Physical GPU, 2 Logical GPUs" example; TensorFlow refuses each of these calls once initialized.
+    script = write(tmp_path, """
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        print("initialized at start:", context.context()._initialized)
+        print("profile's soft placement:", tf.config.get_soft_device_placement())
+        print("before, logical CPUs configured:", len(tf.config.get_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0]) or []))
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        cpus = tf.config.list_physical_devices("CPU")
+        tf.config.set_visible_devices(cpus, "CPU")
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+        print("first output")
+        logical = tf.config.list_logical_devices("CPU")
+        print(len(cpus), "Physical CPU,", len(logical), "Logical CPUs")
+    """)
+    config = profile(tmp_path, cpu_devices=3, soft_placement=False, log_placement=False)
+    done = cli(script, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["initialized at start: False", "profile's soft placement: False",
+                                        "before, logical CPUs configured: 3", "first output",
+                                        "1 Physical CPU, 2 Logical CPUs"]
+    assert "cannot be modified after being initialized" not in done.stderr
+    # The logical devices went out when the script initialized TensorFlow, after its first output.
+    (summary,) = RunHistory().summaries()
+    recorded = RunHistory().events(summary["run_id"])
+    kinds = [e.type if e.type != events.LOG else e.data["text"] for e in recorded]
+    assert kinds.index("ready") > kinds.index(next(k for k in kinds if "first output" in k))
+    ready = next(e for e in recorded if e.type == events.READY)
+    assert [d["short_name"] for d in ready.data["logical"]] == ["/CPU:0", "/CPU:1"]
+
+
+SEED_GPU2 = """
+    import tensorflow as tf
+    tf.debugging.set_log_device_placement(True)
+
+    try:
+      # 유효하지 않은 GPU 장치를 명시
+      with tf.device('/device:GPU:2'):
+        a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        c = tf.matmul(a, b)
+    except RuntimeError as e:
+      print(e)
+    print(c.device)
+"""
+
+
+def test_soft_placement_off_stays_off_when_the_script_turns_placement_logging_on(tmp_path: Path) -> None:
+    script = write(tmp_path, SEED_GPU2)
+    config = profile(tmp_path, soft_placement=False)
+    done = cli(script, "--config", str(config))
+    bare = bare_run(script, tmp_path, to_python_snippet(DeviceConfig(soft_placement=False)))
+    assert done.returncode == bare.returncode == 1, done.stderr
+    for stderr in (done.stderr, bare.stderr):
+        assert "InvalidArgumentError" in stderr and "Could not satisfy device specification" in stderr
+    assert 'user_script.py", line 8, in <module>' in done.stderr  # TensorFlow's error and the script's line
+
+
+def test_a_tf_device_fallback_in_a_script_is_reported_with_its_file_and_line(tmp_path: Path) -> None:
+    script = write(tmp_path, SEED_GPU2)
+    done = cli(script, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (fallback,) = report["fallbacks"]
+    assert fallback["file"] == str(script) and fallback["line"] == 7
+    assert fallback["requested"] == "/device:GPU:2" and fallback["actual_short"] == "/CPU:0"
+    assert fallback["op"] == "user_script.py:7"
+    (summary,) = RunHistory().summaries()
+    assert summary["fallbacks"] == [fallback]
+    # The device map draws it from this event, as for the matmul job; the log shows it too.
+    assert any(e.type == events.FALLBACK for e in RunHistory().events(summary["run_id"]))
+    shown = cli(script)
+    assert f"soft-placement fallback: {script}, line 7: tf.device('/device:GPU:2')" in shown.stderr
