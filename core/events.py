@@ -113,6 +113,7 @@ class LogData(TypedDict, total=False):
     text: str
     task: str                 # a cluster task's lines: "worker:0"
     partial: bool             # a line still being drawn with "\r" (a progress bar): it replaces the live line
+    source: str               # "script": written by a user's script through sys.stdout/sys.stderr (never TF's)
 
 
 class PlacementData(TypedDict, total=False):

@@ -29,6 +29,7 @@ SCRIPT_STDOUT_TAG, SCRIPT_STDERR_TAG = b"o", b"e"
 FRAME_HEADER = 5
 MAX_FRAME_PAYLOAD = 4096 - FRAME_HEADER
 _SCRIPT_STREAMS = {SCRIPT_STDOUT_TAG[0]: "script-stdout", SCRIPT_STDERR_TAG[0]: "script-stderr"}
+SCRIPT_STREAMS = frozenset(_SCRIPT_STREAMS.values())  # how a run record names the script's own streams
 
 
 def frame(tag: bytes, payload: bytes) -> bytes:
@@ -81,6 +82,9 @@ class StreamDemux:
         if stream == SCRIPT:
             self._feed_script(chunk)
             return
+        if stream in SCRIPT_STREAMS:  # a run record's copy of the script's lines, already out of their frames
+            self._script_lines(stream, chunk)
+            return
         *lines, rest = (self._partial[stream] + chunk).split(b"\n")
         self._partial[stream] = rest
         if stream == EVENTS:
@@ -102,8 +106,10 @@ class StreamDemux:
         """End of `stream`: its last line without a newline counts."""
         rest, self._partial[stream] = self._partial[stream], b""
         if stream == SCRIPT:
-            for key in _SCRIPT_STREAMS.values():
+            for key in SCRIPT_STREAMS:
                 self._script_lines(key, b"", at_end=True)
+        elif stream in SCRIPT_STREAMS:
+            self._script_lines(stream, rest, at_end=True)
         elif rest:
             if stream == EVENTS:
                 self._event_line(rest)
@@ -193,12 +199,13 @@ class StreamDemux:
             for line in lines[-KEPT_LINES:]:
                 self._on_line(line.decode("utf-8", errors="replace"))
             text = b"\n".join(lines).decode("utf-8", errors="replace")
-            self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text},
-                                job_id=self._job_id()))
+            self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "text": text,
+                                             "source": "script"}, job_id=self._job_id()))
         if b"\r" in rest:
             shown = visible_text(rest)
             if shown and shown != self._live[key]:
                 self._live[key] = shown
                 self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "partial": True,
+                                                 "source": "script",
                                                  "text": shown.decode("utf-8", errors="replace")},
                                     job_id=self._job_id()))

@@ -89,3 +89,20 @@ def test_plain_output_comes_as_one_block_and_tensorflow_lines_one_by_one() -> No
     assert lines == [f"line {i}" for i in range(60, 100)]  # the client keeps only the last lines anyway
     demux.feed(STDERR, b"plain\n" + EAGER.encode() + b"\n")
     assert [e.type for e in delivered[1:]] == [events.LOG, events.PLACEMENT]
+
+
+def test_a_scripts_own_lines_are_never_classified_and_keep_their_order() -> None:
+    from tf_device_panel.core.streams import SCRIPT, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG, frame
+
+    demux, delivered, _ = make()
+    channel = (frame(SCRIPT_STDOUT_TAG, EAGER.encode() + b"\n") + frame(SCRIPT_STDERR_TAG, b"Traceback (most")
+               + frame(SCRIPT_STDERR_TAG, b" recent call last):\n") + frame(SCRIPT_STDOUT_TAG, b"after\n"))
+    demux.feed(SCRIPT, channel[:7])  # a frame cut anywhere waits for the rest
+    assert delivered == []
+    demux.feed(SCRIPT, channel[7:] + frame(SCRIPT_STDOUT_TAG, b"no newline"))
+    demux.close(SCRIPT)
+    assert [(e.type, e.data["stream"], e.data["kind"], e.data["text"]) for e in delivered] == [
+        (events.LOG, STDOUT, placement.OUTPUT, EAGER),
+        (events.LOG, STDERR, placement.OUTPUT, "Traceback (most recent call last):"),
+        (events.LOG, STDOUT, placement.OUTPUT, "after"), (events.LOG, STDOUT, placement.OUTPUT, "no newline")]
+    assert all(e.data["source"] == "script" for e in delivered)
