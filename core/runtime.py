@@ -5,8 +5,9 @@ A `RuntimeProcess` is one process, used once. `start()` launches `core.superviso
 `warm` event has come: a warm spare). `submit` hands it a job; the process initializes TensorFlow, runs
 the job on its main thread and exits with the job's status. `describe` asks only for the devices.
 
-One reader thread watches three pipes with raw `os.read`: the events pipe, and the process's stdout and
-stderr, where TensorFlow's C++ code prints (placement lines among them). What it reads goes to a
+One reader thread watches four pipes with raw `os.read`: the events pipe, the process's stdout and stderr,
+where TensorFlow's C++ code prints (placement lines among them), and the channel of a user's script's own
+sys.stdout and sys.stderr (`core.streams.SCRIPT`: its lines are never taken for TensorFlow's). What it reads goes to a
 `core.streams.StreamDemux`, which makes `log` and `placement` events of output lines. Whatever the process
 printed before an event is read before that event is delivered, and the job's closing events are delivered
 only once every pipe has reached end of file: the process has flushed everything, run its atexit handlers,

@@ -312,26 +312,34 @@ def watch_device_scopes(ctx: JobContext) -> None:
     cls = context._EagerDeviceContext
     original = cls.__enter__
     reported: set[tuple[str, int, str]] = set()
+    where_ops_go: dict[str, str | None] = {}  # a scope's device → where its ops run instead (None: it exists)
+
+    def fallback_for(spec: Any, devices: list[str]) -> str | None:
+        if not spec.device_type or spec.job not in (None, "localhost"):
+            return None
+        kind = spec.device_type.upper()
+        present = [device_spec.DeviceSpecV2.from_string(d) for d in devices]
+        same_kind = [d for d in present if (d.device_type or "").upper() == kind]
+        if any(spec.device_index is None or d.device_index == spec.device_index for d in same_kind):
+            return None
+        return str((same_kind or present)[0].to_string())  # where soft placement puts the ops (measured)
 
     def check(scope: Any) -> None:
         runtime = scope._ctx
         devices = runtime._context_devices
         requested = scope._device_name
-        if not devices or not isinstance(requested, str) or not scope._stack:
+        if not devices or not isinstance(requested, str) or not scope._stack or not runtime.soft_device_placement:
             return
-        spec = scope._stack[-1][2]
-        if not spec.device_type or spec.job not in (None, "localhost") or not runtime.soft_device_placement:
-            return
-        kind = spec.device_type.upper()
-        present = [device_spec.DeviceSpecV2.from_string(d) for d in devices]
-        same_kind = [d for d in present if (d.device_type or "").upper() == kind]
-        if any(spec.device_index is None or d.device_index == spec.device_index for d in same_kind):
+        entered = runtime.device_name
+        if entered not in where_ops_go:  # the devices never change once initialized: decided once per name
+            where_ops_go[entered] = fallback_for(scope._stack[-1][2], devices)
+        actual = where_ops_go[entered]
+        if actual is None:
             return
         where = script_location()
         if where is None or (where[0], where[1], requested) in reported:
             return
         reported.add((where[0], where[1], requested))
-        actual = (same_kind or present)[0].to_string()
         fallback = {"op": f"{os.path.basename(where[0])}:{where[1]}", "requested": requested,
                     "requested_short": canonical_device(requested), "actual": actual,
                     "actual_short": short_device_name(actual), "file": where[0], "line": where[1]}
