@@ -430,3 +430,21 @@ def test_a_latin1_script_that_declares_its_encoding_runs(tmp_path: Path) -> None
     path.write_bytes(b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n")
     done = cli(path)
     assert done.returncode == 0 and done.stdout == "café\n", done.stderr
+
+
+def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) -> None:
+    pytest.importorskip("PySide6")
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+
+    script = write(tmp_path, SEED_GPU2)
+    seen: list[events.Event] = []
+    outcome = run_job_once(DeviceConfig(), "script", {"path": str(script)}, on_event=seen.append)
+    assert outcome.status == "ok" and [f["line"] for f in outcome.fallbacks] == [7]
+    ready = next(i for i, e in enumerate(seen) if e.type == events.READY)
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 300)
+    panel.set_devices(seen[ready].data, None, {})
+    panel.on_events(seen[ready + 1:])  # as the window hands them on after the run's ready report
+    assert len(panel.canvas.current_map().arrows) == 1
+    assert panel.canvas.current_map().segment("/CPU:0") is not None
