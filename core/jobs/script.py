@@ -41,7 +41,7 @@ from tf_device_panel.core.jobs import path_problem
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.placement import canonical_device, short_device_name
 from tf_device_panel.core.results import ScriptResult
-from tf_device_panel.core.streams import MAX_FRAME_PAYLOAD, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG, frame
+from tf_device_panel.core.streams import MAX_FRAME_PAYLOAD, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG
 
 # Frames in this folder (the panel's engine) are not the user's: they are taken out of a script's tracebacks.
 PANEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -144,12 +144,16 @@ class ScriptStream(io.BufferedIOBase):
     def write(self, data: Any) -> int:
         global interrupt_deferred
         view = memoryview(data).cast("B")
-        for start in range(0, len(view), MAX_FRAME_PAYLOAD):
-            os.write(self._channel, frame(self._tag, bytes(view[start:start + MAX_FRAME_PAYLOAD])))
+        size = len(view)
+        for start in range(0, size, MAX_FRAME_PAYLOAD):
+            payload = bytes(view[start:start + MAX_FRAME_PAYLOAD])
+            # core.streams.frame, inlined: a signal handled inside a Python call of its own would not be deferred
+            os.write(self._channel, self._tag + len(payload).to_bytes(4, "big") + payload)
+        # No call from here on: a signal handled after this check would wait for the next write.
         if interrupt_deferred:
             interrupt_deferred = False
             raise KeyboardInterrupt
-        return len(view)
+        return size
 
     def flush(self) -> None:
         pass  # nothing is held here
