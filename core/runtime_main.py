@@ -5,11 +5,13 @@ Started (in a fork of `core.supervisor`) by `core.runtime.RuntimeProcess` as `py
 --events-fd N --commands-fd M --config JSON`. It imports TensorFlow, applies the configuration, says
 `warm`, and waits for ONE command on the commands pipe:
 - `run`: initialize TensorFlow (its devices go out as `ready`), run the job on this main thread, exit with
-  the job's status through a normal interpreter exit (atexit handlers run);
+  the job's status through a normal interpreter exit (atexit handlers run); a user's `script` gets TensorFlow
+  configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`);
 - `describe`: initialize, report the devices, exit;
 - end of file (the panel discarded this spare, or is gone): exit 0 at once.
 
-Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there).
+Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there); a
+user's script's sys.stdout and sys.stderr write to the script channel (`--script-fd`, core.streams.SCRIPT).
 Nothing is ever written into stdout or stderr but what TensorFlow and the job print.
 """
 
