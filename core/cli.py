@@ -42,10 +42,10 @@ from tf_device_panel.core.history import HistoryError, RunHistory
 from tf_device_panel.core.jobs import JOBS, ParamError, get_job
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.runtime import shell_status
-from tf_device_panel.core.session import run_job_once
+from tf_device_panel.core.session import JobRun, run_job_once
 from tf_device_panel.core.text import clip, quote
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_EXPORTER_PORT = 9848  # core.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
 
 
@@ -174,12 +174,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not sep or not name.strip():
             raise UsageError(f"--param {quote(item)}: expected NAME=VALUE, e.g. --param device=/GPU:0")
         texts[name.strip()] = value
+    script = spec.name == "script"
+    if script:
+        rejected = script_rejected(texts)
+        if rejected is not None:
+            return rejected
     params = spec.resolve(texts=texts)
     config = load_config(args.config)
     # A closed stdout (`run … | head`) cancels the run, as it would end a bare `python file.py`.
     stop = threading.Event()
-    printer = None if args.json else RunPrinter(args.verbose, sys.stdout, on_broken_pipe=stop.set)
-    if args.json and args.verbose:
+    printer = None
+    if script and not args.json:
+        # The script's stdout and stderr where a bare run puts them; the panel's own lines on stderr.
+        printer = RunPrinter(args.verbose, sys.stderr, on_broken_pipe=stop.set, job_output=(sys.stdout, sys.stderr))
+    elif not args.json:
+        printer = RunPrinter(args.verbose, sys.stdout, on_broken_pipe=stop.set)
+    elif args.verbose:
         printer = RunPrinter(True, sys.stderr)
     outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop)
     if printer is not None:
@@ -193,21 +203,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(outcome.to_json())
     else:
+        # A script's traceback is already on stderr, as its own run printed it (sys.excepthook).
+        panel = sys.stderr if script else sys.stdout
         lines = run_text(outcome)
-        _print_lines(lines[:-1])
+        _print_lines(lines[:-1], panel)
         if outcome.error:
-            # A script's traceback holds only its own frames: shown as a bare run shows it, on stderr.
-            user_traceback = spec.name == "script" and outcome.error.get("traceback") and not args.verbose
-            if user_traceback:
-                print(str(outcome.error["traceback"]).rstrip(), file=sys.stderr)
-            _print_lines(error_text(outcome.error, args.verbose), sys.stderr)
-        _print_lines(lines[-1:])
+            _print_lines(error_text(outcome.error, args.verbose and not script), sys.stderr)
+        _print_lines(lines[-1:], panel)
     if outcome.record_problem:
         # The run went on; only its record is short. One line, whatever the output mode.
         print(f"warning: this run's record is incomplete: {outcome.record_problem}", file=sys.stderr)
-    if spec.name == "script" and outcome.returncode is not None:
-        return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
+    if script:
+        if outcome.status == "cancelled":
+            return EXIT_INTERRUPTED  # Ctrl+C (or SIGTERM, SIGHUP: the CLI cancels alike), as a bare run ends
+        if outcome.returncode is not None:
+            return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
+
+
+def script_rejected(texts: dict[str, str]) -> int | None:
+    """A script that cannot run at all (missing, a folder, unreadable, not in its encoding, a syntax error):
+    one line naming the file and the line, exit 2 before TensorFlow starts, and a finalized run record."""
+    from tf_device_panel.core.jobs.script import script_problem
+
+    path = texts.get("path", "")
+    problem = script_problem(path) if path.strip() else None
+    if problem is None:
+        return None
+    JobRun("script", dict(texts), DeviceConfig(), None, RunHistory()).fail("ScriptError", problem)
+    print(f"error: {problem}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -421,7 +446,7 @@ def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], 
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return EXIT_JOB_FAILED
+        return EXIT_INTERRUPTED  # as a shell reports a command ended by Ctrl+C
     except Exception as exc:
         if getattr(args, "verbose", False):
             raise

@@ -23,6 +23,13 @@ from tf_device_panel.core.session import JobOutcome
 ERROR_WIDTH = 60
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 class RunPrinter:
     """Streams a run to the terminal: progress, placements, fallbacks, the job's own output.
 
@@ -30,31 +37,39 @@ class RunPrinter:
     progress bar redraws with `\r` is redrawn in place on a terminal (elsewhere only its final state is
     printed). When the reader of our output goes away (`run … | head`), printing stops and
     `on_broken_pipe` is called once.
+
+    With `job_output` (a user's script: its stdout and its stderr), the job's output is written as it is, its
+    stdout to the first, its stderr to the second, so `> out.txt` and `2>/dev/null` work as on a bare run;
+    what the process printed on its fd 1 (C++ code, child processes) goes to stdout too, as it would bare.
+    TensorFlow's own log lines on fd 2 (C++ `I0000 …`, `INFO:tensorflow:`) show only with `verbose`, since
+    the panel prints what they say (`placed …`). The panel's own lines go to `stream`.
     """
 
-    def __init__(self, verbose: bool, stream: TextIO, *, on_broken_pipe: Callable[[], None] = lambda: None):
+    def __init__(self, verbose: bool, stream: TextIO, *, on_broken_pipe: Callable[[], None] = lambda: None,
+                 job_output: tuple[TextIO, TextIO] | None = None):
         self.verbose = verbose
         self.out = stream
         self.last_message = ""
         self.on_broken_pipe = on_broken_pipe
         self.broken = False
         self.live_line = False
-        try:
-            self.terminal = stream.isatty()
-        except (AttributeError, ValueError):
-            self.terminal = False
+        self.job_output = job_output
+        self.live_output: TextIO | None = None  # the job's stream whose last line is still being drawn
+        self.terminal = _is_terminal(stream)
+        self.writing = stream  # the stream being written to, the one that broke if a write fails
 
     def __call__(self, event: Event) -> None:
         if self.broken:
             return
+        self.writing = self.out
         try:
             self._print(event)
         except BrokenPipeError:
             self.broken = True
-            # Python would complain again when it flushes stdout at exit: point it at nothing instead.
+            # Python would complain again when it flushes that stream at exit: point it at nothing instead.
             with contextlib.suppress(OSError, ValueError):
                 devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, self.out.fileno())
+                os.dup2(devnull, self.writing.fileno())
                 os.close(devnull)
             self.on_broken_pipe()
 
@@ -65,18 +80,55 @@ class RunPrinter:
             with contextlib.suppress(OSError, ValueError):
                 self.out.write("\n")
                 self.out.flush()
+        if self.live_output is not None and not self.broken:
+            with contextlib.suppress(OSError, ValueError):
+                self.live_output.write("\n")
+                self.live_output.flush()
+        self.live_output = None
+
+    def _leave_live_output(self, target: TextIO) -> None:
+        """Before a whole line goes to `target`: a half-drawn line is wiped (same stream) or ended (another)."""
+        live, self.live_output = self.live_output, None
+        if live is target:
+            target.write("\r\x1b[K")
+        elif live is not None:
+            live.write("\n")
+            live.flush()
 
     def _line(self, text: str) -> None:
         if self.live_line:
             self.out.write("\r\x1b[K")
             self.live_line = False
+        self._leave_live_output(self.out)
         self.out.write(text + "\n")
+        if self.job_output is not None:
+            self.out.flush()  # the panel's lines and the job's keep their order on a terminal
+
+    def _job_output(self, log: events.LogData) -> None:
+        target = self.job_output[0 if log["stream"] == "stdout" else 1]  # type: ignore[index]
+        self.writing = target
+        if log.get("partial"):
+            if _is_terminal(target):
+                if self.live_output is not None and self.live_output is not target:
+                    self._leave_live_output(target)
+                target.write(f"\r{log['text']}\x1b[K")
+                target.flush()
+                self.live_output = target
+            return
+        ours = log["kind"] == "output" or log["stream"] == "stdout"
+        if not (ours or self.verbose):
+            return
+        self._leave_live_output(target)
+        target.write(log["text"] + "\n")
+        target.flush()
 
     def _print(self, event: Event) -> None:
         out = self.out
         if event.type == events.LOG:
             log = cast(events.LogData, event.data)
-            if log.get("partial"):
+            if self.job_output is not None and log.get("stream") in ("stdout", "stderr"):
+                self._job_output(log)
+            elif log.get("partial"):
                 if self.terminal and log["kind"] == "output":
                     out.write(f"\r\x1b[K  | {log['text']}")
                     out.flush()
@@ -99,8 +151,13 @@ class RunPrinter:
                        f"  ({placed['mode']})")
         elif event.type == events.FALLBACK:
             fallback = cast(events.FallbackData, event.data)
-            self._line(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
-                       f"ran on {fallback['actual_short']}")
+            if fallback.get("file"):  # a user's script: tf.device(...) naming a device that does not exist
+                self._line(f"  ⚠ soft-placement fallback: {fallback['file']}, line {fallback.get('line')}: "
+                           f"tf.device({fallback['requested']!r}) names no device here; its ops run on "
+                           f"{fallback['actual_short']}")
+            else:
+                self._line(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
+                           f"ran on {fallback['actual_short']}")
         elif event.type == events.STARTUP_ERROR:
             self._line(startup_error_text(event.data))
         elif event.type == events.RUNTIME_EXITED:

@@ -113,6 +113,7 @@ class LogData(TypedDict, total=False):
     text: str
     task: str                 # a cluster task's lines: "worker:0"
     partial: bool             # a line still being drawn with "\r" (a progress bar): it replaces the live line
+    source: str               # "script": written by a user's script through sys.stdout/sys.stderr (never TF's)
 
 
 class PlacementData(TypedDict, total=False):
@@ -127,7 +128,12 @@ class PlacementData(TypedDict, total=False):
     task: str
 
 
-class FallbackData(TypedDict):
+class _ScriptPlace(TypedDict, total=False):
+    file: str   # a user's script: where it entered tf.device(...)
+    line: int
+
+
+class FallbackData(_ScriptPlace):
     op: str
     requested: str
     requested_short: str

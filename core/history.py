@@ -206,6 +206,8 @@ class RunRecorder:
 
     def _append_line(self, event: Event) -> None:
         stream = event.data["stream"]
+        if event.data.get("source") == "script":
+            stream = f"script-{stream}"  # read back as the script's own, never classified by its shape
         if stream != self._stream:
             self._stream = stream
             self._write_event(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")

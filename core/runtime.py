@@ -5,8 +5,9 @@ A `RuntimeProcess` is one process, used once. `start()` launches `core.superviso
 `warm` event has come: a warm spare). `submit` hands it a job; the process initializes TensorFlow, runs
 the job on its main thread and exits with the job's status. `describe` asks only for the devices.
 
-One reader thread watches three pipes with raw `os.read`: the events pipe, and the process's stdout and
-stderr, where TensorFlow's C++ code prints (placement lines among them). What it reads goes to a
+One reader thread watches four pipes with raw `os.read`: the events pipe, the process's stdout and stderr,
+where TensorFlow's C++ code prints (placement lines among them), and the channel of a user's script's own
+sys.stdout and sys.stderr (`core.streams.SCRIPT`: its lines are never taken for TensorFlow's). What it reads goes to a
 `core.streams.StreamDemux`, which makes `log` and `placement` events of output lines. Whatever the process
 printed before an event is read before that event is delivered, and the job's closing events are delivered
 only once every pipe has reached end of file: the process has flushed everything, run its atexit handlers,
@@ -46,12 +47,15 @@ from tf_device_panel.core.diagnostics import RepeatedFailureLog
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.gpus import created_gpu
 from tf_device_panel.core.processes import start_module
-from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux
+from tf_device_panel.core.streams import EVENTS, SCRIPT, STDERR, STDOUT, StreamDemux
 
 NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
     "not started", "starting", "ready", "busy", "stopping", "exited")
 LAST_LINES = 40
 READ_SIZE = 65536
+# Variables the panel sets for its own sake; a script sees their values from the user's environment instead.
+PANEL_ENVIRONMENT = ("TF_CPP_MIN_LOG_LEVEL",)
+USER_ENVIRONMENT_ENV = "TF_DEVICE_PANEL_USER_ENVIRONMENT"
 PIPES_AFTER_EXIT_S = 1.0   # how long output pipes may stay open after the supervisor exited (they should not)
 
 log = logging.getLogger(__name__)
@@ -173,11 +177,14 @@ class RuntimeProcess:
             raise RuntimeUnavailable("this process was already started; create a new one")
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
+        script_r, script_w = os.pipe()  # a user's script's own sys.stdout/sys.stderr (core.streams.SCRIPT)
         env = {**self.config.environment(),
                "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
-               "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r}",
+               "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r},{script_w}",
+               # What the panel changed in the environment, so a script sees the user's own (runtime_main).
+               USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
                **self.extra_env}
-        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r),
+        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r), "--script-fd", str(script_w),
                     "--config", json.dumps(self.config.to_json())]
         self._set_state(STARTING)
         try:
@@ -185,22 +192,23 @@ class RuntimeProcess:
             self._process = start_module(
                 "tf_device_panel.core.supervisor", "--module", "tf_device_panel.core.runtime_main", *run_args,
                 python=self.python, env=env, die_with_parent=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r))
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, script_w))
         except OSError:
-            for fd in (events_r, commands_w):
+            for fd in (events_r, commands_w, script_r):
                 os.close(fd)
             self._set_state(EXITED)
             raise
         finally:
             os.close(events_w)
             os.close(commands_r)
+            os.close(script_w)
         self._commands_fd = commands_w
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
         self._reader = threading.Thread(
             target=self._read_loop, name=f"runtime-reader-{self._process.pid}", daemon=True,
-            args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno()))
+            args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno(), script_r))
         self._reader.start()
 
     def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
@@ -409,8 +417,8 @@ class RuntimeProcess:
             self._reader.join(timeout)
 
     # -- the reader thread -------------------------------------------------------------------
-    def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int) -> None:
-        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR}
+    def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int, script_fd: int) -> None:
+        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_fd: SCRIPT}
         demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line)
         selector = selectors.DefaultSelector()
         for fd in streams:
@@ -439,7 +447,7 @@ class RuntimeProcess:
                     if fd == events_fd:
                         # What the process printed before writing this event is already in the output pipes:
                         # read it first, so every line comes before the events that follow it.
-                        for output_fd in (stdout_fd, stderr_fd):
+                        for output_fd in (script_fd, stdout_fd, stderr_fd):
                             waiting = _available(output_fd) if output_fd in open_fds else 0
                             while waiting > 0 and output_fd in open_fds:
                                 read(output_fd, min(waiting, READ_SIZE))
@@ -457,6 +465,7 @@ class RuntimeProcess:
                 demux.close(streams[fd])
             selector.close()
             os.close(events_fd)
+            os.close(script_fd)
             self._finish(demux.closing)
 
     def _remember_line(self, line: str) -> None:

@@ -5,11 +5,13 @@ Started (in a fork of `core.supervisor`) by `core.runtime.RuntimeProcess` as `py
 --events-fd N --commands-fd M --config JSON`. It imports TensorFlow, applies the configuration, says
 `warm`, and waits for ONE command on the commands pipe:
 - `run`: initialize TensorFlow (its devices go out as `ready`), run the job on this main thread, exit with
-  the job's status through a normal interpreter exit (atexit handlers run);
+  the job's status through a normal interpreter exit (atexit handlers run); a user's `script` gets TensorFlow
+  configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`);
 - `describe`: initialize, report the devices, exit;
 - end of file (the panel discarded this spare, or is gone): exit 0 at once.
 
-Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there).
+Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there); a
+user's script's sys.stdout and sys.stderr write to the script channel (`--script-fd`, core.streams.SCRIPT).
 Nothing is ever written into stdout or stderr but what TensorFlow and the job print.
 """
 
@@ -34,10 +36,12 @@ from tf_device_panel.core import events
 from tf_device_panel.core.config import ConfigError, DeviceConfig
 from tf_device_panel.core.cudalibs import install_commands
 from tf_device_panel.core.jobs import JOBS, ParamError
+from tf_device_panel.core.jobs import script as script_job
 from tf_device_panel.core.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.jobs.script import ScriptExit
 from tf_device_panel.core.placement import short_device_name
 from tf_device_panel.core.processes import die_with_parent
+from tf_device_panel.core.runtime import USER_ENVIRONMENT_ENV
 from tf_device_panel.core.tfplan import AppliedPlan, StepError, apply_plan, plan
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
@@ -222,6 +226,8 @@ class Run:
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check."""
         self.context.cancel_requested.set()
+        if script_job.defer_interrupt(frame):
+            return  # raised as soon as the script's write in progress is complete
         signal.default_int_handler(signum, frame)
 
     def execute(self) -> int:
@@ -280,9 +286,24 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     parser = argparse.ArgumentParser(prog="tf-device-panel-runtime")
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--commands-fd", type=int, required=True)
+    parser.add_argument("--script-fd", type=int, help="the channel for a user's script's sys.stdout/sys.stderr")
     parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
+    global script_channel
+    script_channel = args.script_fd
     return serve(args.events_fd, args.commands_fd, args.config), args.events_fd
+
+
+script_channel: int | None = None  # the fd of a script's own output channel (core.streams.SCRIPT), until closed
+
+
+def close_script_channel() -> None:
+    """A job that is not a user's script writes no frames: its end of file comes now."""
+    global script_channel
+    if script_channel is not None:
+        with contextlib.suppress(OSError):
+            os.close(script_channel)
+        script_channel = None
 
 
 def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
@@ -336,6 +357,9 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     after = command.get("after_pid")
     if isinstance(after, int) and after > 0:
         wait_for_exit(after, emit, job_id)
+    if run is not None and run.name == "script":
+        return run_script(tf, run, info)
+    close_script_channel()
     initializing = time.monotonic()
     try:
         info["logical"] = describe_logical(tf, config)
@@ -354,6 +378,54 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         return run.execute()
     finally:
         memory.stopped.set()
+
+
+def run_script(tf: Any, run: Run, info: dict[str, Any]) -> int:
+    """A user's script gets TensorFlow imported and configured but not initialized, as if its own first lines
+    had made the profile's `tf.config` calls: its own calls then work as they do bare. The logical devices go
+    out (`ready`) and memory reporting starts when the script first initializes TensorFlow, never before; if
+    it never does, there is no `ready`. From here on the panel makes no `tf.config` or `tf.debugging` call."""
+    memory: list[MemoryReporter] = []
+
+    def initialized() -> None:
+        try:
+            info["logical"] = describe_logical(tf, run.config)  # initialized already: this only reads
+            run.emit(events.Event(events.READY, dict(info), job_id=run.context.job_id))
+            gpus = [d["short_name"].lstrip("/") for d in info["logical"] if d["device_type"] == "GPU"]
+            memory.append(MemoryReporter(tf, gpus, run.emit, run.context.job_id))
+            memory[0].start()
+        except Exception as exc:
+            notice: events.LogData = {"stream": "panel", "kind": "warning",
+                                      "text": f"could not list the logical devices: {type(exc).__name__}: {exc}"}
+            run.emit(events.Event(events.LOG, dict(notice), job_id=run.context.job_id))
+
+    script_job.watch_initialization(initialized)
+    script_job.watch_device_scopes(run.context)
+    user_environment()
+    if script_channel is not None:
+        script_job.give_script_its_streams(script_channel)
+    try:
+        return run.execute()
+    finally:
+        for reporter in memory:
+            reporter.stopped.set()
+
+
+def user_environment() -> None:
+    """The environment a bare run of the script would see: the panel's own variables gone, those it set for
+    TensorFlow's import (the C++ log level, read only then) back to the user's values. The profile's own
+    (CUDA_DEVICE_ORDER, TF_GPU_ALLOCATOR, ...) stay, as the snippet's prelude would set them."""
+    try:
+        saved = json.loads(os.environ.pop(USER_ENVIRONMENT_ENV, "{}"))
+    except json.JSONDecodeError:
+        saved = {}
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for name in ("TF_DEVICE_PANEL_PASS_FDS", "TF_DEVICE_PANEL_PARENT_PID"):
+        os.environ.pop(name, None)
 
 
 def exit_with(status: int, events_fd: int | None) -> None:
@@ -378,6 +450,7 @@ def exit_with(status: int, events_fd: int | None) -> None:
         with contextlib.suppress(OSError):
             exiting: events.ExitingData = {"status": status}
             EventWriter(events_fd)(events.Event(events.EXITING, dict(exiting)))
+        close_script_channel()
         for fd in (events_fd, 1, 2):
             with contextlib.suppress(OSError):
                 os.close(fd)

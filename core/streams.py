@@ -20,9 +20,25 @@ from tf_device_panel.core import events, placement
 from tf_device_panel.core.events import Event
 
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
+SCRIPT = "script"  # the user's script's own sys.stdout and sys.stderr, in frames (see `frame`)
 OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
 LINE_CAP_BYTES = 8 * 1024 * 1024  # an output line longer than this keeps its first and last half of it
 LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from at most its last this many bytes
+
+# The script's channel: its sys.stdout and sys.stderr share one pipe, so the order of their writes is kept
+# exactly; each write goes out as frames: a tag (which stream), the payload's length (4 bytes, big-endian),
+# the payload. A frame is at most PIPE_BUF bytes and written with one write, so it never tears.
+SCRIPT_STDOUT_TAG, SCRIPT_STDERR_TAG = b"o", b"e"
+FRAME_HEADER = 5
+MAX_FRAME_PAYLOAD = 4096 - FRAME_HEADER
+_SCRIPT_STREAMS = {SCRIPT_STDOUT_TAG[0]: "script-stdout", SCRIPT_STDERR_TAG[0]: "script-stderr"}
+SCRIPT_STREAMS = frozenset(_SCRIPT_STREAMS.values())  # how a run record names the script's own streams
+
+
+def frame(tag: bytes, payload: bytes) -> bytes:
+    return tag + len(payload).to_bytes(4, "big") + payload
+
+
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
 # Anything in a block of lines that `placement.parse_line` could take for more than plain output. A block
@@ -132,8 +148,11 @@ class StreamDemux:
         self._job_id = job_id
         self._on_line = on_line
         # Event lines are the panel's own and kept whole; output lines are the job's, kept up to line_cap.
-        self._partial = {EVENTS: LineBuffer(), STDOUT: LineBuffer(line_cap), STDERR: LineBuffer(line_cap)}
-        self._live = {STDOUT: b"", STDERR: b""}  # the partial line last delivered, per output stream
+        self._partial = {EVENTS: LineBuffer(), STDOUT: LineBuffer(line_cap), STDERR: LineBuffer(line_cap),
+                         **{key: LineBuffer(line_cap) for key in SCRIPT_STREAMS}}
+        self._frame_rest = b""  # the script channel's last frame, while it is cut short (under 4 KB)
+        # the partial line last delivered, per output stream
+        self._live = {STDOUT: b"", STDERR: b"", **dict.fromkeys(SCRIPT_STREAMS, b"")}
         self.closed: set[str] = set()
         self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
@@ -143,6 +162,12 @@ class StreamDemux:
         return self._partial[stream].kept_bytes
 
     def feed(self, stream: str, chunk: bytes) -> None:
+        if stream == SCRIPT:
+            self._feed_script(chunk)
+            return
+        if stream in SCRIPT_STREAMS:  # a run record's copy of the script's lines, already out of their frames
+            self._script_lines(stream, chunk)
+            return
         buffer = self._partial[stream]
         last_end = chunk.rfind(b"\n")
         if last_end < 0:  # no line ends here: only the open line grows
@@ -173,6 +198,16 @@ class StreamDemux:
 
     def close(self, stream: str) -> None:
         """End of `stream`: its last line without a newline counts."""
+        if stream == SCRIPT:
+            self._frame_rest = b""
+            for key in sorted(SCRIPT_STREAMS):
+                self._script_lines(key, b"", at_end=True)
+            self.closed.add(stream)
+            return
+        if stream in SCRIPT_STREAMS:
+            self._script_lines(stream, b"", at_end=True)
+            self.closed.add(stream)
+            return
         rest = self._partial[stream].take()
         if rest:
             if stream == EVENTS:
@@ -236,3 +271,62 @@ class StreamDemux:
         else:
             self._deliver(Event(events.LOG, {"stream": stream, "kind": kind, "text": line, **exact},
                                 job_id=self._job_id()))
+
+    # -- the script's own output: always the script's, never classified by its shape ---------------------
+    def _feed_script(self, chunk: bytes) -> None:
+        """Cut the script's channel into its frames; consecutive frames of one stream are handled together."""
+        data = self._frame_rest + chunk if self._frame_rest else chunk
+        position, end_of_data = 0, len(data)
+        runs: list[tuple[str, list[bytes]]] = []
+        while end_of_data - position >= FRAME_HEADER:
+            end = position + FRAME_HEADER + int.from_bytes(data[position + 1:position + FRAME_HEADER], "big")
+            if end > end_of_data:
+                break
+            key = _SCRIPT_STREAMS.get(data[position], "script-stdout")
+            payload = data[position + FRAME_HEADER:end]
+            if runs and runs[-1][0] == key:
+                runs[-1][1].append(payload)
+            else:
+                runs.append((key, [payload]))
+            position = end
+        self._frame_rest = data[position:]
+        for key, payloads in runs:
+            self._script_lines(key, b"".join(payloads))
+
+    def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:
+        """The script's lines of one stream, as one log event a batch; bounded like any output line."""
+        stream = STDOUT if key == "script-stdout" else STDERR
+        buffer = self._partial[key]
+        lines: list[bytes] = []
+        last_end = data.rfind(b"\n")
+        if last_end < 0:
+            buffer.add(data)
+        else:
+            first_end = data.find(b"\n")
+            buffer.add(data[:first_end])
+            lines.append(buffer.take())
+            if last_end > first_end:
+                lines += data[first_end + 1:last_end].split(b"\n")
+            buffer.add(data[last_end + 1:])
+        if at_end and buffer.kept_bytes:
+            lines.append(buffer.take())
+        if lines:
+            shown = [visible_text(line) for line in lines] if any(b"\r" in line for line in lines) else lines
+            self._live[key] = b""
+            for line in shown[-KEPT_LINES:]:
+                self._on_line(line.decode("utf-8", errors="replace"))
+            block, shown_block = b"\n".join(lines), b"\n".join(shown)
+            text = shown_block.decode("utf-8", errors="replace")
+            event_data: dict[str, object] = {"stream": stream, "kind": placement.OUTPUT, "text": text,
+                                             "source": "script"}
+            if shown_block != block or "\ufffd" in text:
+                event_data["raw"] = block  # \r redraws or bytes that are not UTF-8: the record keeps them as printed
+            self._deliver(Event(events.LOG, event_data, job_id=self._job_id()))
+        if buffer.has_cr:
+            live = visible_text(buffer.last(LIVE_WINDOW_BYTES))
+            if live and live != self._live[key]:
+                self._live[key] = live
+                self._deliver(Event(events.LOG, {"stream": stream, "kind": placement.OUTPUT, "partial": True,
+                                                 "source": "script",
+                                                 "text": live.decode("utf-8", errors="replace")},
+                                    job_id=self._job_id()))

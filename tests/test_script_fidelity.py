@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, process_gone, wait_until
-from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core import events
+from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.session import run_job_once
 
@@ -155,3 +156,295 @@ def test_children_are_ended_when_the_run_is_cancelled_or_the_cli_killed(tmp_path
     wait_until(lambda: all_gone(pids), timeout=15, message=f"children {pids} outlived the run")
     if how == "ctrl-c":
         assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+# -- TensorFlow as the script gets it: imported and configured, not initialized ------------------------------
+def profile(tmp_path: Path, **keys: object) -> Path:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"version": 1, **keys}))
+    return path
+
+
+def bare_run(script: Path, cwd: Path, prelude: str = "", env: dict[str, str] | None = None,
+             ) -> subprocess.CompletedProcess[str]:
+    """`python file.py`, with `prelude` (a profile's snippet) pasted at its top when given."""
+    if prelude:
+        script = script.with_name(f"bare_{script.name}")
+        script.write_text(prelude + "\n" + script.with_name(script.name[5:]).read_text())
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, env=env or os.environ.copy())
+
+
+def test_the_scripts_own_tf_config_calls_work_as_bare(tmp_path: Path) -> None:
+    # The seeds' lesson, configuration before initialization, with a logical-CPU split standing in for the
+    # "1 Physical GPU, 2 Logical GPUs" example; TensorFlow refuses each of these calls once initialized.
+    script = write(tmp_path, """
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        print("initialized at start:", context.context()._initialized)
+        print("profile's soft placement:", tf.config.get_soft_device_placement())
+        print("before, logical CPUs configured:", len(tf.config.get_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0]) or []))
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        cpus = tf.config.list_physical_devices("CPU")
+        tf.config.set_visible_devices(cpus, "CPU")
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+        print("first output")
+        logical = tf.config.list_logical_devices("CPU")
+        print(len(cpus), "Physical CPU,", len(logical), "Logical CPUs")
+    """)
+    config = profile(tmp_path, cpu_devices=3, soft_placement=False, log_placement=False)
+    done = cli(script, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["initialized at start: False", "profile's soft placement: False",
+                                        "before, logical CPUs configured: 3", "first output",
+                                        "1 Physical CPU, 2 Logical CPUs"]
+    assert "cannot be modified after being initialized" not in done.stderr
+    # The logical devices went out when the script initialized TensorFlow, after its first output.
+    (summary,) = RunHistory().summaries()
+    recorded = RunHistory().events(summary["run_id"])
+    kinds = [e.type if e.type != events.LOG else e.data["text"] for e in recorded]
+    assert kinds.index("ready") > kinds.index(next(k for k in kinds if "first output" in k))
+    ready = next(e for e in recorded if e.type == events.READY)
+    assert [d["short_name"] for d in ready.data["logical"]] == ["/CPU:0", "/CPU:1"]
+
+
+SEED_GPU2 = """
+    import tensorflow as tf
+    tf.debugging.set_log_device_placement(True)
+
+    try:
+      # 유효하지 않은 GPU 장치를 명시
+      with tf.device('/device:GPU:2'):
+        a = tf.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        b = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+        c = tf.matmul(a, b)
+    except RuntimeError as e:
+      print(e)
+    print(c.device)
+"""
+
+
+def test_soft_placement_off_stays_off_when_the_script_turns_placement_logging_on(tmp_path: Path) -> None:
+    script = write(tmp_path, SEED_GPU2)
+    config = profile(tmp_path, soft_placement=False)
+    done = cli(script, "--config", str(config))
+    bare = bare_run(script, tmp_path, to_python_snippet(DeviceConfig(soft_placement=False)))
+    assert done.returncode == bare.returncode == 1, done.stderr
+    for stderr in (done.stderr, bare.stderr):
+        assert "InvalidArgumentError" in stderr and "Could not satisfy device specification" in stderr
+    assert 'user_script.py", line 8, in <module>' in done.stderr  # TensorFlow's error and the script's line
+
+
+def test_a_tf_device_fallback_in_a_script_is_reported_with_its_file_and_line(tmp_path: Path) -> None:
+    script = write(tmp_path, SEED_GPU2)
+    done = cli(script, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (fallback,) = report["fallbacks"]
+    assert fallback["file"] == str(script) and fallback["line"] == 7
+    assert fallback["requested"] == "/device:GPU:2" and fallback["actual_short"] == "/CPU:0"
+    assert fallback["op"] == "user_script.py:7"
+    (summary,) = RunHistory().summaries()
+    assert summary["fallbacks"] == [fallback]
+    # The device map draws it from this event, as for the matmul job; the log shows it too.
+    assert any(e.type == events.FALLBACK for e in RunHistory().events(summary["run_id"]))
+    shown = cli(script)
+    assert f"soft-placement fallback: {script}, line 7: tf.device('/device:GPU:2')" in shown.stderr
+
+
+# -- what a bare run prints when a script fails: Python's own words, once -----------------------------------
+FAILURES = {
+    "did-you-mean": ("import os\nos.getcwdd()\n", 1),
+    "notes-and-chains": ("""
+        def load():
+            raise KeyError("lr")
+        try:
+            load()
+        except KeyError as exc:
+            error = ValueError("bad config")
+            error.add_note("see config.yaml")
+            raise error from exc
+    """, 1),
+    "exception-group": ("""
+        raise ExceptionGroup("two failures", [ValueError("a"), TypeError("b")])
+    """, 1),
+    "custom-excepthook": ("""
+        import sys
+        sys.excepthook = lambda kind, value, tb: print("custom hook:", kind.__name__, value)
+        raise RuntimeError("handled by the hook")
+    """, 1),
+    "base-exception": ("""
+        class StopTraining(BaseException):
+            pass
+        def train():
+            raise StopTraining("early stop")
+        train()
+    """, 1),
+    "keyboard-interrupt": ("raise KeyboardInterrupt\n", -signal.SIGINT),
+}
+
+
+@pytest.mark.parametrize("case", FAILURES)
+def test_a_failing_script_prints_what_python_prints(tmp_path: Path, case: str) -> None:
+    body, status = FAILURES[case]
+    script = write(tmp_path, body)
+    bare = bare_run(script, tmp_path)
+    done = cli(script)
+    assert bare.returncode == status and done.returncode == (130 if status < 0 else status), done.stderr
+    assert done.stdout == bare.stdout
+    assert bare.stderr in done.stderr  # the same traceback, hints, notes, chain and group, printed once
+    assert done.stderr.count("Traceback") == bare.stderr.count("Traceback")
+    assert "tf_device_panel" not in done.stderr and "runpy" not in done.stderr  # none of the panel's frames
+    (summary,) = RunHistory().summaries()
+    assert summary["status"] == "error"  # a KeyboardInterrupt the script raised is not the user's Ctrl+C
+
+
+def test_main_is_the_script_as_a_bare_run_makes_it(tmp_path: Path) -> None:
+    (tmp_path / "data.txt").write_text("found\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = write(tmp_path, f"""
+        import os, pickle, sys, threading
+        print("file", __file__, "package", __package__, "spec", __spec__, "argv", sys.argv)
+        print("path[0] is the script's folder:", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+        print("tensorflow imported:", "tensorflow" in sys.modules)
+        print("panel variables:", sorted(k for k in os.environ if k.startswith("TF_DEVICE_PANEL_")
+                                         and k != "TF_DEVICE_PANEL_HOME"))
+        print("log level:", os.environ.get("TF_CPP_MIN_LOG_LEVEL"))
+        os.chdir({str(elsewhere)!r})
+        print(open(os.path.join(os.path.dirname(__file__), "data.txt")).read().strip())
+
+        class Point:
+            def __init__(self, x):
+                self.x = x
+
+        def later():
+            import time
+            time.sleep(0.3)  # the script's body has ended by now
+            print("pickled", len(pickle.dumps(Point(1))) > 0, flush=True)
+
+        threading.Thread(target=later).start()
+    """)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    bare = bare_run(script, tmp_path, env=env)
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == bare.returncode == 0, done.stderr
+    expected = bare.stdout.replace("tensorflow imported: False", "tensorflow imported: True")  # said in the README
+    assert done.stdout == expected
+    assert "panel variables: []" in done.stdout and "log level: 2" in done.stdout and "pickled True" in done.stdout
+
+
+def test_ctrl_c_before_the_script_starts_exits_130_and_finalizes_the_record(tmp_path: Path) -> None:
+    script = write(tmp_path, "import time\ntime.sleep(60)\n")
+    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: RunHistory().summaries(), timeout=60, message="the run was never recorded")
+        process.send_signal(signal.SIGINT)  # TensorFlow is still being imported: the script has not started
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, err
+    assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+# -- the script's output is the script's -----------------------------------------------------------------
+LOOKALIKES = """
+    import logging, sys, traceback
+    print("I0101 12:00:00.000000 1 x.cc:1] a line shaped like TensorFlow's log")
+    print("MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0")
+    print("Executing op MatMul in device /job:localhost/replica:0/task:0/device:GPU:0")
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        traceback.print_exc()
+        logging.exception("it failed")
+    print("ValueError: printed, not raised", file=sys.stderr)
+    print("WARNING:tensorflow:shaped like TensorFlow's Python log", file=sys.stderr)
+"""
+
+
+def test_the_scripts_lines_are_never_taken_for_tensorflows(tmp_path: Path) -> None:
+    script = write(tmp_path, LOOKALIKES)
+    bare = bare_run(script, tmp_path)
+    done = cli(script)
+    assert done.returncode == bare.returncode == 0, done.stderr
+    assert done.stdout == bare.stdout  # `run script > out.txt` gets what `python file.py > out.txt` gets
+    assert bare.stderr in done.stderr
+    (summary,) = RunHistory().summaries()
+    recorded = RunHistory().events(summary["run_id"])
+    assert not [e for e in recorded if e.type == events.PLACEMENT]
+    reclassified = "\n".join(e.data["text"] for e in recorded if e.type == events.LOG and e.data["kind"] != "output")
+    for line in ("shaped like", "(MatMul)", "Executing op", "Traceback", "ZeroDivisionError", "printed, not raised",
+                 "it failed"):
+        assert line not in reclassified
+
+
+def test_stdout_and_stderr_keep_their_order(tmp_path: Path) -> None:
+    script = write(tmp_path, """
+        import sys
+        for i in range(300):
+            print(f"out {i}", flush=True)
+            print(f"err {i}", file=sys.stderr, flush=True)
+    """)
+    bare = subprocess.run([sys.executable, str(script)], capture_output=False, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = process.communicate(timeout=180)
+    assert process.returncode == 0
+    assert [line for line in out.splitlines() if line.startswith(("out ", "err "))] == bare.stdout.splitlines()
+
+
+# -- a script that cannot run at all ---------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["folder", "not-utf8", "syntax-error", "unreadable"])
+def test_a_script_that_cannot_run_is_one_line_and_exit_2_before_tensorflow(tmp_path: Path, case: str) -> None:
+    if case == "folder":
+        path, expected = tmp_path / "project", "is a folder"
+        path.mkdir()
+    elif case == "not-utf8":
+        path, expected = tmp_path / "latin.py", "latin.py, line 2: not valid UTF-8 (byte 0xe9 at column 12)"
+        path.write_bytes(b"x = 1\nname = 'caf\xe9'\n")
+    elif case == "syntax-error":
+        path, expected = tmp_path / "broken.py", "broken.py, line 3: SyntaxError: "
+        path.write_text("import os\n\ndef f(:\n    pass\n")
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        path, expected = tmp_path / "secret.py", "cannot be read"
+        path.write_text("print(1)\n")
+        path.chmod(0)
+    done = cli(path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ") and expected in line and str(path.name) in line
+    assert "runtime ready" not in done.stdout + done.stderr
+    (summary,) = RunHistory().summaries()
+    assert summary["status"] == "error" and expected in summary["error"]["message"]
+
+
+def test_a_latin1_script_that_declares_its_encoding_runs(tmp_path: Path) -> None:
+    path = tmp_path / "latin.py"
+    path.write_bytes(b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n")
+    done = cli(path)
+    assert done.returncode == 0 and done.stdout == "café\n", done.stderr
+
+
+def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) -> None:
+    pytest.importorskip("PySide6")
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+
+    script = write(tmp_path, SEED_GPU2)
+    seen: list[events.Event] = []
+    outcome = run_job_once(DeviceConfig(), "script", {"path": str(script)}, on_event=seen.append)
+    assert outcome.status == "ok" and [f["line"] for f in outcome.fallbacks] == [7]
+    ready = next(i for i, e in enumerate(seen) if e.type == events.READY)
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 300)
+    panel.set_devices(seen[ready].data, None, {})
+    panel.on_events(seen[ready + 1:])  # as the window hands them on after the run's ready report
+    assert len(panel.canvas.current_map().arrows) == 1
+    assert panel.canvas.current_map().segment("/CPU:0") is not None

@@ -130,3 +130,40 @@ def test_the_record_keeps_a_line_longer_than_its_cap_as_head_and_tail(tmp_path: 
     recorder.finish(status="ok")
     kept = sum(path.stat().st_size for path in (tmp_path / "run").glob("output*"))
     assert kept <= cap // 2 + 1024, kept
+
+
+def test_a_scripts_own_lines_are_never_classified_and_keep_their_order() -> None:
+    from tf_device_panel.core.streams import SCRIPT, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG, frame
+
+    demux, delivered, _ = make()
+    channel = (frame(SCRIPT_STDOUT_TAG, EAGER.encode() + b"\n") + frame(SCRIPT_STDERR_TAG, b"Traceback (most")
+               + frame(SCRIPT_STDERR_TAG, b" recent call last):\n") + frame(SCRIPT_STDOUT_TAG, b"after\n"))
+    demux.feed(SCRIPT, channel[:7])  # a frame cut anywhere waits for the rest
+    assert delivered == []
+    demux.feed(SCRIPT, channel[7:] + frame(SCRIPT_STDOUT_TAG, b"no newline"))
+    demux.close(SCRIPT)
+    assert [(e.type, e.data["stream"], e.data["kind"], e.data["text"]) for e in delivered] == [
+        (events.LOG, STDOUT, placement.OUTPUT, EAGER),
+        (events.LOG, STDERR, placement.OUTPUT, "Traceback (most recent call last):"),
+        (events.LOG, STDOUT, placement.OUTPUT, "after"), (events.LOG, STDOUT, placement.OUTPUT, "no newline")]
+    assert all(e.data["source"] == "script" for e in delivered)
+
+
+def test_a_scripts_line_without_newline_is_bounded_and_its_bytes_kept() -> None:
+    """The script's own channel holds an open line like stdout does: bounded by the cap, linear in the bytes
+    read; a line that is not UTF-8 keeps its printed bytes for the record."""
+    from tf_device_panel.core.streams import SCRIPT, SCRIPT_STDOUT_TAG, frame
+
+    delivered: list[Event] = []
+    cap = 64 * 1024
+    demux = StreamDemux(delivered.append, line_cap=cap)
+    payload = b"s" * 4000
+    for _ in range(2_000):  # 8 MB in one line of the script's stdout
+        demux.feed(SCRIPT, frame(SCRIPT_STDOUT_TAG, payload))
+        assert demux.buffered_bytes("script-stdout") <= cap
+    demux.feed(SCRIPT, frame(SCRIPT_STDOUT_TAG, b"\nnot utf-8: \xff\xfe\n"))
+    demux.close(SCRIPT)
+    long_line, odd_line = [one.data for event in delivered for one in split_lines(event)]
+    assert "bytes of this line not kept" in long_line["text"] and len(long_line["text"]) < 2 * cap
+    assert odd_line["text"] == "not utf-8: \ufffd\ufffd" and odd_line["raw"].endswith(b"\xff\xfe")
+    assert {data["source"] for data in (long_line, odd_line)} == {"script"}

@@ -1,0 +1,118 @@
+"""The same Keras fit run bare (`python train.py`) and through `tf-device-panel run script`, placement log off
+and on: training steps per second ÷ the bare run's (target ≤ 1.05 slower, i.e. ratio ≥ 0.95, with the log off).
+
+The training script times its own steps (a Keras callback, from the second epoch on: the first one traces
+the graph), so process start-up and TensorFlow's import are not counted, only what the panel costs while the
+script trains: its streams, its watch on tf.device, the run's events. The modes run alternately, `--repeat`
+times each; printed: each mode's median steps/s and spread, and the ratios of the medians and of the best
+runs (on a busy machine the best run is the one least disturbed by other work).
+
+With the placement log on TensorFlow itself logs every op it runs (the panel reads those lines to count
+placements), so that mode is also compared with a bare run that turns the log on the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TRAIN = """
+import time, sys
+import numpy as np
+import tensorflow as tf
+
+EPOCHS = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+
+
+class StepTimer(tf.keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.steps, self.seconds, self.started = 0, 0.0, 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch > 0:  # the first epoch traces the graph
+            self.seconds += time.perf_counter() - self.started
+            self.steps += self.params["steps"]
+
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(16384, 64)).astype("float32")
+y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
+model = tf.keras.Sequential([tf.keras.Input(shape=(64,)), tf.keras.layers.Dense(256, activation="relu"),
+                             tf.keras.layers.Dense(256, activation="relu"), tf.keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+timer = StepTimer()
+model.fit(x, y, batch_size=64, epochs=EPOCHS, callbacks=[timer])
+print(f"STEPS_PER_S {timer.steps / timer.seconds:.3f}")
+"""
+
+LOG_ON_PRELUDE = "import tensorflow as tf\ntf.debugging.set_log_device_placement(True)\n"
+
+
+def steps_per_s(output: bytes) -> float:
+    for line in output.decode("utf-8", "replace").splitlines()[::-1]:
+        if line.startswith("STEPS_PER_S "):
+            return float(line.split()[1])
+    raise RuntimeError(f"no STEPS_PER_S line in the output:\n{output[-2000:]!r}")
+
+
+def run_bare(script: Path, epochs: int) -> float:
+    done = subprocess.run([sys.executable, str(script), str(epochs)], capture_output=True, check=True,
+                          stdin=subprocess.DEVNULL)
+    return steps_per_s(done.stdout)
+
+
+def run_panel(script: Path, epochs: int, log_placement: bool, folder: Path) -> float:
+    profile = folder / f"profile-{log_placement}.json"
+    profile.write_text(json.dumps({"version": 1, "log_placement": log_placement}))
+    env = {**os.environ, "TF_DEVICE_PANEL_HOME": str(folder / "home")}
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}",
+                           "-p", f"args={epochs}", "--config", str(profile)], capture_output=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the panel run failed ({done.returncode}): {done.stderr[-2000:]!r}")
+    return steps_per_s(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per run; all but the first are timed")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        script = folder / "train.py"
+        script.write_text(TRAIN)
+        logged = folder / "train_logged.py"
+        logged.write_text(LOG_ON_PRELUDE + TRAIN)
+        figures: dict[str, list[float]] = {"bare": [], "bare, log on": [], "panel, log off": [],
+                                           "panel, log on": []}
+        for _ in range(args.repeat):
+            figures["bare"].append(run_bare(script, args.epochs))
+            figures["panel, log off"].append(run_panel(script, args.epochs, False, folder))
+            figures["bare, log on"].append(run_bare(logged, args.epochs))
+            figures["panel, log on"].append(run_panel(script, args.epochs, True, folder))
+    median = {mode: statistics.median(values) for mode, values in figures.items()}
+    print(f"Keras fit, {args.epochs - 1} timed epochs × 256 steps, {args.repeat} runs per mode, alternating")
+    for mode, values in figures.items():
+        spread = f"{min(values):.0f}–{max(values):.0f}"
+        print(f"  {mode:<16} {median[mode]:8.1f} steps/s  (runs: {spread})")
+    best = {mode: max(values) for mode, values in figures.items()}  # the run least disturbed by other work
+    for name, figure in (("medians", median), ("best runs", best)):
+        off = figure["bare"] / figure["panel, log off"]
+        on = figure["bare"] / figure["panel, log on"]
+        on_vs_logged = figure["bare, log on"] / figure["panel, log on"]
+        print(f"{name}: panel, log off: {off:.3f}× the bare run's time per step (target ≤ 1.05); log on: "
+              f"{on:.3f}× the bare run's, {on_vs_logged:.3f}× a bare run that logs placements too")
+
+
+if __name__ == "__main__":
+    main()
