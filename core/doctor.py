@@ -153,13 +153,20 @@ def probe_libraries() -> list[dict[str, Any]]:
     return []
 
 
+def is_display_class(pci_class: str) -> bool:
+    """A PCI display controller (class 0x03xxxx: VGA 0x0300, 3D 0x0302): a GPU, not its HDMI audio function
+    (0x0403) or an NVSwitch bridge (0x0680), which carry NVIDIA's vendor id too."""
+    return pci_class.lower().startswith("0x03")
+
+
 def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
-    """The PCI devices the kernel lists (their vendor ids): is there an NVIDIA GPU at all?"""
+    """The PCI devices the kernel lists: is there an NVIDIA GPU (an NVIDIA display-class function) at all?
+    `nvidia`: NVIDIA's GPUs; `nvidia_other`: NVIDIA's other functions (audio, NVSwitch), evidence only."""
     try:
         entries = sorted(root.iterdir())
     except OSError as exc:
         return {"readable": False, "error": f"cannot read {root}: {exc.strerror or exc}"}
-    nvidia = []
+    nvidia, other = [], []
     for entry in entries:
         try:
             vendor = (entry / "vendor").read_text().strip().lower()
@@ -171,8 +178,9 @@ def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
                     return (entry / name).read_text().strip()
                 except OSError:
                     return ""
-            nvidia.append({"address": entry.name, "device": read("device"), "class": read("class")})
-    return {"readable": True, "devices": len(entries), "nvidia": nvidia}
+            function = {"address": entry.name, "device": read("device"), "class": read("class")}
+            (nvidia if is_display_class(function["class"]) else other).append(function)
+    return {"readable": True, "devices": len(entries), "nvidia": nvidia, "nvidia_other": other}
 
 
 def probe_torch() -> dict[str, Any]:
@@ -248,8 +256,17 @@ def tf_version_for_fix(facts: Facts) -> str:
     return str(facts.probe.get("version") or facts.packages.get("tensorflow") or TESTED_TF_VERSION)
 
 
+def pip_command() -> str:
+    """pip of the Python the panel runs in (the one its runs use), not whichever `pip` is first on PATH."""
+    return f"{sys.executable} -m pip"
+
+
 def install_fix(facts: Facts) -> str:
     return f"pip install 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'"
+
+
+def cpu_install_command(facts: Facts) -> str:
+    return f"pip install 'tensorflow=={tf_version_for_fix(facts)}'"
 
 
 CRASH_FIXES = {
@@ -305,7 +322,11 @@ def check_tensorflow(facts: Facts) -> Check:
 
 
 def check_hardware(facts: Facts) -> Check:
-    """First: is there an NVIDIA GPU on this machine's PCI bus at all? Without one no driver or library helps."""
+    """First: is there an NVIDIA GPU on this machine at all? Without one no driver or library helps.
+
+    "None" only when every witness agrees: the PCI bus lists no NVIDIA display controller AND NVML and
+    TensorFlow's probe see no GPU. Containers often hide /sys/bus/pci while the GPU works: when NVML or
+    TensorFlow sees a GPU the PCI bus does not, that is a contradiction to report, and the checks still run."""
     check = Check("hardware", "An NVIDIA GPU on the PCI bus")
     pci = facts.pci
     if facts.wsl:
@@ -316,21 +337,38 @@ def check_hardware(facts: Facts) -> Check:
         check.summary = f"the PCI bus cannot be read here ({pci.get('error') or 'not Linux'})"
         return check
     nvidia = pci.get("nvidia") or []
+    other = [f"{d['address']}: NVIDIA device {d.get('device') or '?'}, class {d.get('class') or '?'} — not a GPU "
+             "(a GPU's audio function or an NVSwitch bridge)" for d in pci.get("nvidia_other") or []]
     if not nvidia:
+        nvml_gpus, tf_gpus = _nvml_gpus(facts), _tf_gpus(facts)
+        searched = (f"read {PCI_DEVICES}/*/vendor and class: {pci.get('devices', 0)} devices, no NVIDIA display "
+                    f"controller (vendor {NVIDIA_VENDOR}, class 0x03xxxx)")
+        if nvml_gpus or tf_gpus:
+            check.status = WARN
+            check.summary = (f"the PCI bus shows no NVIDIA GPU, yet NVML sees {len(nvml_gpus)} and TensorFlow sees "
+                             f"{len(tf_gpus)}: {PCI_DEVICES} is probably hidden or partial here (a container); "
+                             "the other checks run")
+            check.evidence = [searched, *other,
+                              *[f"NVML: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus],
+                              *[f"TensorFlow: {d['name']} {d.get('device_name', '')}" for d in tf_gpus]]
+            return check
         check.status = FAIL
         check.summary = (f"no NVIDIA GPU on this machine: none of its {pci.get('devices', 0)} PCI devices is "
-                         f"NVIDIA's (vendor {NVIDIA_VENDOR})")
-        check.evidence = [f"read {PCI_DEVICES}/*/vendor: {pci.get('devices', 0)} devices, none with vendor "
-                          f"{NVIDIA_VENDOR}", "no driver or CUDA library can help: the checks that need a GPU are "
-                          "skipped"]
+                         f"an NVIDIA display controller (vendor {NVIDIA_VENDOR}, class 0x03xxxx), and neither NVML "
+                         "nor TensorFlow sees a GPU")
+        check.evidence = [searched, *other,
+                          f"NVML: {facts.nvml.get('message') or 'no GPU'}" if not facts.nvml.get("available")
+                          else "NVML: 0 GPUs", f"TensorFlow: {'0 GPUs' if 'physical' in facts.probe else 'no GPU list'}",
+                          "no driver or CUDA library can help: the checks that need a GPU are skipped"]
         check.fix = ("Run on a machine with an NVIDIA GPU: a cloud GPU instance, or a VM or container with a GPU "
-                     "passed through (PCI passthrough; docker run --gpus all). Here TensorFlow runs on the CPU: "
-                     "pip install tensorflow, and split the CPU into logical devices in the panel to try "
-                     "distribution")
+                     "passed through (PCI passthrough; docker run --gpus all). Here TensorFlow runs on the CPU"
+                     + ("" if facts.probe.get("imported") or "tensorflow" in facts.packages
+                        else f" ({cpu_install_command(facts)})")
+                     + ": split the CPU into logical devices in the panel to try distribution")
         return check
-    check.summary = f"{len(nvidia)} NVIDIA device(s) on the PCI bus"
+    check.summary = f"{len(nvidia)} NVIDIA GPU(s) on the PCI bus"
     check.evidence = [f"{d['address']}: device {d.get('device') or '?'}, class {d.get('class') or '?'}"
-                      for d in nvidia]
+                      for d in nvidia] + other
     return check
 
 

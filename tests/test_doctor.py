@@ -308,7 +308,8 @@ def test_no_nvidia_gpu_on_the_pci_bus_comes_first_and_skips_what_cannot_apply(tm
     checks = doctor.diagnose(facts)
     first = checks[0]
     assert first.id == "hardware" and first.status == FAIL
-    assert first.summary == "no NVIDIA GPU on this machine: none of its 3 PCI devices is NVIDIA's (vendor 0x10de)"
+    assert first.summary == ("no NVIDIA GPU on this machine: none of its 3 PCI devices is an NVIDIA display "
+                             "controller (vendor 0x10de, class 0x03xxxx), and neither NVML nor TensorFlow sees a GPU")
     assert "GPU instance" in first.fix and "passed through" in first.fix
     skipped = {c.id for c in checks if c.status == SKIPPED and "no NVIDIA GPU on this machine" in c.summary}
     assert skipped == {"driver", "gpus", "cuda-visible-devices", "cuda-libraries", "compute-capability",
@@ -323,9 +324,50 @@ def test_pci_devices_with_an_nvidia_vendor_are_found(tmp_path) -> None:
     for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):  # the H100 SXM
         (tmp_path / "0000:00:06.0" / name).write_text(value + "\n")
     pci = doctor.pci_facts(tmp_path)
-    assert pci == {"readable": True, "devices": 1,
+    assert pci == {"readable": True, "devices": 1, "nvidia_other": [],
                    "nvidia": [{"address": "0000:00:06.0", "device": "0x2330", "class": "0x030200"}]}
     assert doctor.pci_facts(tmp_path / "absent")["readable"] is False
+
+
+def write_pci(root: Any, functions: list[tuple[str, str, str]]) -> None:
+    for address, vendor, pci_class in functions:
+        (root / address).mkdir()
+        (root / address / "vendor").write_text(vendor + "\n")
+        (root / address / "class").write_text(pci_class + "\n")
+
+
+def test_only_display_class_functions_count_as_gpus(tmp_path) -> None:
+    # An NVSwitch bridge (0x068000) and a GPU's HDMI audio function (0x040300) carry NVIDIA's vendor id too.
+    write_pci(tmp_path, [("0000:00:00.0", "0x8086", "0x060000"), ("0000:05:00.0", "0x10de", "0x068000"),
+                         ("0000:06:00.1", "0x10de", "0x040300"), ("0000:07:00.0", "0x10de", "0x030000")])
+    pci = doctor.pci_facts(tmp_path)
+    assert [d["address"] for d in pci["nvidia"]] == ["0000:07:00.0"]
+    assert [d["address"] for d in pci["nvidia_other"]] == ["0000:05:00.0", "0000:06:00.1"]
+    check = doctor.check_hardware(replace(healthy(1), pci=pci))
+    assert check.status == PASS and check.summary == "1 NVIDIA GPU(s) on the PCI bus"
+
+
+def test_nvidia_audio_and_bridges_alone_are_no_gpu(tmp_path) -> None:
+    write_pci(tmp_path, [("0000:05:00.0", "0x10de", "0x068000"), ("0000:06:00.1", "0x10de", "0x040300")])
+    facts = replace(healthy(0), pci=doctor.pci_facts(tmp_path), nvml={"available": False, "message": "no driver"})
+    check = by_id(facts)["hardware"]
+    assert check.status == FAIL and "none of its 2 PCI devices is an NVIDIA display controller" in check.summary
+    assert any("0000:05:00.0" in e and "not a GPU" in e for e in check.evidence)
+
+
+@pytest.mark.parametrize("witness", ["nvml", "tensorflow"])
+def test_a_hidden_pci_bus_does_not_override_nvml_or_tensorflow(tmp_path, witness: str) -> None:
+    # A container's /sys/bus/pci shows only virtual devices while the GPU works: the PCI bus is the odd one out.
+    write_pci(tmp_path, [("0000:00:00.0", "0x8086", "0x060000")])
+    facts = replace(healthy(1), pci=doctor.pci_facts(tmp_path))
+    if witness == "tensorflow":
+        facts.nvml = {"available": False, "message": "libnvidia-ml.so.1 not found"}
+    checks = by_id(facts)
+    hardware = checks["hardware"]
+    assert hardware.status == WARN
+    assert "the PCI bus shows no NVIDIA GPU, yet NVML sees" in hardware.summary and "the other checks run" in hardware.summary
+    assert not any("no NVIDIA GPU on this machine" in c.summary for c in checks.values())
+    assert checks["placement"].status == PASS and checks["cuda-libraries"].status == PASS
 
 
 def h100_with_libraries_on_ld_library_path() -> Facts:
