@@ -118,24 +118,42 @@ def signal_name(returncode: int) -> str:
 
 def run_probe(env_extra: dict[str, str] | None = None, place: bool = True,
               timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any], list[str]]:
-    """The probe's facts (the last stage it reported) and its stderr. A probe that died keeps the facts of
-    the stages it completed, with `crash`: the signal or exit code, the stage it died in, its last lines."""
+    """The probe's facts (the last stage it reported) and its stderr. A probe that died, or hung and was
+    killed after `timeout` seconds, keeps the facts of the stages it completed, with `crash`: how it ended
+    (a signal, an exit code, or hung), the stage it was in, its last lines."""
     env = {"TF_CPP_MIN_LOG_LEVEL": "0", **(env_extra or {})}
     try:
         done = run_module("tf_device_panel.core.doctor_probe", *([] if place else ["--no-placement"]), env=env,
                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"imported": False, "import_error": f"the probe did not finish within {timeout:.0f} s"}, []
+    except subprocess.TimeoutExpired as exc:
+        # What the probe wrote before it hung came with the exception: its stages' facts are kept.
+        return probe_outcome(_text(exc.stdout), _text(exc.stderr), None, timeout)
+    return probe_outcome(done.stdout, done.stderr, done.returncode, timeout)
+
+
+def _text(output: bytes | str | None) -> str:
+    if output is None:
+        return ""
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output
+
+
+def probe_outcome(stdout: str, stderr_text: str, returncode: int | None,
+                  timeout: float) -> tuple[dict[str, Any], list[str]]:
+    """The facts of the probe's last reported stage; `returncode` None: it hung and was killed at `timeout`."""
     facts: dict[str, Any] = {"imported": False, "stage": "started"}
-    lines = done.stdout.split("\n")  # not splitlines(): it also splits at the prefix's \x1e
+    lines = stdout.split("\n")  # not splitlines(): it also splits at the prefix's \x1e
     for line in lines:
         if line.startswith(PROBE_PREFIX):
             facts = json.loads(line[len(PROBE_PREFIX):])
-    stderr = done.stderr.splitlines()
-    if done.returncode != 0 or facts.get("stage") != "done":
+    stderr = stderr_text.splitlines()
+    if returncode is None or returncode != 0 or facts.get("stage") != "done":
         output = [ln for ln in lines if ln.strip() and not ln.startswith(PROBE_PREFIX)] + stderr
-        how = signal_name(done.returncode) if done.returncode < 0 else f"exit code {done.returncode}"
-        facts["crash"] = {"returncode": done.returncode, "how": how,
+        if returncode is None:
+            how = f"hung: no answer within {timeout:.0f} s, killed"
+        else:
+            how = signal_name(returncode) if returncode < 0 else f"exit code {returncode}"
+        facts["crash"] = {"returncode": returncode, "how": how, "hung": returncode is None,
+                          "timeout_s": timeout if returncode is None else None,
                           "stage": CRASHED_IN.get(str(facts.get("stage")), "import"),
                           "last_lines": [ln[-300:] for ln in output[-CRASH_LINES:]]}
     return facts, stderr
@@ -281,13 +299,31 @@ CRASH_FIXES = {
 }
 
 
+HANG_FIXES = {
+    "import": "importing TensorFlow did not finish: a slow or stalled file system (a network home, a busy disk) "
+              "or a library that blocks at load; time `python -c 'import tensorflow'` by hand",
+    "GPU discovery": "TensorFlow stalled opening the GPU (cuInit): a GPU in a bad state or held by another "
+                     "process, or a driver that is being updated; check `nvidia-smi`, and its persistence mode "
+                     "(sudo nvidia-smi -pm 1), then try again",
+    "first op": "TensorFlow saw the GPU but its first op did not finish: compiling kernels for a GPU its build "
+                "has no binaries for (PTX JIT, can take many minutes once), or a GPU held by another process; "
+                "see compute-capability and gpu-memory",
+    "exit": "TensorFlow finished but the process did not exit; the checks above hold",
+}
+
+
 def check_tensorflow(facts: Facts) -> Check:
     check = Check("tensorflow", "TensorFlow imports, and its build")
     probe = facts.probe
     crash = probe.get("crash")
-    if crash:
+    if crash and crash.get("hung"):
+        check.status = FAIL
+        check.summary = (f"the TensorFlow probe hung during {crash['stage']}: no answer within "
+                         f"{crash.get('timeout_s') or PROBE_TIMEOUT_S:.0f} s, so it was killed")
+    elif crash:
         check.status = FAIL
         check.summary = f"the TensorFlow probe crashed ({crash['how']}) during {crash['stage']}"
+    if crash:
         reached = [stage for stage in ("import", "GPU discovery") if stage != crash["stage"]
                    and probe.get("stage") in (stage, "GPU discovery", "done")]
         check.evidence = [f"stages completed before it: {', '.join(reached) or 'none'}"]
@@ -295,7 +331,8 @@ def check_tensorflow(facts: Facts) -> Check:
             check.evidence.append(f"TensorFlow {probe['version']} had imported"
                                   + (f", seeing {len(_tf_gpus(facts))} GPU(s)" if "physical" in probe else ""))
         check.evidence += [f"last output: {line}" for line in crash.get("last_lines", [])]
-        check.fix = CRASH_FIXES.get(crash["stage"], CRASH_FIXES["import"]).format(
+        fixes = HANG_FIXES if crash.get("hung") else CRASH_FIXES
+        check.fix = fixes.get(crash["stage"], fixes["import"]).format(
             tf=f"tensorflow[and-cuda]=={tf_version_for_fix(facts)}")
         return check
     if not probe.get("imported"):
@@ -420,6 +457,8 @@ def check_gpu_match(facts: Facts) -> Check:
         check.status = SKIPPED
         check.summary = (f"driver sees {len(nvml_gpus)}; TensorFlow's count is unknown: its probe crashed during "
                          f"{crash['stage']} (see tensorflow)")
+        if crash.get("hung"):
+            check.summary = check.summary.replace("its probe crashed during", "its probe hung during")
         return check
     buses = tf_bus_ids(facts.tf_stderr)
     check.evidence = [f"driver: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus]

@@ -471,6 +471,29 @@ def test_a_real_probe_process_that_segfaults_is_reported_as_a_crash(tmp_path, cr
     assert check.summary == f"the TensorFlow probe crashed (SIGSEGV) during {stage}"
 
 
+def test_a_real_probe_that_hangs_keeps_its_stage_and_facts(tmp_path) -> None:
+    package = tmp_path / "tensorflow"  # a TensorFlow that imports, then stalls in cuInit as a wedged GPU makes it
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import sys, time\nfrom types import SimpleNamespace\n__version__ = '2.21.0'\n"
+        "sysconfig = SimpleNamespace(get_build_info=lambda: {'is_cuda_build': True, 'cuda_version': '12.5.1'})\n"
+        "def _hang(*args):\n    print('hanging in cuInit', file=sys.stderr, flush=True)\n    time.sleep(600)\n"
+        "config = SimpleNamespace(list_physical_devices=_hang)\n")
+    probe, stderr = doctor.run_probe({"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+                                     timeout=8)
+    assert probe["crash"]["hung"] and probe["crash"]["stage"] == "GPU discovery", probe
+    assert probe["imported"] and probe["version"] == "2.21.0" and probe["build"]["cuda_version"] == "12.5.1"
+    assert "hanging in cuInit" in probe["crash"]["last_lines"] and "hanging in cuInit" in stderr
+    facts = replace(healthy(1), probe=probe)
+    checks = by_id(facts)
+    tensorflow = checks["tensorflow"]
+    assert tensorflow.status == FAIL
+    assert tensorflow.summary == "the TensorFlow probe hung during GPU discovery: no answer within 8 s, so it was killed"
+    assert "TensorFlow 2.21.0 had imported" in tensorflow.evidence and "nvidia-smi" in tensorflow.fix
+    assert "cannot be imported" not in doctor.to_text(list(checks.values()), facts)
+    assert checks["gpus"].summary.endswith("its probe hung during GPU discovery (see tensorflow)")
+
+
 def test_without_tensorflow_the_pytorch_fix_names_a_version() -> None:
     report = json.loads((FIXTURES / "doctor-without-tensorflow.json").read_text())
     assert report["checks"][11]["fix"] == "pip install 'tensorflow[and-cuda]==' (see cuda-libraries)"  # recorded
