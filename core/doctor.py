@@ -25,7 +25,14 @@ from packaging.requirements import Requirement
 from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
 from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
-from tf_device_panel.core.gpus import created_gpus, same_bus, tf_gpu_inventory
+from tf_device_panel.core.gpus import (
+    created_gpus,
+    is_mig_entry,
+    mig_warning,
+    same_bus,
+    tf_gpu_inventory,
+    uuid_matches,
+)
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.processes import run_module
 
@@ -490,15 +497,19 @@ def check_visible_devices(facts: Facts) -> Check:
         return check
     if value is not None and nvml_gpus:
         items = [v.strip() for v in value.split(",") if v.strip()]
-        known_uuids = {str(g.get("uuid")) for g in nvml_gpus}
-        bad = [v for v in items if (v.isdigit() and int(v) >= len(nvml_gpus))
-               or (not v.isdigit() and not any(u.startswith(v) for u in known_uuids))]
+        bad = [v for v in items if not is_mig_entry(v) and ((v.isdigit() and int(v) >= len(nvml_gpus))
+                                                            or (not v.isdigit() and len(uuid_matches(v, nvml_gpus)) != 1))]
         if bad:
             check.status = FAIL
             check.summary = f"CUDA_VISIBLE_DEVICES names GPUs that do not exist: {', '.join(bad)}"
             check.fix = (f"This machine has GPUs 0–{len(nvml_gpus) - 1}; CUDA stops at the first bad entry. "
                          f"Fix it, e.g. export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(len(nvml_gpus)))}")
             return check
+    mig = mig_warning(value)
+    if mig is not None:
+        check.status, check.summary = WARN, mig
+        check.fix = "`nvidia-smi -L` lists each MIG instance with its UUID and memory: check its size there"
+        return check
     if len({g.get("name") for g in nvml_gpus}) > 1 and order != "PCI_BUS_ID":
         check.status = WARN
         check.summary = "different GPU models, and CUDA numbers them fastest-first, unlike nvidia-smi"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers import ROOT
 from tf_device_panel.core import doctor, doctor_probe
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
 from tf_device_panel.core.nvml import Nvml
 
@@ -103,13 +104,23 @@ def test_gpu_gap_names_the_missing_gpu_by_bus_id() -> None:
 @pytest.mark.parametrize(("value", "status", "words"), [
     ("", FAIL, "hides every GPU"), ("-1", FAIL, "hides every GPU"), ("0,5", FAIL, "do not exist: 5"),
     ("1", PASS, "CUDA_VISIBLE_DEVICES=1"), ("GPU-1a", PASS, "CUDA_VISIBLE_DEVICES=GPU-1a"),
-    ("GPU-zz", FAIL, "do not exist: GPU-zz"),
+    ("GPU-zz", FAIL, "do not exist: GPU-zz"), ("gpu-1AAA", PASS, "CUDA_VISIBLE_DEVICES=gpu-1AAA"),
+    ("MIG-3f2e9a,1", WARN, "MIG instance(s) MIG-3f2e9a: CUDA uses them"),
 ])
 def test_cuda_visible_devices(value: str, status: str, words: str) -> None:
     facts = healthy(2)
     facts.env["CUDA_VISIBLE_DEVICES"] = value
     check = by_id(facts)["cuda-visible-devices"]
     assert check.status == status and words in check.summary
+
+
+def test_a_mig_instance_in_cuda_visible_devices_does_not_refuse_the_profile() -> None:
+    facts = healthy(2)
+    facts.env["CUDA_VISIBLE_DEVICES"] = "MIG-3f2e9a"
+    facts.config = DeviceConfig(virtual_gpus={0: (2048, 2048)}).to_json()
+    checks = by_id(facts)
+    assert checks["configuration"].status == PASS, checks["configuration"]
+    assert checks["cuda-visible-devices"].status == WARN and "not checked" in checks["cuda-visible-devices"].summary
 
 
 def test_device_order_advice_for_mixed_gpus() -> None:

@@ -28,11 +28,25 @@ TWO = [h100(0, "00000000:00:06.0", H100["nvml"]["uuid"], RESERVED),
 @pytest.mark.parametrize(("visible", "expected"), [
     (None, [0, 1]), ("1", [1]), ("1,0", [1, 0]), ("GPU-83157295", [0]), ("GPU-aa0,0", [1, 0]),
     ("0,7,1", [0]),      # CUDA ignores an unknown entry and everything after it
-    ("0,0", [0]), ("", []), ("-1", []), ("MIG-3f2e", []), ("GPU-", []),  # "GPU-" matches both: ambiguous
+    ("0,0", [0]), ("", []), ("-1", []), ("GPU-", []),  # "GPU-" matches both: ambiguous
+    ("gpu-AA0,GPU-83157295", [1, 0]),  # CUDA compares UUIDs whatever their case
+    ("MIG-3f2e", [None]), ("1,MIG-GPU-8315/1/0", [1, None]),  # MIG instances: CUDA uses them; NVML cannot say which
 ])
 def test_cuda_visible_devices_maps_tensorflows_indices_to_nvmls(visible: str | None, expected: list[int]) -> None:
     assert cuda_visible_nvml_indices(visible, TWO) == expected
     assert cuda_visible_nvml_indices(visible, [g.to_json() for g in TWO]) == expected
+
+
+def test_a_mig_instance_keeps_its_index_and_skips_the_total_check_with_a_warning(caplog) -> None:
+    visible = "mig-5c6b3f1e-0000-0000-0000-000000000000,0"
+    gpus = tf_gpu_inventory(TWO, visible)
+    assert [(g.index, g.nvml_index, g.total_mib) for g in gpus] == [(0, None, None), (1, 0, 81079)]
+    assert gpus[0].name == "MIG instance mig-5c6b3f1e-0000-0000-0000-000000000000"
+    config = DeviceConfig(visible_gpus=(0, 1), virtual_gpus={0: (5000, 5000)})
+    assert validate(config, gpus) == []  # the MIG instance's size is unknown here: not refused
+    assert "MIG instance(s) mig-5c6b3f1e" in caplog.text and "not checked here" in caplog.text
+    (problem,) = validate(DeviceConfig(virtual_gpus={1: (90000,)}), gpus)  # the plain GPU is still checked
+    assert "has 81079 MiB" in str(problem)
 
 
 def test_a_profile_for_gpu_0_under_cuda_visible_devices_1_is_checked_against_nvmls_gpu_1() -> None:

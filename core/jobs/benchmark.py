@@ -293,7 +293,7 @@ def gpu_peaks_for(devices: list[str], config: DeviceConfig) -> tuple[dict[str, G
     return peaks, missing
 
 
-def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int]) -> int:
+def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int | None]) -> int:
     """NVML's index of TensorFlow's physical GPU: by the PCI bus id CUDA gives it, else by CUDA_VISIBLE_DEVICES."""
     from tf_device_panel.core.config import gpu_pci_bus_id
     from tf_device_panel.core.gpus import nvml_index_for
@@ -304,7 +304,8 @@ def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int]) ->
         found = None
     if found is not None:
         return found
-    return by_visible[physical] if physical < len(by_visible) else physical
+    visible = by_visible[physical] if physical < len(by_visible) else None  # None: a MIG instance
+    return visible if visible is not None else physical
 
 
 def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float32,float16,bfloat16",
