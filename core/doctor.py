@@ -695,7 +695,7 @@ def check_configuration(facts: Facts) -> Check:
         return check
     config = DeviceConfig.from_json(facts.config)
     gpus = tf_gpu_inventory(_nvml_gpus(facts), facts.env.get("CUDA_VISIBLE_DEVICES"))
-    problems = validate(config, gpus if facts.nvml.get("available") else None)
+    problems = validate(config, gpus if facts.nvml.get("available") else None, facts.env.get("CUDA_VISIBLE_DEVICES"))
     check.evidence = [config.summary()] + [str(p) for p in problems]
     growth_env = (facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"
     if growth_env and (config.virtual_gpus or config.memory_fraction is not None):

@@ -52,9 +52,20 @@ def test_a_mig_instance_keeps_its_index_and_skips_the_total_check_with_a_warning
 def test_a_profile_for_gpu_0_under_cuda_visible_devices_1_is_checked_against_nvmls_gpu_1() -> None:
     gpus = tf_gpu_inventory(TWO, "1")
     assert [(g.index, g.nvml_index, g.total_mib, g.total_source) for g in gpus] == [(0, 1, 81079, "CUDA")]
-    assert validate(DeviceConfig(visible_gpus=(0,)), gpus) == []
-    (problem,) = validate(DeviceConfig(visible_gpus=(1,)), gpus)  # NVML has a GPU 1, TensorFlow will not
-    assert str(problem) == "visible_gpus: GPU 1 does not exist on this machine — available GPU indices: 0"
+    assert validate(DeviceConfig(visible_gpus=(0,)), gpus, "1") == []
+    (problem,) = validate(DeviceConfig(visible_gpus=(1,)), gpus, "1")  # NVML has a GPU 1, TensorFlow will not
+    assert str(problem) == ("visible_gpus: GPU 1 does not exist among the GPUs CUDA_VISIBLE_DEVICES='1' leaves "
+                            "TensorFlow (it numbers them from 0) — available GPU indices: 0 (TensorFlow's GPU 0 = "
+                            "nvidia-smi's GPU 1); use one of those, or change CUDA_VISIBLE_DEVICES (unset it to see "
+                            "every GPU)")
+    (unset,) = validate(DeviceConfig(visible_gpus=(2,)), tf_gpu_inventory(TWO, None), None)
+    assert str(unset) == "visible_gpus: GPU 2 does not exist on this machine — available GPU indices: 0, 1"
+
+
+def test_the_missing_gpu_message_reads_cuda_visible_devices_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # what `tf-device-panel validate` and the runs inherit
+    (problem,) = validate(DeviceConfig(virtual_gpus={1: (1024,)}), tf_gpu_inventory(TWO, "1"))
+    assert "CUDA_VISIBLE_DEVICES='1'" in problem.message and "nvidia-smi's GPU 1" in problem.hint
 
 
 def test_a_split_between_cudas_total_and_nvmls_is_refused_when_checked() -> None:
