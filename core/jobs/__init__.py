@@ -42,6 +42,32 @@ def device_spec_problem(text: str) -> str | None:
     return None
 
 
+def device_key(text: str) -> tuple[str, str, int]:
+    """What names one device, however it is written: 'cpu:0', '/CPU:0', '/device:CPU:0' and
+    '/job:localhost/replica:0/task:0/device:CPU:0' are the same device of the local runtime."""
+    match = _DEVICE_SPEC.match(text.strip())
+    if not match:
+        return (text.strip(), "", -1)
+    where = text.strip()[:match.start("short") if match.group("short") else match.start("full") - len("/device")]
+    where = where.lower().rstrip("/")
+    local = "/job:localhost/replica:0/task:0"
+    return ("" if where in ("", "/job:localhost", "/job:localhost/replica:0", local) else where,
+            (match.group("short") or match.group("full")).upper(), int(match.group("index")[:MAX_NUMBER_CHARS]))
+
+
+def duplicate_devices(items: list[str]) -> list[str]:
+    """The entries that name a device an earlier entry already named (TensorFlow asserts on them)."""
+    seen: dict[tuple[str, str, int], str] = {}
+    repeated = []
+    for item in items:
+        key = device_key(item)
+        if key in seen:
+            repeated.append(f"{quote(item)} is {quote(seen[key])} again")
+        else:
+            seen[key] = item
+    return repeated
+
+
 class _NotANumber(ValueError):
     """A number written so that Python would misread or refuse it; the message says how to write it."""
 
@@ -146,6 +172,9 @@ class Param:
                 problem = device_spec_problem(item)
                 if problem:
                     raise ValueError(f"{problem}; list devices like /CPU:0,/CPU:1")
+            repeated = duplicate_devices(split_devices(value))
+            if repeated:
+                raise ValueError(f"names a device twice: {'; '.join(repeated)}; list each device once")
         if kind == INTS:
             items = split_devices(value)
             if not items:
