@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
-from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
+from tf_device_panel.core.cudalibs import NVIDIA_VENDOR, PCI_DEVICES, TESTED_TF_VERSION, is_display_class
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
 from tf_device_panel.core.gpus import (
     created_gpus,
@@ -44,8 +45,6 @@ TF_GPU_HINTS = ("could not find cuda drivers", "failed call to cuinit", "cannot 
                 "skipping registering gpu", "driver version is insufficient", "ignoring visible gpu",
                 "cuda_error", "unable to register", "cudnn", "dso loader")
 CUDA_PACKAGES_EXTRA = "and-cuda"
-NVIDIA_VENDOR = "0x10de"
-PCI_DEVICES = Path("/sys/bus/pci/devices")
 CRASH_LINES = 12               # the probe's last output lines kept when it crashes
 # The stage a crashed probe was in, from the last stage it reported complete (core.doctor_probe).
 CRASHED_IN = {"started": "import", "import": "GPU discovery", "GPU discovery": "first op", "done": "exit"}
@@ -178,12 +177,6 @@ def probe_libraries() -> list[dict[str, Any]]:
     return []
 
 
-def is_display_class(pci_class: str) -> bool:
-    """A PCI display controller (class 0x03xxxx: VGA 0x0300, 3D 0x0302): a GPU, not its HDMI audio function
-    (0x0403) or an NVSwitch bridge (0x0680), which carry NVIDIA's vendor id too."""
-    return pci_class.lower().startswith("0x03")
-
-
 def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
     """The PCI devices the kernel lists: is there an NVIDIA GPU (an NVIDIA display-class function) at all?
     `nvidia`: NVIDIA's GPUs; `nvidia_other`: NVIDIA's other functions (audio, NVSwitch), evidence only."""
@@ -283,23 +276,31 @@ def tf_version_for_fix(facts: Facts) -> str:
 
 def pip_command() -> str:
     """pip of the Python the panel runs in (the one its runs use), not whichever `pip` is first on PATH."""
-    return f"{sys.executable} -m pip"
+    return f"{shlex.quote(sys.executable)} -m pip"
 
 
 def install_fix(facts: Facts) -> str:
-    return f"pip install 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'"
+    return f"{pip_command()} install 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'"
 
 
 def cpu_install_command(facts: Facts) -> str:
-    return f"pip install 'tensorflow=={tf_version_for_fix(facts)}'"
+    return f"{pip_command()} install 'tensorflow=={tf_version_for_fix(facts)}'"
+
+
+def has_nvidia_gpu(facts: Facts) -> bool | None:
+    """Whether this machine has an NVIDIA GPU: True when the PCI bus, NVML or TensorFlow shows one; False when
+    the PCI bus was read and none of them shows one; None when nothing could tell (PCI unreadable, no NVML)."""
+    if facts.pci.get("nvidia") or _nvml_gpus(facts) or _tf_gpus(facts):
+        return True
+    return False if facts.pci.get("readable") else None
 
 
 CRASH_FIXES = {
     "import": "TensorFlow's own libraries or the CUDA libraries it loads at import do not match: see cuda-libraries "
-              "for where each was found; reinstall with pip install --force-reinstall '{tf}', and take other CUDA "
+              "for where each was found; reinstall with {pip} install --force-reinstall '{tf}', and take other CUDA "
               "folders out of LD_LIBRARY_PATH",
     "GPU discovery": "TensorFlow died opening the GPU: a driver or CUDA runtime that does not match (see driver and "
-                     "cuda-libraries); pip install --force-reinstall '{tf}'",
+                     "cuda-libraries); {pip} install --force-reinstall '{tf}'",
     "first op": "TensorFlow saw the GPU but died running its first op: a CUDA library it opened fails when called "
                 "(a mismatched or stand-in cuBLAS/cuDNN; see cuda-libraries for where each was found)",
     "exit": "TensorFlow finished but the process died on its way out; the checks above hold",
@@ -340,15 +341,19 @@ def check_tensorflow(facts: Facts) -> Check:
         check.evidence += [f"last output: {line}" for line in crash.get("last_lines", [])]
         fixes = HANG_FIXES if crash.get("hung") else CRASH_FIXES
         check.fix = fixes.get(crash["stage"], fixes["import"]).format(
-            tf=f"tensorflow[and-cuda]=={tf_version_for_fix(facts)}")
+            tf=f"tensorflow[and-cuda]=={tf_version_for_fix(facts)}", pip=pip_command())
         return check
     if not probe.get("imported"):
         check.status, check.summary = FAIL, "TensorFlow cannot be imported"
         check.evidence = [probe.get("import_error", ""), *probe.get("import_traceback", "").splitlines()[-4:]]
-        cpu_only = f"pip install 'tensorflow=={tf_version_for_fix(facts)}'"
-        no_gpu = facts.pci.get("readable") and not facts.pci.get("nvidia")
-        check.fix = (f"{cpu_only}   (no NVIDIA GPU here: the CUDA packages would be gigabytes of nothing)" if no_gpu
-                     else f"{install_fix(facts)}   (Linux with an NVIDIA GPU) or {cpu_only}")
+        cpu_only = cpu_install_command(facts)
+        gpu_here = has_nvidia_gpu(facts)
+        if gpu_here is False:
+            check.fix = f"{cpu_only}   (no NVIDIA GPU here: the CUDA packages would be gigabytes of nothing)"
+        elif gpu_here is None:  # nothing showed a GPU: the CPU build first, the CUDA one for where there is one
+            check.fix = f"{cpu_only}   (no NVIDIA GPU seen here); on Linux with an NVIDIA GPU: {install_fix(facts)}"
+        else:
+            check.fix = f"{install_fix(facts)}   (this machine has an NVIDIA GPU); for the CPU only: {cpu_only}"
         return check
     build = probe.get("build", {})
     check.evidence = [f"TensorFlow {probe.get('version')}, Python {facts.python}"]
@@ -359,9 +364,14 @@ def check_tensorflow(facts: Facts) -> Check:
     elif build.get("is_rocm_build"):
         check.summary = f"TensorFlow {probe.get('version')}, built for ROCm"
     else:
-        check.status, check.summary = WARN, f"TensorFlow {probe.get('version')} is a CPU-only build"
-        check.fix = ("This TensorFlow can never use a GPU. On Linux: pip uninstall tensorflow-cpu; "
-                     "pip install 'tensorflow[and-cuda]'")
+        check.summary = f"TensorFlow {probe.get('version')} is a CPU-only build"
+        if has_nvidia_gpu(facts) is False:
+            check.summary += " (this machine has no NVIDIA GPU, so it loses nothing)"
+        else:
+            check.status = WARN
+            replace_cpu = f"{pip_command()} uninstall -y tensorflow-cpu && " if "tensorflow-cpu" in facts.packages else ""
+            check.fix = (f"This TensorFlow can never use a GPU. On Linux: {replace_cpu}{pip_command()} install "
+                         f"--force-reinstall 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'")
     return check
 
 
@@ -423,11 +433,12 @@ def check_platform(facts: Facts) -> Check:
     if facts.system == "Windows" and version and version >= (2, 11):
         check.status = FAIL
         check.summary = "native Windows: TensorFlow ≥ 2.11 has no GPU support there"
-        check.fix = "Use WSL2 (Ubuntu) with the Windows NVIDIA driver and pip install 'tensorflow[and-cuda]' inside it"
+        check.fix = ("Use WSL2 (Ubuntu) with the Windows NVIDIA driver and, inside it, python3 -m pip install "
+                     f"'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'")
     elif facts.system == "Darwin":
         check.status = WARN
         check.summary = "macOS: no CUDA; Apple GPUs need the Metal plugin"
-        check.fix = "pip install tensorflow-metal (Apple silicon)"
+        check.fix = f"{pip_command()} install tensorflow-metal (Apple silicon; its release notes name the TensorFlow it pairs with)"
     return check
 
 
@@ -638,21 +649,23 @@ def check_packages(facts: Facts) -> Check:
     problems, fixes = [], []
     if "tensorflow-gpu" in present:
         problems.append("the retired tensorflow-gpu package is installed")
-        fixes.append("pip uninstall tensorflow-gpu")
+        fixes.append(f"{pip_command()} uninstall -y tensorflow-gpu")
     if "tensorflow" in present and "tensorflow-cpu" in present:
         problems.append("both tensorflow and tensorflow-cpu are installed (one overwrites the other's files)")
-        fixes.append("pip uninstall tensorflow-cpu tensorflow; pip install 'tensorflow[and-cuda]'")
+        wanted = "tensorflow[and-cuda]" if has_nvidia_gpu(facts) else "tensorflow"
+        fixes.append(f"{pip_command()} uninstall -y tensorflow-cpu tensorflow && {pip_command()} install "
+                     f"'{wanted}=={tf_version_for_fix(facts)}'")
     tf_version = _version_tuple(present.get("tensorflow") or present.get("tensorflow-cpu"))
     keras = _version_tuple(present.get("keras"))
     if tf_version >= (2, 16) and keras and keras[0] < 3:
         problems.append(f"TensorFlow {'.'.join(map(str, tf_version))} expects Keras 3, but keras "
                         f"{present['keras']} is installed")
-        fixes.append("pip install -U 'keras>=3'")
+        fixes.append(f"{pip_command()} install -U 'keras>=3'")
     tf_keras = _version_tuple(present.get("tf-keras"))
     if tf_keras and tf_version and tf_keras[:2] != tf_version[:2]:
         problems.append(f"tf-keras {present['tf-keras']} does not match TensorFlow "
                         f"{'.'.join(map(str, tf_version))} (they are released in step)")
-        fixes.append(f"pip install 'tf-keras~={tf_version[0]}.{tf_version[1]}.0'")
+        fixes.append(f"{pip_command()} install 'tf-keras~={tf_version[0]}.{tf_version[1]}.0'")
     if problems:
         check.status, check.summary, check.fix = WARN, "; ".join(problems), " && ".join(fixes)
     else:
@@ -773,7 +786,8 @@ def check_xla_only(facts: Facts) -> Check:
     if "XLA_GPU" in kinds and "GPU" not in kinds:
         check.status = FAIL
         check.summary = "TensorFlow lists XLA_GPU but no GPU: the CUDA libraries failed to load in an old release"
-        check.fix = "upgrade TensorFlow (pip install -U 'tensorflow[and-cuda]') and check cuda-libraries"
+        check.fix = (f"upgrade TensorFlow ({pip_command()} install -U 'tensorflow[and-cuda]=={TESTED_TF_VERSION}', the "
+                     "release this panel is tested with) and check cuda-libraries")
     else:
         check.summary = "no XLA-only devices"
     return check

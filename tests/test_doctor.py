@@ -511,7 +511,8 @@ def test_without_tensorflow_the_pytorch_fix_names_a_version() -> None:
     known = {f.name for f in fields(Facts)}
     facts = Facts(**{k: v for k, v in report["facts"].items() if k in known})
     check = by_id(facts)["pytorch"]
-    assert check.status == WARN and check.fix == "pip install 'tensorflow[and-cuda]==2.21.0' (see cuda-libraries)"
+    assert check.status == WARN
+    assert check.fix == f"{sys.executable} -m pip install 'tensorflow[and-cuda]==2.21.0' (see cuda-libraries)"
 
 
 def test_a_stand_in_library_is_named_as_unusable() -> None:
@@ -524,3 +525,57 @@ def test_a_stand_in_library_is_named_as_unusable() -> None:
     assert check.status == FAIL and check.summary.startswith("TensorFlow cannot use libcublas.so.12 (cuBLAS: MatMul")
     assert "libcublas.so.12 (cuBLAS): /tmp/cudalib/libcublas.so.12 opens but has no cublasCreate_v2: a stand-in or a " \
            "broken file" in check.evidence
+
+
+# -- install hints: this interpreter's pip, a version always, the CPU build first where there is no GPU ---------
+
+PIP = f"{sys.executable} -m pip"
+
+
+def no_gpu_machine(tensorflow: bool) -> Facts:
+    probe = ({"imported": True, "version": "2.21.0", "build": {"is_cuda_build": False},
+              "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU"}]} if tensorflow
+             else {"imported": False, "import_error": "ModuleNotFoundError: No module named 'tensorflow'"})
+    return replace(healthy(0), pci={"readable": True, "devices": 3, "nvidia": [], "nvidia_other": []},
+                   nvml={"available": False, "message": "no driver"}, probe=probe, libraries=[],
+                   packages={"tensorflow": "2.21.0"} if tensorflow else {})
+
+
+def test_without_a_gpu_the_cpu_build_is_the_only_install_hint() -> None:
+    facts = no_gpu_machine(tensorflow=False)
+    checks = by_id(facts)
+    assert checks["tensorflow"].fix.startswith(f"{PIP} install 'tensorflow==2.21.0'")
+    assert "and-cuda" not in doctor.to_text(list(checks.values()), facts)
+    assert f"({PIP} install 'tensorflow==2.21.0')" in checks["hardware"].fix
+
+
+def test_with_tensorflow_installed_the_hardware_check_suggests_no_pip_line() -> None:
+    checks = by_id(no_gpu_machine(tensorflow=True))
+    assert checks["hardware"].status == FAIL and "pip" not in checks["hardware"].fix
+    assert checks["tensorflow"].status == PASS and "loses nothing" in checks["tensorflow"].summary  # CPU build, no GPU
+
+
+def test_unknown_hardware_puts_the_cpu_build_first_and_a_gpu_puts_the_cuda_build_first() -> None:
+    unknown = replace(no_gpu_machine(tensorflow=False), pci={"readable": False, "error": "not Linux"})
+    fix = by_id(unknown)["tensorflow"].fix
+    assert fix.index("'tensorflow==2.21.0'") < fix.index("'tensorflow[and-cuda]==2.21.0'")
+    with_gpu = replace(healthy(1), probe={"imported": False, "import_error": "ModuleNotFoundError"})
+    assert by_id(with_gpu)["tensorflow"].fix.startswith(f"{PIP} install 'tensorflow[and-cuda]==2.21.0'")
+
+
+def test_every_fix_uses_this_interpreters_pip_and_names_a_version() -> None:
+    cpu_build = healthy(1)
+    cpu_build.probe["build"] = {"is_cuda_build": False}
+    cpu_build.packages["tensorflow-cpu"] = "2.21.0"
+    assert by_id(cpu_build)["tensorflow"].fix == (
+        f"This TensorFlow can never use a GPU. On Linux: {PIP} uninstall -y tensorflow-cpu && {PIP} install "
+        "--force-reinstall 'tensorflow[and-cuda]==2.21.0'")
+    assert by_id(cpu_build)["packages"].fix == (f"{PIP} uninstall -y tensorflow-cpu tensorflow && {PIP} install "
+                                                "'tensorflow[and-cuda]==2.21.0'")
+    xla = healthy(1)
+    xla.probe["physical"] = [{"name": "/physical_device:XLA_GPU:0", "device_type": "XLA_GPU"}]
+    from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
+    assert f"{PIP} install -U 'tensorflow[and-cuda]=={TESTED_TF_VERSION}'" in by_id(xla)["xla-devices"].fix
+    crashed = replace(healthy(1), probe={"imported": False, "stage": "started", "crash": {
+        "returncode": -11, "how": "SIGSEGV", "stage": "import", "last_lines": []}})
+    assert f"{PIP} install --force-reinstall 'tensorflow[and-cuda]==2.21.0'" in by_id(crashed)["tensorflow"].fix
