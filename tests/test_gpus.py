@@ -100,15 +100,22 @@ def test_nvml_memory_v2_gives_the_memory_the_driver_keeps(monkeypatch: pytest.Mo
 
 
 @pytest.mark.gpu
-def test_on_a_real_gpu_nvmls_total_less_its_reserve_is_cudas_total() -> None:
-    from tf_device_panel.core.config import gpu_total_mib
+def test_on_a_real_gpu_nvmls_total_less_its_reserve_is_cudas_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tf_device_panel.core.config import gpu_pci_bus_id, gpu_total_mib
+    from tf_device_panel.core.gpus import nvml_index_for
     from tf_device_panel.core.nvml import Nvml
 
     nvml = Nvml()
     if not nvml.init() or not nvml.gpus():
         pytest.skip(f"needs a real NVIDIA GPU and driver ({nvml.message or 'no GPU'})")
-    for gpu in nvml.gpus():
-        cuda = gpu_total_mib(gpu.index)  # no CUDA_VISIBLE_DEVICES here: CUDA's order is NVML's (PCI)
+    # CUDA numbers GPUs fastest first unless told otherwise; with every GPU visible in PCI order, CUDA's
+    # index is NVML's — and each pair is also matched by PCI bus id, in case CUDA was initialised earlier.
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for cuda_index in range(len(nvml.gpus())):
+        found = nvml_index_for(gpu_pci_bus_id(cuda_index), nvml.gpus())
+        gpu = next(g for g in nvml.gpus() if g.index == found)
+        cuda = gpu_total_mib(cuda_index)
         units, why = nvml.compute_units(gpu.index)
         print(f"GPU {gpu.index} {gpu.name}: NVML {gpu.memory_total_mib} MiB, reserve {gpu.memory_reserved_mib}, "
               f"CUDA {cuda}; {units or why}")
