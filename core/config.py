@@ -325,7 +325,7 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
     if config.cpu_devices < 1 or config.cpu_devices > MAX_CPU_DEVICES:
         problems.append(Problem("cpu_devices", f"must be between 1 and {MAX_CPU_DEVICES}"))
     fraction = config.memory_fraction
-    if fraction is not None and 0 < fraction and int(LARGEST_GPU_MIB * fraction) < 1:
+    if fraction is not None and fraction > 0 and int(LARGEST_GPU_MIB * fraction) < 1:
         # TensorFlow turns a 0 MiB memory_limit into no logical GPU at all, or an allocator that fails at once.
         problems.append(Problem("memory_fraction", f"{fraction:g} limits each GPU to under 1 MiB, even one of "
                                 f"{LARGEST_GPU_MIB // 1024} GiB", "use a share such as 0.25 (a quarter of each GPU)"))
@@ -333,10 +333,11 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
         return problems
     if fraction is not None and int(LARGEST_GPU_MIB * fraction) >= 1:
         visible = [g for g in gpus if config.visible_gpus is None or g.index in config.visible_gpus]
-        for gpu in visible:
-            if gpu.total_mib is not None and int(gpu.total_mib * fraction) < 1:
-                problems.append(Problem("memory_fraction", f"{fraction:g} × GPU {gpu.index}'s {gpu.total_mib} MiB "
-                                        "is under 1 MiB", f"use at least {1 / gpu.total_mib:.2g} (1 MiB of it); "
+        for limited in visible:
+            if limited.total_mib is not None and int(limited.total_mib * fraction) < 1:
+                problems.append(Problem("memory_fraction", f"{fraction:g} × GPU {limited.index}'s "
+                                        f"{limited.total_mib} MiB is under 1 MiB",
+                                        f"use at least {1 / limited.total_mib:.2g} (1 MiB of it); "
                                         "0.25 is a quarter of each GPU"))
 
     known = {g.index: g for g in gpus}

@@ -184,7 +184,8 @@ def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
         entries = sorted(root.iterdir())
     except OSError as exc:
         return {"readable": False, "error": f"cannot read {root}: {exc.strerror or exc}"}
-    nvidia, other = [], []
+    nvidia: list[dict[str, str]] = []
+    other: list[dict[str, str]] = []
     for entry in entries:
         try:
             vendor = (entry / "vendor").read_text().strip().lower()
@@ -369,7 +370,8 @@ def check_tensorflow(facts: Facts) -> Check:
             check.summary += " (this machine has no NVIDIA GPU, so it loses nothing)"
         else:
             check.status = WARN
-            replace_cpu = f"{pip_command()} uninstall -y tensorflow-cpu && " if "tensorflow-cpu" in facts.packages else ""
+            replace_cpu = (f"{pip_command()} uninstall -y tensorflow-cpu && " if "tensorflow-cpu" in facts.packages
+                           else "")
             check.fix = (f"This TensorFlow can never use a GPU. On Linux: {replace_cpu}{pip_command()} install "
                          f"--force-reinstall 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'")
     return check
@@ -412,7 +414,8 @@ def check_hardware(facts: Facts) -> Check:
                          "nor TensorFlow sees a GPU")
         check.evidence = [searched, *other,
                           f"NVML: {facts.nvml.get('message') or 'no GPU'}" if not facts.nvml.get("available")
-                          else "NVML: 0 GPUs", f"TensorFlow: {'0 GPUs' if 'physical' in facts.probe else 'no GPU list'}",
+                          else "NVML: 0 GPUs",
+                          f"TensorFlow: {'0 GPUs' if 'physical' in facts.probe else 'no GPU list'}",
                           "no driver or CUDA library can help: the checks that need a GPU are skipped"]
         check.fix = ("Run on a machine with an NVIDIA GPU: a cloud GPU instance, or a VM or container with a GPU "
                      "passed through (PCI passthrough; docker run --gpus all). Here TensorFlow runs on the CPU"
@@ -438,7 +441,8 @@ def check_platform(facts: Facts) -> Check:
     elif facts.system == "Darwin":
         check.status = WARN
         check.summary = "macOS: no CUDA; Apple GPUs need the Metal plugin"
-        check.fix = f"{pip_command()} install tensorflow-metal (Apple silicon; its release notes name the TensorFlow it pairs with)"
+        check.fix = (f"{pip_command()} install tensorflow-metal (Apple silicon; its release notes name the TensorFlow "
+                     "it pairs with)")
     return check
 
 
@@ -508,8 +512,9 @@ def check_visible_devices(facts: Facts) -> Check:
         return check
     if value is not None and nvml_gpus:
         items = [v.strip() for v in value.split(",") if v.strip()]
-        bad = [v for v in items if not is_mig_entry(v) and ((v.isdigit() and int(v) >= len(nvml_gpus))
-                                                            or (not v.isdigit() and len(uuid_matches(v, nvml_gpus)) != 1))]
+        bad = [v for v in items if not is_mig_entry(v)
+               and ((v.isdigit() and int(v) >= len(nvml_gpus))
+                    or (not v.isdigit() and len(uuid_matches(v, nvml_gpus)) != 1))]
         if bad:
             check.status = FAIL
             check.summary = f"CUDA_VISIBLE_DEVICES names GPUs that do not exist: {', '.join(bad)}"

@@ -376,7 +376,8 @@ def test_a_hidden_pci_bus_does_not_override_nvml_or_tensorflow(tmp_path, witness
     checks = by_id(facts)
     hardware = checks["hardware"]
     assert hardware.status == WARN
-    assert "the PCI bus shows no NVIDIA GPU, yet NVML sees" in hardware.summary and "the other checks run" in hardware.summary
+    assert "the PCI bus shows no NVIDIA GPU, yet NVML sees" in hardware.summary
+    assert "the other checks run" in hardware.summary
     assert not any("no NVIDIA GPU on this machine" in c.summary for c in checks.values())
     assert checks["placement"].status == PASS and checks["cuda-libraries"].status == PASS
 
@@ -499,7 +500,8 @@ def test_a_real_probe_that_hangs_keeps_its_stage_and_facts(tmp_path) -> None:
     checks = by_id(facts)
     tensorflow = checks["tensorflow"]
     assert tensorflow.status == FAIL
-    assert tensorflow.summary == "the TensorFlow probe hung during GPU discovery: no answer within 8 s, so it was killed"
+    assert tensorflow.summary == ("the TensorFlow probe hung during GPU discovery: no answer within 8 s, "
+                                  "so it was killed")
     assert "TensorFlow 2.21.0 had imported" in tensorflow.evidence and "nvidia-smi" in tensorflow.fix
     assert "cannot be imported" not in doctor.to_text(list(checks.values()), facts)
     assert checks["gpus"].summary.endswith("its probe hung during GPU discovery (see tensorflow)")
