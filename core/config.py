@@ -289,8 +289,19 @@ def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
     return config, problems
 
 
-def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> list[Problem]:
-    """Rules that need the whole configuration and, when known, the machine's GPUs."""
+_FROM_ENVIRONMENT = "\0from the environment"
+
+
+LARGEST_GPU_MIB = 1024 * 1024  # 1 TiB: above any GPU made (the B200 has 180 GiB), for checks with no GPU known
+
+
+def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
+             cuda_visible_devices: str | None = _FROM_ENVIRONMENT) -> list[Problem]:
+    """Rules that need the whole configuration and, when known, the machine's GPUs (TensorFlow's indices, as
+    `gpus.tf_gpu_inventory` gives them). `cuda_visible_devices`: the value the runs will inherit (by default
+    this process's), named when a GPU index does not exist, since it renumbers TensorFlow's GPUs."""
+    if cuda_visible_devices == _FROM_ENVIRONMENT:
+        cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     problems: list[Problem] = []
     if config.memory_growth and config.virtual_gpus:
         problems.append(Problem(
@@ -313,21 +324,42 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None) -> lis
                                         f"add {index} to visible_gpus or remove its split"))
     if config.cpu_devices < 1 or config.cpu_devices > MAX_CPU_DEVICES:
         problems.append(Problem("cpu_devices", f"must be between 1 and {MAX_CPU_DEVICES}"))
+    fraction = config.memory_fraction
+    if fraction is not None and fraction > 0 and int(LARGEST_GPU_MIB * fraction) < 1:
+        # TensorFlow turns a 0 MiB memory_limit into no logical GPU at all, or an allocator that fails at once.
+        problems.append(Problem("memory_fraction", f"{fraction:g} limits each GPU to under 1 MiB, even one of "
+                                f"{LARGEST_GPU_MIB // 1024} GiB", "use a share such as 0.25 (a quarter of each GPU)"))
     if gpus is None:
         return problems
+    if fraction is not None and int(LARGEST_GPU_MIB * fraction) >= 1:
+        visible = [g for g in gpus if config.visible_gpus is None or g.index in config.visible_gpus]
+        for limited in visible:
+            if limited.total_mib is not None and int(limited.total_mib * fraction) < 1:
+                problems.append(Problem("memory_fraction", f"{fraction:g} × GPU {limited.index}'s "
+                                        f"{limited.total_mib} MiB is under 1 MiB",
+                                        f"use at least {1 / limited.total_mib:.2g} (1 MiB of it); "
+                                        "0.25 is a quarter of each GPU"))
 
     known = {g.index: g for g in gpus}
     available = ", ".join(str(i) for i in sorted(known)) or "none"
+    missing_text, missing_hint = "does not exist on this machine", f"available GPU indices: {available}"
+    if cuda_visible_devices is not None:
+        # TensorFlow numbers only the GPUs CUDA_VISIBLE_DEVICES leaves, from 0: not nvidia-smi's numbers.
+        mapping = ", ".join(f"TensorFlow's GPU {g.index} = nvidia-smi's GPU {g.nvml_index}" if g.nvml_index is not None
+                            else f"TensorFlow's GPU {g.index} = {g.name or 'a GPU NVML does not list'}"
+                            for g in sorted(gpus, key=lambda g: g.index))
+        missing_text = (f"does not exist among the GPUs CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} leaves "
+                        "TensorFlow (it numbers them from 0)")
+        missing_hint = (f"available GPU indices: {available}" + (f" ({mapping})" if mapping else "")
+                        + "; use one of those, or change CUDA_VISIBLE_DEVICES (unset it to see every GPU)")
     for index in config.visible_gpus or ():
         if index not in known:
-            problems.append(Problem("visible_gpus", f"GPU {index} does not exist on this machine",
-                                    f"available GPU indices: {available}"))
+            problems.append(Problem("visible_gpus", f"GPU {index} {missing_text}", missing_hint))
     for index, limits in sorted(config.virtual_gpus.items()):
         where = f"virtual_gpus[{str(index)!r}]"
         gpu = known.get(index)
         if gpu is None:
-            problems.append(Problem(where, f"GPU {index} does not exist on this machine",
-                                    f"available GPU indices: {available}"))
+            problems.append(Problem(where, f"GPU {index} {missing_text}", missing_hint))
         elif gpu.total_mib is not None and sum(limits) > gpu.total_mib:
             which = {"CUDA": " as CUDA counts it (what TensorFlow can use)",
                      "NVML": " by NVML's count (CUDA's is a few hundred MiB less)"}.get(gpu.total_source, "")

@@ -23,10 +23,46 @@ from pathlib import Path
 TESTED_TF_VERSION = "2.21.0"
 
 
-def install_commands(python: str = "python", version: str = TESTED_TF_VERSION) -> str:
-    """How to install TensorFlow into `python`: with NVIDIA's CUDA libraries on a GPU machine, else alone."""
-    return (f"{python} -m pip install 'tensorflow[and-cuda]=={version}' (Linux with an NVIDIA GPU), "
-            f"or {python} -m pip install 'tensorflow=={version}'")
+NVIDIA_VENDOR = "0x10de"
+PCI_DEVICES = Path("/sys/bus/pci/devices")
+
+
+def is_display_class(pci_class: str) -> bool:
+    """A PCI display controller (class 0x03xxxx: VGA 0x0300, 3D 0x0302): a GPU, not its HDMI audio function
+    (0x0403) or an NVSwitch bridge (0x0680), which carry NVIDIA's vendor id too."""
+    return pci_class.strip().lower().startswith("0x03")
+
+
+def nvidia_gpu_on_pci(root: Path = PCI_DEVICES) -> bool | None:
+    """Whether the PCI bus lists an NVIDIA display controller; None when the bus cannot be read (not Linux)."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            if ((entry / "vendor").read_text().strip().lower() == NVIDIA_VENDOR
+                    and is_display_class((entry / "class").read_text())):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def install_commands(python: str = "python", version: str = TESTED_TF_VERSION, gpu_here: bool | None = None,
+                     pci_root: Path = PCI_DEVICES) -> str:
+    """How to install TensorFlow into `python`: with NVIDIA's CUDA libraries first where this machine has an
+    NVIDIA GPU (`gpu_here`, by default read from the PCI bus), else the CPU build first — the CUDA wheels are
+    gigabytes a machine without a GPU never uses."""
+    if gpu_here is None:
+        gpu_here = nvidia_gpu_on_pci(pci_root)
+    cuda = f"{python} -m pip install 'tensorflow[and-cuda]=={version}'"
+    cpu = f"{python} -m pip install 'tensorflow=={version}'"
+    if gpu_here:
+        return f"{cuda} (this machine has an NVIDIA GPU), or for the CPU only {cpu}"
+    if gpu_here is False:
+        return f"{cpu} (no NVIDIA GPU on this machine; where there is one: {cuda})"
+    return f"{cpu}, or on Linux with an NVIDIA GPU {cuda}"
 
 
 @dataclass(frozen=True)

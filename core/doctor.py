@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,9 +24,16 @@ from typing import Any
 
 from packaging.requirements import Requirement
 from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
-from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
+from tf_device_panel.core.cudalibs import NVIDIA_VENDOR, PCI_DEVICES, TESTED_TF_VERSION, is_display_class
 from tf_device_panel.core.doctor_probe import PROBE_PREFIX
-from tf_device_panel.core.gpus import created_gpus, same_bus, tf_gpu_inventory
+from tf_device_panel.core.gpus import (
+    created_gpus,
+    is_mig_entry,
+    mig_warning,
+    same_bus,
+    tf_gpu_inventory,
+    uuid_matches,
+)
 from tf_device_panel.core.nvml import Nvml
 from tf_device_panel.core.processes import run_module
 
@@ -37,8 +45,6 @@ TF_GPU_HINTS = ("could not find cuda drivers", "failed call to cuinit", "cannot 
                 "skipping registering gpu", "driver version is insufficient", "ignoring visible gpu",
                 "cuda_error", "unable to register", "cudnn", "dso loader")
 CUDA_PACKAGES_EXTRA = "and-cuda"
-NVIDIA_VENDOR = "0x10de"
-PCI_DEVICES = Path("/sys/bus/pci/devices")
 CRASH_LINES = 12               # the probe's last output lines kept when it crashes
 # The stage a crashed probe was in, from the last stage it reported complete (core.doctor_probe).
 CRASHED_IN = {"started": "import", "import": "GPU discovery", "GPU discovery": "first op", "done": "exit"}
@@ -118,24 +124,42 @@ def signal_name(returncode: int) -> str:
 
 def run_probe(env_extra: dict[str, str] | None = None, place: bool = True,
               timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any], list[str]]:
-    """The probe's facts (the last stage it reported) and its stderr. A probe that died keeps the facts of
-    the stages it completed, with `crash`: the signal or exit code, the stage it died in, its last lines."""
+    """The probe's facts (the last stage it reported) and its stderr. A probe that died, or hung and was
+    killed after `timeout` seconds, keeps the facts of the stages it completed, with `crash`: how it ended
+    (a signal, an exit code, or hung), the stage it was in, its last lines."""
     env = {"TF_CPP_MIN_LOG_LEVEL": "0", **(env_extra or {})}
     try:
         done = run_module("tf_device_panel.core.doctor_probe", *([] if place else ["--no-placement"]), env=env,
                           timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"imported": False, "import_error": f"the probe did not finish within {timeout:.0f} s"}, []
+    except subprocess.TimeoutExpired as exc:
+        # What the probe wrote before it hung came with the exception: its stages' facts are kept.
+        return probe_outcome(_text(exc.stdout), _text(exc.stderr), None, timeout)
+    return probe_outcome(done.stdout, done.stderr, done.returncode, timeout)
+
+
+def _text(output: bytes | str | None) -> str:
+    if output is None:
+        return ""
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output
+
+
+def probe_outcome(stdout: str, stderr_text: str, returncode: int | None,
+                  timeout: float) -> tuple[dict[str, Any], list[str]]:
+    """The facts of the probe's last reported stage; `returncode` None: it hung and was killed at `timeout`."""
     facts: dict[str, Any] = {"imported": False, "stage": "started"}
-    lines = done.stdout.split("\n")  # not splitlines(): it also splits at the prefix's \x1e
+    lines = stdout.split("\n")  # not splitlines(): it also splits at the prefix's \x1e
     for line in lines:
         if line.startswith(PROBE_PREFIX):
             facts = json.loads(line[len(PROBE_PREFIX):])
-    stderr = done.stderr.splitlines()
-    if done.returncode != 0 or facts.get("stage") != "done":
+    stderr = stderr_text.splitlines()
+    if returncode is None or returncode != 0 or facts.get("stage") != "done":
         output = [ln for ln in lines if ln.strip() and not ln.startswith(PROBE_PREFIX)] + stderr
-        how = signal_name(done.returncode) if done.returncode < 0 else f"exit code {done.returncode}"
-        facts["crash"] = {"returncode": done.returncode, "how": how,
+        if returncode is None:
+            how = f"hung: no answer within {timeout:.0f} s, killed"
+        else:
+            how = signal_name(returncode) if returncode < 0 else f"exit code {returncode}"
+        facts["crash"] = {"returncode": returncode, "how": how, "hung": returncode is None,
+                          "timeout_s": timeout if returncode is None else None,
                           "stage": CRASHED_IN.get(str(facts.get("stage")), "import"),
                           "last_lines": [ln[-300:] for ln in output[-CRASH_LINES:]]}
     return facts, stderr
@@ -154,12 +178,14 @@ def probe_libraries() -> list[dict[str, Any]]:
 
 
 def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
-    """The PCI devices the kernel lists (their vendor ids): is there an NVIDIA GPU at all?"""
+    """The PCI devices the kernel lists: is there an NVIDIA GPU (an NVIDIA display-class function) at all?
+    `nvidia`: NVIDIA's GPUs; `nvidia_other`: NVIDIA's other functions (audio, NVSwitch), evidence only."""
     try:
         entries = sorted(root.iterdir())
     except OSError as exc:
         return {"readable": False, "error": f"cannot read {root}: {exc.strerror or exc}"}
-    nvidia = []
+    nvidia: list[dict[str, str]] = []
+    other: list[dict[str, str]] = []
     for entry in entries:
         try:
             vendor = (entry / "vendor").read_text().strip().lower()
@@ -171,8 +197,9 @@ def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
                     return (entry / name).read_text().strip()
                 except OSError:
                     return ""
-            nvidia.append({"address": entry.name, "device": read("device"), "class": read("class")})
-    return {"readable": True, "devices": len(entries), "nvidia": nvidia}
+            function = {"address": entry.name, "device": read("device"), "class": read("class")}
+            (nvidia if is_display_class(function["class"]) else other).append(function)
+    return {"readable": True, "devices": len(entries), "nvidia": nvidia, "nvidia_other": other}
 
 
 def probe_torch() -> dict[str, Any]:
@@ -248,19 +275,49 @@ def tf_version_for_fix(facts: Facts) -> str:
     return str(facts.probe.get("version") or facts.packages.get("tensorflow") or TESTED_TF_VERSION)
 
 
+def pip_command() -> str:
+    """pip of the Python the panel runs in (the one its runs use), not whichever `pip` is first on PATH."""
+    return f"{shlex.quote(sys.executable)} -m pip"
+
+
 def install_fix(facts: Facts) -> str:
-    return f"pip install 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'"
+    return f"{pip_command()} install 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'"
+
+
+def cpu_install_command(facts: Facts) -> str:
+    return f"{pip_command()} install 'tensorflow=={tf_version_for_fix(facts)}'"
+
+
+def has_nvidia_gpu(facts: Facts) -> bool | None:
+    """Whether this machine has an NVIDIA GPU: True when the PCI bus, NVML or TensorFlow shows one; False when
+    the PCI bus was read and none of them shows one; None when nothing could tell (PCI unreadable, no NVML)."""
+    if facts.pci.get("nvidia") or _nvml_gpus(facts) or _tf_gpus(facts):
+        return True
+    return False if facts.pci.get("readable") else None
 
 
 CRASH_FIXES = {
     "import": "TensorFlow's own libraries or the CUDA libraries it loads at import do not match: see cuda-libraries "
-              "for where each was found; reinstall with pip install --force-reinstall '{tf}', and take other CUDA "
+              "for where each was found; reinstall with {pip} install --force-reinstall '{tf}', and take other CUDA "
               "folders out of LD_LIBRARY_PATH",
     "GPU discovery": "TensorFlow died opening the GPU: a driver or CUDA runtime that does not match (see driver and "
-                     "cuda-libraries); pip install --force-reinstall '{tf}'",
+                     "cuda-libraries); {pip} install --force-reinstall '{tf}'",
     "first op": "TensorFlow saw the GPU but died running its first op: a CUDA library it opened fails when called "
                 "(a mismatched or stand-in cuBLAS/cuDNN; see cuda-libraries for where each was found)",
     "exit": "TensorFlow finished but the process died on its way out; the checks above hold",
+}
+
+
+HANG_FIXES = {
+    "import": "importing TensorFlow did not finish: a slow or stalled file system (a network home, a busy disk) "
+              "or a library that blocks at load; time `python -c 'import tensorflow'` by hand",
+    "GPU discovery": "TensorFlow stalled opening the GPU (cuInit): a GPU in a bad state or held by another "
+                     "process, or a driver that is being updated; check `nvidia-smi`, and its persistence mode "
+                     "(sudo nvidia-smi -pm 1), then try again",
+    "first op": "TensorFlow saw the GPU but its first op did not finish: compiling kernels for a GPU its build "
+                "has no binaries for (PTX JIT, can take many minutes once), or a GPU held by another process; "
+                "see compute-capability and gpu-memory",
+    "exit": "TensorFlow finished but the process did not exit; the checks above hold",
 }
 
 
@@ -268,9 +325,14 @@ def check_tensorflow(facts: Facts) -> Check:
     check = Check("tensorflow", "TensorFlow imports, and its build")
     probe = facts.probe
     crash = probe.get("crash")
-    if crash:
+    if crash and crash.get("hung"):
+        check.status = FAIL
+        check.summary = (f"the TensorFlow probe hung during {crash['stage']}: no answer within "
+                         f"{crash.get('timeout_s') or PROBE_TIMEOUT_S:.0f} s, so it was killed")
+    elif crash:
         check.status = FAIL
         check.summary = f"the TensorFlow probe crashed ({crash['how']}) during {crash['stage']}"
+    if crash:
         reached = [stage for stage in ("import", "GPU discovery") if stage != crash["stage"]
                    and probe.get("stage") in (stage, "GPU discovery", "done")]
         check.evidence = [f"stages completed before it: {', '.join(reached) or 'none'}"]
@@ -278,16 +340,21 @@ def check_tensorflow(facts: Facts) -> Check:
             check.evidence.append(f"TensorFlow {probe['version']} had imported"
                                   + (f", seeing {len(_tf_gpus(facts))} GPU(s)" if "physical" in probe else ""))
         check.evidence += [f"last output: {line}" for line in crash.get("last_lines", [])]
-        check.fix = CRASH_FIXES.get(crash["stage"], CRASH_FIXES["import"]).format(
-            tf=f"tensorflow[and-cuda]=={tf_version_for_fix(facts)}")
+        fixes = HANG_FIXES if crash.get("hung") else CRASH_FIXES
+        check.fix = fixes.get(crash["stage"], fixes["import"]).format(
+            tf=f"tensorflow[and-cuda]=={tf_version_for_fix(facts)}", pip=pip_command())
         return check
     if not probe.get("imported"):
         check.status, check.summary = FAIL, "TensorFlow cannot be imported"
         check.evidence = [probe.get("import_error", ""), *probe.get("import_traceback", "").splitlines()[-4:]]
-        cpu_only = f"pip install 'tensorflow=={tf_version_for_fix(facts)}'"
-        no_gpu = facts.pci.get("readable") and not facts.pci.get("nvidia")
-        check.fix = (f"{cpu_only}   (no NVIDIA GPU here: the CUDA packages would be gigabytes of nothing)" if no_gpu
-                     else f"{install_fix(facts)}   (Linux with an NVIDIA GPU) or {cpu_only}")
+        cpu_only = cpu_install_command(facts)
+        gpu_here = has_nvidia_gpu(facts)
+        if gpu_here is False:
+            check.fix = f"{cpu_only}   (no NVIDIA GPU here: the CUDA packages would be gigabytes of nothing)"
+        elif gpu_here is None:  # nothing showed a GPU: the CPU build first, the CUDA one for where there is one
+            check.fix = f"{cpu_only}   (no NVIDIA GPU seen here); on Linux with an NVIDIA GPU: {install_fix(facts)}"
+        else:
+            check.fix = f"{install_fix(facts)}   (this machine has an NVIDIA GPU); for the CPU only: {cpu_only}"
         return check
     build = probe.get("build", {})
     check.evidence = [f"TensorFlow {probe.get('version')}, Python {facts.python}"]
@@ -298,14 +365,24 @@ def check_tensorflow(facts: Facts) -> Check:
     elif build.get("is_rocm_build"):
         check.summary = f"TensorFlow {probe.get('version')}, built for ROCm"
     else:
-        check.status, check.summary = WARN, f"TensorFlow {probe.get('version')} is a CPU-only build"
-        check.fix = ("This TensorFlow can never use a GPU. On Linux: pip uninstall tensorflow-cpu; "
-                     "pip install 'tensorflow[and-cuda]'")
+        check.summary = f"TensorFlow {probe.get('version')} is a CPU-only build"
+        if has_nvidia_gpu(facts) is False:
+            check.summary += " (this machine has no NVIDIA GPU, so it loses nothing)"
+        else:
+            check.status = WARN
+            replace_cpu = (f"{pip_command()} uninstall -y tensorflow-cpu && " if "tensorflow-cpu" in facts.packages
+                           else "")
+            check.fix = (f"This TensorFlow can never use a GPU. On Linux: {replace_cpu}{pip_command()} install "
+                         f"--force-reinstall 'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'")
     return check
 
 
 def check_hardware(facts: Facts) -> Check:
-    """First: is there an NVIDIA GPU on this machine's PCI bus at all? Without one no driver or library helps."""
+    """First: is there an NVIDIA GPU on this machine at all? Without one no driver or library helps.
+
+    "None" only when every witness agrees: the PCI bus lists no NVIDIA display controller AND NVML and
+    TensorFlow's probe see no GPU. Containers often hide /sys/bus/pci while the GPU works: when NVML or
+    TensorFlow sees a GPU the PCI bus does not, that is a contradiction to report, and the checks still run."""
     check = Check("hardware", "An NVIDIA GPU on the PCI bus")
     pci = facts.pci
     if facts.wsl:
@@ -316,21 +393,39 @@ def check_hardware(facts: Facts) -> Check:
         check.summary = f"the PCI bus cannot be read here ({pci.get('error') or 'not Linux'})"
         return check
     nvidia = pci.get("nvidia") or []
+    other = [f"{d['address']}: NVIDIA device {d.get('device') or '?'}, class {d.get('class') or '?'} — not a GPU "
+             "(a GPU's audio function or an NVSwitch bridge)" for d in pci.get("nvidia_other") or []]
     if not nvidia:
+        nvml_gpus, tf_gpus = _nvml_gpus(facts), _tf_gpus(facts)
+        searched = (f"read {PCI_DEVICES}/*/vendor and class: {pci.get('devices', 0)} devices, no NVIDIA display "
+                    f"controller (vendor {NVIDIA_VENDOR}, class 0x03xxxx)")
+        if nvml_gpus or tf_gpus:
+            check.status = WARN
+            check.summary = (f"the PCI bus shows no NVIDIA GPU, yet NVML sees {len(nvml_gpus)} and TensorFlow sees "
+                             f"{len(tf_gpus)}: {PCI_DEVICES} is probably hidden or partial here (a container); "
+                             "the other checks run")
+            check.evidence = [searched, *other,
+                              *[f"NVML: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus],
+                              *[f"TensorFlow: {d['name']} {d.get('device_name', '')}" for d in tf_gpus]]
+            return check
         check.status = FAIL
         check.summary = (f"no NVIDIA GPU on this machine: none of its {pci.get('devices', 0)} PCI devices is "
-                         f"NVIDIA's (vendor {NVIDIA_VENDOR})")
-        check.evidence = [f"read {PCI_DEVICES}/*/vendor: {pci.get('devices', 0)} devices, none with vendor "
-                          f"{NVIDIA_VENDOR}", "no driver or CUDA library can help: the checks that need a GPU are "
-                          "skipped"]
+                         f"an NVIDIA display controller (vendor {NVIDIA_VENDOR}, class 0x03xxxx), and neither NVML "
+                         "nor TensorFlow sees a GPU")
+        check.evidence = [searched, *other,
+                          f"NVML: {facts.nvml.get('message') or 'no GPU'}" if not facts.nvml.get("available")
+                          else "NVML: 0 GPUs",
+                          f"TensorFlow: {'0 GPUs' if 'physical' in facts.probe else 'no GPU list'}",
+                          "no driver or CUDA library can help: the checks that need a GPU are skipped"]
         check.fix = ("Run on a machine with an NVIDIA GPU: a cloud GPU instance, or a VM or container with a GPU "
-                     "passed through (PCI passthrough; docker run --gpus all). Here TensorFlow runs on the CPU: "
-                     "pip install tensorflow, and split the CPU into logical devices in the panel to try "
-                     "distribution")
+                     "passed through (PCI passthrough; docker run --gpus all). Here TensorFlow runs on the CPU"
+                     + ("" if facts.probe.get("imported") or "tensorflow" in facts.packages
+                        else f" ({cpu_install_command(facts)})")
+                     + ": split the CPU into logical devices in the panel to try distribution")
         return check
-    check.summary = f"{len(nvidia)} NVIDIA device(s) on the PCI bus"
+    check.summary = f"{len(nvidia)} NVIDIA GPU(s) on the PCI bus"
     check.evidence = [f"{d['address']}: device {d.get('device') or '?'}, class {d.get('class') or '?'}"
-                      for d in nvidia]
+                      for d in nvidia] + other
     return check
 
 
@@ -341,11 +436,13 @@ def check_platform(facts: Facts) -> Check:
     if facts.system == "Windows" and version and version >= (2, 11):
         check.status = FAIL
         check.summary = "native Windows: TensorFlow ≥ 2.11 has no GPU support there"
-        check.fix = "Use WSL2 (Ubuntu) with the Windows NVIDIA driver and pip install 'tensorflow[and-cuda]' inside it"
+        check.fix = ("Use WSL2 (Ubuntu) with the Windows NVIDIA driver and, inside it, python3 -m pip install "
+                     f"'tensorflow[and-cuda]=={tf_version_for_fix(facts)}'")
     elif facts.system == "Darwin":
         check.status = WARN
         check.summary = "macOS: no CUDA; Apple GPUs need the Metal plugin"
-        check.fix = "pip install tensorflow-metal (Apple silicon)"
+        check.fix = (f"{pip_command()} install tensorflow-metal (Apple silicon; its release notes name the TensorFlow "
+                     "it pairs with)")
     return check
 
 
@@ -382,6 +479,8 @@ def check_gpu_match(facts: Facts) -> Check:
         check.status = SKIPPED
         check.summary = (f"driver sees {len(nvml_gpus)}; TensorFlow's count is unknown: its probe crashed during "
                          f"{crash['stage']} (see tensorflow)")
+        if crash.get("hung"):
+            check.summary = check.summary.replace("its probe crashed during", "its probe hung during")
         return check
     buses = tf_bus_ids(facts.tf_stderr)
     check.evidence = [f"driver: GPU {g['index']} {g.get('name')} at {g.get('pci_bus_id')}" for g in nvml_gpus]
@@ -413,15 +512,20 @@ def check_visible_devices(facts: Facts) -> Check:
         return check
     if value is not None and nvml_gpus:
         items = [v.strip() for v in value.split(",") if v.strip()]
-        known_uuids = {str(g.get("uuid")) for g in nvml_gpus}
-        bad = [v for v in items if (v.isdigit() and int(v) >= len(nvml_gpus))
-               or (not v.isdigit() and not any(u.startswith(v) for u in known_uuids))]
+        bad = [v for v in items if not is_mig_entry(v)
+               and ((v.isdigit() and int(v) >= len(nvml_gpus))
+                    or (not v.isdigit() and len(uuid_matches(v, nvml_gpus)) != 1))]
         if bad:
             check.status = FAIL
             check.summary = f"CUDA_VISIBLE_DEVICES names GPUs that do not exist: {', '.join(bad)}"
             check.fix = (f"This machine has GPUs 0–{len(nvml_gpus) - 1}; CUDA stops at the first bad entry. "
                          f"Fix it, e.g. export CUDA_VISIBLE_DEVICES={','.join(str(i) for i in range(len(nvml_gpus)))}")
             return check
+    mig = mig_warning(value)
+    if mig is not None:
+        check.status, check.summary = WARN, mig
+        check.fix = "`nvidia-smi -L` lists each MIG instance with its UUID and memory: check its size there"
+        return check
     if len({g.get("name") for g in nvml_gpus}) > 1 and order != "PCI_BUS_ID":
         check.status = WARN
         check.summary = "different GPU models, and CUDA numbers them fastest-first, unlike nvidia-smi"
@@ -550,21 +654,23 @@ def check_packages(facts: Facts) -> Check:
     problems, fixes = [], []
     if "tensorflow-gpu" in present:
         problems.append("the retired tensorflow-gpu package is installed")
-        fixes.append("pip uninstall tensorflow-gpu")
+        fixes.append(f"{pip_command()} uninstall -y tensorflow-gpu")
     if "tensorflow" in present and "tensorflow-cpu" in present:
         problems.append("both tensorflow and tensorflow-cpu are installed (one overwrites the other's files)")
-        fixes.append("pip uninstall tensorflow-cpu tensorflow; pip install 'tensorflow[and-cuda]'")
+        wanted = "tensorflow[and-cuda]" if has_nvidia_gpu(facts) else "tensorflow"
+        fixes.append(f"{pip_command()} uninstall -y tensorflow-cpu tensorflow && {pip_command()} install "
+                     f"'{wanted}=={tf_version_for_fix(facts)}'")
     tf_version = _version_tuple(present.get("tensorflow") or present.get("tensorflow-cpu"))
     keras = _version_tuple(present.get("keras"))
     if tf_version >= (2, 16) and keras and keras[0] < 3:
         problems.append(f"TensorFlow {'.'.join(map(str, tf_version))} expects Keras 3, but keras "
                         f"{present['keras']} is installed")
-        fixes.append("pip install -U 'keras>=3'")
+        fixes.append(f"{pip_command()} install -U 'keras>=3'")
     tf_keras = _version_tuple(present.get("tf-keras"))
     if tf_keras and tf_version and tf_keras[:2] != tf_version[:2]:
         problems.append(f"tf-keras {present['tf-keras']} does not match TensorFlow "
                         f"{'.'.join(map(str, tf_version))} (they are released in step)")
-        fixes.append(f"pip install 'tf-keras~={tf_version[0]}.{tf_version[1]}.0'")
+        fixes.append(f"{pip_command()} install 'tf-keras~={tf_version[0]}.{tf_version[1]}.0'")
     if problems:
         check.status, check.summary, check.fix = WARN, "; ".join(problems), " && ".join(fixes)
     else:
@@ -607,7 +713,7 @@ def check_configuration(facts: Facts) -> Check:
         return check
     config = DeviceConfig.from_json(facts.config)
     gpus = tf_gpu_inventory(_nvml_gpus(facts), facts.env.get("CUDA_VISIBLE_DEVICES"))
-    problems = validate(config, gpus if facts.nvml.get("available") else None)
+    problems = validate(config, gpus if facts.nvml.get("available") else None, facts.env.get("CUDA_VISIBLE_DEVICES"))
     check.evidence = [config.summary()] + [str(p) for p in problems]
     growth_env = (facts.env.get("TF_FORCE_GPU_ALLOW_GROWTH") or "").lower() == "true"
     if growth_env and (config.virtual_gpus or config.memory_fraction is not None):
@@ -685,7 +791,8 @@ def check_xla_only(facts: Facts) -> Check:
     if "XLA_GPU" in kinds and "GPU" not in kinds:
         check.status = FAIL
         check.summary = "TensorFlow lists XLA_GPU but no GPU: the CUDA libraries failed to load in an old release"
-        check.fix = "upgrade TensorFlow (pip install -U 'tensorflow[and-cuda]') and check cuda-libraries"
+        check.fix = (f"upgrade TensorFlow ({pip_command()} install -U 'tensorflow[and-cuda]=={TESTED_TF_VERSION}', the "
+                     "release this panel is tested with) and check cuda-libraries")
     else:
         check.summary = "no XLA-only devices"
     return check

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tf_device_panel.core.config import GpuInfo
+
+log = logging.getLogger(__name__)
+MIG_PREFIX = "MIG-"
 
 # TF's line when it creates a logical GPU, e.g.
 # Created device /job:localhost/replica:0/task:0/device:GPU:1 with 1024 MB memory:  -> device: 0, name: NVIDIA L4,
@@ -77,30 +81,61 @@ def _field(gpu: Any, name: str) -> Any:
     return gpu.get(name) if isinstance(gpu, dict) else getattr(gpu, name, None)
 
 
-def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> list[int]:
-    """NVML's index of each CUDA device, in CUDA's (and so TensorFlow's physical) order, as CUDA reads
-    `CUDA_VISIBLE_DEVICES` in the run process (where CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order too).
+def is_mig_entry(entry: str) -> bool:
+    """A MIG instance in CUDA_VISIBLE_DEVICES: `MIG-<UUID>` (drivers from R470) or `MIG-GPU-<UUID>/<GI>/<CI>`
+    (R450/R460), as CUDA's documentation gives them. CUDA uses it; NVML's GPU list (physical GPUs) lacks it."""
+    return entry.strip().upper().startswith(MIG_PREFIX)
 
-    Unset: every GPU, in NVML's order. Set: each entry an index into that order or a GPU UUID (or its unique
-    prefix, "GPU-8315"); at the first entry CUDA cannot use (unknown, repeated, a MIG instance, garbage) it
-    ignores that entry and every later one. "" or "-1": no GPU. `nvml_gpus`: snapshots or their dicts.
+
+def uuid_matches(prefix: str, nvml_gpus: Iterable[Any]) -> list[int]:
+    """NVML's indices of the GPUs whose UUID starts with `prefix` (as CUDA allows), compared case-insensitively."""
+    return [int(_field(g, "index")) for g in nvml_gpus
+            if str(_field(g, "uuid") or "").lower().startswith(prefix.strip().lower())]
+
+
+def cuda_visible_devices(visible: str | None, nvml_gpus: Sequence[Any]) -> list[int | str]:
+    """Each CUDA device, in CUDA's (and so TensorFlow's physical) order, as CUDA reads `CUDA_VISIBLE_DEVICES` in
+    the run process (where CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML's order too): NVML's index of the GPU, or, for a
+    MIG instance, its entry as written (NVML lists physical GPUs only, so its memory cannot be read here).
+
+    Unset: every GPU, in NVML's order. Set: each entry an index into that order, a GPU UUID (or its unique
+    prefix, "GPU-8315", any case) or a MIG instance; at the first entry CUDA cannot use (unknown, repeated,
+    garbage) it ignores that entry and every later one. "" or "-1": no GPU. `nvml_gpus`: snapshots or dicts.
     """
     ordered = [int(_field(g, "index")) for g in nvml_gpus]
     if visible is None:
-        return ordered
-    chosen: list[int] = []
+        return list(ordered)
+    chosen: list[int | str] = []
     for entry in (e.strip() for e in visible.split(",")):
-        index: int | None = None
+        device: int | str | None = None
         if entry.isdigit() and int(entry) < len(ordered):
-            index = ordered[int(entry)]
+            device = ordered[int(entry)]
         elif entry.upper().startswith("GPU-"):
-            matches = [int(_field(g, "index")) for g in nvml_gpus
-                       if str(_field(g, "uuid") or "").lower().startswith(entry.lower())]
-            index = matches[0] if len(matches) == 1 else None
-        if index is None or index in chosen:
+            matches = uuid_matches(entry, nvml_gpus)
+            device = matches[0] if len(matches) == 1 else None
+        elif is_mig_entry(entry):
+            device = entry
+        repeated = device in chosen or (isinstance(device, str)
+                                        and device.lower() in [str(c).lower() for c in chosen])
+        if device is None or repeated:
             break
-        chosen.append(index)
+        chosen.append(device)
     return chosen
+
+
+def cuda_visible_nvml_indices(visible: str | None, nvml_gpus: Sequence[Any]) -> list[int | None]:
+    """NVML's index of each CUDA device (`cuda_visible_devices`), None for a MIG instance."""
+    return [device if isinstance(device, int) else None for device in cuda_visible_devices(visible, nvml_gpus)]
+
+
+def mig_warning(visible: str | None) -> str | None:
+    """What cannot be checked when CUDA_VISIBLE_DEVICES names MIG instances, or None."""
+    mig = [e.strip() for e in (visible or "").split(",") if is_mig_entry(e)]
+    if not mig:
+        return None
+    return (f"CUDA_VISIBLE_DEVICES names MIG instance(s) {', '.join(mig)}: CUDA uses them, but NVML lists only "
+            "physical GPUs, so their GPU indices and memory totals are not checked here (TensorFlow checks them "
+            "when it starts)")
 
 
 def gpu_info(tf_index: int, nvml_gpu: Any, name: str = "") -> GpuInfo:
@@ -116,7 +151,20 @@ def gpu_info(tf_index: int, nvml_gpu: Any, name: str = "") -> GpuInfo:
 
 def tf_gpu_inventory(nvml_gpus: Sequence[Any], visible: str | None) -> list[GpuInfo]:
     """TensorFlow's physical GPUs as validation must see them: TF's indices (after CUDA_VISIBLE_DEVICES, matched
-    to NVML by UUID and PCI order) with CUDA's totals (`gpu_info`). `nvml_gpus`: snapshots or their dicts."""
+    to NVML by UUID and PCI order) with CUDA's totals (`gpu_info`). A MIG instance keeps its index but has no
+    known total, so its splits are not checked against one (a warning says so). `nvml_gpus`: snapshots or dicts."""
     by_index = {int(_field(g, "index")): g for g in nvml_gpus}
-    return [gpu_info(tf_index, by_index[nvml_index])
-            for tf_index, nvml_index in enumerate(cuda_visible_nvml_indices(visible, nvml_gpus))]
+    inventory = []
+    for tf_index, device in enumerate(cuda_visible_devices(visible, nvml_gpus)):
+        if isinstance(device, int):
+            inventory.append(gpu_info(tf_index, by_index[device]))
+        else:
+            inventory.append(GpuInfo(tf_index, f"MIG instance {device}"))
+    warning = mig_warning(visible)
+    if warning is not None and warning not in _warned:
+        _warned.add(warning)
+        log.warning("%s", warning)
+    return inventory
+
+
+_warned: set[str] = set()  # each MIG warning once per process: validation runs on every profile change

@@ -205,6 +205,9 @@ def _fraction_steps(config: DeviceConfig, gpus: Sequence[GpuInfo] | None) -> lis
                 # Not skipped: a GPU left without its limit would take all its memory.
                 raise StepError(f"read GPU:{index}'s total memory for memory_fraction", exc) from exc
             limit = int(total * fraction)
+            if limit < 1:  # validation refuses such a fraction; a GPU with a 0 MiB limit would be no GPU at all
+                raise StepError(f"limit GPU:{index} to {fraction:g} of its {total} MiB",
+                                ValueError(f"{fraction:g} × {total} MiB is under 1 MiB"))
             tf.config.set_logical_device_configuration(
                 gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])
             limits[index] = (limit,)

@@ -11,10 +11,14 @@ or `scripts/gpu-acceptance.sh`, which does the same. It checks, each against wha
      the logical devices and their limits;
   3. the GPU memory each profile's run holds after its first op, read from NVML's process list;
   4. every job on the GPU (matmul, replicate, session, memory, fit dense and cnn, custom-loop over a split GPU
-     with the default cross-device ops, the memory job's OOM past a logical GPU's limit);
+     with the default cross-device ops and why they were chosen (two replicas on one physical GPU while NCCL
+     loads, its version reported), the memory job's OOM past a logical GPU's limit, multi-worker and
+     parameter-server clusters, and your own script);
   5. the benchmark (TF32 labelled, no figure above the GPU's peak, tf32=off measured too);
   6. the exporter during a run: TensorFlow's allocator metrics and the run's process memory;
   7. the doctor: no check fails.
+With --record DIR it also writes the GPU's readings as fixture JSON (DIR/gpu.json, DIR/benchmark-rows.json), in
+the shape tests/fixtures/h100/ holds, to replace figures there that came from a specification.
 Exit status 0 when every check passed. Everything judged here is a pure function of the figures, tested
 against the H100's recorded figures (tests/test_gpu_acceptance.py) so the judging runs in CI without a GPU.
 """
@@ -175,6 +179,53 @@ def judge_job(name: str, outcome: dict[str, Any], expect: Callable[[dict[str, An
     return Result("jobs", name, not problems, figures, problems)
 
 
+SPLIT_REASON = "split from one physical GPU"
+
+
+def judge_split_choice(name: str, outcome: dict[str, Any], nccl: tuple[str | None, str]) -> Result:
+    """A mirrored run over two logical GPUs of one physical GPU: HierarchicalCopyAllReduce, and for the right
+    reason — the replicas share a GPU (NCCL runs one rank per GPU) while NCCL itself loads (`nccl`: its version
+    and where, from `cudalibs.nccl_version` in the same environment), so NCCL's absence is not what chose it."""
+    result = judge_job(name, outcome, fit_expect(2, "HierarchicalCopyAllReduce"))
+    note = str((outcome.get("result") or {}).get("note") or "")
+    version, where = nccl
+    if result.passed and SPLIT_REASON not in note:
+        result.passed = False
+        result.detail.append(f"chosen for another reason than the shared GPU: {note or 'no note'}")
+    if version is None:
+        result.passed = False
+        result.detail.append(f"NCCL does not load here ({where}), so the split's reason is not what was tested; "
+                             "prepare the host with prepare.sh --nccl")
+    result.figures += f"; NCCL {version} loads ({where})" if version else "; NCCL does not load"
+    if note:
+        result.figures += f"; {note}"
+    return result
+
+
+def judge_cluster(name: str, outcome: dict[str, Any], workers: int) -> Result:
+    """A multi-worker or parameter-server run on the GPU: finished, every worker heard from, the losses agreeing
+    (multi-worker), and the GPU used: ops placed on one, or the tasks' own device lists naming one."""
+    result = dict(outcome.get("result") or {})
+    problems = []
+    if outcome.get("status") != "ok":
+        error = outcome.get("error") or {}
+        problems.append(f"status {outcome.get('status')}: {error.get('type')}: {str(error.get('message'))[:300]}")
+    counts = placements_by_device(outcome)
+    gpu_ops = sum(n for device, n in counts.items() if "GPU:" in device)
+    task_gpus = sorted({str(device) for devices in (result.get("task_devices") or {}).values()
+                        for device in (devices or []) if "GPU:" in str(device)})
+    if not problems:
+        if result.get("workers") != workers:
+            problems.append(f"{result.get('workers')} workers reported, wanted {workers}")
+        if result.get("strategy") == "MultiWorkerMirroredStrategy" and not result.get("losses_agree"):
+            problems.append(f"the workers' losses disagree: {result.get('losses')}")
+        if not gpu_ops and not task_gpus:
+            problems.append("no op was placed on a GPU and no task listed one")
+    figures = (f"{outcome.get('status')} in {outcome.get('duration_s') or 0:.2f} s; {result.get('strategy')}, "
+               f"{result.get('workers')} workers; GPU ops {gpu_ops}; task GPUs {', '.join(task_gpus) or 'none'}")
+    return Result("jobs", name, not problems, figures, problems)
+
+
 def judge_benchmark(result: dict[str, Any], capability: str, tf32: bool) -> Result:
     """GPU rows: float32 labelled TF32 where TensorFlow used it, none above the GPU's peak, a peak estimated."""
     from tf_device_panel.core.jobs.benchmark import TF32_LABEL, uses_tf32
@@ -267,6 +318,9 @@ def run_json(job: str, profile: Path, *params: str, timeout: float = 600) -> dic
 def gpu_facts() -> dict[str, Any]:
     from tf_device_panel.core.config import gpu_total_mib
     from tf_device_panel.core.nvml import Nvml
+
+    # CUDA numbers GPUs fastest first unless told otherwise: read "GPU 0" in NVML's (PCI) order, as runs do.
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
 
     nvml = Nvml()
     if not nvml.init() or not nvml.gpus():
@@ -382,6 +436,16 @@ def fit_expect(replicas: int, ops: str | None) -> Callable[[dict[str, Any]], str
     return expect
 
 
+def script_expect(outcome: dict[str, Any]) -> str | None:
+    """The user's script ran to its end, as __main__, with its arguments (its one op's placement is judge_job's)."""
+    result = outcome.get("result") or {}
+    if result.get("exit_code") != 0:
+        return f"the script ended with exit code {result.get('exit_code')}"
+    if list(result.get("argv") or [])[1:] != ["/GPU:0", "0"]:
+        return f"the script got argv {result.get('argv')}, wanted its path, /GPU:0 and 0"
+    return None
+
+
 def matrix_expect(expected: list[list[float]]) -> Callable[[dict[str, Any]], str | None]:
     def expect(outcome: dict[str, Any]) -> str | None:
         matrix = (outcome.get("result") or {}).get("matrix")
@@ -427,10 +491,12 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
                              matrix_expect([[44.0, 56.0], [98.0, 128.0]])))
     results.append(judge_job("session two-devices", run_json("session", split, "example=two-devices"),
                              session_expect))
-    results.append(judge_job("fit over a split (auto cross-device ops)", run_json("fit", split),
-                             fit_expect(2, "HierarchicalCopyAllReduce")))
-    results.append(judge_job("custom-loop over a split (auto)", run_json("custom-loop", split),
-                             fit_expect(2, "HierarchicalCopyAllReduce")))
+    from tf_device_panel.core.cudalibs import nccl_version
+
+    nccl = nccl_version()  # in this environment, which the runs inherit (LD_LIBRARY_PATH)
+    facts["nccl"] = nccl[0] or f"not loadable: {nccl[1]}"
+    results.append(judge_split_choice("fit over a split (auto cross-device ops)", run_json("fit", split), nccl))
+    results.append(judge_split_choice("custom-loop over a split (auto)", run_json("custom-loop", split), nccl))
     results.append(judge_job("fit dense, whole GPU", run_json("fit", whole), fit_expect(1, None)))
     results.append(judge_job("memory under growth", run_json("memory", profiles["growth"])))
     oom = run_json("memory", split, "step_mib=1024", "steps=6")
@@ -443,6 +509,19 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
         results.append(judge_job("fit cnn over a 4096+4096 split", run_json(
             "fit", _profile(folder, "split4096", DeviceConfig(virtual_gpus={0: (4096, 4096)})), "model=cnn"),
             fit_expect(2, "HierarchicalCopyAllReduce")))
+    # Several TensorFlow processes share the one GPU: each must grow its memory, not take it all.
+    growth = profiles["growth"]
+    results.append(judge_cluster("multi-worker, 2 workers", run_json(
+        "multi-worker", growth, "workers=2", "steps=5", "timeout_s=600", timeout=900), 2))
+    results.append(judge_cluster("parameter-server, 2 workers", run_json(
+        "parameter-server", growth, "workers=2", "steps=10", "log_placement=true", "timeout_s=600", timeout=900), 2))
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(HOLD_SCRIPT)
+    try:
+        results.append(judge_job("your script (one op on /GPU:0)", run_json(
+            "script", whole, f"path={script.name}", "args=/GPU:0 0"), script_expect))
+    finally:
+        os.unlink(script.name)
     sizes = "1024,4096" if quick else "1024,4096,8192"
     for tf32 in (True, False):
         dtypes = "dtypes=float32,float16,bfloat16" if tf32 else "dtypes=float32"
@@ -450,6 +529,8 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
                          f"tf32={'on' if tf32 else 'off'}")
         results.append(judge_benchmark(bench.get("result") or {}, str(facts["compute_capability"]), tf32)
                        if bench.get("status") == "ok" else judge_job("benchmark", bench))
+        if tf32 and bench.get("status") == "ok":
+            facts["benchmark_rows"] = (bench.get("result") or {}).get("rows")
     results.append(exporter_during_run(profiles["growth"]))
     doctor = panel("doctor", "--json", timeout=600)
     try:
@@ -458,6 +539,26 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
         results.append(Result("doctor", "doctor", False, f"no report (exit {doctor.returncode})",
                               [doctor.stderr[-500:]]))
     return results, facts
+
+
+def fixture_files(facts: dict[str, Any], results: Sequence[Result], when: str) -> dict[str, Any]:
+    """The readings as tests/fixtures/h100/'s files: gpu.json (NVML, CUDA's total, SMs and clock as read, the
+    memory each profile's run held) and benchmark-rows.json (the tf32=on table), each saying where it came from."""
+    source = (f"scripts/gpu_acceptance.py --record on {when}: {facts.get('gpu')}, driver {facts.get('driver')}, "
+              f"TensorFlow {facts.get('tf_version')}")
+    held = {r.name: int(re.sub(r"[^\d]", "", r.figures.split(" MiB")[0])) for r in results
+            if r.section == "memory" and " MiB held" in r.figures}
+    files: dict[str, Any] = {"gpu.json": {
+        "source": source,
+        "nvml": {"name": facts.get("gpu"), "memory_total_mib": facts.get("nvml_total_mib"),
+                 "reserved_mib": facts.get("reserved_mib"), "compute_capability": facts.get("compute_capability")},
+        "cuda_total_mib": facts.get("cuda_total_mib"),
+        "sm_count": facts.get("sm_count"), "max_sm_clock_mhz": facts.get("max_sm_clock_mhz"),
+        "nccl": facts.get("nccl"),
+        "process_memory_after_first_op_mib": held}}
+    if facts.get("benchmark_rows"):
+        files["benchmark-rows.json"] = {"source": source, "rows": facts["benchmark_rows"]}
+    return files
 
 
 def _profile(folder: Path, name: str, config: DeviceConfig) -> Path:
@@ -471,9 +572,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", default="gpu-acceptance.md", help="where to write the Markdown report")
     parser.add_argument("--json", dest="json_path", help="also write the results and figures as JSON")
     parser.add_argument("--quick", action="store_true", help="skip the CNN fits and the 8192 benchmark")
+    parser.add_argument("--record", metavar="DIR", help="also write the readings as fixture JSON into DIR "
+                        "(gpu.json, benchmark-rows.json), the shape tests/fixtures/h100/ holds")
     args = parser.parse_args(argv)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     results, facts = run_all(args.quick)
+    if args.record:
+        for name, content in fixture_files(facts, results, when).items():
+            Path(args.record).mkdir(parents=True, exist_ok=True)
+            (Path(args.record) / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
     Path(args.report).write_text(to_markdown(results, facts, when), encoding="utf-8")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps({"when": when, "facts": facts,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from helpers import ROOT
 from tf_device_panel.core import doctor, doctor_probe
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
 from tf_device_panel.core.nvml import Nvml
 
@@ -103,13 +104,23 @@ def test_gpu_gap_names_the_missing_gpu_by_bus_id() -> None:
 @pytest.mark.parametrize(("value", "status", "words"), [
     ("", FAIL, "hides every GPU"), ("-1", FAIL, "hides every GPU"), ("0,5", FAIL, "do not exist: 5"),
     ("1", PASS, "CUDA_VISIBLE_DEVICES=1"), ("GPU-1a", PASS, "CUDA_VISIBLE_DEVICES=GPU-1a"),
-    ("GPU-zz", FAIL, "do not exist: GPU-zz"),
+    ("GPU-zz", FAIL, "do not exist: GPU-zz"), ("gpu-1AAA", PASS, "CUDA_VISIBLE_DEVICES=gpu-1AAA"),
+    ("MIG-3f2e9a,1", WARN, "MIG instance(s) MIG-3f2e9a: CUDA uses them"),
 ])
 def test_cuda_visible_devices(value: str, status: str, words: str) -> None:
     facts = healthy(2)
     facts.env["CUDA_VISIBLE_DEVICES"] = value
     check = by_id(facts)["cuda-visible-devices"]
     assert check.status == status and words in check.summary
+
+
+def test_a_mig_instance_in_cuda_visible_devices_does_not_refuse_the_profile() -> None:
+    facts = healthy(2)
+    facts.env["CUDA_VISIBLE_DEVICES"] = "MIG-3f2e9a"
+    facts.config = DeviceConfig(virtual_gpus={0: (2048, 2048)}).to_json()
+    checks = by_id(facts)
+    assert checks["configuration"].status == PASS, checks["configuration"]
+    assert checks["cuda-visible-devices"].status == WARN and "not checked" in checks["cuda-visible-devices"].summary
 
 
 def test_device_order_advice_for_mixed_gpus() -> None:
@@ -308,7 +319,8 @@ def test_no_nvidia_gpu_on_the_pci_bus_comes_first_and_skips_what_cannot_apply(tm
     checks = doctor.diagnose(facts)
     first = checks[0]
     assert first.id == "hardware" and first.status == FAIL
-    assert first.summary == "no NVIDIA GPU on this machine: none of its 3 PCI devices is NVIDIA's (vendor 0x10de)"
+    assert first.summary == ("no NVIDIA GPU on this machine: none of its 3 PCI devices is an NVIDIA display "
+                             "controller (vendor 0x10de, class 0x03xxxx), and neither NVML nor TensorFlow sees a GPU")
     assert "GPU instance" in first.fix and "passed through" in first.fix
     skipped = {c.id for c in checks if c.status == SKIPPED and "no NVIDIA GPU on this machine" in c.summary}
     assert skipped == {"driver", "gpus", "cuda-visible-devices", "cuda-libraries", "compute-capability",
@@ -323,9 +335,51 @@ def test_pci_devices_with_an_nvidia_vendor_are_found(tmp_path) -> None:
     for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", "0x030200")):  # the H100 SXM
         (tmp_path / "0000:00:06.0" / name).write_text(value + "\n")
     pci = doctor.pci_facts(tmp_path)
-    assert pci == {"readable": True, "devices": 1,
+    assert pci == {"readable": True, "devices": 1, "nvidia_other": [],
                    "nvidia": [{"address": "0000:00:06.0", "device": "0x2330", "class": "0x030200"}]}
     assert doctor.pci_facts(tmp_path / "absent")["readable"] is False
+
+
+def write_pci(root: Any, functions: list[tuple[str, str, str]]) -> None:
+    for address, vendor, pci_class in functions:
+        (root / address).mkdir()
+        (root / address / "vendor").write_text(vendor + "\n")
+        (root / address / "class").write_text(pci_class + "\n")
+
+
+def test_only_display_class_functions_count_as_gpus(tmp_path) -> None:
+    # An NVSwitch bridge (0x068000) and a GPU's HDMI audio function (0x040300) carry NVIDIA's vendor id too.
+    write_pci(tmp_path, [("0000:00:00.0", "0x8086", "0x060000"), ("0000:05:00.0", "0x10de", "0x068000"),
+                         ("0000:06:00.1", "0x10de", "0x040300"), ("0000:07:00.0", "0x10de", "0x030000")])
+    pci = doctor.pci_facts(tmp_path)
+    assert [d["address"] for d in pci["nvidia"]] == ["0000:07:00.0"]
+    assert [d["address"] for d in pci["nvidia_other"]] == ["0000:05:00.0", "0000:06:00.1"]
+    check = doctor.check_hardware(replace(healthy(1), pci=pci))
+    assert check.status == PASS and check.summary == "1 NVIDIA GPU(s) on the PCI bus"
+
+
+def test_nvidia_audio_and_bridges_alone_are_no_gpu(tmp_path) -> None:
+    write_pci(tmp_path, [("0000:05:00.0", "0x10de", "0x068000"), ("0000:06:00.1", "0x10de", "0x040300")])
+    facts = replace(healthy(0), pci=doctor.pci_facts(tmp_path), nvml={"available": False, "message": "no driver"})
+    check = by_id(facts)["hardware"]
+    assert check.status == FAIL and "none of its 2 PCI devices is an NVIDIA display controller" in check.summary
+    assert any("0000:05:00.0" in e and "not a GPU" in e for e in check.evidence)
+
+
+@pytest.mark.parametrize("witness", ["nvml", "tensorflow"])
+def test_a_hidden_pci_bus_does_not_override_nvml_or_tensorflow(tmp_path, witness: str) -> None:
+    # A container's /sys/bus/pci shows only virtual devices while the GPU works: the PCI bus is the odd one out.
+    write_pci(tmp_path, [("0000:00:00.0", "0x8086", "0x060000")])
+    facts = replace(healthy(1), pci=doctor.pci_facts(tmp_path))
+    if witness == "tensorflow":
+        facts.nvml = {"available": False, "message": "libnvidia-ml.so.1 not found"}
+    checks = by_id(facts)
+    hardware = checks["hardware"]
+    assert hardware.status == WARN
+    assert "the PCI bus shows no NVIDIA GPU, yet NVML sees" in hardware.summary
+    assert "the other checks run" in hardware.summary
+    assert not any("no NVIDIA GPU on this machine" in c.summary for c in checks.values())
+    assert checks["placement"].status == PASS and checks["cuda-libraries"].status == PASS
 
 
 def h100_with_libraries_on_ld_library_path() -> Facts:
@@ -429,13 +483,38 @@ def test_a_real_probe_process_that_segfaults_is_reported_as_a_crash(tmp_path, cr
     assert check.summary == f"the TensorFlow probe crashed (SIGSEGV) during {stage}"
 
 
+def test_a_real_probe_that_hangs_keeps_its_stage_and_facts(tmp_path) -> None:
+    package = tmp_path / "tensorflow"  # a TensorFlow that imports, then stalls in cuInit as a wedged GPU makes it
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "import sys, time\nfrom types import SimpleNamespace\n__version__ = '2.21.0'\n"
+        "sysconfig = SimpleNamespace(get_build_info=lambda: {'is_cuda_build': True, 'cuda_version': '12.5.1'})\n"
+        "def _hang(*args):\n    print('hanging in cuInit', file=sys.stderr, flush=True)\n    time.sleep(600)\n"
+        "config = SimpleNamespace(list_physical_devices=_hang)\n")
+    probe, stderr = doctor.run_probe({"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+                                     timeout=8)
+    assert probe["crash"]["hung"] and probe["crash"]["stage"] == "GPU discovery", probe
+    assert probe["imported"] and probe["version"] == "2.21.0" and probe["build"]["cuda_version"] == "12.5.1"
+    assert "hanging in cuInit" in probe["crash"]["last_lines"] and "hanging in cuInit" in stderr
+    facts = replace(healthy(1), probe=probe)
+    checks = by_id(facts)
+    tensorflow = checks["tensorflow"]
+    assert tensorflow.status == FAIL
+    assert tensorflow.summary == ("the TensorFlow probe hung during GPU discovery: no answer within 8 s, "
+                                  "so it was killed")
+    assert "TensorFlow 2.21.0 had imported" in tensorflow.evidence and "nvidia-smi" in tensorflow.fix
+    assert "cannot be imported" not in doctor.to_text(list(checks.values()), facts)
+    assert checks["gpus"].summary.endswith("its probe hung during GPU discovery (see tensorflow)")
+
+
 def test_without_tensorflow_the_pytorch_fix_names_a_version() -> None:
     report = json.loads((FIXTURES / "doctor-without-tensorflow.json").read_text())
     assert report["checks"][11]["fix"] == "pip install 'tensorflow[and-cuda]==' (see cuda-libraries)"  # recorded
     known = {f.name for f in fields(Facts)}
     facts = Facts(**{k: v for k, v in report["facts"].items() if k in known})
     check = by_id(facts)["pytorch"]
-    assert check.status == WARN and check.fix == "pip install 'tensorflow[and-cuda]==2.21.0' (see cuda-libraries)"
+    assert check.status == WARN
+    assert check.fix == f"{sys.executable} -m pip install 'tensorflow[and-cuda]==2.21.0' (see cuda-libraries)"
 
 
 def test_a_stand_in_library_is_named_as_unusable() -> None:
@@ -448,3 +527,57 @@ def test_a_stand_in_library_is_named_as_unusable() -> None:
     assert check.status == FAIL and check.summary.startswith("TensorFlow cannot use libcublas.so.12 (cuBLAS: MatMul")
     assert "libcublas.so.12 (cuBLAS): /tmp/cudalib/libcublas.so.12 opens but has no cublasCreate_v2: a stand-in or a " \
            "broken file" in check.evidence
+
+
+# -- install hints: this interpreter's pip, a version always, the CPU build first where there is no GPU ---------
+
+PIP = f"{sys.executable} -m pip"
+
+
+def no_gpu_machine(tensorflow: bool) -> Facts:
+    probe = ({"imported": True, "version": "2.21.0", "build": {"is_cuda_build": False},
+              "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU"}]} if tensorflow
+             else {"imported": False, "import_error": "ModuleNotFoundError: No module named 'tensorflow'"})
+    return replace(healthy(0), pci={"readable": True, "devices": 3, "nvidia": [], "nvidia_other": []},
+                   nvml={"available": False, "message": "no driver"}, probe=probe, libraries=[],
+                   packages={"tensorflow": "2.21.0"} if tensorflow else {})
+
+
+def test_without_a_gpu_the_cpu_build_is_the_only_install_hint() -> None:
+    facts = no_gpu_machine(tensorflow=False)
+    checks = by_id(facts)
+    assert checks["tensorflow"].fix.startswith(f"{PIP} install 'tensorflow==2.21.0'")
+    assert "and-cuda" not in doctor.to_text(list(checks.values()), facts)
+    assert f"({PIP} install 'tensorflow==2.21.0')" in checks["hardware"].fix
+
+
+def test_with_tensorflow_installed_the_hardware_check_suggests_no_pip_line() -> None:
+    checks = by_id(no_gpu_machine(tensorflow=True))
+    assert checks["hardware"].status == FAIL and "pip" not in checks["hardware"].fix
+    assert checks["tensorflow"].status == PASS and "loses nothing" in checks["tensorflow"].summary  # CPU build, no GPU
+
+
+def test_unknown_hardware_puts_the_cpu_build_first_and_a_gpu_puts_the_cuda_build_first() -> None:
+    unknown = replace(no_gpu_machine(tensorflow=False), pci={"readable": False, "error": "not Linux"})
+    fix = by_id(unknown)["tensorflow"].fix
+    assert fix.index("'tensorflow==2.21.0'") < fix.index("'tensorflow[and-cuda]==2.21.0'")
+    with_gpu = replace(healthy(1), probe={"imported": False, "import_error": "ModuleNotFoundError"})
+    assert by_id(with_gpu)["tensorflow"].fix.startswith(f"{PIP} install 'tensorflow[and-cuda]==2.21.0'")
+
+
+def test_every_fix_uses_this_interpreters_pip_and_names_a_version() -> None:
+    cpu_build = healthy(1)
+    cpu_build.probe["build"] = {"is_cuda_build": False}
+    cpu_build.packages["tensorflow-cpu"] = "2.21.0"
+    assert by_id(cpu_build)["tensorflow"].fix == (
+        f"This TensorFlow can never use a GPU. On Linux: {PIP} uninstall -y tensorflow-cpu && {PIP} install "
+        "--force-reinstall 'tensorflow[and-cuda]==2.21.0'")
+    assert by_id(cpu_build)["packages"].fix == (f"{PIP} uninstall -y tensorflow-cpu tensorflow && {PIP} install "
+                                                "'tensorflow[and-cuda]==2.21.0'")
+    xla = healthy(1)
+    xla.probe["physical"] = [{"name": "/physical_device:XLA_GPU:0", "device_type": "XLA_GPU"}]
+    from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
+    assert f"{PIP} install -U 'tensorflow[and-cuda]=={TESTED_TF_VERSION}'" in by_id(xla)["xla-devices"].fix
+    crashed = replace(healthy(1), probe={"imported": False, "stage": "started", "crash": {
+        "returncode": -11, "how": "SIGSEGV", "stage": "import", "last_lines": []}})
+    assert f"{PIP} install --force-reinstall 'tensorflow[and-cuda]==2.21.0'" in by_id(crashed)["tensorflow"].fix

@@ -167,3 +167,100 @@ def test_the_whole_acceptance_run_on_this_gpu(tmp_path: Path) -> None:
                            str(report)], capture_output=True, text=True, timeout=1800)
     print(report.read_text())
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+# -- why HierarchicalCopyAllReduce, the cluster and script jobs, CUDA's order, the recorded fixtures ----------
+
+NCCL = ("2.27.7", "/tmp/cudalib/libnccl.so.2 (LD_LIBRARY_PATH)")  # real NCCL on the H100 host (prepare.sh --nccl)
+
+
+def split_fit(note: str) -> dict:
+    placements = [{"short_device": device} for device in ("/GPU:0", "/GPU:1")]
+    return {"status": "ok", "duration_s": 4.32, "placements": placements,
+            "result": {"replicas_in_sync": 2, "cross_device_ops": "HierarchicalCopyAllReduce", "note": note}}
+
+
+def test_the_split_check_verifies_why_hierarchical_copy_was_chosen_and_reports_nccls_version() -> None:
+    from tf_device_panel.core.jobs.training import choose_cross_device_ops
+
+    names = ["/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1"]
+    ops, note = choose_cross_device_ops("auto", names, {"/GPU:0": 0, "/GPU:1": 0}, lambda: NCCL)
+    assert ops == "HierarchicalCopyAllReduce"
+    result = acceptance.judge_split_choice("fit over a split", split_fit(note), NCCL)
+    assert result.passed, result.detail
+    assert "NCCL 2.27.7 loads (/tmp/cudalib/libnccl.so.2 (LD_LIBRARY_PATH))" in result.figures
+    assert "split from one physical GPU (GPU 0)" in result.figures
+
+    no_nccl = acceptance.judge_split_choice("fit over a split", split_fit(note), (None, "libnccl.so.2 not found"))
+    assert no_nccl.passed is False and "prepare.sh --nccl" in no_nccl.detail[0]
+    _, other_reason = choose_cross_device_ops("auto", names, {"/GPU:0": 0, "/GPU:1": 1},
+                                              lambda: (None, "libnccl.so.2 not found"))
+    wrong = acceptance.judge_split_choice("fit over a split", split_fit(other_reason), NCCL)
+    assert wrong.passed is False and "another reason than the shared GPU" in wrong.detail[0]
+
+
+def test_cluster_runs_are_judged_by_their_workers_losses_and_gpus() -> None:
+    result = {"strategy": "MultiWorkerMirroredStrategy", "workers": 2, "losses_agree": True,
+              "losses": {"worker:0": [0.5], "worker:1": [0.5]},
+              "task_devices": {"worker:0": ["/job:worker/replica:0/task:0/device:GPU:0"], "worker:1": []}}
+    ok = acceptance.judge_cluster("multi-worker", {"status": "ok", "duration_s": 9.0, "result": result}, 2)
+    assert ok.passed and "task GPUs /job:worker/replica:0/task:0/device:GPU:0" in ok.figures
+    disagree = {**result, "losses_agree": False}
+    assert not acceptance.judge_cluster("multi-worker", {"status": "ok", "result": disagree}, 2).passed
+    on_cpu = {**result, "task_devices": {"worker:0": ["/job:worker/replica:0/task:0/device:CPU:0"]}}
+    assert acceptance.judge_cluster("multi-worker", {"status": "ok", "result": on_cpu}, 2).detail == [
+        "no op was placed on a GPU and no task listed one"]
+
+
+def test_the_run_covers_the_cluster_and_script_jobs_and_why_nccl_was_avoided(monkeypatch, tmp_path) -> None:
+    from tf_device_panel.core import cudalibs
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def fake_run_json(job: str, profile: Path, *params: str, timeout: float = 600) -> dict:
+        calls.append((job, params))
+        return {"status": "ok", "result": {}, "placements": []}
+
+    facts = {"gpu": "NVIDIA H100 80GB HBM3", "nvml_total_mib": NVML_TOTAL, "cuda_total_mib": CUDA_TOTAL,
+             "reserved_mib": 480, "sm_count": 132, "max_sm_clock_mhz": 1980, "compute_capability": "9.0",
+             "gpu_count": 1}
+    monkeypatch.setattr(acceptance, "gpu_facts", lambda: dict(facts))
+    monkeypatch.setattr(acceptance, "run_json", fake_run_json)
+    monkeypatch.setattr(acceptance, "panel", lambda *a, **k: subprocess.CompletedProcess(a, 0, "{}", ""))
+    monkeypatch.setattr(acceptance, "held_by_run", lambda *a, **k: (522, ""))
+    monkeypatch.setattr(acceptance, "exporter_during_run", lambda profile: acceptance.Result("exporter", "x", True, ""))
+    monkeypatch.setattr(cudalibs, "nccl_version", lambda: NCCL)
+    results, seen = acceptance.run_all(quick=True)
+    jobs = [job for job, _ in calls]
+    assert {"multi-worker", "parameter-server", "script"} <= set(jobs), jobs
+    assert seen["nccl"] == "2.27.7"
+    split_checks = [r for r in results if "over a split (auto" in r.name]
+    assert len(split_checks) == 2 and all("NCCL 2.27.7 loads" in r.figures for r in split_checks)
+
+
+def test_gpu_zero_is_read_in_pci_order(monkeypatch) -> None:
+    from fake_nvml import FakeGpus
+    from tf_device_panel.core import config
+
+    FakeGpus(count=2).install(monkeypatch)
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    order_when_read: list[str | None] = []
+    monkeypatch.setattr(config, "gpu_total_mib", lambda index: order_when_read.append(
+        __import__("os").environ.get("CUDA_DEVICE_ORDER")) or 81079)
+    facts = acceptance.gpu_facts()
+    assert order_when_read == ["PCI_BUS_ID"] and facts["cuda_total_mib"] == 81079  # CUDA's GPU 0 is NVML's
+
+
+def test_record_writes_fixtures_in_the_shape_the_tests_read(tmp_path) -> None:
+    facts = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "tf_version": "2.21.0",
+             "nvml_total_mib": NVML_TOTAL, "reserved_mib": 480, "cuda_total_mib": CUDA_TOTAL,
+             "compute_capability": "9.0", "sm_count": 132, "max_sm_clock_mhz": 1980, "nccl": "2.27.7",
+             "benchmark_rows": [{"device": "/GPU:0", "dtype": "float32 (TF32)", "size": 8192, "gflops": 376621.0}]}
+    results = [acceptance.judge_memory("growth", 522, NVML_TOTAL, CUDA_TOTAL),
+               acceptance.judge_memory("split", 2570, NVML_TOTAL, CUDA_TOTAL)]
+    files = acceptance.fixture_files(facts, results, "2026-11-24 07:00 UTC")
+    gpu = files["gpu.json"]
+    assert gpu["sm_count"] == 132 and gpu["max_sm_clock_mhz"] == 1980 and gpu["cuda_total_mib"] == CUDA_TOTAL
+    assert gpu["process_memory_after_first_op_mib"] == {"growth": 522, "split": 2570}
+    assert gpu["source"].startswith("scripts/gpu_acceptance.py --record on 2026-11-24 07:00 UTC")
+    assert files["benchmark-rows.json"]["rows"][0]["gflops"] == 376621.0

@@ -140,3 +140,17 @@ def test_the_cuda_driver_reports_each_gpus_total_memory_as_nvml_does() -> None:
         print(f"GPU {gpu.index}: CUDA {total} MiB, NVML {gpu.memory_total_mib} MiB")
         # NVML counts memory the driver reserves for itself (an H100: 81559 MiB against CUDA's 81079)
         assert 0.95 * gpu.memory_total_mib <= total <= gpu.memory_total_mib
+
+
+def test_a_fraction_that_leaves_a_gpu_under_1_mib_is_refused() -> None:
+    from tf_device_panel.core.config import ConfigError, DeviceConfig, GpuInfo, validate
+
+    with pytest.raises(ConfigError) as caught:  # no GPU needed: under 1 MiB even of a 1 TiB GPU
+        DeviceConfig.from_json({"version": 1, "memory_fraction": 1e-9})
+    (problem,) = caught.value.problems
+    assert problem.field == "memory_fraction" and "limits each GPU to under 1 MiB" in problem.message
+    h100 = [GpuInfo(0, "NVIDIA H100 80GB HBM3", 81079, total_source="CUDA")]
+    (problem,) = validate(DeviceConfig(memory_fraction=1e-5), h100)  # 0.81 MiB of the H100
+    assert str(problem).startswith("memory_fraction: 1e-05 × GPU 0's 81079 MiB is under 1 MiB — use at least 1.2e-05")
+    assert validate(DeviceConfig(memory_fraction=2e-5), h100) == []  # 1.6 MiB: tiny, but a limit
+    assert validate(DeviceConfig(memory_fraction=1e-5, visible_gpus=()), h100) == []  # no visible GPU to limit

@@ -29,11 +29,33 @@ def test_devices_and_run_say_tensorflow_is_not_installed_and_how_to_install_it(
     done = subprocess.run([sys.executable, "-m", "tf_device_panel", *command], cwd=ROOT, env=no_tensorflow,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
+    from tf_device_panel.core.cudalibs import install_commands
+
     expected = (f"error: TensorFlow is not installed in this Python ({sys.executable}); install it with: "
-                f"{sys.executable} -m pip install 'tensorflow[and-cuda]==2.21.0' (Linux with an NVIDIA GPU), "
-                f"or {sys.executable} -m pip install 'tensorflow==2.21.0'")
+                f"{install_commands(sys.executable)}")  # the CUDA build first only where there is an NVIDIA GPU
     assert expected in done.stderr
     assert "rejected the configuration" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+def write_pci(root: Path, functions: list[tuple[str, str]]) -> None:
+    for number, (vendor, pci_class) in enumerate(functions):
+        (root / f"0000:0{number}:00.0").mkdir(parents=True)
+        (root / f"0000:0{number}:00.0" / "vendor").write_text(vendor + "\n")
+        (root / f"0000:0{number}:00.0" / "class").write_text(pci_class + "\n")
+
+
+def test_the_install_hint_puts_the_cuda_build_first_only_where_there_is_an_nvidia_gpu(tmp_path: Path) -> None:
+    from tf_device_panel.core.cudalibs import install_commands
+
+    write_pci(tmp_path / "none", [("0x1af4", "0x020000"), ("0x10de", "0x040300")])  # virtio, a GPU's audio only
+    write_pci(tmp_path / "h100", [("0x8086", "0x060000"), ("0x10de", "0x030200")])
+    assert install_commands("py", pci_root=tmp_path / "none") == (
+        "py -m pip install 'tensorflow==2.21.0' (no NVIDIA GPU on this machine; where there is one: "
+        "py -m pip install 'tensorflow[and-cuda]==2.21.0')")
+    assert install_commands("py", pci_root=tmp_path / "h100").startswith(
+        "py -m pip install 'tensorflow[and-cuda]==2.21.0' (this machine has an NVIDIA GPU)")
+    unreadable = install_commands("py", pci_root=tmp_path / "absent")
+    assert unreadable.index("'tensorflow==2.21.0'") < unreadable.index("[and-cuda]")
 
 
 def test_a_broken_tensorflow_is_still_reported_as_what_it_is() -> None:

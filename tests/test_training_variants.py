@@ -118,3 +118,30 @@ def test_one_device_runs_under_the_default_strategy() -> None:
     result, error, _ = run_job(one_cpu, "fit", {"epochs": 1, "devices": "/CPU:0"})  # named: mirrored
     assert error is None, error
     assert result["strategy"] == "MirroredStrategy"
+
+
+@pytest.mark.parametrize("job", ["fit", "custom-loop"])
+@pytest.mark.parametrize("devices", ["cpu:0,/device:CPU:0", "/CPU:1,/job:localhost/replica:0/task:0/device:CPU:1"])
+def test_a_device_named_twice_is_refused_before_tensorflow(job: str, devices: str) -> None:
+    # TensorFlow's MirroredStrategy asserted "No duplicates allowed in `devices` argument" (exit 1, in the run).
+    from tf_device_panel.core.jobs import ParamError
+
+    with pytest.raises(ParamError) as caught:
+        JOBS[job].resolve(texts={"devices": devices})
+    ((name, message),) = caught.value.problems
+    assert name == "devices" and "is listed twice (as " in message and "list each device once" in message
+    assert JOBS[job].resolve(texts={"devices": "/CPU:0,/CPU:1"})["devices"] == "/CPU:0,/CPU:1"
+
+
+def test_the_command_line_refuses_a_duplicate_device_with_exit_2() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "fit", "-p", "devices=cpu:0,/device:CPU:0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=os.environ.copy())
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "'/device:CPU:0' is listed twice (as 'cpu:0')" in done.stdout + done.stderr
+    assert "runtime ready" not in done.stdout + done.stderr and "Traceback" not in done.stderr  # TF never started

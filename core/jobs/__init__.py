@@ -42,6 +42,19 @@ def device_spec_problem(text: str) -> str | None:
     return None
 
 
+def device_key(text: str) -> tuple[str, str, int]:
+    """What names one device, however it is written: 'cpu:0', '/CPU:0', '/device:CPU:0' and
+    '/job:localhost/replica:0/task:0/device:CPU:0' are the same device of the local runtime."""
+    match = _DEVICE_SPEC.match(text.strip())
+    if not match:
+        return (text.strip(), "", -1)
+    where = text.strip()[:match.start("short") if match.group("short") else match.start("full") - len("/device")]
+    where = where.lower().rstrip("/")
+    local = "/job:localhost/replica:0/task:0"
+    return ("" if where in ("", "/job:localhost", "/job:localhost/replica:0", local) else where,
+            (match.group("short") or match.group("full")).upper(), int(match.group("index")[:MAX_NUMBER_CHARS]))
+
+
 class _NotANumber(ValueError):
     """A number written so that Python would misread or refuse it; the message says how to write it."""
 
@@ -151,7 +164,7 @@ class Param:
             if problem:
                 raise ValueError(problem)
         if kind == DEVICES:
-            seen: dict[tuple[str, ...], str] = {}
+            seen: dict[tuple[str, str, int], str] = {}
             for item in split_devices(value):
                 problem = device_spec_problem(item)
                 if problem:
@@ -189,15 +202,6 @@ class Param:
             except ValueError as exc:
                 raise ValueError(f"cannot split arguments: {exc}") from None
         return value
-
-
-def device_key(text: str) -> tuple[str, ...]:
-    """What a valid device name names, whatever its spelling: '/CPU:0', 'cpu:0' and '/device:CPU:0' are one."""
-    match = _DEVICE_SPEC.match(text.strip())
-    assert match is not None, text
-    name = "short" if match.group("short") else "full"
-    prefix = text.strip()[:match.start(name)].lower().removesuffix("/device:").rstrip("/")  # the /job:… part
-    return (prefix, match.group(name).lower(), str(int(match.group("index"))))
 
 
 def path_problem(text: str) -> str | None:

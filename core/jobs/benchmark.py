@@ -35,6 +35,9 @@ NUMPY_ROW = "NumPy (CPU)"
 # of several trials, at least MIN_TRIALS and MIN_TIME_S when they are short, within MAX_TIME_S when long.
 MIN_TRIALS, MAX_TRIALS = 3, 20
 MIN_TIME_S, MAX_TIME_S = 0.25, 2.0
+# Between turns, a pause: TensorFlow's CPU thread pool (and OpenBLAS's) keeps spinning for a moment after its
+# work, and NumPy timed straight after TF's matmuls shared the cores with it (0.9 against 65 GFLOP/s alone).
+SETTLE_S = 0.02
 NUMPY_CEILING = 4.0             # no TF CPU kernel beats an optimised BLAS on the same CPU by this much
 TURBO_ALLOWANCE = 1.5           # when only the nominal clock is known, the bound allows this much turbo
 FMA_UNITS = 2                   # the most FMA pipes any x86/ARM core has per cycle
@@ -184,7 +187,7 @@ def check_rows(rows: list[dict[str, Any]], peak: CpuPeak,
                              f"{limit:.0f} GFLOP/s: the CPU peak estimate is too low (its clock or core count)")
             continue
         value = row.get("gflops")
-        reference = row.get("numpy_gflops") or numpy_by_size.get(row["size"])  # the NumPy trials beside it
+        reference = numpy_by_size.get(row["size"])  # the NumPy row's own figure: one figure for table and ratio
         row["vs_numpy"] = value / reference if value is not None and reference else None
         if value is None:
             row["check"] = "unsupported"
@@ -229,16 +232,20 @@ def best_per_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return best
 
 
-def timed_turns(ctx: JobContext, runs: list[Callable[[], Any]]) -> tuple[list[float], int]:
+def timed_turns(ctx: JobContext, runs: list[Callable[[], Any]],
+                settle: Callable[[float], None] = time.sleep) -> tuple[list[float], int]:
     """The best time of each of `runs`, taken in turns (a, b, a, b, …) so both see the same machine, with the
     same number of trials each: at least MIN_TRIALS and MIN_TIME_S when short, at most MAX_TRIALS or
-    MAX_TIME_S (of the first run's time). Checks for cancellation between trials."""
+    MAX_TIME_S (of the first run's time). With several runs, each turn starts after `settle(SETTLE_S)`, so
+    the threads of the turn before have gone idle. Checks for cancellation between trials."""
     best = [float("inf")] * len(runs)
     trials, spent = 0, 0.0
     while trials == 0 or (trials < MAX_TRIALS and spent < MAX_TIME_S
                           and (trials < MIN_TRIALS or spent < MIN_TIME_S)):
         for position, run in enumerate(runs):
             ctx.check_cancelled()
+            if len(runs) > 1:
+                settle(SETTLE_S)
             started = time.perf_counter()
             run()
             seconds = time.perf_counter() - started
@@ -286,7 +293,7 @@ def gpu_peaks_for(devices: list[str], config: DeviceConfig) -> tuple[dict[str, G
     return peaks, missing
 
 
-def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int]) -> int:
+def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int | None]) -> int:
     """NVML's index of TensorFlow's physical GPU: by the PCI bus id CUDA gives it, else by CUDA_VISIBLE_DEVICES."""
     from tf_device_panel.core.config import gpu_pci_bus_id
     from tf_device_panel.core.gpus import nvml_index_for
@@ -297,7 +304,8 @@ def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int]) ->
         found = None
     if found is not None:
         return found
-    return by_visible[physical] if physical < len(by_visible) else physical
+    visible = by_visible[physical] if physical < len(by_visible) else None  # None: a MIG instance
+    return visible if visible is not None else physical
 
 
 def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float32,float16,bfloat16",
@@ -373,7 +381,6 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
                             numpy_chain(size)()
                             (seconds, numpy_seconds), trials = timed_turns(ctx, [run_tf, numpy_chain(size)])
                             note_numpy(size, numpy_seconds, trials)
-                            row["numpy_gflops"] = gflops(size, repeats, numpy_seconds)
                         else:
                             (seconds,), trials = timed_turns(ctx, [run_tf])
                     row.update(seconds=seconds, gflops=gflops(size, repeats, seconds), trials=trials)
@@ -415,7 +422,8 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
                      "float32 proper")
     notes.append(f"each figure: {repeats} dependent matmul(s), each multiplying the previous product, timed until "
                  "the result is fetched (so the device has finished); the best of several trials, NumPy's taken "
-                 "in turns with each CPU row's, as many times")
+                 f"in turns with each CPU row's, as many times, after a {SETTLE_S * 1000:.0f} ms pause each; NumPy's "
+                 "row is its best over all those turns, and every TF ÷ NumPy ratio divides by that one figure")
     for entry in best:
         ratio = f", {entry['vs_numpy']:.2f}× NumPy ({entry['numpy_gflops']:.1f})" if entry["vs_numpy"] else ""
         notes.append(f"best at {entry['size']}: {entry['gflops']:.1f} GFLOP/s on {entry['device']} "
