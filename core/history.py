@@ -5,7 +5,8 @@ Layout of <home>/runs/<run_id>/:
 - output.txt: the run's stdout and stderr lines as raw text, one per line (flushed at least every
   FLUSH_S and before every other event);
 - events.jsonl: every other event, one JSON object per line, each with `at`, the byte offset into the
-  output at which it came; and `{"output_stream": "stderr", "at": N}` where the output switches stream.
+  output at which it came; and `{"output_stream": "stderr", "at": N}` where the output switches stream
+  (`script-stdout` and `script-stderr` name a user's script's own lines, never classified by their shape).
 Past the per-run cap (RECORD_CAP_ENV MB, default 100), the output's head is kept in output.txt and its tail
 in the last few output.tail.N segments; the summary's `output` says how many lines were dropped between.
 Log and placement events are rebuilt from the lines when a run is read. Records written before this
@@ -38,7 +39,7 @@ import platformdirs
 import psutil
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
-from tf_device_panel.core.streams import OUTPUT_STREAMS, LineBuffer, StreamDemux, split_lines
+from tf_device_panel.core.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
 from tf_device_panel.core.text import clip
 
 HOME_ENV = "TF_DEVICE_PANEL_HOME"
@@ -523,7 +524,8 @@ def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
     if not (isinstance(at, int) and not isinstance(at, bool) and at >= 0):
         return None, f"'at' must be a byte offset, got {clip(repr(at), 40)}"
     if "output_stream" in entry:
-        return (entry, "") if entry["output_stream"] in OUTPUT_STREAMS else (None, "unknown output stream")
+        known = entry["output_stream"] in OUTPUT_STREAMS or entry["output_stream"] in SCRIPT_STREAMS
+        return (entry, "") if known else (None, "unknown output stream")
     return (entry, "") if _event_or_none(entry) is not None else (None, "not an event")
 
 
