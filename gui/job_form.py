@@ -55,6 +55,9 @@ class ParamForm(QWidget):
         self.fields: dict[str, QWidget] = {}  # the row's field: the editor above its problem
         self.problem_labels: dict[str, QLabel] = {}
         self.columns = 0  # set by _arrange
+        # The width its scroll area has, a vertical scroll bar's included: deciding the columns on the viewport's
+        # width alone, a passing scroll bar (one column is taller) kept the form in one column for good.
+        self.room = 0
         self.grid = QGridLayout(self)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setHorizontalSpacing(8)
@@ -105,7 +108,14 @@ class ParamForm(QWidget):
     def _show_relevant_rows(self) -> None:
         self._arrange(self._columns_for(self.width()), force=True)
 
+    def set_room(self, width: int) -> None:
+        """The width the form's scroll area offers (see `room`); the columns follow."""
+        if width != self.room:
+            self.room = width
+            self._arrange(self._columns_for(self.width()))
+
     def _columns_for(self, width: int) -> int:
+        width = max(width, self.room)
         shown = self.shown_rows()
         if len(shown) <= TWO_COLUMNS_ROWS:
             return 1

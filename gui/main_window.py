@@ -36,7 +36,7 @@ from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.controller import BUSY, EXITED, READY, RuntimeController
+from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
 from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self.log_handler.install()
 
         self.controller = RuntimeController(self.history, self)
+        self.pending_run: tuple[str, dict[str, Any]] | None = None  # Run pressed while the spare warms
         self.devices = DevicesPanel()
         self.config_panel = ConfigPanel()
         self.runs = RunsPanel()
@@ -259,14 +260,34 @@ class MainWindow(QMainWindow):
         self._refresh_status()
 
     def stop_job(self) -> None:
-        if self.controller.cancel():
+        if self.pending_run is not None:
+            self.pending_run = None
+            self.runs.cancel_queued()
+        elif self.controller.cancel():
             self.runs.show_stopping(self.controller.cancel_grace_s)
 
     def run_job(self, job: str, params: dict[str, Any]) -> None:
+        """Run now if the spare is warm; while it warms (after every run, on start, after Apply) the job waits
+        for it and starts by itself."""
+        if self.controller.state == STARTING and not self.controller.running:
+            self.pending_run = (job, params)
+            self.runs.job_queued(job)
+            return
         if self.controller.run(job, params):
             self.log.start_job()
             self.runs.job_started(job)
         self._refresh_status()
+
+    def _start_pending_run(self) -> None:
+        if self.pending_run is None or self.controller.state != READY:
+            return
+        job, params = self.pending_run
+        self.pending_run = None
+        if self.controller.run(job, params):
+            self.log.start_job()
+            self.runs.job_started(job)
+        else:
+            self.runs.cancel_queued()
 
     def run_again(self, job: str, params: dict[str, Any]) -> None:
         """A past run's job and parameters in the form, run at once when the runtime is ready."""
@@ -274,8 +295,7 @@ class MainWindow(QMainWindow):
         if self.runs.run_button.isEnabled():
             self.runs.run_button.click()
         else:
-            self.flash(f"{job}'s parameters are in the form; press Run once the runtime is "
-                                         "ready", 10_000)
+            self.flash(f"{job}'s parameters are in the form; press Run once the running job has ended", 10_000)
 
     def apply_from_history(self, config: DeviceConfig) -> None:
         self.config_panel.set_config(config)
@@ -380,12 +400,16 @@ class MainWindow(QMainWindow):
         self.runtime_label.setText(text)
         self.restart_button.setVisible(state in (EXITED, "not started"))
         self.restart_button.setText("Restart runtime" if state == EXITED else "Start runtime")
-        can_run = state == READY
-        self.runs.set_can_run(can_run and not self.runs.stop_button.isEnabled(),
-                              "" if can_run else f"The runtime is {state}")
-        if state != BUSY and self.runs.stop_button.isEnabled() and self.controller.job_run is not None \
-                and self.controller.job_run.finished:
-            self.runs.stop_button.setEnabled(False)
+        self.runs.set_can_run(state == READY, "" if state == READY else f"The runtime is {state}",
+                              warming=state == STARTING)
+        if self.pending_run is not None:
+            if state == READY:
+                QTimer.singleShot(0, self._start_pending_run)  # not inside the state change that told us
+            elif state != STARTING:
+                # The spare failed or was stopped: the waiting job cannot start; say so in its status.
+                self.pending_run = None
+                self.runs.cancel_queued()
+                self.flash(f"The runtime is {state}: the waiting job was not started", 10_000)
 
     def flash(self, text: str, timeout_ms: int = 10_000) -> None:
         """A passing message in the status bar, beside the runtime's state."""

@@ -14,11 +14,12 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QLabel,
+    QScrollArea,
     QSizePolicy,
     QSplitter,
     QStackedWidget,
@@ -31,11 +32,11 @@ from tf_device_panel.core.placement import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
 from tf_device_panel.gui.widgets import ExpandableDetail
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
-STATUS_WORDS = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "The runtime died"}
 MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
 MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
@@ -72,7 +73,7 @@ def outcome_summary(outcome: JobOutcome) -> str:
     kind = str(error.get("type") or "")
     message = next((line.strip() for line in str(error.get("message") or "").splitlines() if line.strip()), "")
     parts = [word]
-    if kind and kind.lower() not in (word.lower(), "cancelled", "jobcancelled"):
+    if kind and kind not in INTERNAL_ERROR_TYPES and kind.lower() != word.lower():
         parts.append(kind)
     if message and message.lower().rstrip(".") not in (word.lower(), kind.lower(), "cancelled by the user"):
         parts.append(short_devices(message))
@@ -208,6 +209,17 @@ def _live_loss_presentation(caption: str, losses: list[float], unit: str = "epoc
                         plots=(Plot(unit, "loss", (Series("loss", xs, tuple(losses)),)),))
 
 
+class _MessageScroll(QScrollArea):
+    """The message page: it asks for almost no room (a scroll area asks for its content's), so the job's
+    form above keeps every row; a long message scrolls within whatever the result area has."""
+
+    def sizeHint(self) -> QSize:
+        return QSize(200, self.fontMetrics().height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, self.fontMetrics().height())
+
+
 class ResultView(QStackedWidget):
     """Page 0: a message (running, failed, with its details). Page 1: a presentation: caption, tables, plots."""
 
@@ -222,12 +234,18 @@ class ResultView(QStackedWidget):
         self.error = ExpandableDetail()
         self.error.summary.setStyleSheet("color: #d33; font-weight: bold;")
         self.error.hide()
-        message_page = QWidget()
-        message_layout = QVBoxLayout(message_page)
+        message_body = QWidget()
+        message_layout = QVBoxLayout(message_body)
         message_layout.setContentsMargins(0, 0, 0, 0)
         message_layout.addWidget(self.message)
         message_layout.addWidget(self.error, 1)
         message_layout.addStretch(0)
+        # A long message scrolls down within the result area, never sideways, never widening the window.
+        message_page = _MessageScroll()
+        message_page.setWidgetResizable(True)
+        message_page.setFrameShape(QScrollArea.Shape.NoFrame)
+        message_page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        message_page.setWidget(message_body)
         self.caption = QLabel()
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.RichText)
@@ -264,8 +282,11 @@ class ResultView(QStackedWidget):
         self.setCurrentIndex(0)
 
     def show_error(self, outcome: JobOutcome) -> None:
-        self.message.setText(f"<b>{html.escape(outcome.job)}</b>")
-        self.error.set_content(outcome_summary(outcome), error_details(outcome))
+        """The failure once, whole: the status line above says only how the run ended and when."""
+        how = {"cancelled": "was cancelled", "crashed": "stopped: its runtime died"}.get(outcome.status, "failed")
+        self.message.setText(f"<b>{html.escape(outcome.job)}</b> {how}:")
+        self.error.set_content(short_devices(error_summary(outcome)) or outcome_summary(outcome),
+                               error_details(outcome))
         self.error.show()
         self._live_curve = None
         self.setCurrentIndex(0)

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import html
-import time
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut, QShowEvent
+from PySide6.QtGui import (
+    QFont,
+    QFontMetrics,
+    QKeySequence,
+    QPainter,
+    QPalette,
+    QResizeEvent,
+    QShortcut,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -30,7 +38,8 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.job_form import ParamForm
-from tf_device_panel.gui.result_view import ResultView, outcome_summary
+from tf_device_panel.gui.job_state import JobState
+from tf_device_panel.gui.result_view import ResultView
 from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
 
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
@@ -89,6 +98,13 @@ class FormScroll(QScrollArea):
     def minimumSizeHint(self) -> QSize:
         return QSize(super().minimumSizeHint().width(), self._height())
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        room = self.width() - 2 * self.frameWidth()  # the event is the viewport's (a scroll bar's width less)
+        widget = self.widget()
+        for form in widget.findChildren(ParamForm) if widget is not None else []:
+            form.set_room(room)
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()  # the form changed its height: the panel's layout asks again
@@ -141,14 +157,17 @@ class RunsPanel(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
         self.elapsed = QLabel("")
-        self.status = ElidedLabel("Idle")  # a 2,000-character error stays one line; hover for all of it
+        self.status = ElidedLabel("Not run yet")  # how the selected job's run went; its error is in the result
         # One result view per job: selecting a job shows its own last result, never another job's.
         self.results: dict[str, ResultView] = {name: ResultView() for name in JOBS}
         self.result_stack = QStackedWidget()
         for view in self.results.values():
             self.result_stack.addWidget(view)
+        self.states: dict[str, JobState] = {name: JobState() for name in JOBS}
         self.running_job: str | None = None
-        self._started_at: float | None = None
+        self.waiting_job: str | None = None   # pressed Run while the runtime warmed; starts when it is ready
+        self._runtime_ready = self._warming = False
+        self._not_ready_reason = ""
         self._stopping = False
         self._timer = QTimer(self)
         self._timer.setInterval(100)
@@ -234,6 +253,7 @@ class RunsPanel(QWidget):
             for name, value in old_values.get(spec.name, {}).items():
                 form.set_value(name, value)
             self.forms[spec.name] = form
+            form.set_room(self.form_scroll.width() - 2 * self.form_scroll.frameWidth())
             form.hide()
             self.form_column.addWidget(form)
         self._show_form(self.job_list.currentRow())
@@ -251,6 +271,7 @@ class RunsPanel(QWidget):
             self.form_scroll.updateGeometry()  # room for the whole form (FormScroll)
             self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")
             self.result_stack.setCurrentWidget(self.results[spec.name])
+            self._render_state()
         self.form_error.hide()
 
     def show_code(self) -> QDialog:
@@ -294,54 +315,116 @@ class RunsPanel(QWidget):
 
     def _request_stop(self) -> None:
         if self.stop_button.isEnabled():
-            self.stopRequested.emit()
+            self.stop_button.click()
 
     # -- run state -------------------------------------------------------------------------------
-    def set_can_run(self, can_run: bool, reason: str = "") -> None:
-        self.run_button.setEnabled(can_run)
-        self.run_button.setToolTip("Run the job in the background (Ctrl+R)" if can_run else reason)
+    # Each job keeps its own JobState; the status line, progress bar and clock show the selected job's.
+    @property
+    def state(self) -> JobState:
+        """The selected job's state."""
+        return self.states[self.current_job]
+
+    def set_can_run(self, runtime_ready: bool, reason: str = "", *, warming: bool = False) -> None:
+        """Whether the runtime can take a job now. Run stays pressable while it warms (`warming`): the job then
+        waits for it. With no runtime at all (not started, exited) Run is off and `reason` says why."""
+        self._runtime_ready = runtime_ready
+        self._warming = warming
+        self._not_ready_reason = reason
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        busy = self.running_job is not None or self.waiting_job is not None
+        self.run_button.setEnabled(not busy and (self._runtime_ready or self._warming))
+        if self.waiting_job is not None:
+            self.run_button.setText("Starts when ready…")
+            self.run_button.setToolTip(f"{self.waiting_job} starts as soon as the runtime is ready "
+                                       "(Stop or Esc: do not start it)")
+        elif self._runtime_ready or busy or not self._warming:
+            self.run_button.setText("Run")
+            if busy:
+                self.run_button.setToolTip(f"{self.running_job} is running; one job at a time")
+            else:
+                self.run_button.setToolTip("Run the job in the background (Ctrl+R)" if self._runtime_ready
+                                           else self._not_ready_reason)
+        else:
+            self.run_button.setText("Run when ready")
+            self.run_button.setToolTip(f"{self._not_ready_reason or 'The runtime is not ready'}: the job starts "
+                                       "as soon as it is (Ctrl+R)")
+        self.stop_button.setEnabled(busy and not self._stopping)
+        running = self.running_job or self.waiting_job
+        self.stop_button.setToolTip(f"Cancel {running} (Esc)" if running else "Cancel the running job (Esc)")
+
+    def job_queued(self, job: str) -> None:
+        """Run was pressed while the runtime warms: the job waits for it."""
+        self.waiting_job = job
+        self.states[job].queue()
+        self._update_buttons()
+        self._render_state()
+
+    def cancel_queued(self) -> str | None:
+        """Stop pressed while a job waits for the runtime: it will not start. Returns the job that waited."""
+        job, self.waiting_job = self.waiting_job, None
+        if job is not None:
+            state = self.states[job]
+            state.waiting = False
+            state.status = "Not started: Stop was pressed while it waited for the runtime"
+        self._update_buttons()
+        self._render_state()
+        return job
 
     def job_started(self, job: str) -> None:
         self._stopping = False
-        self._started_at = time.monotonic()
-        self._timer.start()
-        self.progress.setRange(0, 0)  # busy until the first progress report
-        self.status.setText(f"Running {job}…")
-        self.stop_button.setEnabled(True)
-        self.run_button.setEnabled(False)
+        if self.waiting_job == job:
+            self.waiting_job = None
         self.running_job = job if job in self.results else None
+        if job in self.states:
+            self.states[job].start(job)
+        self._timer.start()
         self.result.live_losses = []
         self.result.show_message(f"Running <b>{html.escape(job)}</b>…")
+        self._update_buttons()
+        self._render_state()
 
     def show_progress(self, done: float, total: float, message: str) -> None:
-        if total > 0:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * min(done / total, 1.0)))
-        if message and not self._stopping:
-            self.status.setText(message)
+        if self.running_job is None:
+            return
+        self.states[self.running_job].report(done, total, message)
+        self._render_state()
 
     def show_stopping(self, grace_s: float) -> None:
         self._stopping = True
-        self.stop_button.setEnabled(False)
-        self.status.setText(f"Stopping… (a job that has not stopped in {grace_s:g} s has its runtime restarted)")
+        if self.running_job is not None:
+            self.states[self.running_job].stop_requested(grace_s)
+        self._update_buttons()
+        self._render_state()
 
     def job_finished(self, outcome: JobOutcome) -> None:
         self._stopping = False
-        self._timer.stop()
-        self._tick()
-        self.stop_button.setEnabled(False)
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(1000 if outcome.status == "ok" else self.progress.value())
-        duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s else ""
-        word, _, detail = outcome_summary(outcome).partition(": ")
-        self.status.setText(f"{word}{duration}" + (f" — {detail}" if detail else ""))
+        state = self.states.get(outcome.job)
+        if state is not None:
+            state.finish(outcome)
         view = self.results.get(outcome.job, self.result)
         view.show_outcome(outcome)
         self.running_job = None
+        if not any(s.running for s in self.states.values()):
+            self._timer.stop()
+        self._update_buttons()
+        self._render_state()
 
     def stop_clock(self) -> None:
         self._timer.stop()
 
+    def _render_state(self) -> None:
+        """The selected job's status, progress and clock."""
+        state = self.state
+        if state.progress is None:
+            self.progress.setRange(0, 0)  # busy until the first progress report
+        else:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * state.progress))
+        self.status.setText(state.status or "Not run yet")
+        self._tick()
+
     def _tick(self) -> None:
-        if self._started_at is not None:
-            self.elapsed.setText(f"{time.monotonic() - self._started_at:6.1f} s")
+        elapsed = self.state.elapsed()
+        self.elapsed.setText("" if elapsed is None else f"{elapsed:6.1f} s")

@@ -104,8 +104,8 @@ def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_erro
 
     apply_and_wait(qtbot, window, soft_placement=False)
     run_and_wait(qtbot, window, "matmul", device="/GPU:2")
-    error = window.runs.result.error  # one line, TF's whole message a click away
-    assert error.isVisible() and error.summary.full_text().startswith("Failed: InvalidArgumentError")
+    error = window.runs.result.error  # TF's whole message, wrapped; its traceback a click away
+    assert error.isVisible() and error.summary.full_text().startswith("InvalidArgumentError: ")
     assert "'/GPU:2'" in error.summary.full_text()  # the short spelling, the full one in the details
     assert "/job:localhost/replica:0/task:0/device:GPU:2" in error.detail.toPlainText()
     assert window.runs.status.text().startswith("Failed")

@@ -1,0 +1,145 @@
+"""Issue 23 items 4, 6, 7: each job keeps its own status, progress, clock and result; a failure is said once,
+whole; Run may be pressed while the runtime warms (real widgets offscreen, no runtime unless said)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QApplication
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui.controller import RuntimeController
+from tf_device_panel.gui.job_state import JobState, error_summary
+from tf_device_panel.gui.main_window import MainWindow
+
+LONG_TAIL = "but available devices are [ " + ", ".join(f"/job:localhost/replica:0/task:0/device:CPU:{n}"
+                                                      for n in range(12)) + " ]"
+
+
+FIT = {"kind": "training", "devices": ["/CPU:0", "/CPU:1"], "replicas_in_sync": 2, "global_batch_size": 10,
+       "batch_per_replica": 5, "loss": [0.71, 0.52, 0.44], "model": "dense", "parameters": 2}
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.resize(1280, 720)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    if not win.closing:
+        win.close()
+
+
+def outcome(job: str, status: str = "ok", duration_s: float = 1.0, error_type: str = "", message: str = "",
+            result: dict | None = None) -> JobOutcome:
+    error = {"type": error_type, "message": message, "traceback": "Traceback …\n" + error_type} if error_type else None
+    return JobOutcome(job, {}, {}, status=status, duration_s=duration_s, error=error, result=result)
+
+
+def shown(win: MainWindow) -> tuple[str, int, str]:
+    runs = win.runs
+    value = -1 if runs.progress.maximum() == 0 else runs.progress.value()
+    return runs.status.full_text(), value, runs.elapsed.text().strip()
+
+
+def test_each_job_keeps_its_own_status_progress_clock_and_result(qtbot, window: MainWindow) -> None:
+    runs = window.runs
+    runs.select_job("script")
+    runs.job_started("script")
+    runs.job_finished(outcome("script", "error", 0.004, "FileNotFoundError", "No such file: '/tmp/none.py'"))
+    assert shown(window) == ("Failed in 0.00 s", 0, "0.0 s")
+    # another job never run shows nothing of the script's failure (it showed "Failed in 0.00 s — FileNotFoundError")
+    runs.select_job("multi-worker")
+    assert shown(window) == ("Not run yet", 0, "")
+    assert "Run a job" in runs.result.message.text() and not runs.result.error.isVisible()
+    # a running job's progress stays its own while another is looked at
+    runs.select_job("fit")
+    runs.job_started("fit")
+    runs.show_progress(4, 8, "epoch 4/8")
+    assert shown(window)[:2] == ("epoch 4/8", 500)
+    runs.select_job("matmul")
+    assert shown(window) == ("Not run yet", 0, "")
+    runs.select_job("fit")
+    assert shown(window)[:2] == ("epoch 4/8", 500)
+    runs.job_finished(outcome("fit", duration_s=13.77, result=FIT))
+    runs.select_job("parameter-server")
+    runs.job_started("parameter-server")
+    runs.job_finished(outcome("parameter-server", duration_s=8.30))
+    assert shown(window) == ("Finished in 8.30 s", 1000, "8.3 s")
+    runs.select_job("fit")
+    assert shown(window) == ("Finished in 13.77 s", 1000, "13.8 s") and runs.result.plots
+    runs.select_job("script")
+    assert shown(window)[0] == "Failed in 0.00 s" and "No such file" in runs.result.error.summary.full_text()
+
+
+def test_a_failure_is_said_once_whole_and_without_the_panels_class_names(qtbot, window: MainWindow) -> None:
+    runs = window.runs
+    runs.select_job("matmul")
+    runs.job_started("matmul")
+    message = f"Could not satisfy device specification '/job:localhost/replica:0/task:0/device:GPU:2' {LONG_TAIL}"
+    runs.job_finished(outcome("matmul", "error", 1.5, "InvalidArgumentError", message))
+    QApplication.processEvents()
+    status = runs.status.full_text()
+    summary = runs.result.error.summary
+    assert status == "Failed in 1.50 s" and "Could not" not in status  # the message once, below
+    assert summary.isVisible() and summary.full_text().endswith("CPU:11 ]")  # whole, without a click
+    assert summary.height() >= 2 * summary.fontMetrics().height()  # wrapped, not elided
+    assert "'/GPU:2'" in summary.full_text()  # short device names; the full ones are in the details
+    # the panel's own exception names stay in the details
+    for internal in ("JobError", "ScriptExit"):
+        runs.select_job("script")
+        runs.job_started("script")
+        runs.job_finished(outcome("script", "error", 0.2, internal, "train.py exited with status 3"))
+        text = runs.result.error.summary.full_text()
+        assert text == "train.py exited with status 3" and internal not in runs.status.full_text()
+        assert internal in runs.result.error.detail.toPlainText()
+    assert error_summary(outcome("x", "error", 1, "ValueError", "boom")) == "ValueError: boom"
+
+
+def test_job_state_is_plain_python() -> None:
+    """The per-job state needs no Qt (issue 22: it can move to the app model as it is)."""
+    state = JobState()
+    state.start("fit", now=10.0)
+    state.report(2, 8, "epoch 2/8")
+    assert state.running and state.progress == 0.25 and state.elapsed(now=12.5) == 2.5
+    state.finish(outcome("fit", "cancelled", 3.0, "Cancelled", "cancelled by the user"))
+    assert not state.running and state.status == "Cancelled in 3.00 s" and state.progress == 0.25
+
+
+def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: MainWindow, monkeypatch) -> None:
+    runs = window.runs
+    started: list[tuple[str, dict]] = []
+    window.controller.run = lambda job, params: started.append((job, params)) or True  # what it is given
+    state = {"value": "starting"}
+    monkeypatch.setattr(RuntimeController, "state", property(lambda self: state["value"]))
+    if True:
+        window._refresh_status()
+        assert runs.run_button.isEnabled() and runs.run_button.text() == "Run when ready"
+        runs.select_job("matmul")
+        qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        assert runs.run_button.text() == "Starts when ready…" and not runs.run_button.isEnabled()
+        assert runs.stop_button.isEnabled() and "Waiting for the runtime" in runs.status.full_text()
+        assert started == []
+        state["value"] = "ready"
+        window._refresh_status()
+        qtbot.waitUntil(lambda: bool(started))
+        assert started[0][0] == "matmul" and runs.running_job == "matmul"
+        assert runs.status.full_text() == "Running matmul…" and runs.run_button.text() == "Run"
+        runs.job_finished(outcome("matmul"))
+        # Stop while waiting: the job does not start
+        state["value"] = "starting"
+        window._refresh_status()
+        qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(runs.stop_button, Qt.MouseButton.LeftButton)
+        state["value"] = "ready"
+        window._refresh_status()
+        QApplication.processEvents()
+        assert len(started) == 1 and "Not started" in runs.status.full_text() and runs.run_button.isEnabled()
