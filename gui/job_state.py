@@ -7,6 +7,7 @@ Qt-free on purpose (issue 22: the window's state is heading for a plain app mode
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from tf_device_panel.core.session import JobOutcome
@@ -14,6 +15,7 @@ from tf_device_panel.core.session import JobOutcome
 # Error types the panel itself raises: their names say nothing to a user, so they appear only in the details.
 INTERNAL_ERROR_TYPES = frozenset({"JobError", "ScriptExit", "ParamError", "RuntimeUnavailable", "ProtocolError",
                                   "RuntimeExited", "TaskFailed", "ConfigStepError", "Cancelled", "JobCancelled"})
+MAX_OUTPUT_LINES = 5000  # a job's own output kept for its console (the run history keeps all of it)
 STATUS_WORDS = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "The runtime died"}
 
 
@@ -29,6 +31,8 @@ class JobState:
     waiting: bool = False                  # Run was pressed; it starts when the spare is ready
     live_losses: list[float] = field(default_factory=list)
     stopping: bool = False
+    output: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_OUTPUT_LINES))  # its last run's lines
+    live_line: str = ""                    # a line being redrawn with "\r" (a progress bar), not yet ended
 
     @property
     def running(self) -> bool:
@@ -50,6 +54,17 @@ class JobState:
         self.progress = None
         self.status = f"Running {job}…"
         self.live_losses = []
+        self.output.clear()
+        self.live_line = ""
+
+    def add_output(self, text: str, partial: bool = False) -> bool:
+        """One line of the job's own output; `partial`: the line redrawn so far. True when a line was added."""
+        if partial:
+            self.live_line = text
+            return False
+        self.live_line = ""
+        self.output.append(text)
+        return True
 
     def report(self, done: float, total: float, message: str) -> None:
         if total > 0:

@@ -205,7 +205,7 @@ class LogPanel(QWidget):
         mono = QFont("monospace")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.view.setFont(mono)
-        self.view.setMinimumHeight(120)
+        self.view.setMinimumHeight(60)  # a short bottom dock keeps the job's result in sight at 1280×720
         self.live_line = QLabel()
         self.live_line.setFont(mono)
         self.live_line.setTextFormat(Qt.TextFormat.PlainText)

@@ -36,6 +36,7 @@ from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.config_panel import ConfigPanel
+from tf_device_panel.gui.console_view import console_line
 from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
 from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
@@ -59,7 +60,9 @@ READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each r
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
-BOTTOM_DOCK_SHARE = 0.27
+BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
+MEMORY_PLOT_SMALL, MEMORY_PLOT_LARGE = 150, 200  # px per memory plot when that dock is raised
+LARGE_SCREEN_HEIGHT = 950  # px of window from which memory plots get MEMORY_PLOT_LARGE
 SCREEN_SHARE = 0.9
 
 
@@ -144,6 +147,11 @@ class MainWindow(QMainWindow):
         self.docks["machines"].visibilityChanged.connect(self.machines.on_shown)
         for name in ("history", "doctor"):
             self.docks[name].visibilityChanged.connect(self._widen_reading_dock)
+        # Memory graphs are read when raised: the bottom docks grow to show each plot whole, and go back to
+        # their height when another tab is raised.
+        self._height_before_memory: int | None = None
+        for name in ("log", "memory", "map"):
+            self.docks[name].visibilityChanged.connect(self._fit_bottom_docks)
 
         # Elided with the whole text as its tooltip: a long failure must not widen the window.
         self.runtime_label = ElidedLabel("Runtime: not started")
@@ -309,6 +317,7 @@ class MainWindow(QMainWindow):
 
     def _handle_events(self, batch: list[Event]) -> None:
         self.log.add_events(batch)
+        self._show_job_output(batch)
         self.memory.on_events(batch)
         # The device map takes the batch in order, around each ready report: a run's report (its devices, which
         # resets the map) and its job's start, placements and end often come in one batch. Given the whole
@@ -335,6 +344,16 @@ class MainWindow(QMainWindow):
             elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
                 self._runtime_died(event.data)
         self.device_map.on_events(batch[mapped:])
+
+    def _show_job_output(self, batch: list[Event]) -> None:
+        """The running job's own lines to its console (a spare's start-up lines have no job id: never there)."""
+        run = self.controller.job_run
+        if run is None or run.job_id is None:
+            return
+        lines = [line for event in batch if event.job_id == run.job_id
+                 for line in [console_line(event)] if line is not None]
+        if lines:
+            self.runs.add_output(run.outcome.job, lines)
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         runtime = self.controller.runtime
@@ -536,7 +555,7 @@ class MainWindow(QMainWindow):
         """Side docks as wide as their fields; the bottom docks about a quarter of the height, so the job form and its
         result keep the rest even on a 720-pixel screen."""
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
-        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 170)
+        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 150)
         self.resizeDocks([self.docks["log"]], [bottom], Qt.Orientation.Vertical)
 
     def reset_layout(self) -> None:
@@ -577,6 +596,39 @@ class MainWindow(QMainWindow):
         if shown and not dock.isFloating() and dock.width() < READING_DOCK_WIDTH:
             width = min(READING_DOCK_WIDTH, self.width() // 2)
             self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+
+    def memory_plot_height(self) -> int:
+        """The least height of each memory plot when its dock is raised: 150 px on a 720-pixel screen, 200
+        from about 1080."""
+        return MEMORY_PLOT_LARGE if self.height() >= LARGE_SCREEN_HEIGHT else MEMORY_PLOT_SMALL
+
+    def _fit_bottom_docks(self, shown: bool) -> None:
+        dock = self.sender()
+        if not shown or not isinstance(dock, QDockWidget) or dock.isFloating() or self.closing:
+            return
+        QTimer.singleShot(0, lambda: self._resize_bottom_for(dock))  # once the tab switch has laid out
+
+    def _resize_bottom_for(self, dock: QDockWidget, attempt: int = 0, requested: int = 0) -> None:
+        if self.closing or dock.isFloating() or not dock.isVisible():
+            return
+        if dock is self.docks["memory"]:
+            missing = self.memory.height_missing(self.memory_plot_height())
+            centre = self.centralWidget()
+            spare = centre.height() - centre.minimumSizeHint().height() if centre is not None else 0
+            grow = min(missing, max(spare, 0))  # never below what the job's form needs
+            if grow > 0 and attempt < 3:  # the docks' layout rounds: measure again after each step
+                if self._height_before_memory is None:
+                    self._height_before_memory = dock.height()
+                # the whole tab group, sized through each of its docks (one alone was held to its old size)
+                # A size asked of resizeDocks includes the tab bar under the area: ask more until it shows.
+                asked = (requested or dock.height()) + grow
+                group = [d for d in self.tabifiedDockWidgets(dock) if not d.isFloating()] + [dock]
+                self.resizeDocks(group, [asked] * len(group), Qt.Orientation.Vertical)
+                QTimer.singleShot(0, lambda: self._resize_bottom_for(dock, attempt + 1, asked))
+        elif self._height_before_memory is not None:
+            group = [d for d in self.tabifiedDockWidgets(dock) if not d.isFloating()] + [dock]
+            self.resizeDocks(group, [self._height_before_memory] * len(group), Qt.Orientation.Vertical)
+            self._height_before_memory = None
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing = True

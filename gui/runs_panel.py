@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.job_state import JobState
 from tf_device_panel.gui.result_view import ResultView
@@ -89,8 +90,14 @@ class FormScroll(QScrollArea):
 
     def _height(self) -> int:
         widget = self.widget()
-        needed = widget.sizeHint().height() if widget is not None else 0
-        return min(needed + 2 * self.frameWidth(), FORM_MAX_HEIGHT)
+        needed = widget.sizeHint().height() + 2 * self.frameWidth() if widget is not None else 0
+        # A form that fits is shown whole with no scroll bar: a passing one took 14 px off the form's width
+        # and cut its second column.
+        policy = (Qt.ScrollBarPolicy.ScrollBarAlwaysOff if needed <= FORM_MAX_HEIGHT
+                  else Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        if self.verticalScrollBarPolicy() != policy:
+            self.setVerticalScrollBarPolicy(policy)
+        return min(needed, FORM_MAX_HEIGHT)
 
     def sizeHint(self) -> QSize:
         return QSize(super().sizeHint().width(), self._height())
@@ -131,9 +138,8 @@ class RunsPanel(QWidget):
         self.job_list.setItemDelegate(JobItemDelegate(self.job_list))
         self.job_list.setAccessibleName("Jobs")
         self.job_list.setObjectName("jobs")
-        self.description = QLabel()
-        self.description.setWordWrap(True)
-        self.description.setTextFormat(Qt.TextFormat.RichText)
+        self.description = ElidedLabel()
+        self.description.setObjectName("job-description")
         self.code_button = QPushButton("Show code…")
         self.code_button.setToolTip("The code this job runs inside the TensorFlow runtime")
         self.code_button.clicked.connect(self.show_code)
@@ -179,15 +185,21 @@ class RunsPanel(QWidget):
         form_layout = QVBoxLayout(form_group)
         form_layout.setContentsMargins(8, 4, 8, 4)
         form_layout.setSpacing(4)
-        form_layout.addWidget(self.description)
+        # One line (the whole description on hover and in the job list's tooltip): its rows go to the result.
+        heading = QHBoxLayout()
+        heading.addWidget(self.description, 1)
+        heading.addWidget(self.code_button)
+        form_layout.addLayout(heading)
         self.form_scroll = FormScroll()  # a long form scrolls instead of being squeezed
         self.form_scroll.setWidget(self.form_stack)
         form_layout.addWidget(self.form_scroll, 1)
         form_layout.addWidget(self.form_error)
+        # Run, Stop, how the selected job's run goes, its progress and clock: one row.
         controls = QHBoxLayout()
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
-        controls.addWidget(self.progress, 1)
+        controls.addWidget(self.status, 3)
+        controls.addWidget(self.progress, 2)
         controls.addWidget(self.elapsed)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -195,12 +207,16 @@ class RunsPanel(QWidget):
         right_layout.setSpacing(4)
         right_layout.addWidget(form_group)
         right_layout.addLayout(controls)
-        # Show code… at the end of the status line: beside Run it would widen the narrowest the centre can be.
-        status_row = QHBoxLayout()
-        status_row.addWidget(self.status, 1)
-        status_row.addWidget(self.code_button)
-        right_layout.addLayout(status_row)
-        right_layout.addWidget(self.result_stack, 1)
+        # The result above the job's own output: the centre of the window is what the person is looking at.
+        self.console = ConsoleView()
+        self.output_split = QSplitter(Qt.Orientation.Vertical)
+        self.output_split.setChildrenCollapsible(False)
+        self.output_split.addWidget(self.result_stack)
+        self.output_split.addWidget(self.console)
+        self.output_split.setStretchFactor(0, 1)
+        self.output_split.setStretchFactor(1, 0)  # the result takes what the window gains or loses
+        self._console_sized = False
+        right_layout.addWidget(self.output_split, 1)
         splitter = QSplitter()
         splitter.addWidget(self.job_list)
         splitter.addWidget(right)
@@ -260,6 +276,11 @@ class RunsPanel(QWidget):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
+        if not self._console_sized:  # the console a few lines high, the result the rest (later: as dragged)
+            self._console_sized = True
+            total = sum(self.output_split.sizes())
+            console = min(self.console.sizeHint().height(), total // 3)
+            self.output_split.setSizes([total - console, console])
         # The style's real sizes (fonts, combo boxes) are known once shown: give the form its room again.
         self._show_form(self.job_list.currentRow())
 
@@ -269,8 +290,9 @@ class RunsPanel(QWidget):
             for name, form in self.forms.items():
                 form.setVisible(name == spec.name)
             self.form_scroll.updateGeometry()  # room for the whole form (FormScroll)
-            self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")
+            self.description.setText(f"{spec.title} — {spec.description}")
             self.result_stack.setCurrentWidget(self.results[spec.name])
+            self.console.show_state(self.states[spec.name])
             self._render_state()
         self.form_error.hide()
 
@@ -382,8 +404,19 @@ class RunsPanel(QWidget):
         self._timer.start()
         self.result.live_losses = []
         self.result.show_message(f"Running <b>{html.escape(job)}</b>…")
+        if job == self.current_job:
+            self.console.show_state(self.states[job])
         self._update_buttons()
         self._render_state()
+
+    def add_output(self, job: str, lines: list[tuple[str, bool]]) -> None:
+        """The running job's own output: (text, partial) in order; shown at once if it is the selected job."""
+        state = self.states.get(job)
+        if state is None:
+            return
+        added = [text for text, partial in lines if state.add_output(text, partial)]
+        if job == self.current_job:
+            self.console.append(added)
 
     def show_progress(self, done: float, total: float, message: str) -> None:
         if self.running_job is None:

@@ -143,3 +143,47 @@ def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: Main
         window._refresh_status()
         QApplication.processEvents()
         assert len(started) == 1 and "Not started" in runs.status.full_text() and runs.run_button.isEnabled()
+
+
+def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdout", partial: bool = False):
+    from tf_device_panel.core import events
+    from tf_device_panel.core.events import Event
+
+    data = {"stream": stream, "kind": kind, "text": text}
+    if partial:
+        data["partial"] = True
+    return Event(events.LOG, data, job_id=job_id)
+
+
+def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: MainWindow) -> None:
+    """Item 5: the script's stdout is in the Runs panel, the "\\r" line live, placement lines not mixed in, and
+    the next spare's start-up lines never push it away."""
+    from tf_device_panel.core.config import DeviceConfig
+    from tf_device_panel.core.session import JobRun
+
+    runs = window.runs
+    run = JobRun("script", {}, DeviceConfig(), None)
+    run.attach("7-1-1")
+    window.controller.job_run = run
+    runs.select_job("script")
+    runs.job_started("script")
+    window._handle_events([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
+    console = runs.console
+    assert console.view.toPlainText() == "epoch 1 starting" and console.live_line.text() == "step 3/20"
+    assert console.live_line.isVisible()
+    window._handle_events([
+        log("7-1-1", "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0", kind="placement",
+            stream="stderr"),
+        log("7-1-1", "step 20/20"), log("7-1-1", "done: loss 0.01"),
+        log(None, "I tensorflow/core/platform/cpu_feature_guard.cc: the next spare starting", kind="tf-info",
+            stream="stderr"),
+        log(None, "a spare's own output")])
+    assert console.view.toPlainText().splitlines() == ["epoch 1 starting", "step 20/20", "done: loss 0.01"]
+    assert not console.live_line.isVisible()
+    assert "MatMul" in window.log.view.toPlainText()  # placements stay in the Placement log
+    runs.job_finished(outcome("script"))
+    runs.select_job("matmul")
+    assert console.view.toPlainText() == ""  # another job's console is its own
+    runs.select_job("script")
+    assert console.text().splitlines()[-1] == "done: loss 0.01"
+    assert console.view.horizontalScrollBar().maximum() == 0
