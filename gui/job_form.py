@@ -132,6 +132,11 @@ class ParamForm(QWidget):
                       + max(self.fields[n].minimumSizeHint().width() for n in names))
         return total + (columns - 1) * (COLUMN_GAP + 2 * spacing)
 
+    def least_width(self) -> int:
+        """The narrowest this form can be with every label and field whole: one column, every row shown."""
+        names = list(self.labels)
+        return self._width_for(names, 1) if names else super().minimumSizeHint().width()
+
     def minimumSizeHint(self) -> QSize:
         # As narrow as one column: a narrower form takes one column (resizeEvent), so two never make the
         # window's centre, and with it the docks beside it, keep more width than one would.

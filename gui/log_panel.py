@@ -201,7 +201,10 @@ class LogPanel(QWidget):
 
         self.view = QPlainTextEdit(readOnly=True)
         self.view.setMaximumBlockCount(MAX_LOG_LINES)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # Long lines (a placement's full device name, a traceback) wrap: the log scrolls down, never sideways.
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.view.setWordWrapMode(self.view.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mono = QFont("monospace")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.view.setFont(mono)

@@ -591,11 +591,31 @@ class MainWindow(QMainWindow):
 
     def _widen_reading_dock(self, shown: bool) -> None:
         dock = self.sender()
-        if not isinstance(dock, QDockWidget):
+        if not isinstance(dock, QDockWidget) or not shown or dock.isFloating() or self.closing:
             return
-        if shown and not dock.isFloating() and dock.width() < READING_DOCK_WIDTH:
-            width = min(READING_DOCK_WIDTH, self.width() // 2)
+        QTimer.singleShot(0, lambda: self._place_reading_dock(dock))  # once the dock has been laid out
+
+    def _place_reading_dock(self, dock: QDockWidget) -> None:
+        """Doctor and History need READING_DOCK_WIDTH; the Runs panel its least width. Where the window is too
+        narrow for both beside the side docks (1280 px), the reading dock opens as a tab over Devices and
+        Configuration, which can spare their width while it is read, instead of squeezing the job's form."""
+        if self.closing or dock.isFloating() or not dock.isVisible():
+            return
+        centre = self.centralWidget()
+        least = centre.minimumSizeHint().width() if centre is not None else 0
+        left_area = Qt.DockWidgetArea.LeftDockWidgetArea
+        left = [d for d in (self.docks["devices"], self.docks["config"])
+                if d.isVisible() and not d.isFloating() and self.dockWidgetArea(d) == left_area]
+        left_width = max((d.width() for d in left), default=0)
+        in_left = self.dockWidgetArea(dock) == left_area
+        beside = 0 if in_left else left_width
+        if not in_left and left and self.width() - beside - least - 12 < READING_DOCK_WIDTH:
+            self.tabifyDockWidget(left[-1], dock)
+            in_left = True
+        width = min(READING_DOCK_WIDTH, self.width() - least - (0 if in_left else left_width) - 12)
+        if dock.width() < width:
             self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+        dock.raise_()
 
     def memory_plot_height(self) -> int:
         """The least height of each memory plot when its dock is raised: 150 px on a 720-pixel screen, 200

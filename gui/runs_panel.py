@@ -103,7 +103,12 @@ class FormScroll(QScrollArea):
         return QSize(super().sizeHint().width(), self._height())
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(super().minimumSizeHint().width(), self._height())
+        # As wide as the widest form in one column: a dock opened beside the Runs panel takes its width from
+        # what can spare it, never from the fields (they were cut at the edge, spin arrows hidden).
+        widget = self.widget()
+        forms = widget.findChildren(ParamForm) if widget is not None else []
+        least = max((form.least_width() for form in forms), default=super().minimumSizeHint().width())
+        return QSize(least + 2 * self.frameWidth(), self._height())
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
@@ -132,7 +137,11 @@ class RunsPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             item.setToolTip(spec.description)
             self.job_list.addItem(item)
-        self.job_list.setMinimumWidth(180)
+        # Every job's title whole ("Parameter-server cluster" was cut to "…cluste" beside a dock).
+        bold = QFont(self.job_list.font())
+        bold.setBold(True)
+        widest = max(QFontMetrics(bold).horizontalAdvance(spec.title) for spec in JOBS.values())
+        self.job_list.setMinimumWidth(max(180, widest + 24 + self.job_list.verticalScrollBar().sizeHint().width()))
         # Each job's description is elided to the list's width: never a sideways scroll bar.
         self.job_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.job_list.setItemDelegate(JobItemDelegate(self.job_list))
@@ -162,6 +171,7 @@ class RunsPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
+        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("100%") + 40)  # never "4|5%"
         self.elapsed = QLabel("")
         self.status = ElidedLabel("Not run yet")  # how the selected job's run went; its error is in the result
         # One result view per job: selecting a job shows its own last result, never another job's.
