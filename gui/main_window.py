@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from pathlib import Path
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core import events
 from tf_device_panel.core.config import (
+    ConfigError,
     DeviceConfig,
     GpuInfo,
     ProfileError,
@@ -59,6 +61,7 @@ SIDE_DOCK_WIDTH = 340     # Devices / Configuration: the widest field plus its s
 READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each run's parameters readable
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
+APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
 MEMORY_PLOT_SMALL, MEMORY_PLOT_LARGE = 150, 200  # px per memory plot when that dock is raised
@@ -201,8 +204,25 @@ class MainWindow(QMainWindow):
             last = str(self.settings.value("last_profile"))
             if Path(last).is_file():
                 self.open_profile(last, quiet=True)
+        if profile is None:
+            # The configuration last applied, as it was (the profile may have been changed after it was opened):
+            # the first spare warms with it.
+            restored = self._saved_applied_config()
+            if restored is not None:
+                self.config_panel.set_config(restored)
         if start_runtime:
             self.apply(self.config_panel.config())
+
+    def _saved_applied_config(self) -> DeviceConfig | None:
+        saved = self.settings.value(APPLIED_KEY)
+        if not saved:
+            return None
+        try:
+            return DeviceConfig.from_json(json.loads(str(saved)))
+        except (ValueError, ConfigError) as exc:  # from another version, or edited by hand: say so, start fresh
+            logging.getLogger(__name__).warning("The configuration applied last time could not be restored (%s)",
+                                                exc)
+            return None
 
     def open_doctor(self) -> None:
         self.docks["doctor"].show()
@@ -265,6 +285,7 @@ class MainWindow(QMainWindow):
         self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
         self.controller.apply(config)
         self.config_panel.mark_applied(config)
+        self.settings.setValue(APPLIED_KEY, json.dumps(config.to_json()))
         self._refresh_status()
 
     def stop_job(self) -> None:

@@ -447,14 +447,33 @@ def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
     monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
-    assert "No display found" in app.display_problem() and "tf-device-panel" in app.display_problem()
+    assert "no display found" in app.display_problem() and "xvfb-run" in app.display_problem()
     monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(app, "x_display_answers", lambda display: True)
     monkeypatch.setattr(app, "missing_xcb_libraries", lambda: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
     message = app.display_problem()
     assert "sudo apt-get install libxcb-cursor0 libxkbcommon-x11-0" in message
     monkeypatch.setattr(app, "missing_xcb_libraries", lambda: [])
     assert app.display_problem() is None
     assert app.debian_package("libEGL.so.1") == "libegl1"
+
+
+def test_a_display_that_does_not_answer_exits_2_with_one_line_before_qt(tmp_path: Path) -> None:
+    """Issue 23 item 12: DISPLAY set but nothing listening (ssh without -X, a dead Xvfb) made Qt abort (exit 134)
+    with "xcb-cursor0 … is needed"; now the display is checked first, and the line names xvfb-run and the
+    command's full path."""
+    from tf_device_panel.gui import app
+
+    command = Path(sys.executable).parent / "tf-device-panel"
+    unused = next(n for n in range(7391, 7491) if not app.x_display_answers(f":{n}", timeout=0.5))
+    env = {**os.environ, "QT_QPA_PLATFORM": "xcb", "DISPLAY": f":{unused}", "HOME": str(tmp_path)}
+    env.pop("WAYLAND_DISPLAY", None)
+    done = subprocess.run([str(command)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"DISPLAY=:{unused} does not answer" in lines[0] and f"xvfb-run -a {command}" in lines[0]
+    assert "xcb-cursor" not in done.stderr
 
 
 def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:
