@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QColor, QFont, QIcon, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
@@ -37,6 +37,7 @@ from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
 from tf_device_panel.gui.console_view import console_line
 from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
@@ -61,6 +62,8 @@ SIDE_DOCK_WIDTH = 340     # Devices / Configuration: the widest field plus its s
 READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each run's parameters readable
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
+ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
+PRESENTATION_BOTTOM_SHARE = 0.4  # the device map's share of the height in presentation mode
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
@@ -76,7 +79,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("TF Device Panel")
         self.setMinimumSize(760, 520)
         self.setWindowIcon(QIcon(str(resources.path("icons/tf-device-panel.svg"))))
-        self.setStyleSheet(resources.path("style.qss").read_text(encoding="utf-8"))
+        self._style = resources.path("style.qss").read_text(encoding="utf-8")
+        self.setStyleSheet(self._style)
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
         self.profile_path: Path | None = None
@@ -89,6 +93,10 @@ class MainWindow(QMainWindow):
         self.log_handler = WindowLogHandler(self._show_logged)
         self.log_handler.install()
 
+        self.view = view_settings.current()
+        self._base_font = QFont(self.font())
+        self._base_palette = QPalette(self.palette())
+        self._layout_before_presentation: QByteArray | None = None
         self.controller = RuntimeController(self.history, self)
         self.pending_run: tuple[str, dict[str, Any]] | None = None  # Run pressed while the spare warms
         self.devices = DevicesPanel()
@@ -196,6 +204,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
         self._default_state = self.saveState(LAYOUT_VERSION)
         self._restore_settings()
+        self._restore_view()
         # The sampler read the GPUs' static facts when it started: one NVML pass, not two.
         self.nvml_gpus = [g.to_json() for g in self.memory.sampler.gpus]
         if profile is not None:
@@ -212,6 +221,82 @@ class MainWindow(QMainWindow):
                 self.config_panel.set_config(restored)
         if start_runtime:
             self.apply(self.config_panel.config())
+
+    # -- zoom and presentation mode ------------------------------------------------------------------
+    def _restore_view(self) -> None:
+        try:
+            zoom = float(str(self.settings.value(ZOOM_KEY, 1.0)))
+        except ValueError:
+            zoom = 1.0
+        self.view.zoom = min(max(zoom, view_settings.ZOOM_MIN), view_settings.ZOOM_MAX)
+        self.view.presentation = False
+        self.apply_view()
+        if str(self.settings.value(PRESENTATION_KEY, "false")).lower() == "true":
+            self.set_presentation(True)
+
+    def zoom_in(self) -> None:
+        self.view.zoom_in()
+        self._view_changed()
+
+    def zoom_out(self) -> None:
+        self.view.zoom_out()
+        self._view_changed()
+
+    def zoom_reset(self) -> None:
+        self.view.zoom = 1.0
+        self._view_changed()
+
+    def _view_changed(self) -> None:
+        self.settings.setValue(ZOOM_KEY, self.view.zoom)
+        self.apply_view()
+        self.flash(f"Zoom {self.view.zoom * 100:.0f} %" + (" (presentation mode)" if self.view.presentation else ""),
+                   3000)
+
+    def set_presentation(self, on: bool) -> None:
+        """View → Presentation mode: larger text and lines, high contrast, the side docks put away so the job's
+        result and the device map take the room; leaving it puts the layout back as it was."""
+        on = bool(on)
+        if on == self.view.presentation:
+            self.presentation_action.setChecked(on)
+            return
+        if on:
+            self._layout_before_presentation = self.saveState(LAYOUT_VERSION)
+        self.view.presentation = on
+        self.presentation_action.setChecked(on)
+        self.settings.setValue(PRESENTATION_KEY, on)
+        self.apply_view()
+        if on:
+            for name in SIDE_DOCKS:
+                self.docks[name].hide()
+            self.docks["map"].show()
+            self.docks["map"].raise_()
+            self.resizeDocks([self.docks["map"]], [int(self.height() * PRESENTATION_BOTTOM_SHARE)],
+                             Qt.Orientation.Vertical)
+        elif self._layout_before_presentation is not None:
+            self.restoreState(self._layout_before_presentation, LAYOUT_VERSION)
+            self._layout_before_presentation = None
+
+    def apply_view(self) -> None:
+        """Fonts scaled by the zoom (widgets with a font of their own, the monospace views, scale too), plot
+        lines thickened, and in presentation mode a high-contrast palette."""
+        scale = self.view.scale
+        # Through the style sheet: with one set, a font set on the window does not reach its children; a size
+        # rule there reaches every widget and keeps each one's family (the monospace views stay monospace).
+        size = self._base_font.pointSizeF() * scale
+        self.setStyleSheet(self._style + (f"\n* {{ font-size: {size:.1f}pt; }}" if scale != 1.0 else ""))
+        self.setPalette(self._contrast_palette() if self.view.presentation else self._base_palette)
+        self.memory.set_line_width(2 if self.view.presentation else 1)
+        for view in self.runs.results.values():
+            view.redraw()
+
+    def _contrast_palette(self) -> QPalette:
+        palette = QPalette(self._base_palette)
+        for role, color in ((QPalette.ColorRole.Window, "#ffffff"), (QPalette.ColorRole.Base, "#ffffff"),
+                            (QPalette.ColorRole.WindowText, "#000000"), (QPalette.ColorRole.Text, "#000000"),
+                            (QPalette.ColorRole.ButtonText, "#000000"), (QPalette.ColorRole.PlaceholderText,
+                                                                         "#333333")):
+            palette.setColor(role, QColor(color))
+        return palette
 
     def _saved_applied_config(self) -> DeviceConfig | None:
         saved = self.settings.value(APPLIED_KEY)
@@ -254,6 +339,16 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
+        view_menu.addSeparator()
+        self.presentation_action = self._action(view_menu, "&Presentation mode", self.set_presentation,
+                                                "Ctrl+Shift+P")
+        self.presentation_action.setCheckable(True)
+        self.presentation_action.setToolTip("Larger text, thicker lines, high contrast; the result and the device "
+                                            "map take the room (for a projector)")
+        zoom_in = self._action(view_menu, "Zoom &in", self.zoom_in, QKeySequence.StandardKey.ZoomIn)
+        zoom_in.setShortcuts([QKeySequence("Ctrl+="), QKeySequence("Ctrl++")])
+        self._action(view_menu, "Zoom &out", self.zoom_out, "Ctrl+-")
+        self._action(view_menu, "&Actual size", self.zoom_reset, "Ctrl+0")
         view_menu.addSeparator()
         self._action(view_menu, "&Reset layout", self.reset_layout)
         help_menu = self.menuBar().addMenu("&Help")
@@ -676,8 +771,11 @@ class MainWindow(QMainWindow):
         self.message_timer.stop()
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
-        self.settings.setValue("window_state", self.saveState(LAYOUT_VERSION))
+        self.settings.setValue("window_state", self._layout_before_presentation
+                               if self._layout_before_presentation is not None else self.saveState(LAYOUT_VERSION))
+        self.settings.sync()  # a window opened next (a restart) reads the same file
         self.controller.shutdown()
+        self.view.zoom, self.view.presentation = 1.0, False  # the next window reads its own from its settings
         self.runs.stop_clock()  # a job stopped by closing may never report its end
         self.memory.stop()
         self.machines.stop()

@@ -463,6 +463,14 @@ class MemoryPanel(QWidget):
         super().resizeEvent(event)
         self._arrange_plots()
 
+    def set_line_width(self, width: float) -> None:
+        """Thicker curves for a projector (presentation mode); 1 px otherwise, the cheapest to paint."""
+        for curve in self.curves.values():
+            pen = pg.mkPen(curve.opts["pen"])
+            if pen.widthF() != width:
+                pen.setWidthF(width)
+                curve.setPen(pen)
+
     def _add_curve(self, plot: str, key: str, legend: str, human: str, pen: Any) -> Curve:
         # A bare curve item: PlotDataItem's own downsampling and clipping would only repeat `decimate`.
         curve = Curve(pen=pen, connect="finite", skipFiniteCheck=True)

@@ -15,9 +15,10 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtGui import QColor, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QLabel,
     QScrollArea,
     QSizePolicy,
@@ -31,12 +32,15 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.placement import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
 from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
+from tf_device_panel.gui.view_settings import series_style
 from tf_device_panel.gui.widgets import ExpandableDetail
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
-_PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
+_DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
+           "dashdot": Qt.PenStyle.DashDotLine}
 MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
 MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
@@ -139,21 +143,57 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.plot_item.showGrid(x=True, y=True, alpha=0.3)
         self.setMinimumHeight(MIN_PLOT_HEIGHT)
         self.legend: pg.LegendItem | None = None
+        settings = view_settings.current()
+        if settings.scale != 1.0:
+            font = QFont(self.font())
+            font.setPointSizeF(font.pointSizeF() * settings.scale if font.pointSizeF() > 0 else 9 * settings.scale)
+            for name in ("left", "bottom"):
+                self.plot_item.getAxis(name).setStyle(tickFont=font)
         if len(plot.series) > 1:
-            self.legend = pg.LegendItem(labelTextColor=palette_colors()[1])
+            self.legend = pg.LegendItem(labelTextColor=palette_colors()[1],
+                                        labelTextSize=f"{9 * settings.scale:.0f}pt")
             self.addItem(self.legend, row=0, col=1)
+        # Each series its device's colour when every series has a device of its own; otherwise (a benchmark's
+        # dtypes on one device) twelve distinct colours. A symbol and a dash pattern are a second cue either way.
+        devices = [self._device(series) for series in plot.series]
+        self.by_device = all(d.startswith("/") for d in devices) and len({device_color(d).name() for d in devices}) \
+            == len(devices)
+        self.originals: list[tuple[list[float], list[float]]] = []
+        self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
 
+    @staticmethod
+    def _device(series: Series) -> str:
+        return short_device_name(series.name.split()[0]) if series.name else ""
+
     def draw(self, series: Series, number: int) -> pg.PlotDataItem:
-        device = short_device_name(series.name.split()[0]) if series.name else ""
-        color = device_color(device) if device.startswith("/") else pg.intColor(number, hues=9)
-        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol="o",
-                                   symbolSize=5, symbolBrush=color,
-                                   pen=pg.mkPen(color, width=2, style=_PEN_STYLES[number % len(_PEN_STYLES)]))
+        colour, symbol, dash = series_style(number)
+        color = device_color(self._device(series)) if self.by_device else QColor(colour)
+        width = view_settings.current().line_width
+        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol=symbol,
+                                   symbolSize=5 + 2 * width, symbolBrush=color, symbolPen=color,
+                                   pen=pg.mkPen(color, width=width, style=_DASHES[dash]))
+        self.originals.append((list(series.x), list(series.y)))
         if self.legend is not None:
             self.legend.addItem(item, short_devices(series.name))
         return item
+
+    def wants_log_scale(self) -> bool:
+        """A loss falling over two orders of magnitude or more reads on a log scale (linear, it is a flat line
+        after its first epochs)."""
+        values = [y for _, ys in self.originals for y in ys if y > 0 and math.isfinite(y)]
+        return bool(values) and max(values) / min(values) >= 100
+
+    def set_log_y(self, on: bool) -> None:
+        """Log scale for the values; zeros (a loss that reached 0.0) sit a decade below the smallest value."""
+        self.log_y = on
+        positive = [y for _, ys in self.originals for y in ys if y > 0 and math.isfinite(y)]
+        floor = min(positive) / 10 if positive else 1e-12
+        for item, (xs, ys) in zip(self.plot_item.listDataItems(), self.originals, strict=False):
+            item.setData(xs, [max(y, floor) for y in ys] if on else ys)
+        self.plot_item.setLogMode(x=False, y=on)
+        self.plot_item.getAxis("left").enableAutoSIPrefix(False)
 
     def listDataItems(self) -> list[Any]:
         return self.plot_item.listDataItems()
@@ -271,6 +311,7 @@ class ResultView(QStackedWidget):
         self.presentation: Presentation | None = None
         self.tables: list[QTableWidget] = []
         self.plots: list[ResultPlot] = []
+        self.log_boxes: list[QCheckBox] = []
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
         self._tables_width = 0
@@ -329,14 +370,31 @@ class ResultView(QStackedWidget):
         self.plots = [ResultPlot(plot) for plot in presentation.plots]
         for table in self.tables:
             self._tables_layout.addWidget(table)
-        self._tables_layout.addStretch(1)  # small tables sit at the top
-        for plot in self.plots:
+        self.log_boxes = []
+        for plot, spec in zip(self.plots, presentation.plots, strict=True):
+            if "loss" in spec.y_label.lower():  # a loss plot offers a log scale, on when the loss spans decades
+                box = QCheckBox("Log scale" if len(self.plots) == 1 else f"Log scale ({spec.y_label})")
+                box.setToolTip("Show the loss on a logarithmic scale (its late epochs are a flat line otherwise)")
+                box.toggled.connect(plot.set_log_y)
+                box.setChecked(plot.wants_log_scale())
+                self.log_boxes.append(box)
+                # under the table, where there is room; above the plot when there is no table
+                (self._tables_layout if self.tables else self._plots_layout).addWidget(box)
             self._plots_layout.addWidget(plot)
+        self._tables_layout.addStretch(1)  # small tables sit at the top
         self._tables_box.setVisible(bool(self.tables))
         self._plots_box.setVisible(bool(self.plots))
         self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
         self._fit_tables()
+
+    def redraw(self) -> None:
+        """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines)."""
+        if self.presentation is not None and self.currentIndex() == 1 and self._live_curve is None:
+            logs = [box.isChecked() for box in self.log_boxes]
+            self.show_presentation(self.presentation)
+            for box, checked in zip(self.log_boxes, logs, strict=False):
+                box.setChecked(checked)
 
     def _fit_tables(self) -> None:
         """Give the tables their columns' width, the plots the rest (at least MIN_PLOT_WIDTH when they can)."""
