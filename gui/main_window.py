@@ -380,6 +380,7 @@ class MainWindow(QMainWindow):
         self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
         self.controller.apply(config)
         self.config_panel.mark_applied(config)
+        self.runs.show_configuration(config)
         self.settings.setValue(APPLIED_KEY, json.dumps(config.to_json()))
         self._refresh_status()
 

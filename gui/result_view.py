@@ -153,6 +153,10 @@ class ResultPlot(pg.GraphicsLayoutWidget):
             self.legend = pg.LegendItem(labelTextColor=palette_colors()[1],
                                         labelTextSize=f"{9 * settings.scale:.0f}pt")
             self.addItem(self.legend, row=0, col=1)
+            # Its rows as tall as their text, at the top: stretched to the plot's height, each label's text sat
+            # at the top of a tall row while its swatch sat in the middle.
+            self.legend.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+            self.ci.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
         # Each series its device's colour when every series has a device of its own; otherwise (a benchmark's
         # dtypes on one device) twelve distinct colours. A symbol and a dash pattern are a second cue either way.
         devices = [self._device(series) for series in plot.series]
@@ -177,6 +181,9 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.originals.append((list(series.x), list(series.y)))
         if self.legend is not None:
             self.legend.addItem(item, short_devices(series.name))
+            sample, label = self.legend.items[-1]
+            for part in (sample, label):  # the swatch sat lower than its label
+                self.legend.layout.setAlignment(part, Qt.AlignmentFlag.AlignVCenter)
         return item
 
     def wants_log_scale(self) -> bool:

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui.console_view import ConsoleView
@@ -131,6 +132,7 @@ class RunsPanel(QWidget):
         super().__init__(parent)
         self.devices: list[str] = []
         self.forms: dict[str, ParamForm] = {}
+        self.configuration: Any = DeviceConfig()
         self.job_list = QListWidget()
         for spec in JOBS.values():
             item = QListWidgetItem(spec.title)
@@ -276,6 +278,7 @@ class RunsPanel(QWidget):
         self.forms = {}
         for spec in JOBS.values():
             form = ParamForm(spec, devices)
+            form.show_configuration(self.configuration)
             for name, value in old_values.get(spec.name, {}).items():
                 form.set_value(name, value)
             self.forms[spec.name] = form
@@ -283,6 +286,12 @@ class RunsPanel(QWidget):
             form.hide()
             self.form_column.addWidget(form)
         self._show_form(self.job_list.currentRow())
+
+    def show_configuration(self, config: Any) -> None:
+        """The configuration the runs use: forms with a switch of their own say that it overrides it."""
+        self.configuration = config
+        for form in self.forms.values():
+            form.show_configuration(config)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
@@ -338,8 +347,10 @@ class RunsPanel(QWidget):
             return
         try:
             params = spec.resolve(self.form().values())
-        except ParamError as exc:
-            self.form_error.setText("\n".join(f"{name}: {message}" for name, message in exc.problems))
+        except ParamError as exc:  # named by the form's labels ("Script", not the parameter's name "path")
+            labels = {param.name: param.label or param.name for param in spec.params}
+            self.form_error.setText("\n".join(f"{labels.get(name, name)}: {message}"
+                                              for name, message in exc.problems))
             self.form_error.show()
             return
         self.form_error.hide()
@@ -413,7 +424,8 @@ class RunsPanel(QWidget):
             self.states[job].start(job)
         self._timer.start()
         self.result.live_losses = []
-        self.result.show_message(f"Running <b>{html.escape(job)}</b>…")
+        self.result.show_message(f"<b>{html.escape(job)}</b>'s result appears here when it ends; "
+                                 "its own output is below.")
         if job == self.current_job:
             self.console.show_state(self.states[job])
         self._update_buttons()

@@ -56,8 +56,9 @@ def dismiss_notices(win: MainWindow) -> list[str]:
 def apply_and_wait(qtbot, win: MainWindow, **changes) -> None:
     win.config_panel.set_config(win.config_panel.config().with_changes(**changes))
     qtbot.mouseClick(win.config_panel.apply_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: win.controller.state == "ready" and win.runs.run_button.isEnabled(),
-                    timeout=READY_TIMEOUT_MS)
+    # "Run", not "Run when ready": the window has taken the ready state (Run is pressable while it warms too)
+    qtbot.waitUntil(lambda: win.controller.state == "ready" and win.runs.run_button.isEnabled()
+                    and win.runs.run_button.text() == "Run", timeout=READY_TIMEOUT_MS)
 
 
 def run_and_wait(qtbot, win: MainWindow, job: str, timeout: int = 120_000, **params) -> None:

@@ -117,3 +117,19 @@ def test_a_loss_spanning_decades_is_drawn_on_a_log_scale_and_can_go_back(qtbot) 
     assert min(ys) > 0  # the epochs that reached 0.0 sit a decade below the smallest loss, not at -inf
     box.setChecked(False)
     assert not plot.plot_item.getAxis("left").logMode and list(plot.listDataItems()[0].yData)[-1] == 0.0
+
+
+def test_legend_swatches_sit_level_with_their_labels(qtbot) -> None:
+    series = tuple(Series(f"worker {n}", (1.0, 2.0), (1.0, 0.5)) for n in range(3))
+    view = ResultView()
+    qtbot.addWidget(view)
+    view.resize(800, 400)
+    view.show()
+    view.show_presentation(Presentation("losses", plots=(Plot("step", "loss", series),)))
+    qtbot.waitExposed(view)
+    QApplication.processEvents()
+    legend = view.plots[0].legend
+    for sample, label in legend.items:
+        centre_sample = sample.sceneBoundingRect().center().y()
+        centre_label = label.item.sceneBoundingRect().center().y()  # the text, not its (stretched) cell
+        assert abs(centre_sample - centre_label) <= 2, label.text

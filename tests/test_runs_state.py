@@ -187,3 +187,50 @@ def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: M
     runs.select_job("script")
     assert console.text().splitlines()[-1] == "done: loss 0.01"
     assert console.view.horizontalScrollBar().maximum() == 0
+
+
+def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, window: MainWindow) -> None:
+    """Item 9: soft placement and placement logging are the Configuration's; the TF1 session's and the clusters'
+    own switches say plainly that they override it, and what it is."""
+    from tf_device_panel.core.config import DeviceConfig
+
+    window.controller.apply = lambda config: None  # the restart itself is the controller's
+    window.apply(DeviceConfig(soft_placement=True, log_placement=False))
+    texts = {job: window.runs.forms[job].widgets[name].text()
+             for job, name in (("session", "soft_placement"), ("multi-worker", "log_placement"),
+                               ("parameter-server", "log_placement"))}
+    assert texts == {"session": "this job only (Configuration: on)",
+                     "multi-worker": "this job only (Configuration: off)",
+                     "parameter-server": "this job only (Configuration: off)"}
+    assert "overrides the Configuration" in window.runs.forms["session"].widgets["soft_placement"].toolTip()
+
+
+def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
+    from tf_device_panel.core import events
+    from tf_device_panel.core.events import Event
+
+    runs = window.runs
+    # a refused parameter is named by its label ("Script"), not its name ("path")
+    runs.select_job("script")
+    window._refresh_status()
+    runs.set_can_run(True)
+    runs.run_button.click()
+    assert runs.form_error.text().startswith("Script:") and "path:" not in runs.form_error.text()
+    # "Running fit…" said once, in the status line
+    runs.select_job("fit")
+    runs.job_started("fit")
+    assert runs.status.full_text() == "Running fit…" and "Running" not in runs.result.message.text()
+    runs.job_finished(outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
+    # after a cancel, the run's process ending is no failure
+    window.log.add_events([Event(events.JOB_FINISHED, {"job": "fit", "status": "cancelled"}, job_id="1"),
+                           Event(events.RUNTIME_EXITED, {"description": "exited with code 1", "expected": False})])
+    last = window.log.view.toPlainText().splitlines()[-1]
+    assert "after its job was cancelled" in last and window.log.entries[-1][0] != "error"
+    # the placement table says its order the way it is: the largest counts first, "Count ▼"
+    header = window.log.proxy.headerData(3, Qt.Orientation.Horizontal, Qt.ItemDataRole.DisplayRole)
+    assert header == "Count ▼"
+    # View → History raises it (it was a tab behind the Doctor)
+    window.docks["doctor"].show()
+    window.docks["history"].toggleViewAction().trigger()
+    qtbot.waitUntil(lambda: not window.docks["history"].visibleRegion().isEmpty(), timeout=3000)
+    assert window.docks["doctor"].visibleRegion().isEmpty()
