@@ -148,6 +148,13 @@ class ParamForm(QWidget):
             box.setToolTip(f"{self._params[name].help}\nThis job's own switch: it overrides the Configuration's "
                            f"“{label}”, which is {state}, for this job's sessions and tasks.")
 
+    def two_column_width(self) -> int:
+        """The width this form needs for two columns of its rows (one, for a short form)."""
+        names = list(self.labels)
+        if len(names) <= TWO_COLUMNS_ROWS:
+            return self.least_width()
+        return max(TWO_COLUMNS_WIDTH, self._width_for(names, 2))
+
     def least_width(self) -> int:
         """The narrowest this form can be with every label and field whole: one column, every row shown."""
         names = list(self.labels)

@@ -60,6 +60,7 @@ KEPT_WARNINGS = 200
 DEFAULT_SIZE = (1280, 820)
 SIDE_DOCK_WIDTH = 340     # Devices / Configuration: the widest field plus its scroll bar
 READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each run's parameters readable
+READING_DOCK_LEAST = 450  # px they keep even where the job's form then takes one column
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
@@ -729,8 +730,11 @@ class MainWindow(QMainWindow):
         if not in_left and left and self.width() - beside - least - 12 < READING_DOCK_WIDTH:
             self.tabifyDockWidget(left[-1], dock)
             in_left = True
-        width = min(READING_DOCK_WIDTH, self.width() - least - (0 if in_left else left_width) - 12)
-        if dock.width() < width:
+        # As wide as leaves the job's form its two columns, at least READING_DOCK_LEAST (then one column).
+        roomy = self.runs.two_column_width() if centre is self.runs else least
+        width = max(min(READING_DOCK_WIDTH, self.width() - roomy - (0 if in_left else left_width) - 12),
+                    min(READING_DOCK_LEAST, self.width() // 2))
+        if dock.width() != width:
             self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
         dock.raise_()
 

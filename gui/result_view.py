@@ -308,11 +308,19 @@ class ResultView(QStackedWidget):
         self.body.setChildrenCollapsible(False)
         self.body.addWidget(self._tables_box)
         self.body.addWidget(self._plots_box)
-        page = QWidget()
-        layout = QVBoxLayout(page)
+        page_body = QWidget()
+        layout = QVBoxLayout(page_body)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.caption)
         layout.addWidget(self.body, 1)
+        # Where the result area is shorter than the caption and a readable plot (a dock beside the Runs panel
+        # at 1280×720), the result scrolls down instead of cutting the caption's last lines.
+        page = _MessageScroll()
+        page.setWidgetResizable(True)
+        page.setFrameShape(QScrollArea.Shape.NoFrame)
+        page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        page.setWidget(page_body)
+        self.presentation_page = page
         self.addWidget(message_page)
         self.addWidget(page)
         self.presentation: Presentation | None = None

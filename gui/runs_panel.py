@@ -232,7 +232,9 @@ class RunsPanel(QWidget):
         splitter = QSplitter()
         splitter.addWidget(self.job_list)
         splitter.addWidget(right)
-        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(0, 0)  # the list keeps its titles' width; the form and result take the rest
+        splitter.setStretchFactor(1, 1)
+        self.main_split = splitter
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(splitter)
@@ -287,6 +289,12 @@ class RunsPanel(QWidget):
             self.form_column.addWidget(form)
         self._show_form(self.job_list.currentRow())
 
+    def two_column_width(self) -> int:
+        """The panel's width at which every form stands in two columns (its least width has them in one)."""
+        one = self.form_scroll.minimumSizeHint().width()
+        two = max(form.two_column_width() for form in self.forms.values())
+        return self.minimumSizeHint().width() + max(two - one, 0)
+
     def show_configuration(self, config: Any) -> None:
         """The configuration the runs use: forms with a switch of their own say that it overrides it."""
         self.configuration = config
@@ -297,6 +305,8 @@ class RunsPanel(QWidget):
         super().showEvent(event)
         if not self._console_sized:  # the console a few lines high, the result the rest (later: as dragged)
             self._console_sized = True
+            total_width = sum(self.main_split.sizes())
+            self.main_split.setSizes([self.job_list.minimumWidth(), total_width - self.job_list.minimumWidth()])
             total = sum(self.output_split.sizes())
             console = min(self.console.sizeHint().height(), total // 3)
             self.output_split.setSizes([total - console, console])

@@ -2,7 +2,8 @@
 
 Run under a display, e.g.: xvfb-run -s "-screen 0 1280x720x24" .venv/bin/python scripts/screenshot.py OUT.png
 Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first),
---runs N (run the job N times in a row), --dock-height PX, --doctor (run the Doctor's checks first).
+--runs N (run the job N times in a row), --dock-height PX, --doctor (run the Doctor's checks first),
+--presentation (View → Presentation mode).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="run the job this many times in a row")
     parser.add_argument("--dock-height", type=int, help="height in pixels for the raised docks")
     parser.add_argument("--doctor", action="store_true", help="run the Doctor's checks and shoot once they are in")
+    parser.add_argument("--presentation", action="store_true", help="View → Presentation mode first")
     args = parser.parse_args()
 
     app = QApplication(sys.argv[:1])
@@ -48,6 +50,8 @@ def main() -> int:
         window.resizeDocks(docks, [args.dock_height] * len(docks), Qt.Orientation.Vertical)
     if args.doctor:
         window.open_doctor()
+    if args.presentation:
+        window.set_presentation(True)
     window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())

@@ -139,3 +139,25 @@ def test_the_placement_log_and_machines_never_scroll_sideways(qtbot, window: Mai
 def test_machines_says_no_answer_yet_when_there_never_was_one(qtbot, window: MainWindow) -> None:
     window.machines._failed("connection refused")
     assert "no answer yet" in window.machines.status.text() and "last answer" not in window.machines.status.text()
+
+
+def test_with_history_open_at_1280_the_result_caption_is_never_cut(qtbot, window: MainWindow) -> None:
+    from tf_device_panel.core.session import JobOutcome
+
+    from test_window_layout import FIT_RESULT as fit
+
+    window.resize(1280, 720)
+    window.reset_layout()
+    window.resize(1280, 720)
+    window.docks["history"].show()
+    window.runs.select_job("fit")
+    window.runs.result.show_outcome(JobOutcome("fit", {}, {}, status="ok", result=fit))
+    settle(qtbot)
+    view = window.runs.result
+    caption = view.caption
+    assert caption.height() >= caption.heightForWidth(caption.width())
+    bar = view.presentation_page.verticalScrollBar()
+    whole = caption.visibleRegion().boundingRect().size() == caption.size()
+    assert whole or bar.maximum() > 0  # in sight, or a scroll away: never cut off for good
+    bar.setValue(bar.maximum())
+    assert view.plots[0].height() >= 120

@@ -232,5 +232,10 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
     # View → History raises it (it was a tab behind the Doctor)
     window.docks["doctor"].show()
     window.docks["history"].toggleViewAction().trigger()
-    qtbot.waitUntil(lambda: not window.docks["history"].visibleRegion().isEmpty(), timeout=3000)
-    assert window.docks["doctor"].visibleRegion().isEmpty()
+    from PySide6.QtWidgets import QTabBar
+
+    def raised_tab() -> list[str]:
+        return [bar.tabText(bar.currentIndex()) for bar in window.findChildren(QTabBar)
+                if any(bar.tabText(i).startswith("Doctor") for i in range(bar.count()))]
+
+    qtbot.waitUntil(lambda: raised_tab() == ["History"], timeout=3000)
