@@ -64,7 +64,7 @@ READING_DOCK_LEAST = 450  # px they keep even where the job's form then takes on
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
-PRESENTATION_BOTTOM_SHARE = 0.4  # the device map's share of the height in presentation mode
+PRESENTATION_BOTTOM_SHARE = 0.25 # the device map's share of the height in presentation mode
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
@@ -287,6 +287,7 @@ class MainWindow(QMainWindow):
         self.setStyleSheet(self._style + (f"\n* {{ font-size: {size:.1f}pt; }}" if scale != 1.0 else ""))
         self.setPalette(self._contrast_palette() if self.view.presentation else self._base_palette)
         self.memory.set_line_width(2 if self.view.presentation else 1)
+        self.runs.fit_job_list()
         for view in self.runs.results.values():
             view.redraw()
 

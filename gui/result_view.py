@@ -228,16 +228,23 @@ def _table_widget(table: Table) -> QTableWidget:
             if shown.startswith("/"):
                 item.setForeground(device_color(shown.split()[0]))
             widget.setItem(r, c, item)
+    widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
+    widget.setMinimumWidth(80)  # never widens the window: the splitter gives it its columns' width when it can
+    size_table(widget, table.matrix)
+    return widget
+
+
+def size_table(widget: QTableWidget, matrix: bool) -> None:
+    """Columns and rows to their contents, in the font the table is drawn with (call again once it is in the
+    window: the window's zoom reaches it through the style sheet only then)."""
+    widget.ensurePolished()
     widget.resizeColumnsToContents()
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
-    header = 0 if table.matrix else widget.horizontalHeader().sizeHint().height()
+    header = 0 if matrix else widget.horizontalHeader().sizeHint().height()
     widget.setMaximumHeight(header + widget.verticalHeader().length() + frame)
-    widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
-    widget.setMinimumWidth(80)  # never widens the window: the splitter gives it its columns' width when it can
     widget.setMaximumWidth(table_content_width(widget))  # nor stretches into an empty grid beside a small table
-    return widget
 
 
 def table_content_width(widget: QTableWidget) -> int:
@@ -265,6 +272,24 @@ class _MessageScroll(QScrollArea):
 
     def minimumSizeHint(self) -> QSize:
         return QSize(0, self.fontMetrics().height())
+
+
+class _ResultPage(QWidget):
+    """Caption above tables and plots. Its height for a width is the caption's whole text and the least the
+    tables and plots need (their preferred heights made the page scroll in an area that could show it)."""
+
+    def __init__(self, view: ResultView):
+        super().__init__()
+        self._view = view
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        layout = self.layout()
+        spacing = layout.spacing() if layout is not None else 0
+        return (self._view.caption.heightForWidth(width) + spacing
+                + self._view.body.minimumSizeHint().height())
 
 
 class ResultView(QStackedWidget):
@@ -308,7 +333,7 @@ class ResultView(QStackedWidget):
         self.body.setChildrenCollapsible(False)
         self.body.addWidget(self._tables_box)
         self.body.addWidget(self._plots_box)
-        page_body = QWidget()
+        page_body = _ResultPage(self)
         layout = QVBoxLayout(page_body)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.caption)
@@ -383,8 +408,9 @@ class ResultView(QStackedWidget):
                     widget.deleteLater()
         self.tables = [_table_widget(table) for table in presentation.tables]
         self.plots = [ResultPlot(plot) for plot in presentation.plots]
-        for table in self.tables:
+        for table, spec in zip(self.tables, presentation.tables, strict=True):
             self._tables_layout.addWidget(table)
+            size_table(table, spec.matrix)  # now in the window: in its (zoomed) font
         self.log_boxes = []
         for plot, spec in zip(self.plots, presentation.plots, strict=True):
             if "loss" in spec.y_label.lower():  # a loss plot offers a log scale, on when the loss spans decades

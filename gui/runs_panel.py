@@ -139,11 +139,7 @@ class RunsPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             item.setToolTip(spec.description)
             self.job_list.addItem(item)
-        # Every job's title whole ("Parameter-server cluster" was cut to "…cluste" beside a dock).
-        bold = QFont(self.job_list.font())
-        bold.setBold(True)
-        widest = max(QFontMetrics(bold).horizontalAdvance(spec.title) for spec in JOBS.values())
-        self.job_list.setMinimumWidth(max(180, widest + 24 + self.job_list.verticalScrollBar().sizeHint().width()))
+        self.fit_job_list()
         # Each job's description is elided to the list's width: never a sideways scroll bar.
         self.job_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.job_list.setItemDelegate(JobItemDelegate(self.job_list))
@@ -250,6 +246,18 @@ class RunsPanel(QWidget):
         stop_shortcut.activated.connect(self._request_stop)
         self.set_devices([])
         self.job_list.setCurrentRow(0)
+
+    def fit_job_list(self) -> None:
+        """Every job's title whole ("Parameter-server cluster" was cut to "…cluste" beside a dock), in the font
+        the list has now (the window's zoom changes it)."""
+        self.job_list.ensurePolished()
+        bold = QFont(self.job_list.font())
+        bold.setBold(True)
+        widest = max(QFontMetrics(bold).horizontalAdvance(spec.title) for spec in JOBS.values())
+        self.job_list.setMinimumWidth(max(180, widest + 24 + self.job_list.verticalScrollBar().sizeHint().width()))
+        if hasattr(self, "main_split") and self._console_sized:
+            total = sum(self.main_split.sizes())
+            self.main_split.setSizes([self.job_list.minimumWidth(), total - self.job_list.minimumWidth()])
 
     @property
     def result(self) -> ResultView:

@@ -61,7 +61,7 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
     assert plot.listDataItems()[0].opts["pen"].widthF() >= 1.5 * base_pen
     assert window.palette().color(QPalette.ColorRole.Text) == QColor("#000000")
     assert not window.docks["config"].isVisible() and window.docks["map"].isVisible()
-    qtbot.waitUntil(lambda: window.docks["map"].height() >= 0.3 * window.height(), timeout=3000)
+    qtbot.waitUntil(lambda: window.docks["map"].height() >= 0.25 * window.height(), timeout=3000)
     window.presentation_action.trigger()
     QApplication.processEvents()
     assert not window.view.presentation and window.docks["config"].isVisible()
