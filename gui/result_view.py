@@ -408,9 +408,9 @@ class ResultView(QStackedWidget):
                     widget.deleteLater()
         self.tables = [_table_widget(table) for table in presentation.tables]
         self.plots = [ResultPlot(plot) for plot in presentation.plots]
-        for table, spec in zip(self.tables, presentation.tables, strict=True):
+        for table, table_spec in zip(self.tables, presentation.tables, strict=True):
             self._tables_layout.addWidget(table)
-            size_table(table, spec.matrix)  # now in the window: in its (zoomed) font
+            size_table(table, table_spec.matrix)  # now in the window: in its (zoomed) font
         self.log_boxes = []
         for plot, spec in zip(self.plots, presentation.plots, strict=True):
             if "loss" in spec.y_label.lower():  # a loss plot offers a log scale, on when the loss spans decades
