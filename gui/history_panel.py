@@ -92,7 +92,8 @@ class HistoryPanel(QWidget):
         # Bound methods, not lambdas: a lambda holding self ties the panel into a reference cycle, which Python's
         # garbage collector may then free on whatever thread it runs, and PySide deadlocks deleting widgets there.
         self.run_again_button.clicked.connect(self._run_again_selected)
-        self.apply_button = QPushButton("Apply this configuration")
+        # Short, so the dock fits beside the job's two-column form at 1280 px (the tooltip says the rest).
+        self.apply_button = QPushButton("Apply its config")
         self.apply_button.setToolTip("Load the run's device configuration and restart the runtime with it")
         self.apply_button.clicked.connect(self._apply_selected)
         buttons = QHBoxLayout()
