@@ -141,6 +141,37 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     assert "Fix the configuration problems" in window.notices[-1] and dismiss_notices(window) == ["TF Device Panel"]
 
 
+def test_a_scripts_output_is_under_its_result_and_run_waits_for_the_spare(qtbot, window: MainWindow,
+                                                                          tmp_path: Path) -> None:
+    """Issue 23 items 5 and 6 with a real runtime: Run pressed while the spare warms starts the job once it is
+    ready; the script's stdout, its "\\r" progress bar included, is in the Runs panel's console, without
+    TensorFlow's placement lines, and the next spare's start-up lines do not push it away."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys, tensorflow as tf\n"
+                      "print('hello from train.py', flush=True)\n"
+                      "for step in range(1, 4):\n"
+                      "    sys.stdout.write(f'\\rstep {step}/3'); sys.stdout.flush()\n"
+                      "print()\n"
+                      "print(tf.matmul([[1.0]], [[2.0]]).numpy().tolist())\n"
+                      "print('done', flush=True)\n")
+    window.config_panel.set_config(window.config_panel.config().with_changes(cpu_devices=2))
+    window.apply_current()
+    window.runs.select_job("script")
+    window.runs.form().set_value("path", str(script))
+    waited = window.controller.state == "starting"
+    with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
+        if waited:
+            assert window.runs.run_button.text() == "Starts when ready…"
+    assert finished.args[0].status == "ok", finished.args[0].error
+    console = window.runs.console
+    lines = console.text().splitlines()
+    assert lines[0] == "hello from train.py" and "step 3/3" in lines and lines[-1] == "done"
+    assert not any("device:CPU" in line for line in lines)  # placements stay in the Placement log
+    qtbot.waitUntil(lambda: window.controller.state == "ready", timeout=READY_TIMEOUT_MS)  # the next spare
+    assert console.text().splitlines()[-1] == "done"
+
+
 def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window, cpu_devices=2)
     window.runs.select_job("fit")
