@@ -51,6 +51,7 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
     base_console = runs.console.view.fontInfo().pixelSize()
     (plot,) = runs.result.plots
     base_pen = plot.listDataItems()[0].opts["pen"].widthF()
+    base_result_width, base_map_height = runs.result.width(), window.docks["map"].height()
     QTest.keyClick(window, Qt.Key.Key_P, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     QApplication.processEvents()
     assert window.view.presentation and window.presentation_action.isChecked()
@@ -61,7 +62,9 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
     assert plot.listDataItems()[0].opts["pen"].widthF() >= 1.5 * base_pen
     assert window.palette().color(QPalette.ColorRole.Text) == QColor("#000000")
     assert not window.docks["config"].isVisible() and window.docks["map"].isVisible()
-    qtbot.waitUntil(lambda: window.docks["map"].height() >= 0.25 * window.height(), timeout=3000)
+    # the side docks put away: the result and the device map take the window's width
+    qtbot.waitUntil(lambda: runs.result.width() >= base_result_width + 200, timeout=3000)
+    assert window.docks["map"].height() >= base_map_height + 50
     window.presentation_action.trigger()
     QApplication.processEvents()
     assert not window.view.presentation and window.docks["config"].isVisible()
