@@ -414,7 +414,7 @@ class MainWindow(QMainWindow):
             self.log.start_job()
             self.runs.job_started(job)
         else:
-            self.runs.cancel_queued()
+            self.runs.cancel_queued("the runtime could not take it (see the message)")
 
     def run_again(self, job: str, params: dict[str, Any]) -> None:
         """A past run's job and parameters in the form, run at once when the runtime is ready."""
@@ -546,7 +546,7 @@ class MainWindow(QMainWindow):
             elif state != STARTING:
                 # The spare failed or was stopped: the waiting job cannot start; say so in its status.
                 self.pending_run = None
-                self.runs.cancel_queued()
+                self.runs.cancel_queued(f"the runtime is {state}")
                 self.flash(f"The runtime is {state}: the waiting job was not started", 10_000)
 
     def flash(self, text: str, timeout_ms: int = 10_000) -> None:

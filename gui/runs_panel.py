@@ -422,13 +422,13 @@ class RunsPanel(QWidget):
         self._update_buttons()
         self._render_state()
 
-    def cancel_queued(self) -> str | None:
-        """Stop pressed while a job waits for the runtime: it will not start. Returns the job that waited."""
+    def cancel_queued(self, reason: str = "Stop was pressed while it waited for the runtime") -> str | None:
+        """A job waiting for the runtime will not start (Stop, or the runtime failed). Returns that job."""
         job, self.waiting_job = self.waiting_job, None
         if job is not None:
             state = self.states[job]
             state.waiting = False
-            state.status = "Not started: Stop was pressed while it waited for the runtime"
+            state.status = f"Not started: {reason}"
         self._update_buttons()
         self._render_state()
         return job

@@ -143,6 +143,14 @@ def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: Main
         window._refresh_status()
         QApplication.processEvents()
         assert len(started) == 1 and "Not started" in runs.status.full_text() and runs.run_button.isEnabled()
+        # the spare dies while a job waits: it is not started, and says why (never a wait without end)
+        state["value"] = "starting"
+        window._refresh_status()
+        qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        state["value"] = "exited"
+        window._refresh_status()
+        assert runs.status.full_text() == "Not started: the runtime is exited" and window.pending_run is None
+        assert not runs.run_button.isEnabled() and len(started) == 1
 
 
 def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdout", partial: bool = False):
