@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -42,6 +42,7 @@ _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
            "dashdot": Qt.PenStyle.DashDotLine}
 MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
+MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
 MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
 
@@ -163,6 +164,8 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.by_device = all(d.startswith("/") for d in devices) and len({device_color(d).name() for d in devices}) \
             == len(devices)
         self.originals: list[tuple[list[float], list[float]]] = []
+        self.legend_below = False
+        self._legend_width = 0.0
         self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
@@ -207,6 +210,32 @@ class ResultPlot(pg.GraphicsLayoutWidget):
 
     def getPlotItem(self) -> pg.PlotItem:
         return self.plot_item
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self, self._place_legend)  # once the legend has been laid out at this size
+
+    def _place_legend(self) -> None:
+        """The legend beside the curves while they keep MIN_CURVES_WIDTH px; below them, in columns, when the
+        plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px)."""
+        legend = getattr(self, "legend", None)  # resized while it is being built
+        if legend is None or not hasattr(self, "legend_below"):
+            return
+        width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
+        beside = self.width() - width >= MIN_CURVES_WIDTH
+        below = not beside
+        if below == self.legend_below:
+            return
+        if not self.legend_below:
+            self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
+        self.legend_below = below
+        self.ci.removeItem(legend)
+        legend.setColumnCount(max(1, min(len(legend.items), int(self.width() // 170))) if below else 1)
+        if below:
+            self.addItem(legend, row=1, col=0)
+        else:
+            self.addItem(legend, row=0, col=1)
+        self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
 
 def _table_widget(table: Table) -> QTableWidget:

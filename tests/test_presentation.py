@@ -136,3 +136,21 @@ def test_legend_swatches_sit_level_with_their_labels(qtbot) -> None:
         centre_sample = sample.sceneBoundingRect().center().y()
         centre_label = label.item.sceneBoundingRect().center().y()  # the text, not its (stretched) cell
         assert abs(centre_sample - centre_label) <= 2, label.text
+
+
+def test_a_legend_beside_too_narrow_a_plot_goes_below_it(qtbot, tmp_path: Path) -> None:
+    """Item 1: the benchmark's nine series beside its wide table left the curves about 50 px wide at 1280×720."""
+    from test_window_layout import RESULTS
+
+    win = make(tmp_path)
+    qtbot.addWidget(win)
+    win.resize(1280, 720)
+    win.show()
+    qtbot.waitExposed(win)
+    win.runs.select_job("benchmark")
+    win.runs.result.show_outcome(JobOutcome("benchmark", {}, {}, status="ok", result=RESULTS["benchmark"]))
+    plot = win.runs.result.plots[0]
+    qtbot.waitUntil(lambda: plot.plot_item.getViewBox().width() >= 200, timeout=3000)
+    assert plot.legend_below
+    assert plot.plot_item.sceneBoundingRect().right() <= plot.viewport().width() + 1  # the curves in sight
+    win.close()
