@@ -45,6 +45,7 @@ from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
+from tf_device_panel.gui.widgets import move_in_layout
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
@@ -436,10 +437,6 @@ class MemoryPanel(QWidget):
             return
         self._one_row = one_row
         layout = self.graphs.ci
-        for key, plot in self.plots.items():
-            if plot in layout.items:
-                layout.removeItem(plot)
-                layout.removeItem(self.legends[key])
         keys = list(self.plots)
         gpus = [key for key in keys if key.startswith("gpu")]
         if one_row:
@@ -450,10 +447,19 @@ class MemoryPanel(QWidget):
             places.update({"host": (len(gpus), 0, 1), "cpu": (len(gpus), 2, 1)})
             self.plot_rows = len(gpus) + 1
         bottom_row = max(row for row, _, _ in places.values())
+        for key in keys:  # out of their cells first: a cell a plot leaves may be another's new one
+            for item in (self.plots[key], self.legends[key]):
+                if item in layout.items:
+                    for r, c in layout.items.pop(item):
+                        layout.rows.get(r, {}).pop(c, None)
         for key, (row, col, span) in places.items():
             plot = self.plots[key]
-            self.graphs.addItem(plot, row=row, col=col, colspan=span)
-            self.graphs.addItem(self.legends[key], row=row, col=col + span)
+            if plot.scene() is None:
+                self.graphs.addItem(plot, row=row, col=col, colspan=span)
+                self.graphs.addItem(self.legends[key], row=row, col=col + span)
+            else:  # moved within the layout, never out of the scene (see move_in_layout)
+                move_in_layout(layout, plot, row, col, 1, span)
+                move_in_layout(layout, self.legends[key], row, col + span)
             # X is linked: one time axis under each bottom plot is enough and paints fast
             plot.showAxis("bottom", row == bottom_row)
         self.graphs.setMinimumHeight(PLOT_MIN_HEIGHT * self.plot_rows)

@@ -36,7 +36,7 @@ from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
 from tf_device_panel.gui.view_settings import series_style
-from tf_device_panel.gui.widgets import ExpandableDetail
+from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
@@ -229,12 +229,8 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         if not self.legend_below:
             self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
         self.legend_below = below
-        self.ci.removeItem(legend)
         legend.setColumnCount(max(1, min(len(legend.items), int(self.width() // 170))) if below else 1)
-        if below:
-            self.addItem(legend, row=1, col=0)
-        else:
-            self.addItem(legend, row=0, col=1)
+        move_in_layout(self.ci, legend, *((1, 0) if below else (0, 1)))
         self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
 
