@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,14 +48,66 @@ def missing_xcb_libraries() -> list[str]:
     return missing
 
 
+DISPLAY_WAIT_S = 2.0  # how long an X server may take to accept a connection before it counts as not answering
+
+
+def command_path() -> str:
+    """The full path of the command that was run, as a person would type it again."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "tf-device-panel"
+    if os.path.basename(argv0) in ("__main__.py", "-c", "-m") or argv0.endswith(".py"):
+        found = shutil.which("tf-device-panel")
+        return found or f"{sys.executable} -m tf_device_panel"
+    return os.path.abspath(argv0) if os.sep in argv0 else (shutil.which(argv0) or argv0)
+
+
+def x_display_answers(display: str, timeout: float = DISPLAY_WAIT_S) -> bool:
+    """Whether an X server accepts connections at `display` (":99", ":0.0", "host:10", "unix:1"), by the
+    socket Xlib would use. Qt aborts the whole process (SIGABRT, exit 134) when it cannot connect."""
+    match = re.match(r"^(?P<host>[^:]*):(?P<number>\d+)(?:\.\d+)?$", display)
+    if match is None:
+        return False
+    host, number = match.group("host"), int(match.group("number"))
+    if host in ("", "unix"):
+        path = f"/tmp/.X11-unix/X{number}"
+        addresses: list[tuple[int, object]] = [(socket.AF_UNIX, "\0" + path), (socket.AF_UNIX, path)]
+    else:
+        addresses = [(family, address) for family, _, _, _, address
+                     in _resolve(host.removeprefix("tcp/"), 6000 + number)]
+    for family, address in addresses:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as connection:
+                connection.settimeout(timeout)
+                connection.connect(address)  # type: ignore[arg-type]
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _resolve(host: str, port: int) -> list[tuple[int, int, int, str, object]]:
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)  # type: ignore[return-value]
+    except OSError:
+        return []
+
+
 def display_problem() -> str | None:
-    """Why Qt would fail to open a window here, checked before Qt aborts the process itself."""
+    """Why Qt would fail to open a window here, checked before Qt aborts the process itself: one line."""
     platform = os.environ.get("QT_QPA_PLATFORM", "")
     if platform in ("offscreen", "minimal", "vnc") or sys.platform != "linux":
         return None
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        return ("No display found (neither DISPLAY nor WAYLAND_DISPLAY is set), so the window cannot open.\n"
-                "Over SSH, use `ssh -X`. " + CLI_HINT)
+    command = command_path()
+    virtual = f"or on a virtual display: xvfb-run -a {command}. Meanwhile the command line works: " \
+              f"{command} devices | run JOB | doctor | --help"
+    display = os.environ.get("DISPLAY", "")
+    if not display and not os.environ.get("WAYLAND_DISPLAY"):
+        return ("no display found (neither DISPLAY nor WAYLAND_DISPLAY is set), so the window cannot open; "
+                "over SSH use `ssh -X`, " + virtual)
+    if platform in ("", "xcb") and display and not os.environ.get("WAYLAND_DISPLAY") \
+            and not x_display_answers(display):
+        return (f"the display DISPLAY={display} does not answer (no X server listens there: an ssh session "
+                "without -X, a stopped Xvfb, a tmux session outliving its login), so the window cannot open; "
+                "connect with `ssh -X`, " + virtual)
     if platform in ("", "xcb") and not os.environ.get("WAYLAND_DISPLAY"):
         missing = missing_xcb_libraries()
         if missing:

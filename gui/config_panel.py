@@ -152,6 +152,9 @@ class ConfigPanel(QWidget):
                                for key in ("memory_growth", "memory_fraction", "cpu_devices", "visible_gpus")}
 
         general = QFormLayout()
+        # A narrow dock puts a field under its label rather than past the dock's edge (the panel then scrolled
+        # sideways, and stayed shifted once Tab had moved the focus there).
+        general.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         general.addRow(self.memory_growth)
         general.addRow(self.field_problems["memory_growth"])
         general.addRow("Memory fraction per GPU:", self.memory_fraction)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core import events
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.history import HistoryError, RunHistory
 from tf_device_panel.core.session import JobRun
@@ -28,6 +30,7 @@ from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.result_view import ResultView
 
 COLUMNS = ("Date", "Job", "Status", "Duration")
+DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
 
 
 def date_text(summary: dict[str, Any]) -> str:
@@ -89,7 +92,8 @@ class HistoryPanel(QWidget):
         # Bound methods, not lambdas: a lambda holding self ties the panel into a reference cycle, which Python's
         # garbage collector may then free on whatever thread it runs, and PySide deadlocks deleting widgets there.
         self.run_again_button.clicked.connect(self._run_again_selected)
-        self.apply_button = QPushButton("Apply this configuration")
+        # Short, so the dock fits beside the job's two-column form at 1280 px (the tooltip says the rest).
+        self.apply_button = QPushButton("Apply its config")
         self.apply_button.setToolTip("Load the run's device configuration and restart the runtime with it")
         self.apply_button.clicked.connect(self._apply_selected)
         buttons = QHBoxLayout()
@@ -191,11 +195,14 @@ class HistoryPanel(QWidget):
 
 
 class RunDialog(QDialog):
+    """One past run, opened the way the live window showed it: result (a cancelled fit's epochs included),
+    placements, and its log from the start."""
+
     def __init__(self, history: RunHistory, run_id: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.run_id = run_id
         self.setWindowTitle(f"Run {run_id}")
-        self.resize(900, 600)
+        self._fit_to_screen(parent)
         self.log = LogPanel()
         self.result_view = ResultView()
         self.details = QLabel()
@@ -220,7 +227,7 @@ class RunDialog(QDialog):
             self.details.setText("<table cellspacing=2>" + "".join(
                 f"<tr><td><b>{name}</b></td><td>{html.escape(value)}</td></tr>" for name, value in rows) + "</table>")
             self.log.add_events(recorded)
-            config = DeviceConfig.from_json(summary["config"]) if summary.get("config") else DeviceConfig()
+            config = run_config(summary) or DeviceConfig()
             replay = JobRun(summary.get("job", "?"), summary.get("params", {}), config, summary.get("devices"))
             replay.attach(summary.get("job_id") or next((e.job_id for e in recorded if e.job_id), ""))
             for event in recorded:
@@ -231,10 +238,23 @@ class RunDialog(QDialog):
                 replay.outcome.error = summary.get("error") or (
                     None if replay.outcome.status == "ok" else {"type": "Interrupted",
                                                                  "message": "this run did not finish"})
+            # The loss of each epoch as the live window drew it: a cancelled fit shows its finished epochs.
+            self.result_view.live_losses = [float(event.data["value"]) for event in recorded
+                                            if event.type == events.METRIC and event.data.get("name") == "loss"
+                                            and event.job_id == replay.job_id]
             self.result_view.show_outcome(replay.outcome)
+            if not self.log.model.rows:
+                self.log.summary.setText("No placements were logged in this run" + (
+                    " (Log device placement was off)." if not config.log_placement else "."))
+        # The log from its start, as it was written (it opened at its end, scrolled to the far right).
+        self.log.following = False
+        self.log.view.moveCursor(QTextCursor.MoveOperation.Start)  # the view keeps its cursor in sight
+        self.log.view.verticalScrollBar().setValue(0)
+        self.log.view.horizontalScrollBar().setValue(0)
         splitter = QSplitter(Qt.Orientation.Vertical)
         splitter.addWidget(self.result_view)
         splitter.addWidget(self.log)
+        splitter.setSizes([int(self.height() * 0.55), int(self.height() * 0.45)])
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_again_button)
         buttons.addWidget(self.apply_button)
@@ -244,3 +264,12 @@ class RunDialog(QDialog):
         layout.addLayout(buttons)
         layout.addWidget(splitter, 1)
 
+    def _fit_to_screen(self, parent: QWidget | None) -> None:
+        """Most of the screen (the placement table's Device and Count columns were cut at 900 px)."""
+        screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
+        available = screen.availableGeometry() if screen is not None else None
+        if available is None:
+            self.resize(DIALOG_SIZE[0], DIALOG_SIZE[1])
+            return
+        self.resize(min(DIALOG_SIZE[0], int(available.width() * 0.9)),
+                    min(DIALOG_SIZE[1], int(available.height() * 0.9)))

@@ -27,6 +27,9 @@ from tf_device_panel.core.jobs import JobSpec, Param
 INT_LIMIT = 2**31 - 1
 TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns
 TWO_COLUMNS_ROWS = 3
+# Job parameters that a Configuration setting also governs: (the setting, its label there)
+CONFIG_OVERRIDES = {"soft_placement": ("soft_placement", "Soft placement"),
+                    "log_placement": ("log_placement", "Log device placement")}
 COLUMN_GAP = 18          # px between the two columns
 
 
@@ -54,7 +57,11 @@ class ParamForm(QWidget):
         self.labels: dict[str, QLabel] = {}
         self.fields: dict[str, QWidget] = {}  # the row's field: the editor above its problem
         self.problem_labels: dict[str, QLabel] = {}
+        self._params = {param.name: param for param in spec.params}
         self.columns = 0  # set by _arrange
+        # The width its scroll area has, a vertical scroll bar's included: deciding the columns on the viewport's
+        # width alone, a passing scroll bar (one column is taller) kept the form in one column for good.
+        self.room = 0
         self.grid = QGridLayout(self)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setHorizontalSpacing(8)
@@ -105,7 +112,14 @@ class ParamForm(QWidget):
     def _show_relevant_rows(self) -> None:
         self._arrange(self._columns_for(self.width()), force=True)
 
+    def set_room(self, width: int) -> None:
+        """The width the form's scroll area offers (see `room`); the columns follow."""
+        if width != self.room:
+            self.room = width
+            self._arrange(self._columns_for(self.width()))
+
     def _columns_for(self, width: int) -> int:
+        width = max(width, self.room)
         shown = self.shown_rows()
         if len(shown) <= TWO_COLUMNS_ROWS:
             return 1
@@ -121,6 +135,30 @@ class ParamForm(QWidget):
             total += (max(self.labels[n].minimumSizeHint().width() for n in names) + spacing
                       + max(self.fields[n].minimumSizeHint().width() for n in names))
         return total + (columns - 1) * (COLUMN_GAP + 2 * spacing)
+
+    def show_configuration(self, config: Any) -> None:
+        """Beside a job's own soft-placement or placement-logging switch, what the Configuration says: the
+        switch is this job's and overrides it (one place says which wins)."""
+        for name, (attribute, label) in CONFIG_OVERRIDES.items():
+            box = self.widgets.get(name)
+            if not isinstance(box, QCheckBox):
+                continue
+            state = "on" if getattr(config, attribute, False) else "off"
+            box.setText(f"this job only (Configuration: {state})")
+            box.setToolTip(f"{self._params[name].help}\nThis job's own switch: it overrides the Configuration's "
+                           f"“{label}”, which is {state}, for this job's sessions and tasks.")
+
+    def two_column_width(self) -> int:
+        """The width this form needs for two columns of its rows (one, for a short form)."""
+        names = list(self.labels)
+        if len(names) <= TWO_COLUMNS_ROWS:
+            return self.least_width()
+        return max(TWO_COLUMNS_WIDTH, self._width_for(names, 2))
+
+    def least_width(self) -> int:
+        """The narrowest this form can be with every label and field whole: one column, every row shown."""
+        names = list(self.labels)
+        return self._width_for(names, 1) if names else super().minimumSizeHint().width()
 
     def minimumSizeHint(self) -> QSize:
         # As narrow as one column: a narrower form takes one column (resizeEvent), so two never make the

@@ -34,8 +34,8 @@ KIND_LABELS = {placement.PLACEMENT: "Placement", placement.TF_INFO: "TF info", p
 _Index = QModelIndex | QPersistentModelIndex
 
 
-def event_log_entry(event: Event) -> tuple[str, str] | None:
-    """(kind, text) for events that belong in the raw log."""
+def event_log_entry(event: Event, after_cancel: bool = False) -> tuple[str, str] | None:
+    """(kind, text) for events that belong in the raw log; `after_cancel`: the run's job was just cancelled."""
     data = event.data
     if event.type == events.LOG:
         return str(data.get("kind", placement.OUTPUT)), str(data.get("text", ""))
@@ -50,6 +50,9 @@ def event_log_entry(event: Event) -> tuple[str, str] | None:
         return placement.ERROR, f"[panel] configuration rejected at {data.get('stage')}: {data.get('type')}: " \
                                 f"{data.get('message')}"
     if event.type == events.RUNTIME_EXITED:
+        if after_cancel:  # its exit code is the cancel's, not a failure ("runtime exited with code 1")
+            return placement.TF_INFO, f"[panel] the run's process ended after its job was cancelled " \
+                                      f"({data['description']})"
         kind = placement.TF_INFO if data.get("expected") else placement.ERROR
         return kind, f"[panel] runtime {data['description']}"
     if event.type == events.JOB_STARTED:
@@ -154,6 +157,15 @@ class PlacementProxy(QSortFilterProxyModel):
         self.setFilterKeyColumn(-1)
         self.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
 
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        # The order said in words' direction: "Count ▼" while the largest come first (the style's own indicator
+        # drew ▲ for that).
+        title = super().headerData(section, orientation, role)
+        if (role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal
+                and section == self.sortColumn() and title):
+            return f"{title} {'▼' if self.sortOrder() == Qt.SortOrder.DescendingOrder else '▲'}"
+        return title
+
     def lessThan(self, left: _Index, right: _Index) -> bool:
         model = self.sourceModel()
         if left.column() == 3 and isinstance(model, PlacementModel):
@@ -173,6 +185,7 @@ class LogPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.entries: deque[tuple[str, str]] = deque(maxlen=MAX_LOG_LINES)
+        self._cancelled = False  # the last job finished was cancelled: its process's exit is no failure
         self.total_lines = 0
 
         self.filter_text = QLineEdit(placeholderText="Filter log…")
@@ -201,11 +214,14 @@ class LogPanel(QWidget):
 
         self.view = QPlainTextEdit(readOnly=True)
         self.view.setMaximumBlockCount(MAX_LOG_LINES)
-        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        # Long lines (a placement's full device name, a traceback) wrap: the log scrolls down, never sideways.
+        self.view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.view.setWordWrapMode(self.view.wordWrapMode().WrapAtWordBoundaryOrAnywhere)
+        self.view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         mono = QFont("monospace")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.view.setFont(mono)
-        self.view.setMinimumHeight(120)
+        self.view.setMinimumHeight(60)  # a short bottom dock keeps the job's result in sight at 1280×720
         self.live_line = QLabel()
         self.live_line.setFont(mono)
         self.live_line.setTextFormat(Qt.TextFormat.PlainText)
@@ -223,6 +239,7 @@ class LogPanel(QWidget):
         self.table.setModel(self.proxy)
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(3, Qt.SortOrder.DescendingOrder)
+        self.table.horizontalHeader().setSortIndicatorShown(False)  # the header's own text says the order
         # The op name takes the room left and elides (hover for it); the table never scrolls sideways.
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
@@ -274,7 +291,11 @@ class LogPanel(QWidget):
                 self.live_line.setText(str(event.data.get("text", "")))
                 self.live_line.show()
                 continue
-            entry = event_log_entry(event)
+            if event.type == events.JOB_FINISHED:
+                self._cancelled = event.data.get("status") == "cancelled"
+            entry = event_log_entry(event, self._cancelled)
+            if event.type == events.RUNTIME_EXITED:
+                self._cancelled = False
             if entry is not None:
                 lines.append(entry)
                 if event.type == events.LOG:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -250,6 +250,18 @@ class MachineDialog(QDialog):
         super().done(result)
 
 
+class _GridScroll(QScrollArea):
+    """The tiles' scroll area: a change of width may change how many columns fit."""
+
+    def __init__(self, on_resize: Callable[[], None]):
+        super().__init__()
+        self._on_resize = on_resize
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._on_resize()
+
+
 class MachinesPanel(QWidget):
     """The grid of machines and its source bar."""
 
@@ -264,6 +276,8 @@ class MachinesPanel(QWidget):
         self.source: Source | None = None
         self.fetcher: _Fetcher | None = None
         self.tiles: dict[str, MachineTile] = {}
+        self._laid_columns = 0
+        self._laid_tiles: list[int] = []
         self.dialogs: list[MachineDialog] = []
         self.last_update_s = 0.0  # GUI-thread time the last update took (benchmarks)
 
@@ -291,9 +305,13 @@ class MachinesPanel(QWidget):
         self.grid = QGridLayout(self.grid_host)
         self.grid.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.grid.setSpacing(8)
-        scroll = QScrollArea()
+        scroll = _GridScroll(self._relayout)
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.grid_host)
+        # As many columns as fit (at most the chosen number): the grid scrolls down, never sideways.
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.grid_scroll = scroll
+        self.answered = False  # whether any fetch has answered yet
         scroll.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         layout = QVBoxLayout(self)
         layout.addLayout(bar)
@@ -367,10 +385,12 @@ class MachinesPanel(QWidget):
         self.dialogs.clear()
 
     def _failed(self, message: str) -> None:
-        self.status.setText(f"⚠ {message} (showing the last answer; retrying every {self.refresh_s:g} s)")
+        shown = "showing the last answer; " if self.answered else "no answer yet; "
+        self.status.setText(f"⚠ {message} ({shown}retrying every {self.refresh_s:g} s)")
 
     # -- the grid ---------------------------------------------------------------------------------
     def show_machines(self, machines: Sequence[MachineStatus], now: float | None = None) -> None:
+        self.answered = True
         started = time.perf_counter()
         now = now or time.time()
         seen = set()
@@ -398,16 +418,35 @@ class MachinesPanel(QWidget):
         self.last_update_s = time.perf_counter() - started
         self.updated.emit()
 
+    def fitting_columns(self) -> int:
+        """The chosen number of columns, fewer when the dock is too narrow for that many tiles."""
+        chosen = self.columns.value()
+        if not self.tiles:
+            return chosen
+        tile = max(max(t.minimumWidth(), t.minimumSizeHint().width()) for t in self.tiles.values()) \
+            + self.grid.horizontalSpacing()
+        room = self.grid_scroll.viewport().width() - self.grid.contentsMargins().left() \
+            - self.grid.contentsMargins().right()
+        return max(1, min(chosen, room // max(tile, 1)))
+
     def _relayout(self) -> None:
-        columns = self.columns.value()
+        columns = self.fitting_columns()
+        if columns == self._laid_columns and not self._tiles_changed():
+            return
+        self._laid_columns = columns
         ordered = sorted(self.tiles.values(), key=lambda t: (t.machine.name, t.instance))
+        self._laid_tiles = [id(t) for t in ordered]
         for tile in ordered:
             self.grid.removeWidget(tile)
         for position, tile in enumerate(ordered):
             self.grid.addWidget(tile, position // columns, position % columns, Qt.AlignmentFlag.AlignTop)
             tile.show()
         if self.settings is not None:
-            self.settings.setValue("machines/columns", columns)
+            self.settings.setValue("machines/columns", self.columns.value())
+
+    def _tiles_changed(self) -> bool:
+        return [id(t) for t in sorted(self.tiles.values(), key=lambda t: (t.machine.name, t.instance))] \
+            != self._laid_tiles
 
     def _tick_ages(self) -> None:
         now = time.time()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from pathlib import Path
 from typing import Any, cast
 
 from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QColor, QFont, QIcon, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QDialog,
     QDockWidget,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core import events
 from tf_device_panel.core.config import (
+    ConfigError,
     DeviceConfig,
     GpuInfo,
     ProfileError,
@@ -35,8 +37,10 @@ from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
 from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.controller import BUSY, EXITED, READY, RuntimeController
+from tf_device_panel.gui.console_view import console_line
+from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
 from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
@@ -56,10 +60,16 @@ KEPT_WARNINGS = 200
 DEFAULT_SIZE = (1280, 820)
 SIDE_DOCK_WIDTH = 340     # Devices / Configuration: the widest field plus its scroll bar
 READING_DOCK_WIDTH = 560  # Doctor and History: check names, evidence and each run's parameters readable
+READING_DOCK_LEAST = 390  # px they keep even where the job's form then takes one column (at 1280: 393 leave it two)
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
+ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
+PRESENTATION_BOTTOM_SHARE = 0.25 # the device map's share of the height in presentation mode
+APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
-BOTTOM_DOCK_SHARE = 0.27
+BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
+MEMORY_PLOT_SMALL, MEMORY_PLOT_LARGE = 150, 200  # px per memory plot when that dock is raised
+LARGE_SCREEN_HEIGHT = 950  # px of window from which memory plots get MEMORY_PLOT_LARGE
 SCREEN_SHARE = 0.9
 
 
@@ -70,7 +80,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("TF Device Panel")
         self.setMinimumSize(760, 520)
         self.setWindowIcon(QIcon(str(resources.path("icons/tf-device-panel.svg"))))
-        self.setStyleSheet(resources.path("style.qss").read_text(encoding="utf-8"))
+        self._style = resources.path("style.qss").read_text(encoding="utf-8")
+        self.setStyleSheet(self._style)
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
         self.profile_path: Path | None = None
@@ -83,7 +94,12 @@ class MainWindow(QMainWindow):
         self.log_handler = WindowLogHandler(self._show_logged)
         self.log_handler.install()
 
+        self.view = view_settings.current()
+        self._base_font = QFont(self.font())
+        self._base_palette = QPalette(self.palette())
+        self._layout_before_presentation: QByteArray | None = None
         self.controller = RuntimeController(self.history, self)
+        self.pending_run: tuple[str, dict[str, Any]] | None = None  # Run pressed while the spare warms
         self.devices = DevicesPanel()
         self.config_panel = ConfigPanel()
         self.runs = RunsPanel()
@@ -143,6 +159,11 @@ class MainWindow(QMainWindow):
         self.docks["machines"].visibilityChanged.connect(self.machines.on_shown)
         for name in ("history", "doctor"):
             self.docks[name].visibilityChanged.connect(self._widen_reading_dock)
+        # Memory graphs are read when raised: the bottom docks grow to show each plot whole, and go back to
+        # their height when another tab is raised.
+        self._height_before_memory: int | None = None
+        for name in ("log", "memory", "map"):
+            self.docks[name].visibilityChanged.connect(self._fit_bottom_docks)
 
         # Elided with the whole text as its tooltip: a long failure must not widen the window.
         self.runtime_label = ElidedLabel("Runtime: not started")
@@ -184,6 +205,7 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
         self._default_state = self.saveState(LAYOUT_VERSION)
         self._restore_settings()
+        self._restore_view()
         # The sampler read the GPUs' static facts when it started: one NVML pass, not two.
         self.nvml_gpus = [g.to_json() for g in self.memory.sampler.gpus]
         if profile is not None:
@@ -192,8 +214,102 @@ class MainWindow(QMainWindow):
             last = str(self.settings.value("last_profile"))
             if Path(last).is_file():
                 self.open_profile(last, quiet=True)
+        if profile is None:
+            # The configuration last applied, as it was (the profile may have been changed after it was opened):
+            # the first spare warms with it.
+            restored = self._saved_applied_config()
+            if restored is not None:
+                self.config_panel.set_config(restored)
         if start_runtime:
             self.apply(self.config_panel.config())
+
+    # -- zoom and presentation mode ------------------------------------------------------------------
+    def _restore_view(self) -> None:
+        try:
+            zoom = float(str(self.settings.value(ZOOM_KEY, 1.0)))
+        except ValueError:
+            zoom = 1.0
+        self.view.zoom = min(max(zoom, view_settings.ZOOM_MIN), view_settings.ZOOM_MAX)
+        self.view.presentation = False
+        self.apply_view()
+        if str(self.settings.value(PRESENTATION_KEY, "false")).lower() == "true":
+            self.set_presentation(True)
+
+    def zoom_in(self) -> None:
+        self.view.zoom_in()
+        self._view_changed()
+
+    def zoom_out(self) -> None:
+        self.view.zoom_out()
+        self._view_changed()
+
+    def zoom_reset(self) -> None:
+        self.view.zoom = 1.0
+        self._view_changed()
+
+    def _view_changed(self) -> None:
+        self.settings.setValue(ZOOM_KEY, self.view.zoom)
+        self.apply_view()
+        self.flash(f"Zoom {self.view.zoom * 100:.0f} %" + (" (presentation mode)" if self.view.presentation else ""),
+                   3000)
+
+    def set_presentation(self, on: bool) -> None:
+        """View → Presentation mode: larger text and lines, high contrast, the side docks put away so the job's
+        result and the device map take the room; leaving it puts the layout back as it was."""
+        on = bool(on)
+        if on == self.view.presentation:
+            self.presentation_action.setChecked(on)
+            return
+        if on:
+            self._layout_before_presentation = self.saveState(LAYOUT_VERSION)
+        self.view.presentation = on
+        self.presentation_action.setChecked(on)
+        self.settings.setValue(PRESENTATION_KEY, on)
+        self.apply_view()
+        if on:
+            for name in SIDE_DOCKS:
+                self.docks[name].hide()
+            self.docks["map"].show()
+            self.docks["map"].raise_()
+            self.resizeDocks([self.docks["map"]], [int(self.height() * PRESENTATION_BOTTOM_SHARE)],
+                             Qt.Orientation.Vertical)
+        elif self._layout_before_presentation is not None:
+            self.restoreState(self._layout_before_presentation, LAYOUT_VERSION)
+            self._layout_before_presentation = None
+
+    def apply_view(self) -> None:
+        """Fonts scaled by the zoom (widgets with a font of their own, the monospace views, scale too), plot
+        lines thickened, and in presentation mode a high-contrast palette."""
+        scale = self.view.scale
+        # Through the style sheet: with one set, a font set on the window does not reach its children; a size
+        # rule there reaches every widget and keeps each one's family (the monospace views stay monospace).
+        size = self._base_font.pointSizeF() * scale
+        self.setStyleSheet(self._style + (f"\n* {{ font-size: {size:.1f}pt; }}" if scale != 1.0 else ""))
+        self.setPalette(self._contrast_palette() if self.view.presentation else self._base_palette)
+        self.memory.set_line_width(2 if self.view.presentation else 1)
+        self.runs.fit_job_list()
+        for view in self.runs.results.values():
+            view.redraw()
+
+    def _contrast_palette(self) -> QPalette:
+        palette = QPalette(self._base_palette)
+        for role, color in ((QPalette.ColorRole.Window, "#ffffff"), (QPalette.ColorRole.Base, "#ffffff"),
+                            (QPalette.ColorRole.WindowText, "#000000"), (QPalette.ColorRole.Text, "#000000"),
+                            (QPalette.ColorRole.ButtonText, "#000000"), (QPalette.ColorRole.PlaceholderText,
+                                                                         "#333333")):
+            palette.setColor(role, QColor(color))
+        return palette
+
+    def _saved_applied_config(self) -> DeviceConfig | None:
+        saved = self.settings.value(APPLIED_KEY)
+        if not saved:
+            return None
+        try:
+            return DeviceConfig.from_json(json.loads(str(saved)))
+        except (ValueError, ConfigError) as exc:  # from another version, or edited by hand: say so, start fresh
+            logging.getLogger(__name__).warning("The configuration applied last time could not be restored (%s)",
+                                                exc)
+            return None
 
     def open_doctor(self) -> None:
         self.docks["doctor"].show()
@@ -226,6 +342,16 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
         view_menu.addSeparator()
+        self.presentation_action = self._action(view_menu, "&Presentation mode", self.set_presentation,
+                                                "Ctrl+Shift+P")
+        self.presentation_action.setCheckable(True)
+        self.presentation_action.setToolTip("Larger text, thicker lines, high contrast; the result and the device "
+                                            "map take the room (for a projector)")
+        zoom_in = self._action(view_menu, "Zoom &in", self.zoom_in, QKeySequence.StandardKey.ZoomIn)
+        zoom_in.setShortcuts([QKeySequence("Ctrl+="), QKeySequence("Ctrl++")])
+        self._action(view_menu, "Zoom &out", self.zoom_out, "Ctrl+-")
+        self._action(view_menu, "&Actual size", self.zoom_reset, "Ctrl+0")
+        view_menu.addSeparator()
         self._action(view_menu, "&Reset layout", self.reset_layout)
         help_menu = self.menuBar().addMenu("&Help")
         self._action(help_menu, "&About TF Device Panel…", self.show_about)
@@ -256,17 +382,39 @@ class MainWindow(QMainWindow):
         self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
         self.controller.apply(config)
         self.config_panel.mark_applied(config)
+        self.runs.show_configuration(config)
+        self.settings.setValue(APPLIED_KEY, json.dumps(config.to_json()))
         self._refresh_status()
 
     def stop_job(self) -> None:
-        if self.controller.cancel():
+        if self.pending_run is not None:
+            self.pending_run = None
+            self.runs.cancel_queued()
+        elif self.controller.cancel():
             self.runs.show_stopping(self.controller.cancel_grace_s)
 
     def run_job(self, job: str, params: dict[str, Any]) -> None:
+        """Run now if the spare is warm; while it warms (after every run, on start, after Apply) the job waits
+        for it and starts by itself."""
+        if self.controller.state == STARTING and not self.controller.running:
+            self.pending_run = (job, params)
+            self.runs.job_queued(job)
+            return
         if self.controller.run(job, params):
             self.log.start_job()
             self.runs.job_started(job)
         self._refresh_status()
+
+    def _start_pending_run(self) -> None:
+        if self.pending_run is None or self.controller.state != READY:
+            return
+        job, params = self.pending_run
+        self.pending_run = None
+        if self.controller.run(job, params):
+            self.log.start_job()
+            self.runs.job_started(job)
+        else:
+            self.runs.cancel_queued("the runtime could not take it (see the message)")
 
     def run_again(self, job: str, params: dict[str, Any]) -> None:
         """A past run's job and parameters in the form, run at once when the runtime is ready."""
@@ -274,8 +422,7 @@ class MainWindow(QMainWindow):
         if self.runs.run_button.isEnabled():
             self.runs.run_button.click()
         else:
-            self.flash(f"{job}'s parameters are in the form; press Run once the runtime is "
-                                         "ready", 10_000)
+            self.flash(f"{job}'s parameters are in the form; press Run once the running job has ended", 10_000)
 
     def apply_from_history(self, config: DeviceConfig) -> None:
         self.config_panel.set_config(config)
@@ -289,6 +436,7 @@ class MainWindow(QMainWindow):
 
     def _handle_events(self, batch: list[Event]) -> None:
         self.log.add_events(batch)
+        self._show_job_output(batch)
         self.memory.on_events(batch)
         # The device map takes the batch in order, around each ready report: a run's report (its devices, which
         # resets the map) and its job's start, placements and end often come in one batch. Given the whole
@@ -315,6 +463,16 @@ class MainWindow(QMainWindow):
             elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
                 self._runtime_died(event.data)
         self.device_map.on_events(batch[mapped:])
+
+    def _show_job_output(self, batch: list[Event]) -> None:
+        """The running job's own lines to its console (a spare's start-up lines have no job id: never there)."""
+        run = self.controller.job_run
+        if run is None or run.job_id is None:
+            return
+        lines = [line for event in batch if event.job_id == run.job_id
+                 for line in [console_line(event)] if line is not None]
+        if lines:
+            self.runs.add_output(run.outcome.job, lines)
 
     def _on_ready(self, info: dict[str, Any]) -> None:
         runtime = self.controller.runtime
@@ -380,12 +538,16 @@ class MainWindow(QMainWindow):
         self.runtime_label.setText(text)
         self.restart_button.setVisible(state in (EXITED, "not started"))
         self.restart_button.setText("Restart runtime" if state == EXITED else "Start runtime")
-        can_run = state == READY
-        self.runs.set_can_run(can_run and not self.runs.stop_button.isEnabled(),
-                              "" if can_run else f"The runtime is {state}")
-        if state != BUSY and self.runs.stop_button.isEnabled() and self.controller.job_run is not None \
-                and self.controller.job_run.finished:
-            self.runs.stop_button.setEnabled(False)
+        self.runs.set_can_run(state == READY, "" if state == READY else f"The runtime is {state}",
+                              warming=state == STARTING)
+        if self.pending_run is not None:
+            if state == READY:
+                QTimer.singleShot(0, self._start_pending_run)  # not inside the state change that told us
+            elif state != STARTING:
+                # The spare failed or was stopped: the waiting job cannot start; say so in its status.
+                self.pending_run = None
+                self.runs.cancel_queued(f"the runtime is {state}")
+                self.flash(f"The runtime is {state}: the waiting job was not started", 10_000)
 
     def flash(self, text: str, timeout_ms: int = 10_000) -> None:
         """A passing message in the status bar, beside the runtime's state."""
@@ -512,7 +674,7 @@ class MainWindow(QMainWindow):
         """Side docks as wide as their fields; the bottom docks about a quarter of the height, so the job form and its
         result keep the rest even on a 720-pixel screen."""
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
-        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 170)
+        bottom = max(int(self.height() * BOTTOM_DOCK_SHARE), 150)
         self.resizeDocks([self.docks["log"]], [bottom], Qt.Orientation.Vertical)
 
     def reset_layout(self) -> None:
@@ -548,19 +710,78 @@ class MainWindow(QMainWindow):
 
     def _widen_reading_dock(self, shown: bool) -> None:
         dock = self.sender()
-        if not isinstance(dock, QDockWidget):
+        if not isinstance(dock, QDockWidget) or not shown or dock.isFloating() or self.closing:
             return
-        if shown and not dock.isFloating() and dock.width() < READING_DOCK_WIDTH:
-            width = min(READING_DOCK_WIDTH, self.width() // 2)
+        QTimer.singleShot(0, lambda: self._place_reading_dock(dock))  # once the dock has been laid out
+
+    def _place_reading_dock(self, dock: QDockWidget) -> None:
+        """Doctor and History need READING_DOCK_WIDTH; the Runs panel its least width. Where the window is too
+        narrow for both beside the side docks (1280 px), the reading dock opens as a tab over Devices and
+        Configuration, which can spare their width while it is read, instead of squeezing the job's form."""
+        if self.closing or dock.isFloating() or not dock.isVisible():
+            return
+        centre = self.centralWidget()
+        least = centre.minimumSizeHint().width() if centre is not None else 0
+        left_area = Qt.DockWidgetArea.LeftDockWidgetArea
+        left = [d for d in (self.docks["devices"], self.docks["config"])
+                if d.isVisible() and not d.isFloating() and self.dockWidgetArea(d) == left_area]
+        left_width = max((d.width() for d in left), default=0)
+        in_left = self.dockWidgetArea(dock) == left_area
+        beside = 0 if in_left else left_width
+        if not in_left and left and self.width() - beside - least - 12 < READING_DOCK_WIDTH:
+            self.tabifyDockWidget(left[-1], dock)
+            in_left = True
+        # As wide as leaves the job's form its two columns, at least READING_DOCK_LEAST (then one column).
+        roomy = self.runs.two_column_width() if centre is self.runs else least
+        width = max(min(READING_DOCK_WIDTH, self.width() - roomy - (0 if in_left else left_width) - 12),
+                    min(READING_DOCK_LEAST, self.width() // 2))
+        if dock.width() != width:
             self.resizeDocks([dock], [width], Qt.Orientation.Horizontal)
+        dock.raise_()
+
+    def memory_plot_height(self) -> int:
+        """The least height of each memory plot when its dock is raised: 150 px on a 720-pixel screen, 200
+        from about 1080."""
+        return MEMORY_PLOT_LARGE if self.height() >= LARGE_SCREEN_HEIGHT else MEMORY_PLOT_SMALL
+
+    def _fit_bottom_docks(self, shown: bool) -> None:
+        dock = self.sender()
+        if not shown or not isinstance(dock, QDockWidget) or dock.isFloating() or self.closing:
+            return
+        QTimer.singleShot(0, lambda: self._resize_bottom_for(dock))  # once the tab switch has laid out
+
+    def _resize_bottom_for(self, dock: QDockWidget, attempt: int = 0, requested: int = 0) -> None:
+        if self.closing or dock.isFloating() or not dock.isVisible():
+            return
+        if dock is self.docks["memory"]:
+            missing = self.memory.height_missing(self.memory_plot_height())
+            centre = self.centralWidget()
+            spare = centre.height() - centre.minimumSizeHint().height() if centre is not None else 0
+            grow = min(missing, max(spare, 0))  # never below what the job's form needs
+            if grow > 0 and attempt < 3:  # the docks' layout rounds: measure again after each step
+                if self._height_before_memory is None:
+                    self._height_before_memory = dock.height()
+                # the whole tab group, sized through each of its docks (one alone was held to its old size)
+                # A size asked of resizeDocks includes the tab bar under the area: ask more until it shows.
+                asked = (requested or dock.height()) + grow
+                group = [d for d in self.tabifiedDockWidgets(dock) if not d.isFloating()] + [dock]
+                self.resizeDocks(group, [asked] * len(group), Qt.Orientation.Vertical)
+                QTimer.singleShot(0, lambda: self._resize_bottom_for(dock, attempt + 1, asked))
+        elif self._height_before_memory is not None:
+            group = [d for d in self.tabifiedDockWidgets(dock) if not d.isFloating()] + [dock]
+            self.resizeDocks(group, [self._height_before_memory] * len(group), Qt.Orientation.Vertical)
+            self._height_before_memory = None
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing = True
         self.message_timer.stop()
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
-        self.settings.setValue("window_state", self.saveState(LAYOUT_VERSION))
+        self.settings.setValue("window_state", self._layout_before_presentation
+                               if self._layout_before_presentation is not None else self.saveState(LAYOUT_VERSION))
+        self.settings.sync()  # a window opened next (a restart) reads the same file
         self.controller.shutdown()
+        self.view.zoom, self.view.presentation = 1.0, False  # the next window reads its own from its settings
         self.runs.stop_clock()  # a job stopped by closing may never report its end
         self.memory.stop()
         self.machines.stop()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tf_device_panel.core.telemetry import Marker
 
-# Label rows from the top of each plot; a plot too short for all rows puts the later kinds on its last row.
+# Label rows from the top of each plot; a plot too short for all rows folds the kinds onto the rows it has.
 MARKER_LABEL_ROWS = {"runtime-start": 0, "runtime-exit": 0, "job-start": 1, "job-end": 2, "error": 3}
 LABEL_GAP_PX = 8
 CROWD_SUFFIX = " +99"  # room kept for the count a label may get
@@ -42,7 +42,8 @@ def layout_marker_labels(markers: Iterable[Marker], start: float, end: float, wi
     last_on_row: dict[int, MarkerLabel] = {}
     labels: list[MarkerLabel] = []
     for marker in sorted(markers, key=lambda m: m.time):
-        row = min(MARKER_LABEL_ROWS.get(marker.kind, 0), rows - 1)
+        # Fewer rows than kinds: the kinds take turns (a job's start and its end land on different rows).
+        row = MARKER_LABEL_ROWS.get(marker.kind, 0) % max(rows, 1)
         x = (marker.time - start) * px_per_second
         text_px = text_width(marker.label + CROWD_SUFFIX)
         right_of_line = x < width_px / 2

@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QColor, QFontMetrics, QImage, QPainter, QPolygonF
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QImage, QPainter, QPolygonF, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -31,7 +31,6 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSpinBox,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -46,6 +45,7 @@ from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
+from tf_device_panel.gui.widgets import move_in_layout
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
@@ -53,8 +53,10 @@ MARKER_READ_PX = 12  # the read-out names markers this close to the cursor
 MARKER_COLORS = {"runtime-start": "#2e9d4f", "runtime-exit": "#888888", "job-start": "#3b82c4",
                  "job-end": "#6c71c4", "error": "#d33"}
 GPU_COLUMNS = ("GPU", "Name", "Memory", "Util", "Temp", "Power", "Clocks (SM/mem)", "Processes")
-PLOT_MIN_HEIGHT = 130  # px per plot; with many GPUs the graphs scroll instead of shrinking
-GRAPHS_MIN_HEIGHT = 100  # px of the graphs' scroll area in a short dock
+PLOT_MIN_HEIGHT = 150  # px per plot row; with many GPUs the graphs scroll instead of shrinking
+GRAPHS_MIN_HEIGHT = 60   # px of the graphs' scroll area in a short dock (raised, the dock grows)
+ONE_ROW_PLOT_WIDTH = 400  # px a plot keeps (with its legend) when the plots stand side by side
+LABEL_ROWS = 2         # marker label rows kept clear above the top plot's curves (labels never cover a curve)
 MIN_SPAN_S = 60.0      # the shortest time span drawn, so a fresh window's first samples are not one line
 
 
@@ -217,6 +219,19 @@ class _Bridge(QObject):
     sampled = Signal(object)
 
 
+def gpu_process_text(gpu: Any, runtime_pid: int | None) -> str:
+    """"this run holds 522 of 81,559 MiB", from NVML's per-process figures ("" when it cannot say)."""
+    total = gpu.memory_total_mib
+    if runtime_pid is None or total is None or gpu.processes is None:
+        return ""
+    held = [p.used_mib for p in gpu.processes if p.pid == runtime_pid]
+    if not held:
+        return f"this run holds nothing of {total:,.0f} MiB"
+    if held[0] is None:
+        return "this run's memory: N/A (the driver does not say)"
+    return f"this run holds {held[0]:,.0f} of {total:,.0f} MiB ({100 * held[0] / total:.0f} %)"
+
+
 class MemoryPanel(QWidget):
     sampleShown = Signal(object)  # each telemetry Sample, on the GUI thread, once the table shows it
 
@@ -298,18 +313,20 @@ class MemoryPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(GPU_COLUMNS.index("Processes"), QHeaderView.ResizeMode.Stretch)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        splitter.addWidget(self.graphs_scroll)
-        splitter.addWidget(self.table)
-        splitter.setStretchFactor(0, 4)
-        splitter.setStretchFactor(1, 1)
+        # The table as tall as its rows (a GPU a row), the graphs the rest of the dock.
+        self.table.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(toolbar)
         layout.addWidget(self.readout)
-        layout.addWidget(splitter, 1)
+        layout.addWidget(self.graphs_scroll, 1)
+        layout.addWidget(self.table)
 
         self.plots: dict[str, pg.PlotItem] = {}
+        self.plot_rows = 0
+        self._one_row: bool | None = None
+        self.gpu_titles: dict[str, str] = {}
+        self._titles_shown: dict[str, str] = {}
         self.legends: dict[str, pg.LegendItem] = {}
         self.curves: dict[str, Curve] = {}
         self.curve_names: dict[str, str] = {}  # series key -> what a person calls it ("GPU 0 used")
@@ -354,14 +371,17 @@ class MemoryPanel(QWidget):
         names = {g.index: g.name for g in self.sampler.gpus}
         self.note.setText(self.sampler.note or f"{len(gpu_indices)} GPU(s) through NVML, and the host.")
         self.table.setVisible(bool(gpu_indices))
+        self.table.setRowCount(len(gpu_indices))  # a row per GPU from the start: the table's height is known
+        self._fit_table_height()
         first: pg.PlotItem | None = None
         specs: list[tuple[str, str, str]] = [(f"gpu{i}", f"GPU {i}: {names.get(i) or ''} — memory (MiB)", "MiB")
                                              for i in gpu_indices]
         specs += [("host", "Host memory (MiB): RAM in use, the runtime's resident memory", "MiB"),
                   ("cpu", "Host CPU (%)", "%")]
-        self.graphs.setMinimumHeight(PLOT_MIN_HEIGHT * len(specs))
-        for row, (key, title, unit) in enumerate(specs):
-            plot = self.graphs.addPlot(row=row, col=0, title=title, axisItems={"bottom": pg.DateAxisItem()})
+        self.gpu_titles = {f"gpu{i}": f"GPU {i}: {names.get(i) or ''} — memory (MiB)" for i in gpu_indices}
+        self._titles_shown = {}
+        for key, title, unit in specs:
+            plot = pg.PlotItem(title=title, axisItems={"bottom": pg.DateAxisItem()})
             plot.setLabel("left", unit)
             theme_axes(plot)
             for side in ("left", "bottom", "right", "top"):  # the hidden ones follow the range too
@@ -375,7 +395,6 @@ class MemoryPanel(QWidget):
             # No grid: its translucent lines cost ~15 ms per plot per redraw; limits and totals are the guides.
             # No pyqtgraph downsampling either: redraw hands each curve no more than the pixels can show.
             legend = pg.LegendItem(labelTextSize="8pt", labelTextColor=palette_colors()[1])
-            self.graphs.addItem(legend, row=row, col=1)
             self.legends[key] = legend
             plot.setMouseEnabled(x=False, y=False)
             plot.getViewBox().enableAutoRange(axis="y", enable=False)
@@ -396,16 +415,67 @@ class MemoryPanel(QWidget):
             # Faint rather than dashed: a dashed hour-long line is slow to paint.
             self._add_curve(f"gpu{index}", f"gpu{index}.memory_total_mib", "total", f"GPU {index} total",
                             pg.mkPen(faint(color, 0.55), width=1))
-            self._add_curve(f"gpu{index}", f"gpu{index}.runtime_used_mib", "this panel's runtime",
-                            f"GPU {index} used by the runtime", pg.mkPen("#2aa198", width=1))
-        for plot in list(self.plots.values())[:-1]:
-            plot.hideAxis("bottom")  # X is linked: one time axis, at the bottom, is enough and paints fast
+            self._add_curve(f"gpu{index}", f"gpu{index}.runtime_used_mib", "this run's process",
+                            f"GPU {index} held by this run's process", pg.mkPen("#2aa198", width=1))
+        self._one_row = None
+        self._arrange_plots()
         self._add_curve("host", "host.ram_used_mib", "RAM used", "host RAM used", pg.mkPen("#3b82c4", width=1))
         self._add_curve("host", "host.runtime_rss_mib", "runtime RSS", "runtime resident memory",
                         pg.mkPen("#e4572e", width=1))
         self._add_curve("cpu", "host.cpu_percent", "CPU", "host CPU", pg.mkPen("#6c71c4", width=1))
         self.plots["cpu"].setYRange(0, 100, padding=0.02)
         self.graphs.scene().sigMouseMoved.connect(self._on_mouse)
+
+    def _arrange_plots(self) -> None:
+        """The plots side by side when the panel is wide enough for each to keep ONE_ROW_PLOT_WIDTH px (a
+        short, wide dock at 1280×720 then shows each at its full height), else each GPU a row of its own and
+        host memory beside CPU on the last; GPUs first either way."""
+        if not self.plots:
+            return
+        one_row = self.width() >= ONE_ROW_PLOT_WIDTH * len(self.plots)
+        if one_row == self._one_row:
+            return
+        self._one_row = one_row
+        layout = self.graphs.ci
+        keys = list(self.plots)
+        gpus = [key for key in keys if key.startswith("gpu")]
+        if one_row:
+            places = {key: (0, 2 * n, 1) for n, key in enumerate(keys)}
+            self.plot_rows = 1
+        else:
+            places = {key: (row, 0, 3) for row, key in enumerate(gpus)}
+            places.update({"host": (len(gpus), 0, 1), "cpu": (len(gpus), 2, 1)})
+            self.plot_rows = len(gpus) + 1
+        bottom_row = max(row for row, _, _ in places.values())
+        for key in keys:  # out of their cells first: a cell a plot leaves may be another's new one
+            for item in (self.plots[key], self.legends[key]):
+                if item in layout.items:
+                    for r, c in layout.items.pop(item):
+                        layout.rows.get(r, {}).pop(c, None)
+        for key, (row, col, span) in places.items():
+            plot = self.plots[key]
+            if plot.scene() is None:
+                self.graphs.addItem(plot, row=row, col=col, colspan=span)
+                self.graphs.addItem(self.legends[key], row=row, col=col + span)
+            else:  # moved within the layout, never out of the scene (see move_in_layout)
+                move_in_layout(layout, plot, row, col, 1, span)
+                move_in_layout(layout, self.legends[key], row, col + span)
+            # X is linked: one time axis under each bottom plot is enough and paints fast
+            plot.showAxis("bottom", row == bottom_row)
+        self.graphs.setMinimumHeight(PLOT_MIN_HEIGHT * self.plot_rows)
+        self._markers_drawn = None
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._arrange_plots()
+
+    def set_line_width(self, width: float) -> None:
+        """Thicker curves for a projector (presentation mode); 1 px otherwise, the cheapest to paint."""
+        for curve in self.curves.values():
+            pen = pg.mkPen(curve.opts["pen"])
+            if pen.widthF() != width:
+                pen.setWidthF(width)
+                curve.setPen(pen)
 
     def _add_curve(self, plot: str, key: str, legend: str, human: str, pen: Any) -> Curve:
         # A bare curve item: PlotDataItem's own downsampling and clipping would only repeat `decimate`.
@@ -421,7 +491,44 @@ class MemoryPanel(QWidget):
     def _on_sample(self, sample: Sample) -> None:
         self.last_sample = sample
         self._update_table(sample)
+        self._update_gpu_titles(sample)
         self.sampleShown.emit(sample)
+
+    def _update_gpu_titles(self, sample: Sample) -> None:
+        """Each GPU's title says what this run's process holds of its total: 522 of 81,559 MiB (memory growth)
+        and 79,274 of 81,559 (the default) differ at a glance, where the curves are two lines near the top."""
+        for gpu in sample.gpus:
+            key = f"gpu{gpu.index}"
+            plot = self.plots.get(key)
+            if plot is None:
+                continue
+            title = self.gpu_titles.get(key, key)
+            held = gpu_process_text(gpu, sample.runtime_pid)
+            text = f"{title} — {held}" if held else title
+            if self._titles_shown.get(key) != text:  # setting a title re-lays out its HTML
+                self._titles_shown[key] = text
+                plot.setTitle(text)
+
+    def gpu_title(self, index: int) -> str:
+        return self._titles_shown.get(f"gpu{index}", self.gpu_titles.get(f"gpu{index}", ""))
+
+    def plot_heights(self) -> dict[str, int]:
+        """Each plot's height (title, curves, axis) in sight inside the graphs' scroll viewport, in px."""
+        viewport = self.graphs_scroll.viewport()
+        heights = {}
+        for key, plot in self.plots.items():
+            rect = self.graphs.mapFromScene(plot.sceneBoundingRect()).boundingRect()
+            top_left = self.graphs.mapTo(viewport, rect.topLeft())
+            heights[key] = rect.translated(top_left - rect.topLeft()).intersected(viewport.rect()).height()
+        return heights
+
+    def height_missing(self, plot_height: int) -> int:
+        """How many px taller the panel must be for every plot to be `plot_height` tall and in sight."""
+        heights = self.plot_heights()
+        if not heights:
+            return 0
+        shortfall = plot_height - min(heights.values())
+        return max(0, shortfall) * self.plot_rows + (4 if shortfall > 0 else 0)
 
     def _update_table(self, sample: Sample) -> None:
         names = {g.index: g for g in self.sampler.gpus}
@@ -440,12 +547,21 @@ class MemoryPanel(QWidget):
                       _fmt(gpu.temperature_c, " °C"), _fmt(gpu.power_w, " W", 1),
                       f"{_fmt(gpu.sm_clock_mhz, '')} / {_fmt(gpu.memory_clock_mhz, ' MHz')}",
                       "; ".join(processes) or "none"]
+            self._fit_table_height()
             for column, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
                 if gpu.error is not None:
                     item.setForeground(QBrush(QColor("#d33")))
                 self.table.setItem(row, column, item)
+
+    def _fit_table_height(self) -> None:
+        """The GPU table as tall as its rows (a GPU a row): the graphs get the rest of the dock."""
+        self.table.resizeRowsToContents()
+        height = (self.table.horizontalHeader().sizeHint().height() + self.table.verticalHeader().length()
+                  + 2 * self.table.frameWidth() + 2)
+        if self.table.maximumHeight() != height:
+            self.table.setMaximumHeight(height)
 
     def on_events(self, batch: list[Event]) -> None:
         for event in batch:
@@ -555,6 +671,7 @@ class MemoryPanel(QWidget):
             shown_times, shown_rows = columns.apply_rows(times, rows)
             for name, shown_values in zip(names, shown_rows, strict=True):
                 self.curves[name].set_points(shown_times, shown_values, pixel_sizes[self.curve_plots[name]])
+        headroom = self._label_headroom()
         for key, plot in self.plots.items():
             if key == "cpu":
                 continue
@@ -563,6 +680,8 @@ class MemoryPanel(QWidget):
                 # GPUs: their total memory. Host: a round number above the highest value. Either way the
                 # scale stays put while values move.
                 top = ceiling * 1.05 if key != "host" else nice_ceiling(ceiling * 1.1)
+                if plot is first:
+                    top *= headroom  # the marker labels' rows, above every curve
                 if self._y_ranges.get(key) != top:
                     self._y_ranges[key] = top
                     plot.setYRange(0, top, padding=0)
@@ -571,6 +690,29 @@ class MemoryPanel(QWidget):
             first.setXRange(start, end, padding=0)
         self._draw_markers(start, end)
         self.redraws += 1
+
+    def _label_row_height(self) -> int:
+        return QFontMetrics(self.font()).height() + 4
+
+    def _label_rows(self) -> int:
+        """How many rows of marker labels the top plot keeps above its curves: none on a plot too short to
+        spare them (its markers are then lines only, named by the read-out and the tooltip on hover)."""
+        first = next(iter(self.plots.values()), None)
+        if first is None:
+            return 0
+        height = first.getViewBox().height()
+        row = self._label_row_height()
+        # the curves keep at least 3 rows' height below the labels
+        return max(0, min(LABEL_ROWS, int(height // row) - 3))
+
+    def _label_headroom(self) -> float:
+        """The factor on the top plot's scale that leaves its label rows clear of the curves."""
+        first = next(iter(self.plots.values()), None)
+        rows = self._label_rows()
+        if first is None or not rows:
+            return 1.0
+        height = first.getViewBox().height()
+        return height / (height - rows * self._label_row_height())
 
     def _ceiling(self, key: str) -> float:
         """The highest value drawn on a plot (from the decimated curves, which keep every peak)."""
@@ -626,7 +768,8 @@ class MemoryPanel(QWidget):
         width, height = view.width(), view.height()
         (_, _), (bottom, top) = first.viewRange()
         metrics = QFontMetrics(self.font())
-        row_height = metrics.height() + 4
+        row_height = self._label_row_height()
+        rows = self._label_rows()
         if self._label_widths_font != self.font().key():
             self._label_widths_font = self.font().key()
             self._label_widths.clear()
@@ -638,7 +781,8 @@ class MemoryPanel(QWidget):
                 width = widths[text] = metrics.horizontalAdvance(text)
             return width
 
-        labels = layout_marker_labels(markers, start, end, width, label_rows(height, row_height), text_width)
+        labels = (layout_marker_labels(markers, start, end, width, min(rows, label_rows(height, row_height)),
+                                       text_width) if rows else [])
         for number, label in enumerate(labels):
             if number == len(self._marker_texts):
                 text_item = pg.TextItem(fill=pg.mkBrush(_label_background()))
@@ -698,11 +842,14 @@ class MemoryPanel(QWidget):
                 unit = " %" if name == "host.cpu_percent" else " MiB"
                 parts.append(f"{self.curve_names.get(name, name)} {values[nearest]:.0f}{unit}")
         text = time.strftime("%H:%M:%S", time.localtime(t)) + " — " + (", ".join(parts) or "no samples here")
+        near_markers: list[str] = []
         if first is not None and seconds_per_px > 0:  # a crowd of markers shares one label: name them all
             near_markers = self.markers_near(t, MARKER_READ_PX * seconds_per_px)
             if near_markers:
                 text += " — " + ", ".join(near_markers)
         self.readout.setText(text)
+        # Markers without a label (a short plot, a crowd) are named where the pointer is, too.
+        self.graphs.setToolTip("\n".join(near_markers))
         return text
 
     # -- export --------------------------------------------------------------------------------------

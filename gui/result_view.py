@@ -14,11 +14,13 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QColor, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QLabel,
+    QScrollArea,
     QSizePolicy,
     QSplitter,
     QStackedWidget,
@@ -30,13 +32,17 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.placement import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
 from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
-from tf_device_panel.gui.widgets import ExpandableDetail
+from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
+from tf_device_panel.gui.view_settings import series_style
+from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
-_PEN_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
-STATUS_WORDS = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "The runtime died"}
+_DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
+           "dashdot": Qt.PenStyle.DashDotLine}
 MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
+MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
 MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
 
@@ -72,7 +78,7 @@ def outcome_summary(outcome: JobOutcome) -> str:
     kind = str(error.get("type") or "")
     message = next((line.strip() for line in str(error.get("message") or "").splitlines() if line.strip()), "")
     parts = [word]
-    if kind and kind.lower() not in (word.lower(), "cancelled", "jobcancelled"):
+    if kind and kind not in INTERNAL_ERROR_TYPES and kind.lower() != word.lower():
         parts.append(kind)
     if message and message.lower().rstrip(".") not in (word.lower(), kind.lower(), "cancelled by the user"):
         parts.append(short_devices(message))
@@ -138,27 +144,94 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.plot_item.showGrid(x=True, y=True, alpha=0.3)
         self.setMinimumHeight(MIN_PLOT_HEIGHT)
         self.legend: pg.LegendItem | None = None
+        settings = view_settings.current()
+        if settings.scale != 1.0:
+            font = QFont(self.font())
+            font.setPointSizeF(font.pointSizeF() * settings.scale if font.pointSizeF() > 0 else 9 * settings.scale)
+            for name in ("left", "bottom"):
+                self.plot_item.getAxis(name).setStyle(tickFont=font)
         if len(plot.series) > 1:
-            self.legend = pg.LegendItem(labelTextColor=palette_colors()[1])
+            self.legend = pg.LegendItem(labelTextColor=palette_colors()[1],
+                                        labelTextSize=f"{9 * settings.scale:.0f}pt")
             self.addItem(self.legend, row=0, col=1)
+            # Its rows as tall as their text, at the top: stretched to the plot's height, each label's text sat
+            # at the top of a tall row while its swatch sat in the middle.
+            self.legend.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+            self.ci.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
+        # Each series its device's colour when every series has a device of its own; otherwise (a benchmark's
+        # dtypes on one device) twelve distinct colours. A symbol and a dash pattern are a second cue either way.
+        devices = [self._device(series) for series in plot.series]
+        self.by_device = all(d.startswith("/") for d in devices) and len({device_color(d).name() for d in devices}) \
+            == len(devices)
+        self.originals: list[tuple[list[float], list[float]]] = []
+        self.legend_below = False
+        self._legend_width = 0.0
+        self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
 
+    @staticmethod
+    def _device(series: Series) -> str:
+        return short_device_name(series.name.split()[0]) if series.name else ""
+
     def draw(self, series: Series, number: int) -> pg.PlotDataItem:
-        device = short_device_name(series.name.split()[0]) if series.name else ""
-        color = device_color(device) if device.startswith("/") else pg.intColor(number, hues=9)
-        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol="o",
-                                   symbolSize=5, symbolBrush=color,
-                                   pen=pg.mkPen(color, width=2, style=_PEN_STYLES[number % len(_PEN_STYLES)]))
+        colour, symbol, dash = series_style(number)
+        color = device_color(self._device(series)) if self.by_device else QColor(colour)
+        width = view_settings.current().line_width
+        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol=symbol,
+                                   symbolSize=5 + 2 * width, symbolBrush=color, symbolPen=color,
+                                   pen=pg.mkPen(color, width=width, style=_DASHES[dash]))
+        self.originals.append((list(series.x), list(series.y)))
         if self.legend is not None:
             self.legend.addItem(item, short_devices(series.name))
+            sample, label = self.legend.items[-1]
+            for part in (sample, label):  # the swatch sat lower than its label
+                self.legend.layout.setAlignment(part, Qt.AlignmentFlag.AlignVCenter)
         return item
+
+    def wants_log_scale(self) -> bool:
+        """A loss falling over two orders of magnitude or more reads on a log scale (linear, it is a flat line
+        after its first epochs)."""
+        values = [y for _, ys in self.originals for y in ys if y > 0 and math.isfinite(y)]
+        return bool(values) and max(values) / min(values) >= 100
+
+    def set_log_y(self, on: bool) -> None:
+        """Log scale for the values; zeros (a loss that reached 0.0) sit a decade below the smallest value."""
+        self.log_y = on
+        positive = [y for _, ys in self.originals for y in ys if y > 0 and math.isfinite(y)]
+        floor = min(positive) / 10 if positive else 1e-12
+        for item, (xs, ys) in zip(self.plot_item.listDataItems(), self.originals, strict=False):
+            item.setData(xs, [max(y, floor) for y in ys] if on else ys)
+        self.plot_item.setLogMode(x=False, y=on)
+        self.plot_item.getAxis("left").enableAutoSIPrefix(False)
 
     def listDataItems(self) -> list[Any]:
         return self.plot_item.listDataItems()
 
     def getPlotItem(self) -> pg.PlotItem:
         return self.plot_item
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self, self._place_legend)  # once the legend has been laid out at this size
+
+    def _place_legend(self) -> None:
+        """The legend beside the curves while they keep MIN_CURVES_WIDTH px; below them, in columns, when the
+        plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px)."""
+        legend = getattr(self, "legend", None)  # resized while it is being built
+        if legend is None or not hasattr(self, "legend_below"):
+            return
+        width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
+        beside = self.width() - width >= MIN_CURVES_WIDTH
+        below = not beside
+        if below == self.legend_below:
+            return
+        if not self.legend_below:
+            self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
+        self.legend_below = below
+        legend.setColumnCount(max(1, min(len(legend.items), int(self.width() // 170))) if below else 1)
+        move_in_layout(self.ci, legend, *((1, 0) if below else (0, 1)))
+        self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
 
 def _table_widget(table: Table) -> QTableWidget:
@@ -180,16 +253,23 @@ def _table_widget(table: Table) -> QTableWidget:
             if shown.startswith("/"):
                 item.setForeground(device_color(shown.split()[0]))
             widget.setItem(r, c, item)
+    widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
+    widget.setMinimumWidth(80)  # never widens the window: the splitter gives it its columns' width when it can
+    size_table(widget, table.matrix)
+    return widget
+
+
+def size_table(widget: QTableWidget, matrix: bool) -> None:
+    """Columns and rows to their contents, in the font the table is drawn with (call again once it is in the
+    window: the window's zoom reaches it through the style sheet only then)."""
+    widget.ensurePolished()
     widget.resizeColumnsToContents()
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
-    header = 0 if table.matrix else widget.horizontalHeader().sizeHint().height()
+    header = 0 if matrix else widget.horizontalHeader().sizeHint().height()
     widget.setMaximumHeight(header + widget.verticalHeader().length() + frame)
-    widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
-    widget.setMinimumWidth(80)  # never widens the window: the splitter gives it its columns' width when it can
     widget.setMaximumWidth(table_content_width(widget))  # nor stretches into an empty grid beside a small table
-    return widget
 
 
 def table_content_width(widget: QTableWidget) -> int:
@@ -208,6 +288,35 @@ def _live_loss_presentation(caption: str, losses: list[float], unit: str = "epoc
                         plots=(Plot(unit, "loss", (Series("loss", xs, tuple(losses)),)),))
 
 
+class _MessageScroll(QScrollArea):
+    """The message page: it asks for almost no room (a scroll area asks for its content's), so the job's
+    form above keeps every row; a long message scrolls within whatever the result area has."""
+
+    def sizeHint(self) -> QSize:
+        return QSize(200, self.fontMetrics().height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, self.fontMetrics().height())
+
+
+class _ResultPage(QWidget):
+    """Caption above tables and plots. Its height for a width is the caption's whole text and the least the
+    tables and plots need (their preferred heights made the page scroll in an area that could show it)."""
+
+    def __init__(self, view: ResultView):
+        super().__init__()
+        self._view = view
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        layout = self.layout()
+        spacing = layout.spacing() if layout is not None else 0
+        return (self._view.caption.heightForWidth(width) + spacing
+                + self._view.body.minimumSizeHint().height())
+
+
 class ResultView(QStackedWidget):
     """Page 0: a message (running, failed, with its details). Page 1: a presentation: caption, tables, plots."""
 
@@ -222,12 +331,18 @@ class ResultView(QStackedWidget):
         self.error = ExpandableDetail()
         self.error.summary.setStyleSheet("color: #d33; font-weight: bold;")
         self.error.hide()
-        message_page = QWidget()
-        message_layout = QVBoxLayout(message_page)
+        message_body = QWidget()
+        message_layout = QVBoxLayout(message_body)
         message_layout.setContentsMargins(0, 0, 0, 0)
         message_layout.addWidget(self.message)
         message_layout.addWidget(self.error, 1)
         message_layout.addStretch(0)
+        # A long message scrolls down within the result area, never sideways, never widening the window.
+        message_page = _MessageScroll()
+        message_page.setWidgetResizable(True)
+        message_page.setFrameShape(QScrollArea.Shape.NoFrame)
+        message_page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        message_page.setWidget(message_body)
         self.caption = QLabel()
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.RichText)
@@ -243,16 +358,25 @@ class ResultView(QStackedWidget):
         self.body.setChildrenCollapsible(False)
         self.body.addWidget(self._tables_box)
         self.body.addWidget(self._plots_box)
-        page = QWidget()
-        layout = QVBoxLayout(page)
+        page_body = _ResultPage(self)
+        layout = QVBoxLayout(page_body)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.caption)
         layout.addWidget(self.body, 1)
+        # Where the result area is shorter than the caption and a readable plot (a dock beside the Runs panel
+        # at 1280×720), the result scrolls down instead of cutting the caption's last lines.
+        page = _MessageScroll()
+        page.setWidgetResizable(True)
+        page.setFrameShape(QScrollArea.Shape.NoFrame)
+        page.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        page.setWidget(page_body)
+        self.presentation_page = page
         self.addWidget(message_page)
         self.addWidget(page)
         self.presentation: Presentation | None = None
         self.tables: list[QTableWidget] = []
         self.plots: list[ResultPlot] = []
+        self.log_boxes: list[QCheckBox] = []
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
         self._tables_width = 0
@@ -264,8 +388,11 @@ class ResultView(QStackedWidget):
         self.setCurrentIndex(0)
 
     def show_error(self, outcome: JobOutcome) -> None:
-        self.message.setText(f"<b>{html.escape(outcome.job)}</b>")
-        self.error.set_content(outcome_summary(outcome), error_details(outcome))
+        """The failure once, whole: the status line above says only how the run ended and when."""
+        how = {"cancelled": "was cancelled", "crashed": "stopped: its runtime died"}.get(outcome.status, "failed")
+        self.message.setText(f"<b>{html.escape(outcome.job)}</b> {how}:")
+        self.error.set_content(short_devices(error_summary(outcome)) or outcome_summary(outcome),
+                               error_details(outcome))
         self.error.show()
         self._live_curve = None
         self.setCurrentIndex(0)
@@ -306,16 +433,34 @@ class ResultView(QStackedWidget):
                     widget.deleteLater()
         self.tables = [_table_widget(table) for table in presentation.tables]
         self.plots = [ResultPlot(plot) for plot in presentation.plots]
-        for table in self.tables:
+        for table, table_spec in zip(self.tables, presentation.tables, strict=True):
             self._tables_layout.addWidget(table)
-        self._tables_layout.addStretch(1)  # small tables sit at the top
-        for plot in self.plots:
+            size_table(table, table_spec.matrix)  # now in the window: in its (zoomed) font
+        self.log_boxes = []
+        for plot, spec in zip(self.plots, presentation.plots, strict=True):
+            if "loss" in spec.y_label.lower():  # a loss plot offers a log scale, on when the loss spans decades
+                box = QCheckBox("Log scale" if len(self.plots) == 1 else f"Log scale ({spec.y_label})")
+                box.setToolTip("Show the loss on a logarithmic scale (its late epochs are a flat line otherwise)")
+                box.toggled.connect(plot.set_log_y)
+                box.setChecked(plot.wants_log_scale())
+                self.log_boxes.append(box)
+                # under the table, where there is room; above the plot when there is no table
+                (self._tables_layout if self.tables else self._plots_layout).addWidget(box)
             self._plots_layout.addWidget(plot)
+        self._tables_layout.addStretch(1)  # small tables sit at the top
         self._tables_box.setVisible(bool(self.tables))
         self._plots_box.setVisible(bool(self.plots))
         self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
         self._fit_tables()
+
+    def redraw(self) -> None:
+        """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines)."""
+        if self.presentation is not None and self.currentIndex() == 1 and self._live_curve is None:
+            logs = [box.isChecked() for box in self.log_boxes]
+            self.show_presentation(self.presentation)
+            for box, checked in zip(self.log_boxes, logs, strict=False):
+                box.setChecked(checked)
 
     def _fit_tables(self) -> None:
         """Give the tables their columns' width, the plots the rest (at least MIN_PLOT_WIDTH when they can)."""

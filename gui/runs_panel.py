@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import html
-import time
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QKeySequence, QPainter, QPalette, QShortcut, QShowEvent
+from PySide6.QtGui import (
+    QFont,
+    QFontMetrics,
+    QKeySequence,
+    QPainter,
+    QPalette,
+    QResizeEvent,
+    QShortcut,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -27,10 +35,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.jobs import JOBS, ParamError
 from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm
-from tf_device_panel.gui.result_view import ResultView, outcome_summary
+from tf_device_panel.gui.job_state import JobState
+from tf_device_panel.gui.result_view import ResultView
 from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
 
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
@@ -80,14 +91,32 @@ class FormScroll(QScrollArea):
 
     def _height(self) -> int:
         widget = self.widget()
-        needed = widget.sizeHint().height() if widget is not None else 0
-        return min(needed + 2 * self.frameWidth(), FORM_MAX_HEIGHT)
+        needed = widget.sizeHint().height() + 2 * self.frameWidth() if widget is not None else 0
+        # A form that fits is shown whole with no scroll bar: a passing one took 14 px off the form's width
+        # and cut its second column.
+        policy = (Qt.ScrollBarPolicy.ScrollBarAlwaysOff if needed <= FORM_MAX_HEIGHT
+                  else Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        if self.verticalScrollBarPolicy() != policy:
+            self.setVerticalScrollBarPolicy(policy)
+        return min(needed, FORM_MAX_HEIGHT)
 
     def sizeHint(self) -> QSize:
         return QSize(super().sizeHint().width(), self._height())
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(super().minimumSizeHint().width(), self._height())
+        # As wide as the widest form in one column: a dock opened beside the Runs panel takes its width from
+        # what can spare it, never from the fields (they were cut at the edge, spin arrows hidden).
+        widget = self.widget()
+        forms = widget.findChildren(ParamForm) if widget is not None else []
+        least = max((form.least_width() for form in forms), default=super().minimumSizeHint().width())
+        return QSize(least + 2 * self.frameWidth(), self._height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        room = self.width() - 2 * self.frameWidth()  # the event is the viewport's (a scroll bar's width less)
+        widget = self.widget()
+        for form in widget.findChildren(ParamForm) if widget is not None else []:
+            form.set_room(room)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
@@ -103,21 +132,21 @@ class RunsPanel(QWidget):
         super().__init__(parent)
         self.devices: list[str] = []
         self.forms: dict[str, ParamForm] = {}
+        self.configuration: Any = DeviceConfig()
         self.job_list = QListWidget()
         for spec in JOBS.values():
             item = QListWidgetItem(spec.title)
             item.setData(Qt.ItemDataRole.UserRole, spec.name)
             item.setToolTip(spec.description)
             self.job_list.addItem(item)
-        self.job_list.setMinimumWidth(180)
+        self.fit_job_list()
         # Each job's description is elided to the list's width: never a sideways scroll bar.
         self.job_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.job_list.setItemDelegate(JobItemDelegate(self.job_list))
         self.job_list.setAccessibleName("Jobs")
         self.job_list.setObjectName("jobs")
-        self.description = QLabel()
-        self.description.setWordWrap(True)
-        self.description.setTextFormat(Qt.TextFormat.RichText)
+        self.description = ElidedLabel()
+        self.description.setObjectName("job-description")
         self.code_button = QPushButton("Show code…")
         self.code_button.setToolTip("The code this job runs inside the TensorFlow runtime")
         self.code_button.clicked.connect(self.show_code)
@@ -140,15 +169,19 @@ class RunsPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
+        self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("100%") + 40)  # never "4|5%"
         self.elapsed = QLabel("")
-        self.status = ElidedLabel("Idle")  # a 2,000-character error stays one line; hover for all of it
+        self.status = ElidedLabel("Not run yet")  # how the selected job's run went; its error is in the result
         # One result view per job: selecting a job shows its own last result, never another job's.
         self.results: dict[str, ResultView] = {name: ResultView() for name in JOBS}
         self.result_stack = QStackedWidget()
         for view in self.results.values():
             self.result_stack.addWidget(view)
+        self.states: dict[str, JobState] = {name: JobState() for name in JOBS}
         self.running_job: str | None = None
-        self._started_at: float | None = None
+        self.waiting_job: str | None = None   # pressed Run while the runtime warmed; starts when it is ready
+        self._runtime_ready = self._warming = False
+        self._not_ready_reason = ""
         self._stopping = False
         self._timer = QTimer(self)
         self._timer.setInterval(100)
@@ -160,15 +193,21 @@ class RunsPanel(QWidget):
         form_layout = QVBoxLayout(form_group)
         form_layout.setContentsMargins(8, 4, 8, 4)
         form_layout.setSpacing(4)
-        form_layout.addWidget(self.description)
+        # One line (the whole description on hover and in the job list's tooltip): its rows go to the result.
+        heading = QHBoxLayout()
+        heading.addWidget(self.description, 1)
+        heading.addWidget(self.code_button)
+        form_layout.addLayout(heading)
         self.form_scroll = FormScroll()  # a long form scrolls instead of being squeezed
         self.form_scroll.setWidget(self.form_stack)
         form_layout.addWidget(self.form_scroll, 1)
         form_layout.addWidget(self.form_error)
+        # Run, Stop, how the selected job's run goes, its progress and clock: one row.
         controls = QHBoxLayout()
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
-        controls.addWidget(self.progress, 1)
+        controls.addWidget(self.status, 3)
+        controls.addWidget(self.progress, 2)
         controls.addWidget(self.elapsed)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -176,16 +215,22 @@ class RunsPanel(QWidget):
         right_layout.setSpacing(4)
         right_layout.addWidget(form_group)
         right_layout.addLayout(controls)
-        # Show code… at the end of the status line: beside Run it would widen the narrowest the centre can be.
-        status_row = QHBoxLayout()
-        status_row.addWidget(self.status, 1)
-        status_row.addWidget(self.code_button)
-        right_layout.addLayout(status_row)
-        right_layout.addWidget(self.result_stack, 1)
+        # The result above the job's own output: the centre of the window is what the person is looking at.
+        self.console = ConsoleView()
+        self.output_split = QSplitter(Qt.Orientation.Vertical)
+        self.output_split.setChildrenCollapsible(False)
+        self.output_split.addWidget(self.result_stack)
+        self.output_split.addWidget(self.console)
+        self.output_split.setStretchFactor(0, 1)
+        self.output_split.setStretchFactor(1, 0)  # the result takes what the window gains or loses
+        self._console_sized = False
+        right_layout.addWidget(self.output_split, 1)
         splitter = QSplitter()
         splitter.addWidget(self.job_list)
         splitter.addWidget(right)
-        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(0, 0)  # the list keeps its titles' width; the form and result take the rest
+        splitter.setStretchFactor(1, 1)
+        self.main_split = splitter
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(splitter)
@@ -201,6 +246,18 @@ class RunsPanel(QWidget):
         stop_shortcut.activated.connect(self._request_stop)
         self.set_devices([])
         self.job_list.setCurrentRow(0)
+
+    def fit_job_list(self) -> None:
+        """Every job's title whole ("Parameter-server cluster" was cut to "…cluste" beside a dock), in the font
+        the list has now (the window's zoom changes it)."""
+        self.job_list.ensurePolished()
+        bold = QFont(self.job_list.font())
+        bold.setBold(True)
+        widest = max(QFontMetrics(bold).horizontalAdvance(spec.title) for spec in JOBS.values())
+        self.job_list.setMinimumWidth(max(180, widest + 24 + self.job_list.verticalScrollBar().sizeHint().width()))
+        if hasattr(self, "main_split") and self._console_sized:
+            total = sum(self.main_split.sizes())
+            self.main_split.setSizes([self.job_list.minimumWidth(), total - self.job_list.minimumWidth()])
 
     @property
     def result(self) -> ResultView:
@@ -231,15 +288,36 @@ class RunsPanel(QWidget):
         self.forms = {}
         for spec in JOBS.values():
             form = ParamForm(spec, devices)
+            form.show_configuration(self.configuration)
             for name, value in old_values.get(spec.name, {}).items():
                 form.set_value(name, value)
             self.forms[spec.name] = form
+            form.set_room(self.form_scroll.width() - 2 * self.form_scroll.frameWidth())
             form.hide()
             self.form_column.addWidget(form)
         self._show_form(self.job_list.currentRow())
 
+    def two_column_width(self) -> int:
+        """The panel's width at which every form stands in two columns (its least width has them in one)."""
+        one = self.form_scroll.minimumSizeHint().width()
+        two = max(form.two_column_width() for form in self.forms.values())
+        return self.minimumSizeHint().width() + max(two - one, 0)
+
+    def show_configuration(self, config: Any) -> None:
+        """The configuration the runs use: forms with a switch of their own say that it overrides it."""
+        self.configuration = config
+        for form in self.forms.values():
+            form.show_configuration(config)
+
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
+        if not self._console_sized:  # the console a few lines high, the result the rest (later: as dragged)
+            self._console_sized = True
+            total_width = sum(self.main_split.sizes())
+            self.main_split.setSizes([self.job_list.minimumWidth(), total_width - self.job_list.minimumWidth()])
+            total = sum(self.output_split.sizes())
+            console = min(self.console.sizeHint().height(), total // 3)
+            self.output_split.setSizes([total - console, console])
         # The style's real sizes (fonts, combo boxes) are known once shown: give the form its room again.
         self._show_form(self.job_list.currentRow())
 
@@ -249,8 +327,10 @@ class RunsPanel(QWidget):
             for name, form in self.forms.items():
                 form.setVisible(name == spec.name)
             self.form_scroll.updateGeometry()  # room for the whole form (FormScroll)
-            self.description.setText(f"<b>{html.escape(spec.title)}</b> — {html.escape(spec.description)}")
+            self.description.setText(f"{spec.title} — {spec.description}")
             self.result_stack.setCurrentWidget(self.results[spec.name])
+            self.console.show_state(self.states[spec.name])
+            self._render_state()
         self.form_error.hide()
 
     def show_code(self) -> QDialog:
@@ -285,8 +365,10 @@ class RunsPanel(QWidget):
             return
         try:
             params = spec.resolve(self.form().values())
-        except ParamError as exc:
-            self.form_error.setText("\n".join(f"{name}: {message}" for name, message in exc.problems))
+        except ParamError as exc:  # named by the form's labels ("Script", not the parameter's name "path")
+            labels = {param.name: param.label or param.name for param in spec.params}
+            self.form_error.setText("\n".join(f"{labels.get(name, name)}: {message}"
+                                              for name, message in exc.problems))
             self.form_error.show()
             return
         self.form_error.hide()
@@ -294,54 +376,128 @@ class RunsPanel(QWidget):
 
     def _request_stop(self) -> None:
         if self.stop_button.isEnabled():
-            self.stopRequested.emit()
+            self.stop_button.click()
 
     # -- run state -------------------------------------------------------------------------------
-    def set_can_run(self, can_run: bool, reason: str = "") -> None:
-        self.run_button.setEnabled(can_run)
-        self.run_button.setToolTip("Run the job in the background (Ctrl+R)" if can_run else reason)
+    # Each job keeps its own JobState; the status line, progress bar and clock show the selected job's.
+    @property
+    def state(self) -> JobState:
+        """The selected job's state."""
+        return self.states[self.current_job]
+
+    def set_can_run(self, runtime_ready: bool, reason: str = "", *, warming: bool = False) -> None:
+        """Whether the runtime can take a job now. Run stays pressable while it warms (`warming`): the job then
+        waits for it. With no runtime at all (not started, exited) Run is off and `reason` says why."""
+        self._runtime_ready = runtime_ready
+        self._warming = warming
+        self._not_ready_reason = reason
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        busy = self.running_job is not None or self.waiting_job is not None
+        self.run_button.setEnabled(not busy and (self._runtime_ready or self._warming))
+        if self.waiting_job is not None:
+            self.run_button.setText("Starts when ready…")
+            self.run_button.setToolTip(f"{self.waiting_job} starts as soon as the runtime is ready "
+                                       "(Stop or Esc: do not start it)")
+        elif self._runtime_ready or busy or not self._warming:
+            self.run_button.setText("Run")
+            if busy:
+                self.run_button.setToolTip(f"{self.running_job} is running; one job at a time")
+            else:
+                self.run_button.setToolTip("Run the job in the background (Ctrl+R)" if self._runtime_ready
+                                           else self._not_ready_reason)
+        else:
+            self.run_button.setText("Run when ready")
+            self.run_button.setToolTip(f"{self._not_ready_reason or 'The runtime is not ready'}: the job starts "
+                                       "as soon as it is (Ctrl+R)")
+        self.stop_button.setEnabled(busy and not self._stopping)
+        running = self.running_job or self.waiting_job
+        self.stop_button.setToolTip(f"Cancel {running} (Esc)" if running else "Cancel the running job (Esc)")
+
+    def job_queued(self, job: str) -> None:
+        """Run was pressed while the runtime warms: the job waits for it."""
+        self.waiting_job = job
+        self.states[job].queue()
+        self._update_buttons()
+        self._render_state()
+
+    def cancel_queued(self, reason: str = "Stop was pressed while it waited for the runtime") -> str | None:
+        """A job waiting for the runtime will not start (Stop, or the runtime failed). Returns that job."""
+        job, self.waiting_job = self.waiting_job, None
+        if job is not None:
+            state = self.states[job]
+            state.waiting = False
+            state.status = f"Not started: {reason}"
+        self._update_buttons()
+        self._render_state()
+        return job
 
     def job_started(self, job: str) -> None:
         self._stopping = False
-        self._started_at = time.monotonic()
-        self._timer.start()
-        self.progress.setRange(0, 0)  # busy until the first progress report
-        self.status.setText(f"Running {job}…")
-        self.stop_button.setEnabled(True)
-        self.run_button.setEnabled(False)
+        if self.waiting_job == job:
+            self.waiting_job = None
         self.running_job = job if job in self.results else None
+        if job in self.states:
+            self.states[job].start(job)
+        self._timer.start()
         self.result.live_losses = []
-        self.result.show_message(f"Running <b>{html.escape(job)}</b>…")
+        self.result.show_message(f"<b>{html.escape(job)}</b>'s result appears here when it ends; "
+                                 "its own output is below.")
+        if job == self.current_job:
+            self.console.show_state(self.states[job])
+        self._update_buttons()
+        self._render_state()
+
+    def add_output(self, job: str, lines: list[tuple[str, bool]]) -> None:
+        """The running job's own output: (text, partial) in order; shown at once if it is the selected job."""
+        state = self.states.get(job)
+        if state is None:
+            return
+        added = [text for text, partial in lines if state.add_output(text, partial)]
+        if job == self.current_job:
+            self.console.append(added)
 
     def show_progress(self, done: float, total: float, message: str) -> None:
-        if total > 0:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * min(done / total, 1.0)))
-        if message and not self._stopping:
-            self.status.setText(message)
+        if self.running_job is None:
+            return
+        self.states[self.running_job].report(done, total, message)
+        self._render_state()
 
     def show_stopping(self, grace_s: float) -> None:
         self._stopping = True
-        self.stop_button.setEnabled(False)
-        self.status.setText(f"Stopping… (a job that has not stopped in {grace_s:g} s has its runtime restarted)")
+        if self.running_job is not None:
+            self.states[self.running_job].stop_requested(grace_s)
+        self._update_buttons()
+        self._render_state()
 
     def job_finished(self, outcome: JobOutcome) -> None:
         self._stopping = False
-        self._timer.stop()
-        self._tick()
-        self.stop_button.setEnabled(False)
-        self.progress.setRange(0, 1000)
-        self.progress.setValue(1000 if outcome.status == "ok" else self.progress.value())
-        duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s else ""
-        word, _, detail = outcome_summary(outcome).partition(": ")
-        self.status.setText(f"{word}{duration}" + (f" — {detail}" if detail else ""))
+        state = self.states.get(outcome.job)
+        if state is not None:
+            state.finish(outcome)
         view = self.results.get(outcome.job, self.result)
         view.show_outcome(outcome)
         self.running_job = None
+        if not any(s.running for s in self.states.values()):
+            self._timer.stop()
+        self._update_buttons()
+        self._render_state()
 
     def stop_clock(self) -> None:
         self._timer.stop()
 
+    def _render_state(self) -> None:
+        """The selected job's status, progress and clock."""
+        state = self.state
+        if state.progress is None:
+            self.progress.setRange(0, 0)  # busy until the first progress report
+        else:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * state.progress))
+        self.status.setText(state.status or "Not run yet")
+        self._tick()
+
     def _tick(self) -> None:
-        if self._started_at is not None:
-            self.elapsed.setText(f"{time.monotonic() - self._started_at:6.1f} s")
+        elapsed = self.state.elapsed()
+        self.elapsed.setText("" if elapsed is None else f"{elapsed:6.1f} s")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QFont, QFontDatabase, QFontInfo, QGuiApplication, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
@@ -74,6 +76,45 @@ class ElidedLabel(QLabel):
         painter.drawText(self.rect(), int(self.alignment() | Qt.AlignmentFlag.AlignVCenter), self._elided_text())
 
 
+LONG_WORD = 40  # characters: a longer run without a space may break anywhere (a path, a device list)
+
+
+def breakable(text: str) -> str:
+    """`text` with a zero-width space after every LONG_WORD characters of an unbroken run, so a wrapping label
+    can wrap a 2,000-character word instead of asking for its width."""
+    out: list[str] = []
+    run = 0
+    for char in text:
+        out.append(char)
+        run = 0 if char.isspace() else run + 1
+        if run >= LONG_WORD:
+            out.append("\u200b")
+            run = 0
+    return "".join(out)
+
+
+class WrappedMessage(QLabel):
+    """Plain text shown whole, wrapped to the width it is given (any word may break), selectable; it never
+    widens its panel. `full_text()` is the text as given."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(parent)
+        self._full = ""
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Minimum)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:
+        self._full = text
+        super().setText(breakable(text))
+
+    def full_text(self) -> str:
+        return self._full
+
+
 class WrappingText(QPlainTextEdit):
     """Read-only text that wraps anywhere (a 2,000-character word included) and scrolls down, never sideways."""
 
@@ -91,11 +132,12 @@ class WrappingText(QPlainTextEdit):
 
 
 class ExpandableDetail(QWidget):
-    """A one-line summary with a "Details" toggle that reveals the full text (a traceback) below it."""
+    """The whole message, wrapped, with a "Details" toggle that reveals the rest (the error's class, the
+    traceback) below it."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.summary = ElidedLabel()
+        self.summary = WrappedMessage()
         self.toggle = QToolButton()
         self.toggle.setText("Details ▸")
         self.toggle.setCheckable(True)
@@ -106,7 +148,7 @@ class ExpandableDetail(QWidget):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.summary, 1)
-        top.addWidget(self.toggle)
+        top.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignTop)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(top)
@@ -151,3 +193,21 @@ def code_dialog(parent: QWidget, title: str, heading: str, code: str, *, object_
     layout.addWidget(view, 1)
     layout.addLayout(buttons)
     return dialog
+
+
+def move_in_layout(graphics_layout: Any, item: Any, row: int, col: int, rowspan: int = 1, colspan: int = 1) -> None:
+    """Move `item` to another cell of a pyqtgraph GraphicsLayout without taking it out of the scene.
+
+    pyqtgraph's removeItem also removes the item from the QGraphicsScene; re-adding it then painted a view
+    over a removed item (a segmentation fault in GraphicsView.paintEvent, seen once in ~50 test runs)."""
+    grid = graphics_layout.layout
+    for index in range(grid.count() - 1, -1, -1):
+        if grid.itemAt(index) is item:
+            grid.removeAt(index)
+    for r, c in graphics_layout.items.get(item, []):
+        graphics_layout.rows.get(r, {}).pop(c, None)
+    grid.addItem(item, row, col, rowspan, colspan)
+    cells = [(row + r, col + c) for r in range(rowspan) for c in range(colspan)]
+    graphics_layout.items[item] = cells
+    for r, c in cells:
+        graphics_layout.rows.setdefault(r, {})[c] = item

@@ -2,7 +2,8 @@
 
 Run under a display, e.g.: xvfb-run -s "-screen 0 1280x720x24" .venv/bin/python scripts/screenshot.py OUT.png
 Options: --cpus N (logical CPUs), --job NAME, --param NAME=VALUE, --dock NAME (raise that dock first),
---runs N (run the job N times in a row), --dock-height PX, --doctor (run the Doctor's checks first).
+--runs N (run the job N times in a row), --dock-height PX, --doctor (run the Doctor's checks first),
+--presentation (View → Presentation mode).
 
 --replay-h100 MODE [--gpus N] draws what the window showed on the real H100 without one: NVML is faked as
 N NVIDIA H100 80GB (81,559 MiB each, tests/fake_nvml.py), and the run's ready report, the `memory` job's
@@ -48,6 +49,7 @@ def main() -> int:
     parser.add_argument("--replay-h100", choices=["split", "default", "growth", "fraction", "hidden"],
                         help="fake NVML as H100s and replay a run on them (see above)")
     parser.add_argument("--gpus", type=int, default=1, help="with --replay-h100: how many H100s")
+    parser.add_argument("--presentation", action="store_true", help="View → Presentation mode first")
     args = parser.parse_args()
     if args.replay_h100:
         return replay_h100(args)
@@ -66,6 +68,8 @@ def main() -> int:
         window.resizeDocks(docks, [args.dock_height] * len(docks), Qt.Orientation.Vertical)
     if args.doctor:
         window.open_doctor()
+    if args.presentation:
+        window.set_presentation(True)
     window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     window.config_panel.set_config(DeviceConfig(cpu_devices=args.cpus))
     window.apply(window.config_panel.config())

@@ -56,8 +56,9 @@ def dismiss_notices(win: MainWindow) -> list[str]:
 def apply_and_wait(qtbot, win: MainWindow, **changes) -> None:
     win.config_panel.set_config(win.config_panel.config().with_changes(**changes))
     qtbot.mouseClick(win.config_panel.apply_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: win.controller.state == "ready" and win.runs.run_button.isEnabled(),
-                    timeout=READY_TIMEOUT_MS)
+    # "Run", not "Run when ready": the window has taken the ready state (Run is pressable while it warms too)
+    qtbot.waitUntil(lambda: win.controller.state == "ready" and win.runs.run_button.isEnabled()
+                    and win.runs.run_button.text() == "Run", timeout=READY_TIMEOUT_MS)
 
 
 def run_and_wait(qtbot, win: MainWindow, job: str, timeout: int = 120_000, **params) -> None:
@@ -104,8 +105,8 @@ def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_erro
 
     apply_and_wait(qtbot, window, soft_placement=False)
     run_and_wait(qtbot, window, "matmul", device="/GPU:2")
-    error = window.runs.result.error  # one line, TF's whole message a click away
-    assert error.isVisible() and error.summary.full_text().startswith("Failed: InvalidArgumentError")
+    error = window.runs.result.error  # TF's whole message, wrapped; its traceback a click away
+    assert error.isVisible() and error.summary.full_text().startswith("InvalidArgumentError: ")
     assert "'/GPU:2'" in error.summary.full_text()  # the short spelling, the full one in the details
     assert "/job:localhost/replica:0/task:0/device:GPU:2" in error.detail.toPlainText()
     assert window.runs.status.text().startswith("Failed")
@@ -138,6 +139,37 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     window.apply_current()  # the menu action too refuses, without starting a runtime
     assert window.controller.runtime.pid == pid
     assert "Fix the configuration problems" in window.notices[-1] and dismiss_notices(window) == ["TF Device Panel"]
+
+
+def test_a_scripts_output_is_under_its_result_and_run_waits_for_the_spare(qtbot, window: MainWindow,
+                                                                          tmp_path: Path) -> None:
+    """Issue 23 items 5 and 6 with a real runtime: Run pressed while the spare warms starts the job once it is
+    ready; the script's stdout, its "\\r" progress bar included, is in the Runs panel's console, without
+    TensorFlow's placement lines, and the next spare's start-up lines do not push it away."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys, tensorflow as tf\n"
+                      "print('hello from train.py', flush=True)\n"
+                      "for step in range(1, 4):\n"
+                      "    sys.stdout.write(f'\\rstep {step}/3'); sys.stdout.flush()\n"
+                      "print()\n"
+                      "print(tf.matmul([[1.0]], [[2.0]]).numpy().tolist())\n"
+                      "print('done', flush=True)\n")
+    window.config_panel.set_config(window.config_panel.config().with_changes(cpu_devices=2))
+    window.apply_current()
+    window.runs.select_job("script")
+    window.runs.form().set_value("path", str(script))
+    waited = window.controller.state == "starting"
+    with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
+        if waited:
+            assert window.runs.run_button.text() == "Starts when ready…"
+    assert finished.args[0].status == "ok", finished.args[0].error
+    console = window.runs.console
+    lines = console.text().splitlines()
+    assert lines[0] == "hello from train.py" and "step 3/3" in lines and lines[-1] == "done"
+    assert not any("device:CPU" in line for line in lines)  # placements stay in the Placement log
+    qtbot.waitUntil(lambda: window.controller.state == "ready", timeout=READY_TIMEOUT_MS)  # the next spare
+    assert console.text().splitlines()[-1] == "done"
 
 
 def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
@@ -451,14 +483,33 @@ def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
     monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
-    assert "No display found" in app.display_problem() and "tf-device-panel" in app.display_problem()
+    assert "no display found" in app.display_problem() and "xvfb-run" in app.display_problem()
     monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr(app, "x_display_answers", lambda display: True)
     monkeypatch.setattr(app, "missing_xcb_libraries", lambda: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
     message = app.display_problem()
     assert "sudo apt-get install libxcb-cursor0 libxkbcommon-x11-0" in message
     monkeypatch.setattr(app, "missing_xcb_libraries", lambda: [])
     assert app.display_problem() is None
     assert app.debian_package("libEGL.so.1") == "libegl1"
+
+
+def test_a_display_that_does_not_answer_exits_2_with_one_line_before_qt(tmp_path: Path) -> None:
+    """Issue 23 item 12: DISPLAY set but nothing listening (ssh without -X, a dead Xvfb) made Qt abort (exit 134)
+    with "xcb-cursor0 … is needed"; now the display is checked first, and the line names xvfb-run and the
+    command's full path."""
+    from tf_device_panel.gui import app
+
+    command = Path(sys.executable).parent / "tf-device-panel"
+    unused = next(n for n in range(7391, 7491) if not app.x_display_answers(f":{n}", timeout=0.5))
+    env = {**os.environ, "QT_QPA_PLATFORM": "xcb", "DISPLAY": f":{unused}", "HOME": str(tmp_path)}
+    env.pop("WAYLAND_DISPLAY", None)
+    done = subprocess.run([str(command)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"DISPLAY=:{unused} does not answer" in lines[0] and f"xvfb-run -a {command}" in lines[0]
+    assert "xcb-cursor" not in done.stderr
 
 
 def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:

@@ -147,7 +147,11 @@ def test_the_grid_follows_the_column_count(qtbot, panel: MachinesPanel) -> None:
     qtbot.waitUntil(lambda: len(panel.tiles) == 5, timeout=10_000)
     positions = {panel.grid.getItemPosition(panel.grid.indexOf(t))[:2] for t in panel.tiles.values()}
     assert positions == {(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)}
-    panel.columns.setValue(5)
+    panel.columns.setValue(5)  # five 250 px tiles do not fit in 1100 px: four, and the grid never scrolls sideways
+    positions = {panel.grid.getItemPosition(panel.grid.indexOf(t))[:2] for t in panel.tiles.values()}
+    assert positions == {(0, c) for c in range(4)} | {(1, 0)}
+    panel.resize(1400, 700)
+    qtbot.waitUntil(lambda: panel.fitting_columns() == 5, timeout=5000)
     positions = {panel.grid.getItemPosition(panel.grid.indexOf(t))[:2] for t in panel.tiles.values()}
     assert positions == {(0, c) for c in range(5)}
 

@@ -155,7 +155,7 @@ def test_labels_of_quick_runs_share_one_label_instead_of_overprinting(qtbot, pan
 
 def test_labels_far_apart_are_all_shown(qtbot, panel: MemoryPanel) -> None:
     now = time.time() - 58
-    panel.resize(1400, 700)  # the plots ~1150 px wide, beside their legends
+    panel.resize(1400, 800)  # the plots ~1150 px wide, beside their legends; room for two rows of labels
     panel.window_choice.setCurrentIndex(0)
     panel.on_events([*quick_runs(now, 14)])  # 14 s apart in a 1-minute window: wider than a label
     qtbot.waitUntil(lambda: len(panel.marker_labels()) == 8, timeout=5000)

@@ -1,0 +1,249 @@
+"""Issue 23 items 4, 6, 7: each job keeps its own status, progress, clock and result; a failure is said once,
+whole; Run may be pressed while the runtime warms (real widgets offscreen, no runtime unless said)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QApplication
+from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.gui.controller import RuntimeController
+from tf_device_panel.gui.job_state import JobState, error_summary
+from tf_device_panel.gui.main_window import MainWindow
+
+LONG_TAIL = "but available devices are [ " + ", ".join(f"/job:localhost/replica:0/task:0/device:CPU:{n}"
+                                                      for n in range(12)) + " ]"
+
+
+FIT = {"kind": "training", "devices": ["/CPU:0", "/CPU:1"], "replicas_in_sync": 2, "global_batch_size": 10,
+       "batch_per_replica": 5, "loss": [0.71, 0.52, 0.44], "model": "dense", "parameters": 2}
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.resize(1280, 720)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    if not win.closing:
+        win.close()
+
+
+def outcome(job: str, status: str = "ok", duration_s: float = 1.0, error_type: str = "", message: str = "",
+            result: dict | None = None) -> JobOutcome:
+    error = {"type": error_type, "message": message, "traceback": "Traceback …\n" + error_type} if error_type else None
+    return JobOutcome(job, {}, {}, status=status, duration_s=duration_s, error=error, result=result)
+
+
+def shown(win: MainWindow) -> tuple[str, int, str]:
+    runs = win.runs
+    value = -1 if runs.progress.maximum() == 0 else runs.progress.value()
+    return runs.status.full_text(), value, runs.elapsed.text().strip()
+
+
+def test_each_job_keeps_its_own_status_progress_clock_and_result(qtbot, window: MainWindow) -> None:
+    runs = window.runs
+    runs.select_job("script")
+    runs.job_started("script")
+    runs.job_finished(outcome("script", "error", 0.004, "FileNotFoundError", "No such file: '/tmp/none.py'"))
+    assert shown(window) == ("Failed in 0.00 s", 0, "0.0 s")
+    # another job never run shows nothing of the script's failure (it showed "Failed in 0.00 s — FileNotFoundError")
+    runs.select_job("multi-worker")
+    assert shown(window) == ("Not run yet", 0, "")
+    assert "Run a job" in runs.result.message.text() and not runs.result.error.isVisible()
+    # a running job's progress stays its own while another is looked at
+    runs.select_job("fit")
+    runs.job_started("fit")
+    runs.show_progress(4, 8, "epoch 4/8")
+    assert shown(window)[:2] == ("epoch 4/8", 500)
+    runs.select_job("matmul")
+    assert shown(window) == ("Not run yet", 0, "")
+    runs.select_job("fit")
+    assert shown(window)[:2] == ("epoch 4/8", 500)
+    runs.job_finished(outcome("fit", duration_s=13.77, result=FIT))
+    runs.select_job("parameter-server")
+    runs.job_started("parameter-server")
+    runs.job_finished(outcome("parameter-server", duration_s=8.30))
+    assert shown(window) == ("Finished in 8.30 s", 1000, "8.3 s")
+    runs.select_job("fit")
+    assert shown(window) == ("Finished in 13.77 s", 1000, "13.8 s") and runs.result.plots
+    runs.select_job("script")
+    assert shown(window)[0] == "Failed in 0.00 s" and "No such file" in runs.result.error.summary.full_text()
+
+
+def test_a_failure_is_said_once_whole_and_without_the_panels_class_names(qtbot, window: MainWindow) -> None:
+    runs = window.runs
+    runs.select_job("matmul")
+    runs.job_started("matmul")
+    message = f"Could not satisfy device specification '/job:localhost/replica:0/task:0/device:GPU:2' {LONG_TAIL}"
+    runs.job_finished(outcome("matmul", "error", 1.5, "InvalidArgumentError", message))
+    QApplication.processEvents()
+    status = runs.status.full_text()
+    summary = runs.result.error.summary
+    assert status == "Failed in 1.50 s" and "Could not" not in status  # the message once, below
+    assert summary.isVisible() and summary.full_text().endswith("CPU:11 ]")  # whole, without a click
+    assert summary.height() >= 2 * summary.fontMetrics().height()  # wrapped, not elided
+    assert "'/GPU:2'" in summary.full_text()  # short device names; the full ones are in the details
+    # the panel's own exception names stay in the details
+    for internal in ("JobError", "ScriptExit"):
+        runs.select_job("script")
+        runs.job_started("script")
+        runs.job_finished(outcome("script", "error", 0.2, internal, "train.py exited with status 3"))
+        text = runs.result.error.summary.full_text()
+        assert text == "train.py exited with status 3" and internal not in runs.status.full_text()
+        assert internal in runs.result.error.detail.toPlainText()
+    assert error_summary(outcome("x", "error", 1, "ValueError", "boom")) == "ValueError: boom"
+
+
+def test_job_state_is_plain_python() -> None:
+    """The per-job state needs no Qt (issue 22: it can move to the app model as it is)."""
+    state = JobState()
+    state.start("fit", now=10.0)
+    state.report(2, 8, "epoch 2/8")
+    assert state.running and state.progress == 0.25 and state.elapsed(now=12.5) == 2.5
+    state.finish(outcome("fit", "cancelled", 3.0, "Cancelled", "cancelled by the user"))
+    assert not state.running and state.status == "Cancelled in 3.00 s" and state.progress == 0.25
+
+
+def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: MainWindow, monkeypatch) -> None:
+    runs = window.runs
+    started: list[tuple[str, dict]] = []
+    window.controller.run = lambda job, params: started.append((job, params)) or True  # what it is given
+    state = {"value": "starting"}
+    monkeypatch.setattr(RuntimeController, "state", property(lambda self: state["value"]))
+    if True:
+        window._refresh_status()
+        assert runs.run_button.isEnabled() and runs.run_button.text() == "Run when ready"
+        runs.select_job("matmul")
+        qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        assert runs.run_button.text() == "Starts when ready…" and not runs.run_button.isEnabled()
+        assert runs.stop_button.isEnabled() and "Waiting for the runtime" in runs.status.full_text()
+        assert started == []
+        state["value"] = "ready"
+        window._refresh_status()
+        qtbot.waitUntil(lambda: bool(started))
+        assert started[0][0] == "matmul" and runs.running_job == "matmul"
+        assert runs.status.full_text() == "Running matmul…" and runs.run_button.text() == "Run"
+        runs.job_finished(outcome("matmul"))
+        # Stop while waiting: the job does not start
+        state["value"] = "starting"
+        window._refresh_status()
+        qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(runs.stop_button, Qt.MouseButton.LeftButton)
+        state["value"] = "ready"
+        window._refresh_status()
+        QApplication.processEvents()
+        assert len(started) == 1 and "Not started" in runs.status.full_text() and runs.run_button.isEnabled()
+        # the spare dies while a job waits: it is not started, and says why (never a wait without end)
+        state["value"] = "starting"
+        window._refresh_status()
+        qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        state["value"] = "exited"
+        window._refresh_status()
+        assert runs.status.full_text() == "Not started: the runtime is exited" and window.pending_run is None
+        assert not runs.run_button.isEnabled() and len(started) == 1
+
+
+def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdout", partial: bool = False):
+    from tf_device_panel.core import events
+    from tf_device_panel.core.events import Event
+
+    data = {"stream": stream, "kind": kind, "text": text}
+    if partial:
+        data["partial"] = True
+    return Event(events.LOG, data, job_id=job_id)
+
+
+def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: MainWindow) -> None:
+    """Item 5: the script's stdout is in the Runs panel, the "\\r" line live, placement lines not mixed in, and
+    the next spare's start-up lines never push it away."""
+    from tf_device_panel.core.config import DeviceConfig
+    from tf_device_panel.core.session import JobRun
+
+    runs = window.runs
+    run = JobRun("script", {}, DeviceConfig(), None)
+    run.attach("7-1-1")
+    window.controller.job_run = run
+    runs.select_job("script")
+    runs.job_started("script")
+    window._handle_events([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
+    console = runs.console
+    assert console.view.toPlainText() == "epoch 1 starting" and console.live_line.text() == "step 3/20"
+    assert console.live_line.isVisible()
+    window._handle_events([
+        log("7-1-1", "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0", kind="placement",
+            stream="stderr"),
+        log("7-1-1", "step 20/20"), log("7-1-1", "done: loss 0.01"),
+        log(None, "I tensorflow/core/platform/cpu_feature_guard.cc: the next spare starting", kind="tf-info",
+            stream="stderr"),
+        log(None, "a spare's own output")])
+    assert console.view.toPlainText().splitlines() == ["epoch 1 starting", "step 20/20", "done: loss 0.01"]
+    assert not console.live_line.isVisible()
+    assert "MatMul" in window.log.view.toPlainText()  # placements stay in the Placement log
+    runs.job_finished(outcome("script"))
+    runs.select_job("matmul")
+    assert console.view.toPlainText() == ""  # another job's console is its own
+    runs.select_job("script")
+    assert console.text().splitlines()[-1] == "done: loss 0.01"
+    assert console.view.horizontalScrollBar().maximum() == 0
+
+
+def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, window: MainWindow) -> None:
+    """Item 9: soft placement and placement logging are the Configuration's; the TF1 session's and the clusters'
+    own switches say plainly that they override it, and what it is."""
+    from tf_device_panel.core.config import DeviceConfig
+
+    window.controller.apply = lambda config: None  # the restart itself is the controller's
+    window.apply(DeviceConfig(soft_placement=True, log_placement=False))
+    texts = {job: window.runs.forms[job].widgets[name].text()
+             for job, name in (("session", "soft_placement"), ("multi-worker", "log_placement"),
+                               ("parameter-server", "log_placement"))}
+    assert texts == {"session": "this job only (Configuration: on)",
+                     "multi-worker": "this job only (Configuration: off)",
+                     "parameter-server": "this job only (Configuration: off)"}
+    assert "overrides the Configuration" in window.runs.forms["session"].widgets["soft_placement"].toolTip()
+
+
+def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
+    from tf_device_panel.core import events
+    from tf_device_panel.core.events import Event
+
+    runs = window.runs
+    # a refused parameter is named by its label ("Script"), not its name ("path")
+    runs.select_job("script")
+    window._refresh_status()
+    runs.set_can_run(True)
+    runs.run_button.click()
+    assert runs.form_error.text().startswith("Script:") and "path:" not in runs.form_error.text()
+    # "Running fit…" said once, in the status line
+    runs.select_job("fit")
+    runs.job_started("fit")
+    assert runs.status.full_text() == "Running fit…" and "Running" not in runs.result.message.text()
+    runs.job_finished(outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
+    # after a cancel, the run's process ending is no failure
+    window.log.add_events([Event(events.JOB_FINISHED, {"job": "fit", "status": "cancelled"}, job_id="1"),
+                           Event(events.RUNTIME_EXITED, {"description": "exited with code 1", "expected": False})])
+    last = window.log.view.toPlainText().splitlines()[-1]
+    assert "after its job was cancelled" in last and window.log.entries[-1][0] != "error"
+    # the placement table says its order the way it is: the largest counts first, "Count ▼"
+    header = window.log.proxy.headerData(3, Qt.Orientation.Horizontal, Qt.ItemDataRole.DisplayRole)
+    assert header == "Count ▼"
+    # View → History raises it (it was a tab behind the Doctor)
+    window.docks["doctor"].show()
+    window.docks["history"].toggleViewAction().trigger()
+    from PySide6.QtWidgets import QTabBar
+
+    def raised_tab() -> list[str]:
+        return [bar.tabText(bar.currentIndex()) for bar in window.findChildren(QTabBar)
+                if any(bar.tabText(i).startswith("Doctor") for i in range(bar.count()))]
+
+    qtbot.waitUntil(lambda: raised_tab() == ["History"], timeout=3000)
