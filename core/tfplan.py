@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -345,9 +346,12 @@ def to_python(steps: Sequence[Step]) -> str:
         "",
     ]
     lines += [step.code for step in steps if step.before_import]
-    lines += ["", "import tensorflow as tf", "", 'gpus = tf.config.list_physical_devices("GPU")']
+    lines += ["", "import tensorflow as tf", ""]
     helpers = dict.fromkeys(h for step in steps if not step.before_import for h in step.helpers)
+    after_import = [step.code for step in steps if not step.before_import]
+    if any(re.search(r"\bgpus\b", text) for text in (*helpers, *after_import)):
+        lines.append('gpus = tf.config.list_physical_devices("GPU")')  # only where a step names them
     for helper in helpers:
         lines += ["", *helper.rstrip().splitlines(), ""]
-    lines += [step.code for step in steps if not step.before_import]
+    lines += after_import
     return "\n".join(lines) + "\n"

@@ -67,3 +67,11 @@ def test_snippet_has_every_gpu_call_in_tensorflows_order() -> None:
     compile(snippet, "<snippet>", "exec")
     growth = to_python_snippet(DeviceConfig(memory_growth=True))
     assert "set_memory_growth(gpu, True)" in growth
+
+
+def test_the_snippet_lists_the_gpus_only_where_a_step_uses_them() -> None:
+    # 'Copy as Python' assigned `gpus = …` in every snippet and used it in none of the simple ones.
+    for config in (DeviceConfig(), DeviceConfig(memory_growth=True), DeviceConfig(cpu_devices=2)):
+        assert "gpus = " not in to_python_snippet(config)
+    split = to_python_snippet(DeviceConfig(visible_gpus=(0,), virtual_gpus={0: (1024, 1024)}))
+    assert split.index('gpus = tf.config.list_physical_devices("GPU")') < split.index("gpus[0]")
