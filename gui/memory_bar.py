@@ -88,19 +88,29 @@ class MemoryBar(QWidget):
 
     def layout_pieces(self, width: float) -> tuple[list[BarPiece], list[str], Fit]:
         """The pieces, the label each shows and where: the longest labels that let every piece share one row
-        (to scale if they allow it), else the shortest, wrapped."""
+        (to scale if they allow it); else each limit's size and share on two rows (the share is what the bar is
+        for); else the shortest labels, wrapped."""
         metrics = QFontMetricsF(self.font())
         pieces = self.pieces()
         scale = max(self.total or 0, sum(self.limits))
-        fit = Fit([], 0, True)
-        labels: list[str] = []
-        # Shorten the limits' labels first (their device name, then their share), the rest's after them.
-        for limit_level, other_level in ((0, 0), (1, 0), (1, 1), (2, 1), (2, 2)):
+
+        def attempt(limit_level: int, other_level: int) -> tuple[list[str], Fit]:
             labels = [p.labels[min(limit_level if p.kind == "limit" else other_level, len(p.labels) - 1)]
                       for p in pieces]
-            fit = fit_pieces([Piece(p.value, math.ceil(metrics.horizontalAdvance(label)) + 1 + 2 * TEXT_PAD)
-                              for p, label in zip(pieces, labels, strict=True)], scale, width)
+            return labels, fit_pieces([Piece(p.value, math.ceil(metrics.horizontalAdvance(label)) + 1 + 2 * TEXT_PAD)
+                                       for p, label in zip(pieces, labels, strict=True)], scale, width)
+
+        # Shorten the limits' labels first (their device name), the rest's after them; sizes and shares stay.
+        for limit_level, other_level in ((0, 0), (1, 0), (1, 1)):
+            labels, fit = attempt(limit_level, other_level)
             if fit.rows <= 1:
+                return pieces, labels, fit
+        labels, fit = attempt(1, 1)
+        if fit.rows <= 2:
+            return pieces, labels, fit
+        for limit_level, other_level in ((2, 1), (2, 2)):
+            labels, fit = attempt(limit_level, other_level)
+            if fit.rows <= 2:
                 break
         return pieces, labels, fit
 

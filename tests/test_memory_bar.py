@@ -38,13 +38,14 @@ def test_a_2048_and_a_4096_mib_limit_on_an_h100_are_written_with_their_share_and
     bar.set_values([2048, 4096], H100_TOTAL_MIB, 0)
     texts = painted(bar)
     assert len(texts) == 3 and "2.0 GiB" in texts[0] and "4.0 GiB" in texts[1] and "73.6 GiB" in texts[2]
-    if width >= 300:  # the configuration dock's width at 1280×720 and up: the shares too
-        assert texts[0].endswith("2.0 GiB · 2.5 %") and texts[1].endswith("4.0 GiB · 5.0 %")
-        assert texts[2].startswith("73.6 GiB left")
+    # Every width keeps each limit's share and says what is left: a narrow bar takes a second row for them.
+    assert texts[0].endswith("2.0 GiB · 2.5 %") and texts[1].endswith("4.0 GiB · 5.0 %")
+    assert texts[2].startswith("73.6 GiB left")
     if width >= 420:
         assert texts == ["/GPU:0 2.0 GiB · 2.5 %", "/GPU:1 4.0 GiB · 5.0 %", "73.6 GiB left · 92 %"]
     _, _, fit = bar.layout_pieces(bar.width() - 1)
-    assert fit.rows == 1 and not fit.to_scale  # one row; the scale gave way to the numbers
+    assert fit.rows == (1 if width >= 300 else 2) and not fit.to_scale  # the scale gave way to the numbers
+    assert bar.height() == fit.rows * bar._row_height()
     assert "2,048 MiB (2.5 %)" in bar.toolTip() and "left: 75,415 MiB" in bar.toolTip()
 
 
@@ -55,7 +56,7 @@ def test_eight_limits_wrap_onto_rows_and_an_over_commit_and_an_unknown_size_are_
     bar.show()
     bar.set_values([1024] * 8, H100_TOTAL_MIB, 2)
     texts = painted(bar)
-    assert texts[:8] == ["1.0 GiB"] * 8 and texts[8] == "71.6 GiB"
+    assert all(text.startswith("1.0 GiB") for text in texts[:8]) and texts[8].startswith("71.6 GiB")
     one_row = bar._row_height()
     assert bar.height() > one_row  # taller, not narrower: every number stays whole
     bar.set_values([60_000, 30_000], H100_TOTAL_MIB, 0)
@@ -92,4 +93,30 @@ def test_the_configuration_panels_split_bar_is_readable_in_the_window(qtbot, tmp
     texts = painted(editor.bar)
     assert len(texts) == 3 and "2.0 GiB · 2.5 %" in texts[0] and "4.0 GiB · 5.0 %" in texts[1]
     assert texts[2].startswith("73.6 GiB left")
+    window.close()
+
+
+def test_the_window_checks_a_split_against_cudas_total_not_nvmls(qtbot, tmp_path) -> None:
+    """On an H100 NVML counts 81,559 MiB and CUDA 81,079 (the driver keeps 480): a split between the two passed
+    the panel's check and was refused by the run. The panel now checks what the run checks."""
+    from tests.fake_nvml import H100_CUDA_TOTAL_MIB
+
+    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                        history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+    window.nvml_gpus = [{"index": 0, "name": H100_NAME, "memory_total_mib": H100_TOTAL_MIB,
+                         "memory_reserved_mib": H100_TOTAL_MIB - H100_CUDA_TOTAL_MIB}]
+    report = {"tf_version": "2.21.0", "python": "3.12", "pid": 1, "build": {"is_cuda_build": True},
+              "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
+                           {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,
+                            "device_name": H100_NAME}],
+              "logical": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0",
+                           "device_type": "GPU"}]}
+    window._on_events([Event(events.READY, report)])
+    (editor,) = window.config_panel.gpu_editors
+    assert editor.bar.total == H100_CUDA_TOTAL_MIB
+    editor.add_split(81_300)  # under NVML's total, over CUDA's
+    qtbot.waitUntil(lambda: not window.config_panel.apply_button.isEnabled(), timeout=2000)
+    problem = editor.problem_label.text().replace(",", "")
+    assert "81300" in problem and "81079" in problem, problem
     window.close()
