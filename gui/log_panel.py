@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core import events, placement
 from tf_device_panel.core.events import Event
+from tf_device_panel.core.runtime import startup_error_text
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.notice import show_notice
 
@@ -47,8 +48,7 @@ def event_log_entry(event: Event, after_cancel: bool = False) -> tuple[str, str]
     if event.type == events.ERROR:
         return placement.ERROR, f"[panel] {data.get('type')}: {data.get('message')}"
     if event.type == events.STARTUP_ERROR:
-        return placement.ERROR, f"[panel] configuration rejected at {data.get('stage')}: {data.get('type')}: " \
-                                f"{data.get('message')}"
+        return placement.ERROR, f"[panel] {startup_error_text(data)}"
     if event.type == events.RUNTIME_EXITED:
         if after_cancel:  # its exit code is the cancel's, not a failure ("runtime exited with code 1")
             return placement.TF_INFO, f"[panel] the run's process ended after its job was cancelled " \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from collections import deque
@@ -26,16 +27,16 @@ from tf_device_panel.core import events
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
-    GpuInfo,
     ProfileError,
     load_profile,
     save_profile,
     to_python_snippet,
 )
 from tf_device_panel.core.events import Event
-from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.gpus import gpu_info, nvml_gpu_for_physical, tf_gpu_messages
 from tf_device_panel.core.history import RunHistory
 from tf_device_panel.core.nvml import shared as shared_nvml
+from tf_device_panel.core.runtime import startup_error_text
 from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
@@ -456,10 +457,7 @@ class MainWindow(QMainWindow):
                 if metric.get("name") == "loss":
                     self.runs.result.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
             elif event.type == events.STARTUP_ERROR:
-                data = event.data
-                self.devices.show_message(
-                    f"<b style='color:#d33'>TensorFlow rejected the configuration</b> at "
-                    f"<i>{data.get('stage')}</i>:<br>{data.get('type')}: {data.get('message')}")
+                self.devices.show_message(f"<b style='color:#d33'>{html.escape(startup_error_text(event.data))}</b>")
             elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
                 self._runtime_died(event.data)
         self.device_map.on_events(batch[mapped:])
@@ -481,8 +479,9 @@ class MainWindow(QMainWindow):
         created = info.get("gpu_devices", [])
         nvml = {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
                 for d in info["physical"] if d["device_type"] == "GPU"}
-        gpus = [GpuInfo(index, self._gpu_name(info, index) or nvml[index].get("name") or "",
-                        nvml[index].get("memory_total_mib")) for index in nvml]
+        # CUDA's total, not NVML's: a split between the two (81,079 and 81,559 MiB on an H100) would pass here
+        # and be refused by the run.
+        gpus = [gpu_info(index, nvml[index], self._gpu_name(info, index)) for index in nvml]
         reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in info["logical"]])
