@@ -84,6 +84,35 @@ def x_display_answers(display: str, timeout: float = DISPLAY_WAIT_S) -> bool:
     return False
 
 
+_X_SETUP_CHECK = """
+import ctypes, ctypes.util, sys
+name = ctypes.util.find_library("xcb")
+if name is None:
+    sys.exit(0)
+xcb = ctypes.CDLL(name)
+xcb.xcb_connect.restype = ctypes.c_void_p
+xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]
+xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
+connection = xcb.xcb_connect(sys.argv[1].encode(), None)
+sys.exit(3 if xcb.xcb_connection_has_error(connection) else 0)
+"""
+
+
+def x_display_refuses(display: str, timeout: float = DISPLAY_WAIT_S) -> bool:
+    """Whether the X server at `display`, which answers, refuses this process (no authorization: XAUTHORITY unset
+    or without a key for it, another user's display). Asked through libxcb, as Qt's platform plugin asks, in a
+    short child process (libxcb prints its own complaint on stderr, and a server that never replies must not
+    hang the start): an X server that answered and then refused made Qt abort (exit 134) with a hint about
+    xcb-cursor0. Without libxcb (Qt's plugin could not load either: `missing_xcb_libraries` says so) or with no
+    reply within `timeout`, it does not claim a refusal."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _X_SETUP_CHECK, display], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 3
+
+
 def _resolve(host: str, port: int) -> list[tuple[int, int, int, str, object]]:
     try:
         return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)  # type: ignore[return-value]
@@ -108,6 +137,13 @@ def display_problem() -> str | None:
         return (f"the display DISPLAY={display} does not answer (no X server listens there: an ssh session "
                 "without -X, a stopped Xvfb, a tmux session outliving its login), so the window cannot open; "
                 "connect with `ssh -X`, " + virtual)
+    if platform in ("", "xcb") and display and not os.environ.get("WAYLAND_DISPLAY") and x_display_refuses(display):
+        xauthority = os.environ.get("XAUTHORITY")
+        cookie = f"XAUTHORITY={xauthority} holds no key it accepts" if xauthority else "XAUTHORITY is not set"
+        return (f"the X server at DISPLAY={display} answers but refuses this connection ({cookie}: another "
+                "user's display, a session entered with sudo or su), so the window cannot open; run the panel as "
+                "the display's owner, point XAUTHORITY at that user's ~/.Xauthority, "
+                "or let this user in from that session with `xhost +SI:localuser:$USER`, " + virtual)
     if platform in ("", "xcb") and not os.environ.get("WAYLAND_DISPLAY"):
         missing = missing_xcb_libraries()
         if missing:

@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -52,7 +51,7 @@ from tf_device_panel.gui.machines_panel import MachinesPanel
 from tf_device_panel.gui.memory_panel import MemoryPanel
 from tf_device_panel.gui.notice import show_notice
 from tf_device_panel.gui.runs_panel import RunsPanel
-from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
+from tf_device_panel.gui.widgets import DownScrollArea, ElidedLabel, code_dialog
 
 from tf_device_panel import resources
 
@@ -113,14 +112,9 @@ class MainWindow(QMainWindow):
         self.memory.sampleShown.connect(self.device_map.on_sample)
 
         self.setCentralWidget(self.runs)
-        config_scroll = QScrollArea()
-        config_scroll.setWidgetResizable(True)
-        config_scroll.setWidget(self.config_panel)
-        # The panel's fields wrap or elide, so the dock scrolls down, never sideways.
-        config_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        config_scroll.setMinimumWidth(min(self.config_panel.minimumSizeHint().width()
-                                          + config_scroll.verticalScrollBar().sizeHint().width() + 4,
-                                          SIDE_DOCK_WIDTH))
+        # The panel's fields wrap or elide, so the dock scrolls down, never sideways; what cannot shrink (a GPU's
+        # split rows, which come with the runtime's report) widens the dock rather than being cut off.
+        config_scroll = DownScrollArea(self.config_panel)
         self.config_scroll = config_scroll
         # Apply and Copy as Python stay in sight below the fields, however far those scroll.
         config_dock_body = QWidget()

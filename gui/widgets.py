@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QFont, QFontDatabase, QFontInfo, QGuiApplication, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import (
     QDialog,
@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
@@ -211,3 +212,30 @@ def move_in_layout(graphics_layout: Any, item: Any, row: int, col: int, rowspan:
     graphics_layout.items[item] = cells
     for r, c in cells:
         graphics_layout.rows.setdefault(r, {})[c] = item
+
+
+class DownScrollArea(QScrollArea):
+    """Scrolls down, never sideways: its least width follows its widget's least width (plus the vertical scroll
+    bar), so content that grows (a GPU's editor arriving with the runtime's report) widens the dock instead of
+    being cut at the right edge with no way to see it."""
+
+    def __init__(self, widget: QWidget, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWidget(widget)
+        widget.installEventFilter(self)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        widget = self.widget()
+        if widget is None:
+            return hint
+        least = widget.minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() \
+            + 2 * self.frameWidth()
+        return QSize(max(hint.width(), least), hint.height())
+
+    def eventFilter(self, watched: Any, event: Any) -> bool:
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.updateGeometry()  # the widget's least width may have changed: the dock asks again
+        return super().eventFilter(watched, event)

@@ -486,6 +486,7 @@ def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
     assert "no display found" in app.display_problem() and "xvfb-run" in app.display_problem()
     monkeypatch.setenv("DISPLAY", ":99")
     monkeypatch.setattr(app, "x_display_answers", lambda display: True)
+    monkeypatch.setattr(app, "x_display_refuses", lambda display: False)
     monkeypatch.setattr(app, "missing_xcb_libraries", lambda: ["libxcb-cursor.so.0", "libxkbcommon-x11.so.0"])
     message = app.display_problem()
     assert "sudo apt-get install libxcb-cursor0 libxkbcommon-x11-0" in message
@@ -510,6 +511,45 @@ def test_a_display_that_does_not_answer_exits_2_with_one_line_before_qt(tmp_path
     assert len(lines) == 1, done.stderr
     assert f"DISPLAY=:{unused} does not answer" in lines[0] and f"xvfb-run -a {command}" in lines[0]
     assert "xcb-cursor" not in done.stderr
+
+
+def test_an_x_server_that_refuses_this_process_exits_2_with_one_line_before_qt(tmp_path: Path, monkeypatch) -> None:
+    """An X server that answers but refuses the connection (XAUTHORITY unset or wrong: sudo, another user's
+    display) passed the socket check and Qt aborted (exit 134) with a hint about xcb-cursor0. A real Xvfb that
+    requires a key: without it, exit 2 and one line; with it, let in."""
+    import secrets
+    import shutil
+
+    from helpers import wait_until
+    from tf_device_panel.gui import app
+
+    xvfb, xauth = shutil.which("Xvfb"), shutil.which("xauth")
+    if xvfb is None or xauth is None:
+        pytest.skip("needs Xvfb and xauth (Debian: apt-get install xvfb xauth; .ci/run installs them)")
+    number = next(n for n in range(7491, 7591) if not app.x_display_answers(f":{n}", timeout=0.5))
+    display, key = f":{number}", tmp_path / "Xauthority"
+    subprocess.run([xauth, "-f", str(key), "add", display, "MIT-MAGIC-COOKIE-1", secrets.token_hex(16)],
+                   check=True, capture_output=True, timeout=30)
+    server = subprocess.Popen([xvfb, display, "-auth", str(key), "-nolisten", "tcp"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: app.x_display_answers(display, timeout=0.5), timeout=60, message="Xvfb did not start")
+        command = Path(sys.executable).parent / "tf-device-panel"
+        env = {**os.environ, "QT_QPA_PLATFORM": "xcb", "DISPLAY": display, "HOME": str(tmp_path),
+               "XAUTHORITY": str(tmp_path / "no-such-file")}
+        env.pop("WAYLAND_DISPLAY", None)
+        done = subprocess.run([str(command)], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"DISPLAY={display} answers but refuses this connection" in lines[0], done.stderr
+        assert "xhost +SI:localuser:$USER" in lines[0] and "xcb-cursor" not in done.stderr
+        monkeypatch.setenv("XAUTHORITY", str(key))
+        assert not app.x_display_refuses(display)
+        monkeypatch.setenv("XAUTHORITY", str(tmp_path / "no-such-file"))
+        assert app.x_display_refuses(display)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:

@@ -68,14 +68,15 @@ def test_eight_limits_wrap_onto_rows_and_an_over_commit_and_an_unknown_size_are_
     assert bar.layout_pieces(bar.width() - 1)[2].to_scale
 
 
-@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
-def test_the_configuration_panels_split_bar_is_readable_in_the_window(qtbot, tmp_path, size) -> None:
+def window_with_an_h100(qtbot, tmp_path, size=(1280, 720), reserved_mib: int | None = None) -> MainWindow:
+    """The real window, not started, told by a runtime's ready report that TensorFlow sees one H100."""
     window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
                         history=RunHistory(), start_runtime=False)
     qtbot.addWidget(window)
     window.resize(*size)
     window.show()
-    window.nvml_gpus = [{"index": 0, "name": H100_NAME, "memory_total_mib": H100_TOTAL_MIB}]
+    window.nvml_gpus = [{"index": 0, "name": H100_NAME, "memory_total_mib": H100_TOTAL_MIB,
+                         "memory_reserved_mib": reserved_mib}]
     report = {"tf_version": "2.21.0", "python": "3.12", "pid": 1, "build": {"is_cuda_build": True},
               "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
                            {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,
@@ -85,6 +86,12 @@ def test_the_configuration_panels_split_bar_is_readable_in_the_window(qtbot, tmp
     window._on_events([Event(events.READY, report)])
     window.docks["config"].show()
     window.docks["config"].raise_()
+    return window
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
+def test_the_configuration_panels_split_bar_is_readable_in_the_window(qtbot, tmp_path, size) -> None:
+    window = window_with_an_h100(qtbot, tmp_path, size)
     (editor,) = window.config_panel.gpu_editors
     editor.add_split(2048)
     editor.add_split(4096)
@@ -96,23 +103,34 @@ def test_the_configuration_panels_split_bar_is_readable_in_the_window(qtbot, tmp
     window.close()
 
 
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)])
+def test_the_configuration_dock_shows_its_fields_whole_once_a_gpu_is_split(qtbot, tmp_path, size) -> None:
+    """The dock scrolls down, never sideways; its rows for a split GPU came with the runtime's report and were
+    wider than the dock, so the split bar's "73.6 GiB left", the remove buttons and the fraction field were cut
+    at the right edge with no way to see them (screenshot at 1280×720)."""
+    window = window_with_an_h100(qtbot, tmp_path, size)
+    (editor,) = window.config_panel.gpu_editors
+    editor.add_split(2048)
+    editor.add_split(4096)
+    viewport = window.config_scroll.viewport()
+
+    def cut() -> list[tuple[str, int, int]]:  # what reaches past the dock's visible width
+        rights = [(type(widget).__name__, widget.mapTo(viewport, widget.rect().topRight()).x())
+                  for widget in (editor.bar, editor, window.config_panel)]
+        return [(name, right, viewport.width()) for name, right in rights if right >= viewport.width()]
+
+    dock = window.docks["config"]
+    qtbot.waitUntil(lambda: editor.bar.isVisible() and dock.width() > window.config_panel.minimumSizeHint().width()
+                    and not cut(), timeout=3000)
+    window.close()
+
+
 def test_the_window_checks_a_split_against_cudas_total_not_nvmls(qtbot, tmp_path) -> None:
     """On an H100 NVML counts 81,559 MiB and CUDA 81,079 (the driver keeps 480): a split between the two passed
     the panel's check and was refused by the run. The panel now checks what the run checks."""
     from tests.fake_nvml import H100_CUDA_TOTAL_MIB
 
-    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
-                        history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(window)
-    window.nvml_gpus = [{"index": 0, "name": H100_NAME, "memory_total_mib": H100_TOTAL_MIB,
-                         "memory_reserved_mib": H100_TOTAL_MIB - H100_CUDA_TOTAL_MIB}]
-    report = {"tf_version": "2.21.0", "python": "3.12", "pid": 1, "build": {"is_cuda_build": True},
-              "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
-                           {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,
-                            "device_name": H100_NAME}],
-              "logical": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0",
-                           "device_type": "GPU"}]}
-    window._on_events([Event(events.READY, report)])
+    window = window_with_an_h100(qtbot, tmp_path, reserved_mib=H100_TOTAL_MIB - H100_CUDA_TOTAL_MIB)
     (editor,) = window.config_panel.gpu_editors
     assert editor.bar.total == H100_CUDA_TOTAL_MIB
     editor.add_split(81_300)  # under NVML's total, over CUDA's
