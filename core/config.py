@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tf_device_panel.core.text import clip, quote
+from tf_device_panel.core.text import DuplicateKey, clip, object_without_duplicates, quote
 
 SUPPORTED_VERSION = 1
 MAX_PROFILE_BYTES = 1024 * 1024  # a real profile is a few hundred bytes
@@ -395,16 +395,6 @@ def _parse_constant(text: str) -> float:
     raise _Malformed(f"{text} is not a number JSON allows; write a plain number")
 
 
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object; a key given twice is an error (json.loads would silently keep the last)."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _Malformed(f"the key {quote(key)} is given twice in one object; keep the one you mean")
-        result[key] = value
-    return result
-
-
 def parse_profile_text(raw: bytes) -> Any:
     """Decode a profile's bytes (UTF-8, with or without a byte-order mark) and parse its JSON.
 
@@ -417,7 +407,9 @@ def parse_profile_text(raw: bytes) -> Any:
                          "save it as UTF-8") from None
     try:
         return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant,
-                          object_pairs_hook=_object_without_duplicates)
+                          object_pairs_hook=object_without_duplicates)
+    except DuplicateKey as exc:
+        raise _Malformed(f"the key {quote(exc.key)} is given twice in one object; keep the one you mean") from None
     except json.JSONDecodeError as exc:
         raise _Malformed(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:

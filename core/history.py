@@ -40,7 +40,7 @@ import psutil
 from tf_device_panel.core import events
 from tf_device_panel.core.events import Event
 from tf_device_panel.core.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
-from tf_device_panel.core.text import clip
+from tf_device_panel.core.text import clip, object_without_duplicates
 
 HOME_ENV = "TF_DEVICE_PANEL_HOME"
 RECORD_CAP_ENV = "TF_DEVICE_PANEL_RECORD_CAP_MB"
@@ -416,22 +416,13 @@ def read_summary(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise SummaryError(f"run.json is not UTF-8 text (byte {exc.start})") from None
     try:
-        summary = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        summary = json.loads(text, object_pairs_hook=object_without_duplicates)
     except (ValueError, RecursionError) as exc:
         raise SummaryError(f"run.json is not valid JSON ({clip(str(exc), 120)})") from None
     if not isinstance(summary, dict):
         raise SummaryError(f"run.json holds {_json_type(summary)}, not an object")
     check_summary(summary)
     return summary
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"the key {key!r} appears twice")
-        result[key] = value
-    return result
 
 
 def _json_type(value: Any) -> str:

@@ -31,3 +31,21 @@ def clip(text: str, limit: int = 200) -> str:
     """One line of at most `limit` characters."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class DuplicateKey(ValueError):
+    """A JSON object that gives one key twice (json.loads would silently keep the last value)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key!r} appears twice")
+        self.key = key
+
+
+def object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` for json.loads that refuses a key given twice (raises DuplicateKey)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise DuplicateKey(key)
+        result[key] = value
+    return result
