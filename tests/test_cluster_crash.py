@@ -20,7 +20,7 @@ NATIVE_THREAD = """
     libc = ctypes.CDLL(None)
     thread = ctypes.c_ulong()
     libc.pthread_create(ctypes.byref(thread), None, ctypes.c_void_p(8), None)  # a C thread jumps to address 8
-    time.sleep(30)
+    time.sleep(30)  # the task's main thread idles; the C thread's SIGSEGV ends the process within milliseconds
 """
 PYTHON_THREAD = """
     import ctypes, faulthandler
