@@ -20,11 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fake_nvml import FakeGpus, process
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.exporter import Exporter
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.lab.exporter import Exporter
+from tf_device_panel.core.protocol import events
 
 TARGET_MS = 10.0
 
@@ -80,7 +79,7 @@ def main(scrapes: int = 300) -> None:
         history = RunHistory(Path(home))
         run = history.new_run("fit", {}, {"version": 1, "visible_gpus": list(range(8))}, None)
         for index in range(8):
-            run.append(Event(events.TF_MEMORY, {"device": f"/GPU:{index}", "current_mib": 900.0, "peak_mib": 1000.0}))
+            run.append(events.TfMemory(device=f"/GPU:{index}", current_mib=900.0, peak_mib=1000.0))
         exporter = Exporter("127.0.0.1", 0, interval=1.0, nvml=Nvml(), history=history)
         exporter.start()
         bare = CollectorRegistry()

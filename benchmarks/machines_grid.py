@@ -10,7 +10,7 @@ import time
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.core.machines import GpuStatus, MachineStatus
+from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
 from tf_device_panel.gui.machines_panel import MachinesPanel
 
 GIB = 2**30

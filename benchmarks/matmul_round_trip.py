@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 
-from tf_device_panel.core import events
+from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runtime import RuntimeProcess
+from tf_device_panel.core.protocol import events
 
 IDLE_S = 0.5
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from tf_device_panel.core.placement import parse_line
+from tf_device_panel.core.protocol.output_lines import parse_line
 
 SAMPLE = [
     ("I0000 00:00:1795270979.856597    5908 execute.cc:1775] Executing op _MklMatMul in device "

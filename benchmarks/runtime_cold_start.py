@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 
+from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runtime import RuntimeProcess
 
 BARE = "import tensorflow as tf; print('IMPORTED', flush=True)"
 

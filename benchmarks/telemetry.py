@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from fake_nvml import FakeGpus
-from tf_device_panel.core.nvml import Nvml
-from tf_device_panel.core.telemetry import History, Sampler
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.devices.telemetry import History, Sampler
 
 
 class Patcher:

@@ -6,7 +6,7 @@ recorded result still opens.
 
 `present(result)` turns a result into a `Presentation`: a title, summary lines, warnings, tables
 (columns with alignment and format, rows of raw values) and plots (named x/y series). The command
-line prints it as text (core.cli_output) and the window draws it (gui.result_view); neither knows any
+line prints it as text (core.cli.output) and the window draws it (gui.result_view); neither knows any
 kind. A new kind needs one presenter (`@presenter("kind")`), or none at all when the job returns
 its pieces directly as a `view` result (`Presentation.to_result`).
 """
@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-from tf_device_panel.core.cluster import task_devices_text
-from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.protocol.output_lines import short_device_name
 
 # -- the result kinds ----------------------------------------------------------------------------------
 
@@ -438,3 +437,9 @@ def _view(result: ViewResult) -> Presentation:
         tuple(Plot(str(p.get("x_label", "")), str(p.get("y_label", "")),
                    tuple(_series(str(s["name"]), s["y"], s["x"]) for s in p["series"]))
               for p in result.get("plots", [])))
+
+
+def task_devices_text(result: Mapping[str, Any]) -> dict[str, str]:
+    """Each task's own logical devices, short ('/CPU:0, /CPU:1'), from a cluster job's result."""
+    return {task: ", ".join("/" + name.rsplit("/device:", 1)[-1] for name in names) or "none"
+            for task, names in (result.get("task_devices") or {}).items()}

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
-from tf_device_panel.core import events, placement
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.streams import OUTPUT_STREAMS
+from tf_device_panel.core.protocol import events, output_lines
+from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS
 from tf_device_panel.gui.job_state import MAX_OUTPUT_LINES, JobState
 from tf_device_panel.gui.widgets import monospace_font
 
-CONSOLE_KINDS = frozenset({placement.OUTPUT, placement.WARNING, placement.ERROR})
+CONSOLE_KINDS = frozenset({output_lines.OUTPUT, output_lines.WARNING, output_lines.ERROR})
 EMPTY_TEXT = "The job's own output (print, logging, progress bars) appears here as it runs."
 
 
@@ -21,7 +21,7 @@ def console_line(event: Event) -> tuple[str, bool] | None:
     data = event.data
     if event.type != events.LOG or data.get("stream") not in OUTPUT_STREAMS:
         return None
-    if str(data.get("kind", placement.OUTPUT)) not in CONSOLE_KINDS:
+    if str(data.get("kind", output_lines.OUTPUT)) not in CONSOLE_KINDS:
         return None
     return str(data.get("text", "")), bool(data.get("partial"))
 

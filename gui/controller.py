@@ -19,11 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-from tf_device_panel.core import events
-from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.runtime import (
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.runtime import (
     BUSY,
     EXITED,
     READY,
@@ -33,8 +30,11 @@ from tf_device_panel.core.runtime import (
     cached_devices,
     remember_devices,
 )
-from tf_device_panel.core.session import JobRun
-from tf_device_panel.core.streams import split_lines
+from tf_device_panel.core.client.session import JobRun
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.streams import split_lines
 
 BATCH_INTERVAL_S = 0.05
 MAX_BATCH = 4000          # events per signal: one batch is a bounded amount of GUI work
@@ -141,7 +141,7 @@ class RuntimeController(QObject):
         cached = cached_devices(config)
         if cached is not None:
             self.devices, self.device_lines = cached
-            self._buffer_event(Event(events.READY, dict(cached[0])))
+            self._buffer_event(make_event(events.READY, dict(cached[0])))
         else:
             self.describer = self._start(DESCRIBE)
         self.spare = self._start(SPARE)
@@ -265,7 +265,7 @@ class RuntimeController(QObject):
                 return
         elif event.type == events.RUNTIME_EXITED and event.data.get("killed_for_cancel"):
             # Stop had to kill the run's process: the job's outcome says so; the spare is already there.
-            event = Event(event.type, {**event.data, "expected": True}, time=event.time)
+            event = make_event(event.type, {**event.data, "expected": True}, time=event.time)
         self._buffer_event(event)
 
     def _buffer_event(self, event: Event) -> None:
@@ -281,7 +281,7 @@ class RuntimeController(QObject):
         kept = [e for e in self._buffer[:half] if e.type != events.LOG]
         skipped = half - len(kept)
         if skipped:
-            notice = Event(events.LOG, {"stream": "panel", "kind": "warning",
+            notice = make_event(events.LOG, {"stream": "panel", "kind": "warning",
                                         "text": f"… {skipped} log events skipped to keep the window responsive "
                                                 "(the run history has them all)"})
             self._buffer = [*kept, notice, *self._buffer[half:]]

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any, cast
+from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.placement import canonical_device
-from tf_device_panel.core.telemetry import Sample
+from tf_device_panel.core.devices.telemetry import Sample
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.protocol.output_lines import canonical_device
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.device_map_layout import (
     BREAK_MARK,
@@ -296,14 +296,14 @@ class DeviceMapPanel(QWidget):
                 self.canvas.ops[str(data.get("short_device", ""))] += 1
                 changed = True
             elif event.type == events.FALLBACK:
-                fallback = cast(events.FallbackData, data)
+                fallback = data
                 pair = (canonical_device(fallback.get("requested_short") or fallback["requested"]),
                         fallback["actual_short"])
                 if pair not in self.canvas.fallbacks:
                     self.canvas.fallbacks.append(pair)
                 changed = True
             elif event.type == events.TF_MEMORY:
-                figures = cast(events.TfMemoryData, data)
+                figures = data
                 self.canvas.memory[figures["device"]] = figures["current_mib"]
                 changed = True
         if changed:

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.gpus import nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.devices.gpus import nvml_gpu_for_physical, tf_gpu_messages
 from tf_device_panel.gui.colors import device_color
 
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import doctor
+from tf_device_panel.core.client import doctor
 from tf_device_panel.core.config import DeviceConfig
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class _Relay(QObject):
 
 
 class DoctorPanel(QWidget):
-    """Runs `core.doctor` on a worker thread; results come back through a signal."""
+    """Runs `core.client.doctor` on a worker thread; results come back through a signal."""
 
     finished = Signal()
 

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import events
+from tf_device_panel.core.client.history import HistoryError, RunHistory
+from tf_device_panel.core.client.session import JobRun
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.history import HistoryError, RunHistory
-from tf_device_panel.core.session import JobRun
+from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.result_view import ResultView
 

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import jobs
-from tf_device_panel.core.jobs import JobSpec, Param
+from tf_device_panel.core.runproc import jobs
+from tf_device_panel.core.runproc.jobs import JobSpec, Param
 
 INT_LIMIT = 2**31 - 1
 TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
-from tf_device_panel.core.diagnostics import PACKAGE_LOGGER
+from tf_device_panel.core.logsetup import PACKAGE_LOGGER
 
 
 class _Relay(QObject):

@@ -23,15 +23,15 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import events, placement
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.runtime import startup_error_text
+from tf_device_panel.core.client.runtime import startup_error_text
+from tf_device_panel.core.protocol import events, output_lines
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.notice import show_notice
 
 MAX_LOG_LINES = 20_000
-KIND_LABELS = {placement.PLACEMENT: "Placement", placement.TF_INFO: "TF info", placement.WARNING: "Warnings",
-               placement.ERROR: "Errors", placement.OUTPUT: "Job output"}
+KIND_LABELS = {output_lines.PLACEMENT: "Placement", output_lines.TF_INFO: "TF info", output_lines.WARNING: "Warnings",
+               output_lines.ERROR: "Errors", output_lines.OUTPUT: "Job output"}
 _Index = QModelIndex | QPersistentModelIndex
 
 
@@ -39,24 +39,24 @@ def event_log_entry(event: Event, after_cancel: bool = False) -> tuple[str, str]
     """(kind, text) for events that belong in the raw log; `after_cancel`: the run's job was just cancelled."""
     data = event.data
     if event.type == events.LOG:
-        return str(data.get("kind", placement.OUTPUT)), str(data.get("text", ""))
+        return str(data.get("kind", output_lines.OUTPUT)), str(data.get("text", ""))
     if event.type == events.PLACEMENT:
-        return placement.PLACEMENT, str(data.get("line", ""))
+        return output_lines.PLACEMENT, str(data.get("line", ""))
     if event.type == events.FALLBACK:
-        return placement.WARNING, (f"[panel] soft-placement fallback: {data['op']} asked for {data['requested']}, "
+        return output_lines.WARNING, (f"[panel] soft-placement fallback: {data['op']} asked for {data['requested']}, "
                                    f"ran on {data['actual_short']}")
     if event.type == events.ERROR:
-        return placement.ERROR, f"[panel] {data.get('type')}: {data.get('message')}"
+        return output_lines.ERROR, f"[panel] {data.get('type')}: {data.get('message')}"
     if event.type == events.STARTUP_ERROR:
-        return placement.ERROR, f"[panel] {startup_error_text(data)}"
+        return output_lines.ERROR, f"[panel] {startup_error_text(data)}"
     if event.type == events.RUNTIME_EXITED:
         if after_cancel:  # its exit code is the cancel's, not a failure ("runtime exited with code 1")
-            return placement.TF_INFO, f"[panel] the run's process ended after its job was cancelled " \
+            return output_lines.TF_INFO, f"[panel] the run's process ended after its job was cancelled " \
                                       f"({data['description']})"
-        kind = placement.TF_INFO if data.get("expected") else placement.ERROR
+        kind = output_lines.TF_INFO if data.get("expected") else output_lines.ERROR
         return kind, f"[panel] runtime {data['description']}"
     if event.type == events.JOB_STARTED:
-        return placement.TF_INFO, f"[panel] job {data.get('job')} started"
+        return output_lines.TF_INFO, f"[panel] job {data.get('job')} started"
     return None
 
 

@@ -1,6 +1,6 @@
 """The Machines view: a grid of tiles, one per machine of a lab, from a Prometheus server or exporters.
 
-Fetching happens on a background thread (core.machines does the HTTP); results arrive through a queued signal,
+Fetching happens on a background thread (core.lab.machines does the HTTP); results arrive through a queued signal,
 so the GUI thread only lays out what came back. Tiles are painted by hand, not built from widgets per GPU: 30
 machines × 8 GPUs would be 240 progress bars, and repainting a few rectangles costs far less. Opening a tile
 shows that machine's memory graphs, with history from Prometheus range queries (or what an exporter source has
@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.machines import MachineStatus, Source, SourceError, make_source
+from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import json
 import logging
 from collections import deque
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QRect, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QColor, QFont, QIcon, QKeySequence, QPalette
@@ -22,7 +22,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import events
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.runtime import startup_error_text
+from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
@@ -31,12 +33,10 @@ from tf_device_panel.core.config import (
     save_profile,
     to_python_snippet,
 )
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.gpus import gpu_info, nvml_gpu_for_physical, tf_gpu_messages
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.nvml import shared as shared_nvml
-from tf_device_panel.core.runtime import startup_error_text
-from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.core.devices.gpus import gpu_info, nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.devices.nvml import shared as shared_nvml
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
 from tf_device_panel.gui.console_view import console_line
@@ -444,10 +444,10 @@ class MainWindow(QMainWindow):
                 mapped = index + 1
                 self._on_ready(event.data)
             elif event.type == events.PROGRESS:
-                progress = cast(events.ProgressData, event.data)
+                progress = event.data
                 self.runs.show_progress(progress["done"], progress["total"], progress.get("message", ""))
             elif event.type == events.METRIC:
-                metric = cast(events.MetricData, event.data)
+                metric = event.data
                 if metric.get("name") == "loss":
                     self.runs.result.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
             elif event.type == events.STARTUP_ERROR:

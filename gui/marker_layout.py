@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tf_device_panel.core.telemetry import Marker
+from tf_device_panel.core.devices.telemetry import Marker
 
 # Label rows from the top of each plot; a plot too short for all rows folds the kinds onto the rows it has.
 MARKER_LABEL_ROWS = {"runtime-start": 0, "runtime-exit": 0, "job-start": 1, "job-end": 2, "error": 3}

@@ -1,6 +1,6 @@
 """Live memory graphs: one plot per GPU (used, total, TF current/peak, logical limits), host memory and CPU.
 
-Samples come from `core.telemetry.Sampler` on its own thread, through a signal; the plots redraw on a
+Samples come from `core.devices.telemetry.Sampler` on its own thread, through a signal; the plots redraw on a
 timer from the bounded history, thinned to two points per pixel column (`gui.decimation`) before pyqtgraph
 sees them, and a curve whose data has not changed is not handed over again. Curves know their bounds from the
 data they were handed and draw it as polylines (`Curve`); a live redraw repaints the curves and the time axis,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -36,11 +36,11 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.gpus import nvml_index_for
-from tf_device_panel.core.nvml import Nvml
-from tf_device_panel.core.telemetry import History, Marker, Sample, Sampler
+from tf_device_panel.core.devices.gpus import nvml_index_for
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
@@ -580,7 +580,7 @@ class MemoryPanel(QWidget):
             elif event.type == events.ERROR and event.job_id is not None:
                 self.history.mark(event.time, "error", str(data.get("type", "error")))
             elif event.type == events.TF_MEMORY:
-                figures = cast(events.TfMemoryData, data)
+                figures = data
                 device = figures["device"]
                 self.history.record(event.time, {f"tf{device}.current_mib": figures["current_mib"],
                                                  f"tf{device}.peak_mib": figures["peak_mib"]})

@@ -29,9 +29,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.placement import short_device_name
+from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
-from tf_device_panel.core.session import JobOutcome
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary

@@ -35,9 +35,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.jobs import JOBS, ParamError
-from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.job_state import JobState

@@ -175,7 +175,7 @@ def targets(cli_process: psutil.Process) -> dict[str, psutil.Process]:
     """The CLI, its supervisor (its child) and the run process (the supervisor's child: a fork, same cmdline)."""
     found = {"cli": cli_process}
     for child in cli_process.children():
-        if "core.supervisor" in " ".join(child.cmdline()):
+        if "core.runproc.supervisor" in " ".join(child.cmdline()):
             found["supervisor"] = child
             for grandchild in child.children():
                 found["run process"] = grandchild

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from tf_device_panel.core.config import DeviceConfig, save_profile
-from tf_device_panel.core.tfplan import logical_gpu_owners
+from tf_device_panel.core.config.plan import logical_gpu_owners
 
 CONTEXT_MAX_MIB = 1024    # a CUDA context and TensorFlow's kernels: 520 MiB measured on the H100
 GROWTH_MAX_MIB = 2048     # with memory growth, one small op holds little more than the context
@@ -228,7 +228,7 @@ def judge_cluster(name: str, outcome: dict[str, Any], workers: int) -> Result:
 
 def judge_benchmark(result: dict[str, Any], capability: str, tf32: bool) -> Result:
     """GPU rows: float32 labelled TF32 where TensorFlow used it, none above the GPU's peak, a peak estimated."""
-    from tf_device_panel.core.jobs.benchmark import TF32_LABEL, uses_tf32
+    from tf_device_panel.core.runproc.jobs.benchmark import TF32_LABEL, uses_tf32
 
     gpu_rows = [r for r in result.get("rows", []) if str(r.get("device", "")).startswith("/GPU:")]
     problems = []
@@ -317,7 +317,7 @@ def run_json(job: str, profile: Path, *params: str, timeout: float = 600) -> dic
 
 def gpu_facts() -> dict[str, Any]:
     from tf_device_panel.core.config import gpu_total_mib
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.nvml import Nvml
 
     # CUDA numbers GPUs fastest first unless told otherwise: read "GPU 0" in NVML's (PCI) order, as runs do.
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -353,7 +353,7 @@ time.sleep(float(sys.argv[2]))
 def held_by_run(profile: Path, seconds: float = 4.0, device: str = "/GPU:0",
                 during: Callable[[], None] | None = None) -> tuple[int | None, str]:
     """Run a script that does one op on `device` and waits; the most GPU memory NVML shows its process hold."""
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.nvml import Nvml
 
     nvml = Nvml()
     nvml.init()
@@ -491,7 +491,7 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
                              matrix_expect([[44.0, 56.0], [98.0, 128.0]])))
     results.append(judge_job("session two-devices", run_json("session", split, "example=two-devices"),
                              session_expect))
-    from tf_device_panel.core.cudalibs import nccl_version
+    from tf_device_panel.core.devices.cudalibs import nccl_version
 
     nccl = nccl_version()  # in this environment, which the runs inherit (LD_LIBRARY_PATH)
     facts["nccl"] = nccl[0] or f"not loadable: {nccl[1]}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.gui.machines_panel import EXPORTERS, PROMETHEUS
 from tf_device_panel.gui.main_window import MainWindow
 

@@ -24,10 +24,10 @@ from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.core import events
+from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event, make_event
 from tf_device_panel.gui.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,20 +172,21 @@ def replay_h100(args: argparse.Namespace) -> int:
     window.runs.select_job("memory")
 
     def placed(short: str) -> Event:
-        return Event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
+        return make_event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
                                         "device": f"/job:localhost/replica:0/task:0/device:{short[1:]}",
                                         "mode": "eager", "line": ""}, job_id="replay")
 
     gpu_job = args.replay_h100 != "hidden"
     device = "/GPU:0" if gpu_job else "/CPU:0"
-    batch = [Event(events.READY, report), Event(events.JOB_STARTED, {"job": "memory"}, job_id="replay"),
+    batch = [make_event(events.READY, report), make_event(events.JOB_STARTED, {"job": "memory"}, job_id="replay"),
              *[placed(device)] * 25, *[placed("/CPU:0")] * 2]
     if gpu_job:
-        batch += [Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 64.0 * step, "peak_mib": 64.0 * step},
+        batch += [make_event(events.TF_MEMORY,
+                             {"device": "/GPU:0", "current_mib": 64.0 * step, "peak_mib": 64.0 * step},
                         job_id="replay") for step in range(1, 9)]
-        batch.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 64.0, "peak_mib": 512.0},
+        batch.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 64.0, "peak_mib": 512.0},
                            job_id="replay"))
-    batch.append(Event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="replay"))
+    batch.append(make_event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="replay"))
     state = {"fed": 0.0, "exited": 0.0}
 
     def tick() -> None:
@@ -200,7 +201,7 @@ def replay_h100(args: argparse.Namespace) -> int:
             # The run's process exits after its job (each run has its own): NVML no longer lists it.
             fake.processes[0] = []
             fake.used = [0] * args.gpus
-            window._on_events([Event(events.RUNTIME_EXITED, {"returncode": 0, "signal": None, "expected": True,
+            window._on_events([make_event(events.RUNTIME_EXITED, {"returncode": 0, "signal": None, "expected": True,
                                                               "description": "exited", "last_lines": []})])
             state["exited"] = now
         elif state["exited"] and now - state["exited"] > max(args.delay, 1.5):

@@ -20,8 +20,8 @@ from typing import Any
 import psutil
 import pytest
 from helpers import children_alive, wait_until
+from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runtime import RuntimeProcess
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt's qapp makes the QApplication
 

@@ -1,4 +1,4 @@
-"""Test-only: the module an exporter subprocess imports through TF_DEVICE_PANEL_TEST_NVML (core/exporter.py).
+"""Test-only: the module an exporter subprocess imports through TF_DEVICE_PANEL_TEST_NVML (core/lab/exporter.py).
 
 It installs tests/fake_nvml.py's two fake GPUs into pynvml before the exporter starts NVML, so a test can run the
 real `tf-device-panel exporter` command, in its own process, against known values."""

@@ -1,5 +1,5 @@
 """Test-only: the module an exporter subprocess imports through TF_DEVICE_PANEL_TEST_NVML to run host-only, as on
-a machine without an NVIDIA driver, even where the test machine has one (see core/exporter.py)."""
+a machine without an NVIDIA driver, even where the test machine has one (see core/lab/exporter.py)."""
 
 from __future__ import annotations
 

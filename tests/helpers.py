@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import psutil
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.runtime import RuntimeProcess
+from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tf_device_panel.core import events
+from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.runtime import RuntimeProcess
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
 
 
 @contextmanager

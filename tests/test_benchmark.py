@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from job_helpers import run_job
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.jobs import JOBS
-from tf_device_panel.core.jobs.benchmark import (
+from tf_device_panel.core.runproc.jobs import JOBS
+from tf_device_panel.core.runproc.jobs.benchmark import (
     MAX_TRIALS,
     NUMPY_CEILING,
     NUMPY_ROW,
@@ -210,7 +210,7 @@ def test_the_benchmark_declares_tf32_on_by_default() -> None:
 
 def test_nvml_gives_the_sm_count_and_maximum_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     from fake_nvml import FakeGpus
-    from tf_device_panel.core.nvml import ComputeUnits, Nvml
+    from tf_device_panel.core.devices.nvml import ComputeUnits, Nvml
 
     FakeGpus(count=1).install(monkeypatch)  # an L4: 7424 CUDA cores, 2040 MHz, compute capability 8.9
     units, why = Nvml().compute_units(0)
@@ -222,7 +222,7 @@ def test_nvml_gives_the_sm_count_and_maximum_clock(monkeypatch: pytest.MonkeyPat
 def test_a_gpu_is_matched_to_nvml_by_the_pci_bus_id_cuda_gives_it(monkeypatch: pytest.MonkeyPatch) -> None:
     import ctypes
 
-    from tf_device_panel.core.jobs.benchmark import nvml_index_of
+    from tf_device_panel.core.runproc.jobs.benchmark import nvml_index_of
 
     nvml_gpus = [{"index": 0, "pci_bus_id": "00000000:00:06.0"}, {"index": 1, "pci_bus_id": "00000000:00:07.0"}]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import ROOT, wait_until
-from tf_device_panel.core import events
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.protocol import events
 
 
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -91,7 +91,7 @@ def test_verbose_shows_the_packages_debug_log_on_stderr(two_cpus: str) -> None:
     assert quiet.returncode == 0 and "DEBUG" not in quiet.stderr
     verbose = cli("--verbose", "validate", two_cpus)
     assert verbose.returncode == 0 and verbose.stdout == quiet.stdout  # stdout stays the command's own output
-    assert "tf-device-panel DEBUG tf_device_panel.core.nvml: NVML" in verbose.stderr
+    assert "tf-device-panel DEBUG tf_device_panel.core.devices.nvml: NVML" in verbose.stderr
 
 
 def test_devices_json_and_nvml_absent(two_cpus: str) -> None:
@@ -168,7 +168,7 @@ def test_jobs_code_and_cluster_config() -> None:
 def test_cluster_config_with_a_profile_gives_each_task_its_device_configuration(two_cpus: str, tmp_path: Path) -> None:
     done = cli("cluster-config", "--worker", "10.0.0.1:2222", "--worker", "10.0.0.2:2222", "--config", two_cpus)
     assert done.returncode == 0, done.stderr
-    commands = [line for line in done.stdout.splitlines() if "tf_device_panel.core.cluster_task" in line]
+    commands = [line for line in done.stdout.splitlines() if "tf_device_panel.core.runproc.cluster_task" in line]
     assert len(commands) == 2 and all(line.endswith(f"--profile {two_cpus}") for line in commands)
     assert f"device configuration in {two_cpus}" in done.stdout
     bad = tmp_path / "bad.json"
@@ -184,7 +184,8 @@ def test_a_cluster_task_names_a_bad_device_configuration(tmp_path: Path) -> None
                                                   "task": {"type": "worker", "index": 0}})}
     for args, expected in ((["--profile", str(bad)], "cpu_devices"),
                            (["--device-config", "{not json"], "--device-config is not JSON")):
-        done = subprocess.run([sys.executable, "-m", "tf_device_panel.core.cluster_task", "server", *args], cwd=ROOT,
+        done = subprocess.run([sys.executable, "-m", "tf_device_panel.core.runproc.cluster_task", "server", *args],
+                              cwd=ROOT,
                               env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "Traceback" not in done.stderr

@@ -1,4 +1,4 @@
-"""Where TensorFlow's CUDA libraries open from, judged as its loader judges (core.cudalibs)."""
+"""Where TensorFlow's CUDA libraries open from, judged as its loader judges (core.devices.cudalibs)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tf_device_panel.core import cudalibs
-from tf_device_panel.core.cudalibs import Library
+from tf_device_panel.core.devices import cudalibs
+from tf_device_panel.core.devices.cudalibs import Library
 
 
 def a_real_library() -> Path:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPointF
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event, make_event
 from tf_device_panel.gui.device_map_layout import (
     LINE_HEIGHT,
     MISSING_TITLE,
@@ -224,10 +224,11 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     placed = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/GPU:1",
               "device": full("/GPU:1"), "mode": "eager", "line": ""}
     panel.set_devices(info, None, {0: {"index": 0, "memory_total_mib": 24 * GIB}})
-    panel.on_events([Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
-                     Event(events.PLACEMENT, placed, job_id="j"), Event(events.PLACEMENT, placed, job_id="j"),
-                     Event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 512.0, "peak_mib": 600.0}),
-                     Event(events.FALLBACK, {"op": "MatMul", "requested": "/device:GPU:2", "requested_short": "/GPU:2",
+    panel.on_events([make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+                     make_event(events.PLACEMENT, placed, job_id="j"), make_event(events.PLACEMENT, placed, job_id="j"),
+                     make_event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 512.0, "peak_mib": 600.0}),
+                     make_event(events.FALLBACK, {"op": "MatMul", "requested": "/device:GPU:2",
+                                                  "requested_short": "/GPU:2",
                                              "actual": full("/GPU:1"), "actual_short": "/GPU:1"}, job_id="j")])
     device_map = panel.canvas.current_map()
     assert device_map.segment("/GPU:1").lines == ["/GPU:1", "limit 12.0 GiB", "2 ops", "512 MiB allocated"]
@@ -235,7 +236,7 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     image = panel.canvas.grab()
     assert not image.isNull() and image.width() > 800
     # the host box: the runtime's resident memory; an exited run's process (a zombie, 0 MiB) does not zero it
-    from tf_device_panel.core.telemetry import HostSample, Sample
+    from tf_device_panel.core.devices.telemetry import HostSample, Sample
 
     panel.on_sample(Sample(0.0, host=HostSample(runtime_rss_mib=612.0)))
     panel.on_sample(Sample(1.0, host=HostSample(runtime_rss_mib=0.0)))
@@ -249,7 +250,7 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
     shown (matmul: 5 ops shown of 14, the ones of a later batch; a one-batch job: none)."""
     pytest.importorskip("PySide6")
     from PySide6.QtCore import QSettings
-    from tf_device_panel.core.history import RunHistory
+    from tf_device_panel.core.client.history import RunHistory
     from tf_device_panel.gui.main_window import MainWindow
 
     window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
@@ -258,22 +259,22 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
     window.show()
 
     def placed(short: str) -> Event:
-        return Event(events.PLACEMENT, {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul",
+        return make_event(events.PLACEMENT, {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul",
                                         "short_device": short, "device": full(short), "mode": "eager", "line": ""},
                      job_id="j")
 
     def report(cpus: int) -> dict:  # as a run's process sends it
         return {**ready(cpus=cpus), "tf_version": "2.21.0", "cuda_build": False}
 
-    batch = [Event(events.READY, report(2)), Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+    batch = [make_event(events.READY, report(2)), make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
              *[placed("/CPU:0")] * 3, *[placed("/CPU:1")] * 2,
-             Event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id="j")]
+             make_event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id="j")]
     window._on_events(batch)  # the slot the controller's batches arrive at
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
     assert "3 ops" in window.device_map.canvas.current_map().segment("/CPU:0").lines
     # the next run's report resets the map (a new configuration's devices), and its own placements count anew
-    window._on_events([Event(events.READY, report(1)), Event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
-                       Event(events.PLACEMENT, {**placed("/CPU:0").data}, job_id="k")])
+    window._on_events([make_event(events.READY, report(1)), make_event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
+                       make_event(events.PLACEMENT, {**placed("/CPU:0").data}, job_id="k")])
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
     window.close()
 
@@ -330,8 +331,8 @@ def test_after_the_run_the_bar_keeps_what_its_process_held_and_says_so() -> None
 
 
 def test_the_panel_shows_what_the_runs_process_holds_and_keeps_it_once_the_process_has_exited(qtbot) -> None:
-    from tf_device_panel.core.nvml import GpuProcess, GpuSample
-    from tf_device_panel.core.telemetry import Sample
+    from tf_device_panel.core.devices.nvml import GpuProcess, GpuSample
+    from tf_device_panel.core.devices.telemetry import Sample
     from tf_device_panel.gui.device_map import DeviceMapPanel
 
     panel = DeviceMapPanel()
@@ -408,8 +409,8 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
     run's process holding what it held there (2,570 MiB), and a job's 25 ops on /GPU:0."""
     from PySide6.QtCore import QSettings
     from PySide6.QtGui import QFont, QFontMetricsF
-    from tf_device_panel.core import nvml
-    from tf_device_panel.core.history import RunHistory
+    from tf_device_panel.core.client.history import RunHistory
+    from tf_device_panel.core.devices import nvml
     from tf_device_panel.gui.main_window import MainWindow
 
     from tests.fake_nvml import FakeGpus, process
@@ -428,15 +429,15 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
     qtbot.waitExposed(window)
 
     def placed(short: str) -> Event:
-        return Event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
+        return make_event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
                                         "device": full(short), "mode": "eager", "line": ""}, job_id="j")
 
     report = {**h100_info(gpus, [2048, 4096], pid=4242), "tf_version": "2.21.0", "python": "3.12",
               "build": {"is_cuda_build": True}}
-    window._on_events([Event(events.READY, report), Event(events.JOB_STARTED, {"job": "memory"}, job_id="j"),
+    window._on_events([make_event(events.READY, report), make_event(events.JOB_STARTED, {"job": "memory"}, job_id="j"),
                        *[placed("/GPU:0")] * 25, *[placed("/CPU:0")] * 2,
-                       Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 512.0, "peak_mib": 512.0}),
-                       Event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="j")])
+                       make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 512.0, "peak_mib": 512.0}),
+                       make_event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="j")])
     canvas = window.device_map.canvas
     qtbot.waitUntil(lambda: canvas.use.get(0) is not None and canvas.use[0].run_mib is not None, timeout=10_000)
     assert canvas.width() >= size[0] - 60  # the map dock spans the window's width

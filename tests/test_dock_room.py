@@ -15,11 +15,11 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QLabel
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.jobs import JOBS
-from tf_device_panel.core.machines import GpuStatus, MachineStatus
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import make_event
+from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 
 SIZES = ((1280, 720), (1920, 1080))
@@ -123,7 +123,7 @@ def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: 
 def test_the_placement_log_and_machines_never_scroll_sideways(qtbot, window: MainWindow) -> None:
     window.resize(1280, 720)
     long_line = "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0 " + "x" * 400
-    window.log.add_events([Event(events.LOG, {"stream": "stderr", "kind": "placement", "text": long_line})])
+    window.log.add_events([make_event(events.LOG, {"stream": "stderr", "kind": "placement", "text": long_line})])
     window.docks["log"].raise_()
     settle(qtbot)
     assert window.log.view.horizontalScrollBar().maximum() == 0
@@ -147,7 +147,7 @@ def test_machines_says_no_answer_yet_when_there_never_was_one(qtbot, window: Mai
 
 def test_with_history_open_at_1280_the_result_caption_is_never_cut(qtbot, window: MainWindow) -> None:
     from test_window_layout import FIT_RESULT as fit
-    from tf_device_panel.core.session import JobOutcome
+    from tf_device_panel.core.client.session import JobOutcome
 
     window.resize(1280, 720)
     window.reset_layout()

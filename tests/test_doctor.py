@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from helpers import ROOT
-from tf_device_panel.core import doctor, doctor_probe
+from tf_device_panel.core.client import doctor
+from tf_device_panel.core.client.doctor import FAIL, PASS, SKIPPED, WARN, Facts
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.doctor import FAIL, PASS, SKIPPED, WARN, Facts
-from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.runproc import doctor_probe
 
 CUDA_BUILD = {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9",
               "cuda_compute_capabilities": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
@@ -39,7 +40,7 @@ def tf_gpu(index: int) -> dict:
 
 def pip_libraries() -> list[dict]:
     """Every CUDA library TensorFlow opens, found in its pip packages (as `tensorflow[and-cuda]` installs them)."""
-    from tf_device_panel.core.cudalibs import LIBRARIES
+    from tf_device_panel.core.devices.cudalibs import LIBRARIES
 
     return [{"soname": lib.soname, "path": f"/venv/site-packages/nvidia/x/lib/{lib.soname}",
              "how": "pip package nvidia-x", "error": ""} for lib in LIBRARIES]
@@ -285,7 +286,7 @@ def test_real_run_on_this_machine() -> None:
 
 
 def test_tf_gpus_match_nvml_by_bus_id_not_index() -> None:
-    from tf_device_panel.core.gpus import nvml_gpu_for_physical
+    from tf_device_panel.core.devices.gpus import nvml_gpu_for_physical
 
     nvml = [{"index": 0, "pci_bus_id": "00000000:01:00.0"}, {"index": 1, "pci_bus_id": "00000000:02:00.0"}]
     created = [{"physical": 0, "pci_bus_id": "0000:02:00.0"}]
@@ -294,7 +295,7 @@ def test_tf_gpus_match_nvml_by_bus_id_not_index() -> None:
 
 
 def test_tensorflows_gpu_messages_are_read_once_without_their_log_prefix() -> None:
-    from tf_device_panel.core.gpus import tf_gpu_messages
+    from tf_device_panel.core.devices.gpus import tf_gpu_messages
 
     lines = ["I0000 00:00:1.0  1 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.",
              "step 1",
@@ -385,7 +386,7 @@ def test_a_hidden_pci_bus_does_not_override_nvml_or_tensorflow(tmp_path, witness
 def h100_with_libraries_on_ld_library_path() -> Facts:
     """The H100 host: TensorFlow from /tmp/site_tf, every CUDA library in /tmp/cudalib via LD_LIBRARY_PATH, and
     none of TensorFlow's nvidia-*-cu12 pip packages (recorded: doctor-real-cublas.txt said 11 were missing)."""
-    from tf_device_panel.core.cudalibs import LIBRARIES
+    from tf_device_panel.core.devices.cudalibs import LIBRARIES
 
     facts = healthy(1)
     facts.packages = {"tensorflow": "2.21.0", "keras": "3.15.1"}
@@ -576,7 +577,7 @@ def test_every_fix_uses_this_interpreters_pip_and_names_a_version() -> None:
                                                 "'tensorflow[and-cuda]==2.21.0'")
     xla = healthy(1)
     xla.probe["physical"] = [{"name": "/physical_device:XLA_GPU:0", "device_type": "XLA_GPU"}]
-    from tf_device_panel.core.cudalibs import TESTED_TF_VERSION
+    from tf_device_panel.core.devices.cudalibs import TESTED_TF_VERSION
     assert f"{PIP} install -U 'tensorflow[and-cuda]=={TESTED_TF_VERSION}'" in by_id(xla)["xla-devices"].fix
     crashed = replace(healthy(1), probe={"imported": False, "stage": "started", "crash": {
         "returncode": -11, "how": "SIGSEGV", "stage": "import", "last_lines": []}})

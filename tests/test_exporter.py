@@ -21,11 +21,11 @@ import pytest
 from fake_nvml import GIB, FakeGpus, no_library, process
 from helpers import ROOT, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from tf_device_panel.core import events
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.exporter import Exporter, ExporterError, _QuietHandler, parse_listen
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.nvml import Nvml
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.lab.exporter import Exporter, ExporterError, _QuietHandler, parse_listen
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import make_event
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -147,9 +147,9 @@ def test_the_run_in_progress_its_configuration_and_tf_allocator(monkeypatch: pyt
     recorder = history.new_run("memory", {"steps": 4}, {"version": 1, "memory_growth": True, "visible_gpus": [0, 1],
                                                         "virtual_gpus": {"0": [1024, 2048]}}, None)
     url = start_exporter().url
-    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 100.0, "peak_mib": 150.0}))
-    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 120.0, "peak_mib": 150.0}))
-    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 8.0, "peak_mib": 9.5}))
+    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 100.0, "peak_mib": 150.0}))
+    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 120.0, "peak_mib": 150.0}))
+    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 8.0, "peak_mib": 9.5}))
 
     def allocator() -> dict[str, float]:
         found = parse(scrape(url)).get("tfdp_tf_allocator_current_bytes", [])
@@ -271,11 +271,11 @@ def test_tls_with_a_certificate_and_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.MonkeyPatch, panel_home: Path) -> None:
-    from tf_device_panel.core.exporter import PanelStateReader
+    from tf_device_panel.core.lab.exporter import PanelStateReader
 
     history = RunHistory()
     recorder = history.new_run("memory", {}, {"version": 1}, None)
-    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 1.0, "peak_mib": 2.0}))
+    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 1.0, "peak_mib": 2.0}))
     parsed = []
     original = history.events
     monkeypatch.setattr(history, "events", lambda run_id: parsed.append(run_id) or original(run_id))
@@ -283,7 +283,7 @@ def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.Mo
     assert reader.read().tf_memory == {"/GPU:0": (1.0, 2.0)}
     assert reader.read().tf_memory == {"/GPU:0": (1.0, 2.0)}
     assert len(parsed) == 1
-    recorder.append(Event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 3.0, "peak_mib": 3.0}))
+    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 3.0, "peak_mib": 3.0}))
     assert reader.read().tf_memory == {"/GPU:0": (3.0, 3.0)} and len(parsed) == 2
     recorder.finish(status="ok")
     assert reader.read().run is None
@@ -338,7 +338,7 @@ def test_idle_clients_are_closed_quietly_with_one_debug_line_each(monkeypatch: p
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     no_library(monkeypatch)
     monkeypatch.setattr(_QuietHandler, "timeout", 0.3)
-    caplog.set_level(logging.DEBUG, logger="tf_device_panel.core.exporter")
+    caplog.set_level(logging.DEBUG, logger="tf_device_panel.core.lab.exporter")
     exporter = start_exporter()
     idle = [socket.create_connection(("127.0.0.1", exporter.port), timeout=30) for _ in range(20)]
     try:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from tf_device_panel.core.client.session import run_job_once
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.session import run_job_once
 
 TWO_CPUS = DeviceConfig(cpu_devices=2)
 JOBS: dict[str, dict[str, Any]] = {

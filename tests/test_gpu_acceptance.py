@@ -73,7 +73,7 @@ def test_memory_that_contradicts_the_profile_fails() -> None:
 
 
 def h100_benchmark(tf32_labelled: bool) -> dict:
-    from tf_device_panel.core.jobs.benchmark import TF32_LABEL, GpuPeak, check_rows, cpu_peak
+    from tf_device_panel.core.runproc.jobs.benchmark import TF32_LABEL, GpuPeak, check_rows, cpu_peak
 
     spec = GPU["not_recorded_from_specification"]
     peak = GpuPeak(GPU["nvml"]["name"], spec["sm_count"], spec["max_sm_clock_mhz"], "9.0")
@@ -156,7 +156,7 @@ def test_the_doctor_and_the_report() -> None:
 
 @pytest.mark.gpu
 def test_the_whole_acceptance_run_on_this_gpu(tmp_path: Path) -> None:
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.nvml import Nvml
 
     nvml = Nvml()
     if not nvml.init() or not nvml.gpus():
@@ -181,7 +181,7 @@ def split_fit(note: str) -> dict:
 
 
 def test_the_split_check_verifies_why_hierarchical_copy_was_chosen_and_reports_nccls_version() -> None:
-    from tf_device_panel.core.jobs.training import choose_cross_device_ops
+    from tf_device_panel.core.runproc.jobs.training import choose_cross_device_ops
 
     names = ["/job:localhost/replica:0/task:0/device:GPU:0", "/job:localhost/replica:0/task:0/device:GPU:1"]
     ops, note = choose_cross_device_ops("auto", names, {"/GPU:0": 0, "/GPU:1": 0}, lambda: NCCL)
@@ -213,7 +213,7 @@ def test_cluster_runs_are_judged_by_their_workers_losses_and_gpus() -> None:
 
 
 def test_the_run_covers_the_cluster_and_script_jobs_and_why_nccl_was_avoided(monkeypatch, tmp_path) -> None:
-    from tf_device_panel.core import cudalibs
+    from tf_device_panel.core.devices import cudalibs
 
     calls: list[tuple[str, tuple[str, ...]]] = []
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from tf_device_panel.core.config import DeviceConfig, validate
-from tf_device_panel.core.gpus import cuda_visible_nvml_indices, tf_gpu_inventory
-from tf_device_panel.core.nvml import GpuSnapshot
+from tf_device_panel.core.devices.gpus import cuda_visible_nvml_indices, tf_gpu_inventory
+from tf_device_panel.core.devices.nvml import GpuSnapshot
 
 H100 = json.loads((Path(__file__).parent / "fixtures" / "h100" / "gpu.json").read_text())
 
@@ -90,7 +90,7 @@ def test_nvml_memory_v2_gives_the_memory_the_driver_keeps(monkeypatch: pytest.Mo
 
     import pynvml
     from fake_nvml import MIB, FakeGpus
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.nvml import Nvml
 
     FakeGpus(count=1).install(monkeypatch)
     monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda handle, version=None: SimpleNamespace(
@@ -102,8 +102,8 @@ def test_nvml_memory_v2_gives_the_memory_the_driver_keeps(monkeypatch: pytest.Mo
 @pytest.mark.gpu
 def test_on_a_real_gpu_nvmls_total_less_its_reserve_is_cudas_total(monkeypatch: pytest.MonkeyPatch) -> None:
     from tf_device_panel.core.config import gpu_pci_bus_id, gpu_total_mib
-    from tf_device_panel.core.gpus import nvml_index_for
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.gpus import nvml_index_for
+    from tf_device_panel.core.devices.nvml import Nvml
 
     nvml = Nvml()
     if not nvml.init() or not nvml.gpus():

@@ -22,10 +22,10 @@ from helpers import ROOT
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QMessageBox
-from tf_device_panel.core import events
+from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.log_panel import MAX_LOG_LINES
 from tf_device_panel.gui.main_window import MainWindow
 
@@ -243,9 +243,9 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
             if number % 2:
                 data = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/CPU:0",
                         "device": "/job:localhost/replica:0/task:0/device:CPU:0", "mode": "eager", "line": line}
-                window.controller._buffer_event(Event(events.PLACEMENT, data))
+                window.controller._buffer_event(make_event(events.PLACEMENT, data))
             else:
-                window.controller._buffer_event(Event(events.LOG, {"stream": "stderr", "kind": "tf-info",
+                window.controller._buffer_event(make_event(events.LOG, {"stream": "stderr", "kind": "tf-info",
                                                                   "text": f"line {number}"}))
 
     # Widgets of earlier tests still in reference cycles are freed here, on the GUI thread: freed by a
@@ -298,7 +298,7 @@ def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Pat
 
 def test_a_warning_logged_on_another_thread_shows_in_the_window(qtbot, window: MainWindow) -> None:
     message = "GPU 3: temperature unreadable (test)"
-    logger = logging.getLogger("tf_device_panel.core.telemetry")
+    logger = logging.getLogger("tf_device_panel.core.devices.telemetry")
     thread_names: list[str] = []
 
     def log_like_the_sampler() -> None:
@@ -366,7 +366,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
 
 
 def test_result_views_for_every_result_kind(qtbot) -> None:
-    from tf_device_panel.core.session import JobOutcome
+    from tf_device_panel.core.client.session import JobOutcome
     from tf_device_panel.gui.result_view import ResultView
 
     view = ResultView()
@@ -396,9 +396,9 @@ def test_result_views_for_every_result_kind(qtbot) -> None:
 
 
 def test_a_new_result_kind_shows_in_the_window_and_on_the_command_line(qtbot, tmp_path: Path) -> None:
-    from tf_device_panel.core.cli_output import format_result
+    from tf_device_panel.core.cli.output import format_result
+    from tf_device_panel.core.client.session import JobOutcome
     from tf_device_panel.core.results import PRESENTERS, Column, Plot, Presentation, Series, Table, presenter
-    from tf_device_panel.core.session import JobOutcome
     from tf_device_panel.gui.result_view import ResultView
 
     @presenter("latency")  # a kind neither front end has heard of
@@ -569,7 +569,7 @@ def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWi
                              "pci_bus_id": "0000:02:00.0"},
                             {"logical": "/GPU:1", "physical": 1, "memory_mb": 38000, "name": "NVIDIA A100",
                              "pci_bus_id": "0000:01:00.0"}]}
-    window.controller.eventsArrived.emit([Event(events.READY, info)])  # as a ready runtime is reported
+    window.controller.eventsArrived.emit([make_event(events.READY, info)])  # as a ready runtime is reported
     physical = window.devices.tree.topLevelItem(0)
     details = {physical.child(i).text(0): physical.child(i).text(1) for i in range(physical.childCount())}
     assert "23034 MiB" in details["GPU:0"] and "PCI 00000000:02:00.0" in details["GPU:0"]

@@ -3,11 +3,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tf_device_panel.core import events
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.session import JobRun, run_job_once
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.session import JobRun, run_job_once
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import make_event
 
 
 def test_a_run_is_recorded_as_it_happens(panel_home: Path) -> None:
@@ -30,9 +30,9 @@ def test_crash_mid_run_keeps_what_was_written(panel_home: Path) -> None:
     history = RunHistory()
     run = JobRun("fit", {}, DeviceConfig(), None, history)
     run.attach("job-1")
-    run.feed(Event(events.JOB_STARTED, {"job": "fit"}, job_id="job-1"))
-    run.feed(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "epoch 1"}, job_id="job-1"))
-    run.feed(Event(events.PROGRESS, {"done": 1, "total": 2, "message": ""}, job_id="job-1"))  # output flushed
+    run.feed(make_event(events.JOB_STARTED, {"job": "fit"}, job_id="job-1"))
+    run.feed(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "epoch 1"}, job_id="job-1"))
+    run.feed(make_event(events.PROGRESS, {"done": 1, "total": 2, "message": ""}, job_id="job-1"))  # output flushed
     assert run.recorder is not None
     folder = run.recorder.folder
     with (folder / "events.jsonl").open("a") as handle:  # a line cut short by a crash

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 
 from helpers import wait_until
-from tf_device_panel.core import events
-from tf_device_panel.core.jobs.context import PROGRESS_INTERVAL_S, JobContext
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.runproc.jobs.context import PROGRESS_INTERVAL_S, JobContext
 
 
 def test_a_report_too_soon_is_held_and_sent_when_its_turn_comes() -> None:

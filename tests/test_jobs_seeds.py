@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import collect_job, events_until, of_type, progress_at_least, wait_until
-from tf_device_panel.core import events
-from tf_device_panel.core.cluster import TASK_MODULE, cluster_commands
-from tf_device_panel.core.jobs import JOBS, ParamError
-from tf_device_panel.core.runtime import RuntimeProcess
+from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.runproc.cluster import TASK_MODULE, cluster_commands
+from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 
 
 def result_of(seen: list) -> dict:
@@ -234,7 +234,7 @@ def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict
 
 
 def test_without_network_namespaces_the_cluster_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core.cluster import LocalCluster
+    from tf_device_panel.core.runproc.cluster import LocalCluster
 
     for tool in ("unshare", "nsenter"):
         script = tmp_path / tool
@@ -266,7 +266,7 @@ def test_a_killed_runtime_takes_its_cluster_with_it(start_runtime) -> None:
 
 def test_cluster_tasks_get_the_runtimes_configuration_and_gpus_only_when_they_can_share_them() -> None:
     from tf_device_panel.core.config import DeviceConfig, parse_config
-    from tf_device_panel.core.jobs.cluster_jobs import task_device_config
+    from tf_device_panel.core.runproc.jobs.cluster_jobs import task_device_config
 
     # no GPU: the runtime's configuration as it is (placement logging as the job asks)
     config, note = task_device_config(DeviceConfig(cpu_devices=3), 0, log_placement=False)

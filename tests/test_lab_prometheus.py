@@ -17,8 +17,8 @@ import psutil
 import pytest
 from fake_nvml import GIB
 from helpers import ROOT, wait_until
-from tf_device_panel.core.exporter import TEST_NVML_ENV
-from tf_device_panel.core.machines import MachineStatus, PrometheusSource, SourceError
+from tf_device_panel.core.lab.exporter import TEST_NVML_ENV
+from tf_device_panel.core.lab.machines import MachineStatus, PrometheusSource, SourceError
 
 pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)

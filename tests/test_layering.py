@@ -52,7 +52,9 @@ def test_checker_really_sees_imports(tmp_path: Path) -> None:
 
 
 def test_importing_core_pulls_in_neither_qt_nor_tensorflow(tmp_path: Path) -> None:
-    code = ("import sys; from tf_device_panel.core import cli, runtime, session, jobs, config, history;"
+    code = ("import sys; from tf_device_panel.core import cli, config; "
+            "from tf_device_panel.core.client import runtime, session, history; "
+            "from tf_device_panel.core.runproc import jobs;"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{sorted(QT_MODULES | TF_MODULES)!r}); print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
@@ -76,12 +78,12 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     lint = _lint_script()
     clean = lint.stage(tmp_path / "clean")
     done = _contracts(clean)
-    assert done.returncode == 0 and "2 kept, 0 broken" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "3 kept, 0 broken" in done.stdout, done.stdout + done.stderr
 
     # Each plant must break exactly its contract: if the checker read the installed package instead of
     # the staged tree, or ignored function-level imports, these would pass.
     core_plant = lint.stage(tmp_path / "core-plant")
-    with (core_plant / "tf_device_panel" / "core" / "history.py").open("a") as f:
+    with (core_plant / "tf_device_panel" / "core" / "client" / "history.py").open("a") as f:
         f.write("\n\ndef _planted():\n    from tf_device_panel.gui import colors\n    return colors\n")
     done = _contracts(core_plant)
     assert done.returncode != 0 and "core is Qt-free and never imports the window BROKEN" in done.stdout, done.stdout
@@ -91,4 +93,17 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
         f.write("\n\ndef _planted():\n    import tensorflow\n    return tensorflow\n")
     done = _contracts(gui_plant)
     assert done.returncode != 0 and "the window never imports TensorFlow" in done.stdout, done.stdout
-    assert "1 kept, 1 broken" in done.stdout, done.stdout
+    assert "2 kept, 1 broken" in done.stdout, done.stdout
+
+    # The process layout: the run process's side never imports the panel's side, and what both sides share
+    # imports neither.
+    layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
+    for plant, planted in (("runproc-plant", ("runproc", "runtime_main.py", "client.history")),
+                           ("devices-plant", ("devices", "telemetry.py", "lab.exporter")),
+                           ("protocol-plant", ("protocol", "events.py", "runproc.jobs"))):
+        package, module, imported = planted
+        tree = lint.stage(tmp_path / plant)
+        with (tree / "tf_device_panel" / "core" / package / module).open("a") as f:
+            f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
+        done = _contracts(tree)
+        assert done.returncode != 0 and layout in done.stdout and "2 kept, 1 broken" in done.stdout, done.stdout

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 from fake_nvml import GIB, FakeGpus
 from helpers import wait_until
-from tf_device_panel.core.exporter import Exporter
-from tf_device_panel.core.machines import (
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.lab.exporter import Exporter
+from tf_device_panel.core.lab.machines import (
     NODE_CPU,
     ExporterSource,
     MachineStatus,
@@ -23,7 +24,6 @@ from tf_device_panel.core.machines import (
     machines_text,
     make_source,
 )
-from tf_device_panel.core.nvml import Nvml
 
 MIB = 2**20
 

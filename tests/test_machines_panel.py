@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QPoint, QSettings, Qt
-from tf_device_panel.core.machines import GpuStatus, MachineStatus, SourceError
+from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus, SourceError
 from tf_device_panel.gui.machines_panel import EXPORTERS, PROMETHEUS, MachinesPanel
 
 GIB = 2**30
@@ -179,7 +179,7 @@ def test_opening_a_tile_shows_its_history(qtbot, panel: MachinesPanel) -> None:
 
 
 def test_the_window_docks_the_view_and_stops_it_on_close(qtbot, settings: QSettings) -> None:
-    from tf_device_panel.core.history import RunHistory
+    from tf_device_panel.core.client.history import RunHistory
     from tf_device_panel.gui.main_window import MainWindow
 
     window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tf_device_panel.core.telemetry import Marker
+from tf_device_panel.core.devices.telemetry import Marker
 from tf_device_panel.gui.marker_layout import LABEL_GAP_PX, MARKER_LABEL_ROWS, label_rows, layout_marker_labels
 
 

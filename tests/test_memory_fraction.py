@@ -101,7 +101,8 @@ class FakeConfigApi:
 
 
 def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core import runtime_main, tfplan
+    from tf_device_panel.core.config import plan as tfplan
+    from tf_device_panel.core.runproc import runtime_main
 
     totals = {0: 81079, 1: 40960}
     monkeypatch.setattr(tfplan, "gpu_total_mib", lambda index: totals[index])
@@ -116,7 +117,8 @@ def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkey
 
 
 def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core import runtime_main, tfplan
+    from tf_device_panel.core.config import plan as tfplan
+    from tf_device_panel.core.runproc import runtime_main
 
     def no_driver(index: int) -> int:
         raise OSError("libcuda.so.1: cannot open shared object file")
@@ -130,7 +132,7 @@ def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(mon
 @pytest.mark.gpu
 def test_the_cuda_driver_reports_each_gpus_total_memory_as_nvml_does() -> None:
     from tf_device_panel.core.config import gpu_total_mib
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.nvml import Nvml
 
     nvml = Nvml()
     if not nvml.init() or not nvml.gpus():

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 from fake_nvml import FakeGpus, process
-from tf_device_panel.core.nvml import GPU_LOST, Nvml
+from tf_device_panel.core.devices.nvml import GPU_LOST, Nvml
 
-LOGGER = "tf_device_panel.core.nvml"
+LOGGER = "tf_device_panel.core.devices.nvml"
 V3, V2, V1 = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
               "nvmlDeviceGetComputeRunningProcesses")
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import ROOT, wait_until
-from tf_device_panel.core import events
-from tf_device_panel.core.cli_output import RunPrinter
+from tf_device_panel.core.cli.output import RunPrinter
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.session import JobRun, run_job_once
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.session import JobRun, run_job_once
-from tf_device_panel.core.streams import LINE_CAP_BYTES
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.streams import LINE_CAP_BYTES
 
 FLOOD = """
     import itertools, sys
@@ -136,17 +136,17 @@ def test_a_closed_stdout_cancels_the_run_and_finalizes_the_record(tmp_path: Path
 
 
 def line_event(text: str, stream: str = "stdout") -> Event:
-    return Event(events.LOG, {"stream": stream, "kind": "output", "text": text}, job_id="job-1")
+    return make_event(events.LOG, {"stream": stream, "kind": "output", "text": text}, job_id="job-1")
 
 
 def test_the_record_is_raw_text_past_the_cap_head_and_tail_with_the_count_dropped(panel_home: Path) -> None:
     run = JobRun("script", {}, DeviceConfig(), None, RunHistory(cap_bytes=80_000))
     run.attach("job-1")
-    run.feed(Event(events.JOB_STARTED, {"job": "script"}, job_id="job-1"))
+    run.feed(make_event(events.JOB_STARTED, {"job": "script"}, job_id="job-1"))
     for block in range(100):
         run.feed(line_event("\n".join(f"line {block * 100 + i}" for i in range(100))))
     run.feed(line_event("a warning", "stderr"))
-    run.feed(Event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
+    run.feed(make_event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
     assert run.recorder is not None
     folder = run.recorder.folder
     summary = json.loads((folder / "run.json").read_text())
@@ -171,7 +171,7 @@ def test_the_record_is_compact(panel_home: Path) -> None:
         text = "\n".join(f"line {block * 1000 + i}" for i in range(1000))
         raw += len(text) + 1
         run.feed(line_event(text))
-    run.feed(Event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
+    run.feed(make_event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
     assert run.recorder is not None
     stored = sum(path.stat().st_size for path in run.recorder.folder.iterdir() if path.name != "run.json")
     assert stored <= 1.5 * raw
@@ -182,9 +182,9 @@ def test_a_record_written_before_the_raw_output_layout_still_opens(panel_home: P
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({"run_id": folder.name, "job": "matmul", "status": "ok",
                                                  "started": 1.0, "client_pid": os.getpid()}))
-    old = [Event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
-           Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "hello"}, job_id="j"),
-           Event(events.JOB_FINISHED, {"status": "ok"}, job_id="j")]
+    old = [make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+           make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "hello"}, job_id="j"),
+           make_event(events.JOB_FINISHED, {"status": "ok"}, job_id="j")]
     (folder / "events.jsonl").write_text("".join(json.dumps(e.to_json()) + "\n" for e in old))
     loaded = RunHistory().events(folder.name)
     assert [e.type for e in loaded] == [events.JOB_STARTED, events.LOG, events.JOB_FINISHED]
@@ -201,8 +201,8 @@ def test_a_progress_bar_is_redrawn_in_place_on_a_terminal_only(terminal: bool) -
     out = Terminal() if terminal else io.StringIO()
     printer = RunPrinter(False, out)
     for text in ("1/3 [=>  ]", "2/3 [==> ]"):
-        printer(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": text, "partial": True}))
-    printer(Event(events.LOG, {"stream": "stdout", "kind": "output", "text": "3/3 [===]"}))
+        printer(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": text, "partial": True}))
+    printer(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "3/3 [===]"}))
     if terminal:
         assert out.getvalue() == ("\r\x1b[K  | 1/3 [=>  ]\r\x1b[K  | 2/3 [==> ]\r\x1b[K  | 3/3 [===]\n")
     else:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from tf_device_panel.core.placement import (
+from tf_device_panel.core.protocol.output_lines import (
     ERROR,
     OUTPUT,
     PLACEMENT,

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings
+from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, save_profile
-from tf_device_panel.core.history import RunHistory
 from tf_device_panel.gui.controller import RuntimeController
 from tf_device_panel.gui.main_window import APPLIED_KEY, MainWindow
 

@@ -1,4 +1,4 @@
-"""Each result kind described once (core.results) and printed by the command line (core.cli_output)."""
+"""Each result kind described once (core.results) and printed by the command line (core.cli.output)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tf_device_panel.core import cli, events
-from tf_device_panel.core.cli_output import format_result, one_line, runs_text, table_text
+from tf_device_panel.core import cli
+from tf_device_panel.core.cli.output import format_result, one_line, runs_text, table_text
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.session import JobOutcome, JobRun
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.history import RunHistory
+from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, format_cell, present
-from tf_device_panel.core.session import JobOutcome, JobRun
 
 FULL_CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
 BENCHMARK: dict[str, Any] = {
@@ -138,7 +139,7 @@ def test_cells_and_tables_format_the_same_way_everywhere() -> None:
 
 def test_every_event_type_declares_its_payload() -> None:
     types = {value for name, value in vars(events).items() if name.isupper() and isinstance(value, str)}
-    assert types == set(events.PAYLOADS)
+    assert types == set(events.KINDS)
 
 
 def test_runs_listing_prints_a_multi_line_error_as_one_row(panel_home: Path,

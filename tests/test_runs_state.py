@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.controller import RuntimeController
 from tf_device_panel.gui.job_state import JobState, error_summary
 from tf_device_panel.gui.main_window import MainWindow
@@ -154,20 +155,19 @@ def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: Main
 
 
 def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdout", partial: bool = False):
-    from tf_device_panel.core import events
-    from tf_device_panel.core.events import Event
+    from tf_device_panel.core.protocol import events
 
     data = {"stream": stream, "kind": kind, "text": text}
     if partial:
         data["partial"] = True
-    return Event(events.LOG, data, job_id=job_id)
+    return make_event(events.LOG, data, job_id=job_id)
 
 
 def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: MainWindow) -> None:
     """Item 5: the script's stdout is in the Runs panel, the "\\r" line live, placement lines not mixed in, and
     the next spare's start-up lines never push it away."""
+    from tf_device_panel.core.client.session import JobRun
     from tf_device_panel.core.config import DeviceConfig
-    from tf_device_panel.core.session import JobRun
 
     runs = window.runs
     run = JobRun("script", {}, DeviceConfig(), None)
@@ -214,8 +214,7 @@ def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, 
 
 
 def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
-    from tf_device_panel.core import events
-    from tf_device_panel.core.events import Event
+    from tf_device_panel.core.protocol import events
 
     runs = window.runs
     # a refused parameter is named by its label ("Script"), not its name ("path")
@@ -230,8 +229,8 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
     assert runs.status.full_text() == "Running fit…" and "Running" not in runs.result.message.text()
     runs.job_finished(outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
     # after a cancel, the run's process ending is no failure
-    window.log.add_events([Event(events.JOB_FINISHED, {"job": "fit", "status": "cancelled"}, job_id="1"),
-                           Event(events.RUNTIME_EXITED, {"description": "exited with code 1", "expected": False})])
+    window.log.add_events([make_event(events.JOB_FINISHED, {"job": "fit", "status": "cancelled"}, job_id="1"),
+                           make_event(events.RUNTIME_EXITED, {"description": "exited with code 1", "expected": False})])
     last = window.log.view.toPlainText().splitlines()[-1]
     assert "after its job was cancelled" in last and window.log.entries[-1][0] != "error"
     # the placement table says its order the way it is: the largest counts first, "Count ▼"

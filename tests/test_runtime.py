@@ -22,9 +22,9 @@ from helpers import (
     progress_at_least,
     wait_until,
 )
-from tf_device_panel.core import events
+from tf_device_panel.core.client.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable, describe_devices
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable, describe_devices
+from tf_device_panel.core.protocol import events
 
 
 def placed_devices(seen: list, op_type: str) -> set[str]:
@@ -210,7 +210,7 @@ def test_no_orphan_process_when_the_client_goes_away(tmp_path: Path, how: str) -
     client = textwrap.dedent(f"""
         import os, sys, signal, time
         from tf_device_panel.core.config import DeviceConfig
-        from tf_device_panel.core.runtime import RuntimeProcess
+        from tf_device_panel.core.client.runtime import RuntimeProcess
         runtime = RuntimeProcess(DeviceConfig())
         runtime.start()
         runtime.wait_ready()

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from tf_device_panel.core import placement
+from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.nvml import Nvml
-from tf_device_panel.core.streams import visible_text
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.protocol import output_lines
+from tf_device_panel.core.protocol.streams import visible_text
 
 EXAMPLES = sorted((ROOT / "tests" / "seed_examples").glob("*.py"))
 _OPTION = re.compile(r"(\w+)=(\{.*?\}|\S+)")
@@ -86,10 +86,10 @@ def split_output(text: str, stream: str, volatile: bool) -> tuple[list[str], Cou
         # What a terminal shows of a line a progress bar redraws: backspaces and `\r` rewind, colours go
         line = visible_text(raw.replace("\b", "").encode()).decode().rstrip("\r")
         line = _ANSI.sub("", line) if volatile else line
-        kind, found = placement.parse_line(line, stream)
+        kind, found = output_lines.parse_line(line, stream)
         if found is not None:
             placed[(found.op_type, found.short_device)] += 1
-        if kind == placement.PLACEMENT or (stream == "stderr" and kind != placement.OUTPUT):
+        if kind == output_lines.PLACEMENT or (stream == "stderr" and kind != output_lines.OUTPUT):
             continue  # TensorFlow's own log: where C stdio flushes it differs by buffering, not by what ran
         line = _INCARNATION.sub("incarnation: N", _ADDRESS.sub("0x…", line))
         if volatile:

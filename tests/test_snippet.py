@@ -43,7 +43,7 @@ def test_snippet_splits_the_cpu_and_sets_soft_placement() -> None:
 
 
 def test_the_snippet_refuses_a_gpu_this_machine_lacks_as_a_run_does() -> None:
-    from tf_device_panel.core.nvml import Nvml
+    from tf_device_panel.core.devices.nvml import Nvml
 
     if Nvml().init():
         pytest.skip("this machine has an NVIDIA driver: GPU 7 may exist")

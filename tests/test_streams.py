@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tf_device_panel.core import events, placement
-from tf_device_panel.core.events import Event
-from tf_device_panel.core.history import RunRecorder
-from tf_device_panel.core.streams import EVENTS, STDERR, STDOUT, StreamDemux, split_lines
+from tf_device_panel.core.client.history import RunRecorder
+from tf_device_panel.core.protocol import events, output_lines
+from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.streams import EVENTS, STDERR, STDOUT, StreamDemux, split_lines
 
 EAGER = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
          "/job:localhost/replica:0/task:0/device:CPU:1")
@@ -21,8 +21,8 @@ def make(job: str | None = "j1") -> tuple[StreamDemux, list[Event], list[str]]:
 
 
 def closing(job_id: str = "j1") -> bytes:
-    return (Event(events.RESULT, {"result": {"kind": "script"}}, job_id=job_id).encode()
-            + Event(events.JOB_FINISHED, {"status": "ok"}, job_id=job_id).encode())
+    return (make_event(events.RESULT, {"result": {"kind": "script"}}, job_id=job_id).encode()
+            + make_event(events.JOB_FINISHED, {"status": "ok"}, job_id=job_id).encode())
 
 
 def test_lines_split_across_reads_become_one_event_each() -> None:
@@ -32,7 +32,7 @@ def test_lines_split_across_reads_become_one_event_each() -> None:
     demux.feed(STDOUT, b"lo\r\nwor")
     demux.feed(STDOUT, b"ld\n")
     assert [e.data["text"] for e in delivered] == ["hello", "world"] and lines == ["hello", "world"]
-    assert all(e.type == events.LOG and e.job_id == "j1" and e.data["kind"] == placement.OUTPUT for e in delivered)
+    assert all(e.type == events.LOG and e.job_id == "j1" and e.data["kind"] == output_lines.OUTPUT for e in delivered)
     demux.feed(STDOUT, "no newline, ünïcode".encode()[:-1])  # cut inside a character
     demux.close(STDOUT)
     assert delivered[-1].data["text"].startswith("no newline, ünïcod")
@@ -50,12 +50,12 @@ def test_a_tensorflow_message_continues_on_unprefixed_stderr_lines_of_the_same_w
     demux, delivered, _ = make()
     demux.feed(STDERR, b"W0000 00:00:1.0 1 cuda.cc:1] could not load libcudart\n  detail line\n")
     demux.feed(STDERR, b"plain output\n")  # a later write starts afresh
-    assert [e.data["kind"] for e in delivered] == [placement.WARNING, placement.WARNING, placement.OUTPUT]
+    assert [e.data["kind"] for e in delivered] == [output_lines.WARNING, output_lines.WARNING, output_lines.OUTPUT]
 
 
 def test_events_pass_through_and_a_bad_line_is_reported_not_fatal() -> None:
     demux, delivered, _ = make()
-    progress = Event(events.PROGRESS, {"done": 1, "total": 2, "message": "half"}, job_id="j1")
+    progress = make_event(events.PROGRESS, {"done": 1, "total": 2, "message": "half"}, job_id="j1")
     demux.feed(EVENTS, progress.encode()[:10])
     demux.feed(EVENTS, progress.encode()[10:] + b"\n{not json\n")
     assert delivered[0].type == events.PROGRESS and delivered[0].data["message"] == "half"
@@ -64,7 +64,7 @@ def test_events_pass_through_and_a_bad_line_is_reported_not_fatal() -> None:
 
 def test_closing_events_are_kept_for_the_client_and_nothing_else_is_held() -> None:
     demux, delivered, _ = make()
-    demux.feed(EVENTS, closing() + Event(events.PROGRESS, {"done": 1, "total": 1, "message": ""}).encode())
+    demux.feed(EVENTS, closing() + make_event(events.PROGRESS, {"done": 1, "total": 1, "message": ""}).encode())
     assert [e.type for e in delivered] == [events.PROGRESS]
     assert [e.type for e in demux.closing] == [events.RESULT, events.JOB_FINISHED]
 
@@ -86,7 +86,7 @@ def test_plain_output_comes_as_one_block_and_tensorflow_lines_one_by_one() -> No
     demux, delivered, lines = make()
     demux.feed(STDOUT, b"".join(f"line {i}\n".encode() for i in range(100)))
     (block,) = delivered
-    assert block.data["kind"] == placement.OUTPUT
+    assert block.data["kind"] == output_lines.OUTPUT
     assert block.data["text"].split("\n") == [f"line {i}" for i in range(100)]
     assert split_lines(block)[7].data["text"] == "line 7" and len(split_lines(block)) == 100
     assert lines == [f"line {i}" for i in range(60, 100)]  # the client keeps only the last lines anyway
@@ -126,14 +126,14 @@ def test_the_record_keeps_a_line_longer_than_its_cap_as_head_and_tail(tmp_path: 
     cap = 1024 * 1024
     recorder = RunRecorder(tmp_path / "run", {"run_id": "run", "job": "script", "status": "running",
                                                "started": 1.0}, cap_bytes=cap)
-    recorder.append(Event(events.LOG, {"stream": STDOUT, "kind": "output", "text": "x" * (3 * cap)}))
+    recorder.append(make_event(events.LOG, {"stream": STDOUT, "kind": "output", "text": "x" * (3 * cap)}))
     recorder.finish(status="ok")
     kept = sum(path.stat().st_size for path in (tmp_path / "run").glob("output*"))
     assert kept <= cap // 2 + 1024, kept
 
 
 def test_a_scripts_own_lines_are_never_classified_and_keep_their_order() -> None:
-    from tf_device_panel.core.streams import SCRIPT, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG, frame
+    from tf_device_panel.core.protocol.streams import SCRIPT, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG, frame
 
     demux, delivered, _ = make()
     channel = (frame(SCRIPT_STDOUT_TAG, EAGER.encode() + b"\n") + frame(SCRIPT_STDERR_TAG, b"Traceback (most")
@@ -143,16 +143,16 @@ def test_a_scripts_own_lines_are_never_classified_and_keep_their_order() -> None
     demux.feed(SCRIPT, channel[7:] + frame(SCRIPT_STDOUT_TAG, b"no newline"))
     demux.close(SCRIPT)
     assert [(e.type, e.data["stream"], e.data["kind"], e.data["text"]) for e in delivered] == [
-        (events.LOG, STDOUT, placement.OUTPUT, EAGER),
-        (events.LOG, STDERR, placement.OUTPUT, "Traceback (most recent call last):"),
-        (events.LOG, STDOUT, placement.OUTPUT, "after"), (events.LOG, STDOUT, placement.OUTPUT, "no newline")]
+        (events.LOG, STDOUT, output_lines.OUTPUT, EAGER),
+        (events.LOG, STDERR, output_lines.OUTPUT, "Traceback (most recent call last):"),
+        (events.LOG, STDOUT, output_lines.OUTPUT, "after"), (events.LOG, STDOUT, output_lines.OUTPUT, "no newline")]
     assert all(e.data["source"] == "script" for e in delivered)
 
 
 def test_a_scripts_line_without_newline_is_bounded_and_its_bytes_kept() -> None:
     """The script's own channel holds an open line like stdout does: bounded by the cap, linear in the bytes
     read; a line that is not UTF-8 keeps its printed bytes for the record."""
-    from tf_device_panel.core.streams import SCRIPT, SCRIPT_STDOUT_TAG, frame
+    from tf_device_panel.core.protocol.streams import SCRIPT, SCRIPT_STDOUT_TAG, frame
 
     delivered: list[Event] = []
     cap = 64 * 1024

@@ -14,8 +14,8 @@ import psutil
 import pytest
 from fake_nvml import FakeGpus, no_library, process
 from helpers import wait_until
-from tf_device_panel.core.nvml import Nvml
-from tf_device_panel.core.telemetry import History, Sampler, Series, read_csv
+from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.devices.telemetry import History, Sampler, Series, read_csv
 
 
 def test_series_is_a_bounded_ring_in_time_order() -> None:
@@ -124,7 +124,7 @@ def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
         sampler.stop()
     assert "telemetry-sampler" not in {t.name for t in threading.enumerate()}
     assert capfd.readouterr().out == ""  # stdout is the command line's output; a thread must never write there
-    failures = [r for r in caplog.records if r.name == "tf_device_panel.core.telemetry"]
+    failures = [r for r in caplog.records if r.name == "tf_device_panel.core.devices.telemetry"]
     assert [r.levelno for r in failures] == [logging.ERROR]  # the same failure every tick is logged once
     assert "the window went away" in failures[0].getMessage() and failures[0].exc_info is not None
     assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 3  # sampling went on

@@ -29,7 +29,7 @@ def test_devices_and_run_say_tensorflow_is_not_installed_and_how_to_install_it(
     done = subprocess.run([sys.executable, "-m", "tf_device_panel", *command], cwd=ROOT, env=no_tensorflow,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    from tf_device_panel.core.cudalibs import install_commands
+    from tf_device_panel.core.devices.cudalibs import install_commands
 
     expected = (f"error: TensorFlow is not installed in this Python ({sys.executable}); install it with: "
                 f"{install_commands(sys.executable)}")  # the CUDA build first only where there is an NVIDIA GPU
@@ -45,7 +45,7 @@ def write_pci(root: Path, functions: list[tuple[str, str]]) -> None:
 
 
 def test_the_install_hint_puts_the_cuda_build_first_only_where_there_is_an_nvidia_gpu(tmp_path: Path) -> None:
-    from tf_device_panel.core.cudalibs import install_commands
+    from tf_device_panel.core.devices.cudalibs import install_commands
 
     write_pci(tmp_path / "none", [("0x1af4", "0x020000"), ("0x10de", "0x040300")])  # virtio, a GPU's audio only
     write_pci(tmp_path / "h100", [("0x8086", "0x060000"), ("0x10de", "0x030200")])
@@ -59,8 +59,8 @@ def test_the_install_hint_puts_the_cuda_build_first_only_where_there_is_an_nvidi
 
 
 def test_a_broken_tensorflow_is_still_reported_as_what_it_is() -> None:
-    from tf_device_panel.core.runtime import startup_error_text
-    from tf_device_panel.core.runtime_main import import_failure
+    from tf_device_panel.core.client.runtime import startup_error_text
+    from tf_device_panel.core.runproc.runtime_main import import_failure
 
     assert import_failure(ModuleNotFoundError("No module named 'ml_dtypes'", name="ml_dtypes")) == {}
     error = {"stage": "import tensorflow", "type": "ModuleNotFoundError", "message": "No module named 'ml_dtypes'"}

@@ -1,4 +1,4 @@
-"""One plan for a configuration (core.tfplan): the run and the pasted snippet make the same tf.config calls,
+"""One plan for a configuration (core.config.plan): the run and the pasted snippet make the same tf.config calls,
 refuse the same profiles, and describe the devices they made."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import pytest
-from tf_device_panel.core import runtime_main, tfplan
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.config import plan as tfplan
+from tf_device_panel.core.runproc import runtime_main
 
 
 class Device(NamedTuple):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tf_device_panel.core import cli
 from tf_device_panel.core.config import MAX_PROFILE_BYTES, DeviceConfig, ProfileError, load_profile
-from tf_device_panel.core.jobs import JOBS, ParamError
+from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,8 +148,8 @@ def test_huge_command_line_values_are_quoted_shortened() -> None:
 
 
 def test_the_doctor_warns_about_gpus_it_cannot_check_and_growth_with_a_fraction() -> None:
-    from tf_device_panel.core import doctor
-    from tf_device_panel.core.doctor import PASS, WARN, Facts
+    from tf_device_panel.core.client import doctor
+    from tf_device_panel.core.client.doctor import PASS, WARN, Facts
 
     def configuration(config: dict, nvml: dict, growth_env: str | None = None) -> doctor.Check:
         facts = Facts(system="Linux", release="6.8.0", machine="x86_64", python="3.11.7",

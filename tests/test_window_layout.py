@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QMessageBox, QScrollBar
-from tf_device_panel.core.history import RunHistory
-from tf_device_panel.core.jobs import JOBS
-from tf_device_panel.core.session import JobOutcome
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.result_view import ResultView, outcome_summary, user_frames
 
@@ -153,7 +153,7 @@ def test_every_doctor_check_name_reads_whole(qtbot, window: MainWindow, size) ->
     from PySide6.QtCore import QRect
     from PySide6.QtGui import QFontMetrics
     from PySide6.QtWidgets import QStyle
-    from tf_device_panel.core import doctor
+    from tf_device_panel.core.client import doctor
 
     window.resize(*size)
     window.docks["doctor"].show()

@@ -1,0 +1,457 @@
+"""`tf-device-panel`: the command line over the same engine the window uses.
+
+Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TextIO
+
+from tf_device_panel.core.cli.output import (
+    RunPrinter,
+    cluster_config_text,
+    devices_text,
+    error_text,
+    jobs_text,
+    problems_text,
+    run_text,
+    runs_text,
+)
+from tf_device_panel.core.client.history import HistoryError, RunHistory
+from tf_device_panel.core.client.runtime import shell_status
+from tf_device_panel.core.client.session import JobRun, run_job_once
+from tf_device_panel.core.config import (
+    ConfigError,
+    DeviceConfig,
+    GpuInfo,
+    ProfileError,
+    load_profile,
+    to_python_snippet,
+    unchecked_gpus_warning,
+    validate,
+)
+from tf_device_panel.core.devices.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
+from tf_device_panel.core.devices.nvml import shared as shared_nvml
+from tf_device_panel.core.logsetup import configure_logging
+from tf_device_panel.core.runproc.cluster import cluster_commands
+from tf_device_panel.core.runproc.jobs import JOBS, ParamError, get_job
+from tf_device_panel.core.text import clip, quote
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_EXPORTER_PORT = 9848  # core.lab.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one clear message, exit code 2."""
+
+
+class ConfigRejected(Exception):
+    """TensorFlow refused the configuration when the runtime applied it (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        # argparse quotes a bad value whole, however large: shorten each quoted value, keep the rest
+        raise UsageError(clip(re.sub(r"'([^']{60,})'", lambda m: quote(m.group(1)), message), 600))
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _print_lines(lines: Iterable[str], stream: TextIO | None = None) -> None:
+    for line in lines:
+        print(line, file=stream or sys.stdout)
+
+
+def nvml_gpu_inventory() -> list[GpuInfo] | None:
+    """TensorFlow's GPUs as NVML sees them, for validation (TF's indices under CUDA_VISIBLE_DEVICES, CUDA's
+    totals); None when unknown (no driver)."""
+    nvml = shared_nvml()
+    if not nvml.init():
+        return None
+    return tf_gpu_inventory(nvml.gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def no_gpu_reason() -> str:
+    """Why this machine's GPUs cannot be checked, in NVML's words."""
+    return f"NVML sees no GPU on this machine ({shared_nvml().message or 'no NVIDIA driver'})"
+
+
+def load_config(path: str | None) -> DeviceConfig:
+    config = DeviceConfig() if path is None else load_profile(path)
+    gpus = nvml_gpu_inventory()
+    problems = validate(config, gpus)
+    if problems:
+        raise ConfigError(problems)
+    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
+    return config
+
+
+# -- commands ------------------------------------------------------------------------------------
+def _no_window(profile: str | None) -> int:
+    raise UsageError("this entry point has no window; start it with `tf-device-panel` or `python -m tf_device_panel`")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        config = load_profile(args.file)
+    except ProfileError as exc:
+        _print_lines(problems_text(args.file, exc.problems))
+        return EXIT_USAGE
+    gpus = nvml_gpu_inventory()
+    problems = validate(config, gpus)
+    if problems:
+        _print_lines(problems_text(f"{args.file} on this machine", problems))
+        return EXIT_USAGE
+    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if warning is not None:
+        # A profile for another machine is legitimate, but "valid" alone would promise it runs here.
+        print(f"{args.file}: valid as a profile, but its GPUs could not be checked — {config.summary()}")
+        print(f"  - warning: {warning}")
+        return EXIT_OK
+    print(f"{args.file}: valid — {config.summary()}")
+    return EXIT_OK
+
+
+def cmd_snippet(args: argparse.Namespace) -> int:
+    config = load_profile(args.config)  # required: an empty name is an error, not "no profile"
+    sys.stdout.write(to_python_snippet(config))
+    return EXIT_OK
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.code:
+        spec = get_job(args.code)
+        sys.stdout.write(spec.code())
+        return EXIT_OK
+    if args.json:
+        _emit_json([spec.to_json() for spec in JOBS.values()])
+        return EXIT_OK
+    _print_lines(jobs_text(JOBS.values()))
+    return EXIT_OK
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from tf_device_panel.core.client.runtime import RuntimeUnavailable, TensorFlowMissing, describe_devices
+
+    config = load_config(args.config)
+    nvml = shared_nvml()
+    nvml_info: dict[str, Any] = {
+        "available": nvml.init(), "message": nvml.message, "driver_version": nvml.driver_version(),
+        "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
+    try:
+        info, lines = describe_devices(config)
+    except TensorFlowMissing as exc:
+        raise ConfigRejected(str(exc)) from None  # printed as it is: which Python, and how to install it
+    except RuntimeUnavailable as exc:
+        if "rejected the configuration" in str(exc):
+            raise ConfigRejected(str(exc)) from None
+        raise
+    if args.json:
+        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(lines)})
+        return EXIT_OK
+    _print_lines(devices_text(info, config.summary(), nvml_info, tf_gpu_messages(lines)))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = get_job(args.job)
+    texts: dict[str, str] = {}
+    for item in args.param or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--param {quote(item)}: expected NAME=VALUE, e.g. --param device=/GPU:0")
+        texts[name.strip()] = value
+    script = spec.name == "script"
+    if script:
+        rejected = script_rejected(texts)
+        if rejected is not None:
+            return rejected
+    params = spec.resolve(texts=texts)
+    config = load_config(args.config)
+    # A closed stdout (`run … | head`) cancels the run, as it would end a bare `python file.py`.
+    stop = threading.Event()
+    printer = None
+    if script and not args.json:
+        # The script's stdout and stderr where a bare run puts them; the panel's own lines on stderr.
+        printer = RunPrinter(args.verbose, sys.stderr, on_broken_pipe=stop.set, job_output=(sys.stdout, sys.stderr))
+    elif not args.json:
+        printer = RunPrinter(args.verbose, sys.stdout, on_broken_pipe=stop.set)
+    elif args.verbose:
+        printer = RunPrinter(True, sys.stderr)
+    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop)
+    if printer is not None:
+        printer.end_live_line()
+    if outcome.error and outcome.error.get("type") == "ConfigRejected":
+        if args.json:
+            _emit_json(outcome.to_json())
+        else:
+            print(f"error: {outcome.error['message']}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        _emit_json(outcome.to_json())
+    else:
+        # A script's traceback is already on stderr, as its own run printed it (sys.excepthook).
+        panel = sys.stderr if script else sys.stdout
+        lines = run_text(outcome)
+        _print_lines(lines[:-1], panel)
+        if outcome.error:
+            _print_lines(error_text(outcome.error, args.verbose and not script), sys.stderr)
+        _print_lines(lines[-1:], panel)
+    if outcome.record_problem:
+        # The run went on; only its record is short. One line, whatever the output mode.
+        print(f"warning: this run's record is incomplete: {outcome.record_problem}", file=sys.stderr)
+    if script:
+        if outcome.status == "cancelled":
+            return EXIT_INTERRUPTED  # Ctrl+C (or SIGTERM, SIGHUP: the CLI cancels alike), as a bare run ends
+        if outcome.returncode is not None:
+            return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
+    return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
+
+
+def script_rejected(texts: dict[str, str]) -> int | None:
+    """A script that cannot run at all (missing, a folder, unreadable, not in its encoding, a syntax error):
+    one line naming the file and the line, exit 2 before TensorFlow starts, and a finalized run record."""
+    from tf_device_panel.core.runproc.jobs.script import script_problem
+
+    path = texts.get("path", "")
+    problem = script_problem(path) if path.strip() else None
+    if problem is None:
+        return None
+    JobRun("script", dict(texts), DeviceConfig(), None, RunHistory()).fail("ScriptError", problem)
+    print(f"error: {problem}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from tf_device_panel.core.client import doctor
+
+    config = load_profile(args.config) if args.config is not None else None
+    if not args.json:
+        print("Examining this machine (TensorFlow is imported in a probe process; this takes a few seconds)…",
+              file=sys.stderr)
+    facts = doctor.gather(config)
+    checks = doctor.diagnose(facts)
+    if args.json:
+        _emit_json({"checks": [c.to_json() for c in checks], "facts": facts.to_json(),
+                    "exit_code": doctor.exit_code(checks)})
+    elif args.markdown:
+        sys.stdout.write(doctor.to_markdown(checks, facts))
+    else:
+        sys.stdout.write(doctor.to_text(checks, facts))
+    return doctor.exit_code(checks)
+
+
+def cmd_cluster_config(args: argparse.Namespace) -> int:
+    try:
+        tasks = cluster_commands(args.worker, args.ps or (), chief=args.chief, profile=args.config)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.ps and not args.chief:
+        raise UsageError("a parameter-server cluster needs a coordinator: add --chief HOST:PORT")
+    if args.config is not None:
+        load_profile(args.config)  # a bad profile is named now, not on every machine later
+    if args.json:
+        _emit_json(tasks)
+        return EXIT_OK
+    _print_lines(cluster_config_text(tasks, bool(args.ps), args.config))
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = RunHistory().summaries(limit=args.limit)
+    if args.json:
+        _emit_json(runs)
+    elif not runs and args.limit != 0:
+        print(f"no runs yet (history folder: {RunHistory().root})")
+    else:
+        _print_lines(runs_text(runs))
+    return EXIT_OK
+
+
+def cmd_exporter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from tf_device_panel.core.lab import exporter
+
+    try:
+        host, port = exporter.parse_listen(args.listen)
+        exporter.install_test_nvml()
+        server = exporter.Exporter(host, port, interval=exporter.check_interval(args.interval),
+                                   certfile=args.certfile, keyfile=args.keyfile)
+        server.start()
+    except exporter.ExporterError as exc:
+        raise UsageError(str(exc)) from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # systemd stops the unit with SIGTERM
+    print(f"serving {server.url} (read-only; Ctrl+C stops)", flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+def cmd_machines(args: argparse.Namespace) -> int:
+    from tf_device_panel.core.lab import machines
+
+    try:
+        source = machines.make_source(args.prometheus, args.exporter)
+    except machines.SourceError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        found = source.fetch()
+    except machines.SourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_JOB_FAILED
+    if args.json:
+        _emit_json({"source": source.description, "machines": [m.to_json() for m in found]})
+    else:
+        _print_lines(machines.machines_text(found, source.description))
+    return EXIT_OK
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 1 or 0.5, got {text!r}") from None
+
+
+def _count(text: str) -> int:
+    """A whole number of 0 or more, for --limit."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tf-device-panel", description="See and configure the devices TensorFlow uses.")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's log lines and tracebacks")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("gui", help="open the window (the default with no command)")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile to open")
+
+    p = sub.add_parser("devices", help="physical and logical devices after the configuration")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile (JSON)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_devices)
+
+    p = sub.add_parser("jobs", help="the jobs and their parameters")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--code", metavar="JOB", help="print the code a job runs")
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("run", help="run a job in a fresh runtime, streaming placements")
+    p.add_argument("job", help=f"one of: {', '.join(JOBS)}")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile (JSON)")
+    p.add_argument("--param", "-p", action="append", metavar="NAME=VALUE", help="job parameter (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("snippet", help="the configuration as Python code for your own script")
+    p.add_argument("--config", metavar="FILE", required=True)
+    p.set_defaults(func=cmd_snippet)
+
+    p = sub.add_parser("validate", help="every problem in a profile")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("doctor", help="why TensorFlow does not see or use a GPU: checks, evidence, fixes")
+    p.add_argument("--config", metavar="FILE", help="also check this device configuration profile")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="for scripts")
+    output.add_argument("--markdown", action="store_true", help="for a bug report")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("cluster-config", help="TF_CONFIG and start command for each task of a real cluster")
+    p.add_argument("--worker", action="append", required=True, metavar="HOST:PORT", help="a worker (repeatable)")
+    p.add_argument("--ps", action="append", metavar="HOST:PORT", help="a parameter server (repeatable)")
+    p.add_argument("--chief", metavar="HOST:PORT", help="the coordinator, for a parameter-server cluster")
+    p.add_argument("--config", metavar="FILE", help="device configuration profile every task applies")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cluster_config)
+
+    p = sub.add_parser("runs", help="past runs")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--limit", type=_count, default=50, help="list at most this many (newest first)")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("exporter", help="serve this machine's GPU, host and run metrics to Prometheus (/metrics)")
+    p.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_EXPORTER_PORT}", metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:9848: this machine only)")
+    p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS", help="sampling period (default 1)")
+    p.add_argument("--certfile", metavar="PEM", help="serve HTTPS with this certificate (with --keyfile)")
+    p.add_argument("--keyfile", metavar="PEM", help="the certificate's private key")
+    p.set_defaults(func=cmd_exporter)
+
+    p = sub.add_parser("machines", help="the GPUs and hosts of many machines, from Prometheus or exporters")
+    p.add_argument("--prometheus", metavar="URL", help="a Prometheus server, e.g. http://prometheus.lab:9090")
+    p.add_argument("--exporter", action="append", metavar="URL",
+                   help="an exporter to scrape directly, e.g. http://gpu01:9848 (repeatable)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_machines)
+    for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor", "exporter",
+                 "machines"):
+        sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                                       help="show TensorFlow's log lines and tracebacks")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], int] = _no_window) -> int:
+    """Run one command; `open_window(profile)` opens the window (the launcher passes it, so core never imports gui)."""
+    parser = build_parser()
+    args: argparse.Namespace | None = None
+    try:
+        args = parser.parse_args(argv)
+        configure_logging(verbose=getattr(args, "verbose", False))
+        if args.command in (None, "gui"):
+            return open_window(getattr(args, "config", None))
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ProfileError as exc:
+        print(f"error: invalid profile {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConfigError as exc:
+        print("error: invalid configuration:\n" + "\n".join(f"  - {p}" for p in exc.problems), file=sys.stderr)
+        return EXIT_USAGE
+    except (ConfigRejected, HistoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ParamError as exc:
+        print(f"error: job {exc.job!r}: " + "; ".join(f"{n}: {m}" for n, m in exc.problems), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED  # as a shell reports a command ended by Ctrl+C
+    except Exception as exc:
+        if getattr(args, "verbose", False):
+            raise
+        print(f"error: {type(exc).__name__}: {exc} (run with --verbose for details)", file=sys.stderr)
+        return EXIT_JOB_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())  # the command line alone; `python -m tf_device_panel` also opens the window

@@ -1,0 +1,594 @@
+"""Run history: each run's configuration, event stream, output and result, written as it happens.
+
+Layout of <home>/runs/<run_id>/:
+- run.json: the summary, rewritten atomically;
+- output.txt: the run's stdout and stderr lines as raw text, one per line (flushed at least every
+  FLUSH_S and before every other event);
+- events.jsonl: every other event, one JSON object per line, each with `at`, the byte offset into the
+  output at which it came; and `{"output_stream": "stderr", "at": N}` where the output switches stream
+  (`script-stdout` and `script-stderr` name a user's script's own lines, never classified by their shape).
+Past the per-run cap (RECORD_CAP_ENV MB, default 100), the output's head is kept in output.txt and its tail
+in the last few output.tail.N segments; the summary's `output` says how many lines were dropped between.
+Log and placement events are rebuilt from the lines when a run is read. Records written before this
+layout (every line an event in events.jsonl) still load.
+
+Writing never stops a run: every write goes through `RunRecorder._guarded`; the first that fails (a full
+disk, a read-only or vanished folder) ends the recording, and the summary says `incomplete` with the reason.
+run.json is created padded with RESERVED_BYTES of spaces, so the final summary can still be written in place
+over them when the disk is full.
+
+Reading is total: a damaged run.json (not JSON, not UTF-8, wrong types) lists that run as `unreadable` with
+the reason; damaged lines of events.jsonl are skipped and counted in a warning in the run's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+import re
+import secrets
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+import psutil
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import from_json as event_from_json
+from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
+from tf_device_panel.core.text import clip, object_without_duplicates
+
+HOME_ENV = "TF_DEVICE_PANEL_HOME"
+RECORD_CAP_ENV = "TF_DEVICE_PANEL_RECORD_CAP_MB"
+DEFAULT_CAP_MB = 100
+TAIL_SEGMENTS = 4          # the tail is kept in this many segments of a quarter of half the cap each
+FLUSH_S = 0.2
+RESERVED_BYTES = 16384     # spaces after run.json's first version: room for the final summary on a full disk
+MAX_SUMMARY_BYTES = 64 * 1024 * 1024  # a run.json larger than this is not a summary this panel wrote
+MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
+UNREADABLE = "unreadable"
+_TAIL_FILE = re.compile(r"output\.tail\.\d+")
+
+
+class HistoryError(Exception):
+    """The history folder itself cannot be used (a file where the folder should be, no permission):
+    the message says what to do."""
+
+
+def home() -> Path:
+    override = os.environ.get(HOME_ENV)
+    if not override:
+        return platformdirs.user_data_path("tf-device-panel")
+    try:
+        return Path(override).expanduser()
+    except RuntimeError:  # "~nouser/…": no such user, so no home to expand
+        raise HistoryError(f"{HOME_ENV}={override!r}: {override.split('/')[0]!r} names no user of this machine; "
+                           "set it to an existing folder") from None
+
+
+def _write_json_atomic(path: Path, data: Any, reserve: int = 0) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        text = json.dumps(data, indent=2, default=str) + "\n"
+        tmp.write_text(text + " " * reserve, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _write_json_in_place(path: Path, data: Any) -> None:
+    """Overwrite `path` within its present size (its reserved spaces), allocating nothing: the last resort
+    on a full disk. Raises OSError when the summary does not fit or the file cannot be written."""
+    text = json.dumps(data, separators=(",", ":"), default=str).encode()
+    with path.open("r+b") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if len(text) + 1 > size:
+            raise OSError(errno.ENOSPC, "the final summary does not fit the space reserved for it")
+        handle.write(text + b"\n" + b" " * (size - len(text) - 1))
+
+
+_WHAT_TO_DO = {
+    errno.ENOSPC: "free some space there",
+    errno.EDQUOT: "free some space there",
+    errno.EROFS: f"set {HOME_ENV} to a writable folder",
+    errno.EACCES: f"check its permissions, or set {HOME_ENV} to a writable folder",
+    errno.EPERM: f"check its permissions, or set {HOME_ENV} to a writable folder",
+    errno.ENOTDIR: f"a file stands where a folder should be; move it, or set {HOME_ENV} to another folder",
+    errno.EEXIST: f"a file stands where a folder should be; move it, or set {HOME_ENV} to another folder",
+}
+
+
+def problem_text(exc: OSError, what: Path | str) -> str:
+    """One line for a failed write: what could not be written, why, and what to do."""
+    reason = exc.strerror or str(exc)
+    todo = _WHAT_TO_DO.get(exc.errno or 0)
+    return f"could not write {what}: {reason}" + (f" ({todo})" if todo else "")
+
+
+def record_cap_bytes() -> int:
+    """The per-run output cap from RECORD_CAP_ENV (MB); a bad value is named, never silently replaced."""
+    text = os.environ.get(RECORD_CAP_ENV, "").strip()
+    if not text:
+        return DEFAULT_CAP_MB * 1024 * 1024
+    try:
+        megabytes = float(text)
+    except ValueError:
+        raise ValueError(f"{RECORD_CAP_ENV}={text!r}: expected a number of megabytes, e.g. 100") from None
+    if megabytes <= 0:
+        raise ValueError(f"{RECORD_CAP_ENV}={text!r}: expected more than 0 megabytes")
+    return int(megabytes * 1024 * 1024)
+
+
+def is_output_line(event: Event) -> bool:
+    """A line the run printed on its stdout/stderr: stored as raw text, not as an event."""
+    return (event.type in (events.LOG, events.PLACEMENT) and event.data.get("stream") in OUTPUT_STREAMS
+            and "task" not in event.data)
+
+
+def _write(handle: Any, data: Any) -> None:
+    """The one place the recorder's files are written (tests inject faults here)."""
+    handle.write(data)
+
+
+class RunRecorder:
+    """Writes one run's record as it happens. Never raises: the first failed write (full disk, read-only
+    or removed folder, no permission) is kept in `problem`, later writes are skipped, and `finish` marks the
+    summary `incomplete` with that reason."""
+
+    def __init__(self, folder: Path, summary: dict[str, Any], cap_bytes: int | None = None):
+        self.folder = folder
+        self.run_id = folder.name
+        self.summary = summary
+        self.cap_bytes = record_cap_bytes() if cap_bytes is None else cap_bytes
+        self.problem: str | None = None
+        self._events: Any = None
+        self._output: Any = None
+        self._offset = 0          # bytes of output so far, dropped ones included
+        self._lines = 0
+        self._stream = "stdout"
+        self._last_flush = time.monotonic()
+        self._segment_bytes = max(self.cap_bytes // 2 // TAIL_SEGMENTS, 1)
+        self._tail: deque[dict[str, Any]] = deque()  # {"file", "start", "lines", "bytes"} of each kept segment
+        self._dropped_lines = 0
+        self._segments = 0
+        self._closed = False
+        self._summary_written = False
+        self._guarded(folder, lambda: folder.mkdir(parents=True, exist_ok=False))
+        self._guarded(folder / "run.json",
+                      lambda: _write_json_atomic(folder / "run.json", summary, reserve=RESERVED_BYTES))
+        self._summary_written = self.problem is None
+        self._events = self._guarded(folder / "events.jsonl",
+                                     lambda: (folder / "events.jsonl").open("a", encoding="utf-8", buffering=1))
+        self._output = self._guarded(folder / "output.txt",
+                                     lambda: (folder / "output.txt").open("ab", buffering=1024 * 1024))
+
+    @property
+    def failed(self) -> bool:
+        return self.problem is not None
+
+    def _guarded(self, what: Path, action: Any) -> Any:
+        """Run one write; on failure remember why (the first failure only), stop recording, return None."""
+        if self.problem is not None:
+            return None
+        try:
+            return action()
+        except (OSError, ValueError) as exc:  # ValueError: a file closed under us ("I/O on closed file")
+            self.problem = problem_text(exc, what) if isinstance(exc, OSError) else f"could not write {what}: {exc}"
+            self._close_files()
+            return None
+
+    def _close_files(self) -> None:
+        for handle in (self._output, self._events):
+            if handle is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    handle.close()
+        self._output = self._events = None
+
+    def append(self, event: Event) -> None:
+        if self._closed or self.problem is not None or event.data.get("partial"):
+            return
+        if is_output_line(event):
+            self._append_line(event)
+            return
+        self._flush()
+        entry = event.to_json()
+        entry["at"] = self._offset
+        self._write_event(json.dumps(entry, default=str) + "\n")
+
+    def _write_event(self, line: str) -> None:
+        handle = self._events
+        self._guarded(self.folder / "events.jsonl", lambda: _write(handle, line))
+
+    def _append_line(self, event: Event) -> None:
+        stream = event.data["stream"]
+        if event.data.get("source") == "script":
+            stream = f"script-{stream}"  # read back as the script's own, never classified by its shape
+        if stream != self._stream:
+            self._stream = stream
+            self._write_event(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")
+        text = event.data.get("line") or event.data.get("text", "")
+        raw = event.data.get("raw")  # the bytes as printed, where the text shown differs from them
+        data = (raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogateescape")) + b"\n"
+        lines = text.count("\n") + 1  # a block of plain output is one event
+        if len(data) > self._segment_bytes:  # one line larger than a tail segment: its head and tail, as a run's
+            clipped = LineBuffer(self._segment_bytes)
+            clipped.add(data[:-1])
+            data = clipped.take() + b"\n"
+            lines = data.count(b"\n")
+        head_full = not self._tail and self._offset + len(data) > self.cap_bytes // 2
+        if head_full or (self._tail and self._tail[-1]["bytes"] >= self._segment_bytes):
+            self._next_segment()
+        output = self._output
+        name = self._tail[-1]["file"] if self._tail else "output.txt"
+        self._guarded(self.folder / name, lambda: _write(output, data))
+        self._offset += len(data)
+        self._lines += lines
+        if self._tail:
+            self._tail[-1]["lines"] += lines
+            self._tail[-1]["bytes"] += len(data)
+        now = time.monotonic()
+        if now - self._last_flush > FLUSH_S:
+            self._flush(now)
+
+    def _next_segment(self) -> None:
+        """Past half the cap: the rest goes to rotating tail segments, the oldest dropped."""
+        output = self._output
+        self._guarded(self.folder, lambda: output.close())
+        self._segments += 1
+        name = f"output.tail.{self._segments}"
+        self._tail.append({"file": name, "start": self._offset, "lines": 0, "bytes": 0})
+        self._output = self._guarded(self.folder / name, lambda: (self.folder / name).open("ab", buffering=1024 * 1024))
+        while len(self._tail) > TAIL_SEGMENTS:
+            oldest = self._tail.popleft()
+            self._dropped_lines += oldest["lines"]
+            with contextlib.suppress(OSError):
+                (self.folder / oldest["file"]).unlink()
+        self.summary["output"] = self._output_summary()
+
+    def _output_summary(self) -> dict[str, Any]:
+        return {"bytes": self._offset, "lines": self._lines, "dropped_lines": self._dropped_lines,
+                "cap_bytes": self.cap_bytes, "tail": list(self._tail)}
+
+    def _flush(self, now: float | None = None) -> None:
+        output = self._output
+        if output is not None:
+            self._guarded(self.folder / (self._tail[-1]["file"] if self._tail else "output.txt"),
+                          lambda: output.flush())
+        self._last_flush = now or time.monotonic()
+
+    def finish(self, **fields: Any) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        output = self._output
+        if output is not None:
+            self._guarded(self.folder / (self._tail[-1]["file"] if self._tail else "output.txt"),
+                          lambda: output.close())
+        self._output = None
+        self.summary.update(fields)
+        self.summary["output"] = self._output_summary()
+        self.summary["finished"] = time.time()
+        if self.problem is not None:
+            self.summary["incomplete"] = self.problem
+        self._close_files()
+        if not self._summary_written:
+            return  # no folder or no run.json to update: `problem` says why
+        path = self.folder / "run.json"
+        try:
+            _write_json_atomic(path, self.summary)
+            return
+        except OSError as exc:
+            self.problem = self.problem or problem_text(exc, path)
+        self.summary["incomplete"] = self.problem
+        # The disk is full: the summary goes over run.json's reserved spaces, the bulky parts left out first.
+        bulky = ("placement_counts", "fallbacks", "devices", "result")
+        for drop in range(len(bulky) + 1):
+            with contextlib.suppress(OSError):
+                _write_json_in_place(path, {k: v for k, v in self.summary.items() if k not in bulky[:drop]})
+                return
+
+
+class RunHistory:
+    def __init__(self, root: Path | None = None, cap_bytes: int | None = None):
+        self.root = (root or home()) / "runs"
+        self.cap_bytes = cap_bytes
+
+    def new_run(self, job: str, params: dict[str, Any], config: dict[str, Any],
+                devices: dict[str, Any] | None) -> RunRecorder:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_id = f"{stamp}-{job}-{secrets.token_hex(3)}"
+        summary = {"run_id": run_id, "job": job, "params": params, "config": config, "devices": devices,
+                   "status": "running", "started": time.time(), "client_pid": os.getpid()}
+        return RunRecorder(self.root / run_id, summary, self.cap_bytes)
+
+    def summaries(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """At most `limit` summaries (all with None), newest first; a run whose client died mid-run shows as
+        'interrupted', a run whose run.json is damaged as 'unreadable' with the reason. Raises HistoryError
+        only when the history folder itself cannot be listed."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be 0 or more, got {limit}")
+        if limit == 0:
+            return []
+        runs = []
+        for folder in self._run_folders():
+            runs.append(self._summary(folder))
+            if limit is not None and len(runs) >= limit:
+                break
+        return runs
+
+    def _run_folders(self) -> list[Path]:
+        root = self.root
+        try:
+            names = sorted(os.listdir(root), reverse=True)
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            blocking = next((path for path in (root, *root.parents) if path.exists() and not path.is_dir()), root)
+            where = "" if blocking == root else f" ({root} is inside it)"
+            raise HistoryError(f"the run history cannot be read: {blocking} is a file, not a folder{where}; move "
+                               f"it away, or set {HOME_ENV} to another folder") from None
+        except OSError as exc:
+            raise HistoryError(f"cannot read the run history {root}: {exc.strerror or exc}; check its "
+                               f"permissions, or set {HOME_ENV} to another folder") from None
+        folders = []
+        for name in names:
+            folder = root / name
+            if not name.startswith(".") and folder.is_dir():
+                folders.append(folder)
+        return folders
+
+    def _summary(self, folder: Path) -> dict[str, Any]:
+        try:
+            summary = read_summary(folder / "run.json")
+        except SummaryError as exc:
+            return unreadable_summary(folder, str(exc))
+        summary["run_id"] = folder.name  # the folder is what get() and events() find it by
+        if summary["status"] == "running":
+            pid = summary.get("client_pid")
+            if pid is None or not psutil.pid_exists(pid):
+                summary["status"] = "interrupted"
+        return summary
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        """The run's summary, checked like in `summaries` (a damaged one comes back as 'unreadable')."""
+        return self._summary(self._folder(run_id))
+
+    def events(self, run_id: str) -> list[Event]:
+        """The recorded events, output lines made log and placement events again in their places. A line
+        cut short by a crash is skipped, not fatal; other damaged lines are skipped and counted in a warning."""
+        folder = self._folder(run_id)
+        entries: list[dict[str, Any]] = []
+        damaged: list[str] = []
+        try:
+            with (folder / "events.jsonl").open("rb") as handle:
+                for number, line in enumerate(handle, 1):
+                    entry, reason = _entry(line)
+                    if entry is not None:
+                        entries.append(entry)
+                    elif reason and line.endswith(b"\n"):  # the last line cut short by a crash is no damage
+                        damaged.append(f"line {number}: {reason}")
+        except OSError as exc:
+            damaged.append(f"cannot read it: {exc.strerror or exc}")
+        summary = self.get(run_id)
+        if (folder / "output.txt").exists() and summary["status"] != UNREADABLE:
+            try:
+                merged = _merge_output(folder, entries, summary.get("output") or {})
+            except OSError as exc:
+                damaged.append(f"cannot read the output: {exc.strerror or exc}")
+                merged = [e for e in map(_event_or_none, entries) if e is not None]
+        else:
+            merged = [e for e in map(_event_or_none, entries) if e is not None]
+        if damaged:
+            text = (f"{len(damaged)} damaged part(s) of this run's record skipped (events.jsonl "
+                    f"{clip('; '.join(damaged[:3]), 300)})")
+            merged.insert(0, make_event(events.LOG, {"stream": "panel", "kind": "warning", "text": text},
+                                   time=merged[0].time if merged else 0.0))
+        return merged
+
+    def _folder(self, run_id: str) -> Path:
+        folder = self.root / run_id
+        if "/" in run_id or "\0" in run_id or run_id.startswith(".") or not folder.is_dir():
+            raise KeyError(f"no run {run_id!r} in {self.root}")
+        return folder
+
+
+class SummaryError(ValueError):
+    """Why a run.json cannot be used: one line, for the 'unreadable' row."""
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A run.json read and checked field by field; SummaryError says what is wrong."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SUMMARY_BYTES + 1)
+    except OSError as exc:
+        raise SummaryError(f"run.json: {exc.strerror or exc}") from None
+    if len(data) > MAX_SUMMARY_BYTES:
+        raise SummaryError(f"run.json is larger than {MAX_SUMMARY_BYTES // (1024 * 1024)} MB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SummaryError(f"run.json is not UTF-8 text (byte {exc.start})") from None
+    try:
+        summary = json.loads(text, object_pairs_hook=object_without_duplicates)
+    except (ValueError, RecursionError) as exc:
+        raise SummaryError(f"run.json is not valid JSON ({clip(str(exc), 120)})") from None
+    if not isinstance(summary, dict):
+        raise SummaryError(f"run.json holds {_json_type(summary)}, not an object")
+    check_summary(summary)
+    return summary
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_time(value: Any) -> bool:
+    """Seconds since 1970 that a clock can show (time.localtime fails past about the year 10^9)."""
+    return _is_number(value) and 0 <= value < 2**36
+
+
+# field -> (check, what it must be); a missing field is fine unless REQUIRED names it
+_FIELDS: dict[str, tuple[Any, str]] = {
+    "run_id": (lambda v: isinstance(v, str), "a string"),
+    "job": (lambda v: isinstance(v, str), "a string"),
+    "status": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "started": (_is_time, "a time in seconds since 1970"),
+    "finished": (_is_time, "a time in seconds since 1970"),
+    "duration_s": (lambda v: v is None or _is_number(v), "a number of seconds or null"),
+    "client_pid": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_PID,
+                   f"a whole number from 1 to {MAX_PID}"),
+    "returncode": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "a whole number or null"),
+    "params": (lambda v: isinstance(v, dict), "an object"),
+    "config": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "devices": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "error": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("message", ""), str)),
+              "null or an object with a string 'message'"),
+    "job_id": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "incomplete": (lambda v: isinstance(v, str), "a string"),
+    "fallbacks": (lambda v: isinstance(v, list), "a list"),
+    "placement_counts": (lambda v: isinstance(v, list), "a list"),
+    "output": (lambda v: v is None or _output_ok(v), "null or the output's sizes and tail segments"),
+}
+REQUIRED = ("job", "status", "started")
+
+
+def _output_ok(output: Any) -> bool:
+    if not isinstance(output, dict):
+        return False
+    if not all(_is_number(output.get(key, 0)) for key in ("bytes", "lines", "dropped_lines", "cap_bytes")):
+        return False
+    tail = output.get("tail", [])
+    return isinstance(tail, list) and all(
+        isinstance(s, dict) and isinstance(s.get("file"), str) and _TAIL_FILE.fullmatch(s["file"]) is not None
+        and isinstance(s.get("start"), int) and not isinstance(s.get("start"), bool) and s["start"] >= 0
+        for s in tail)
+
+
+def check_summary(summary: dict[str, Any]) -> None:
+    for name in REQUIRED:
+        if name not in summary:
+            raise SummaryError(f"run.json has no {name!r}")
+    for name, (ok, wanted) in _FIELDS.items():
+        if name in summary and not ok(summary[name]):
+            raise SummaryError(f"run.json: {name!r} must be {wanted}, got {clip(repr(summary[name]), 60)}")
+
+
+def unreadable_summary(folder: Path, reason: str) -> dict[str, Any]:
+    """The row a damaged run shows: its folder name, when the folder last changed, and why."""
+    try:
+        started = folder.stat().st_mtime
+    except OSError:
+        started = 0.0
+    return {"run_id": folder.name, "status": UNREADABLE, "started": started, "params": {},
+            "error": {"type": "Unreadable", "message": reason}}
+
+
+def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """One events.jsonl line as a checked entry, or (None, why not); a blank line is (None, "")."""
+    if not line.strip():
+        return None, ""
+    try:
+        entry = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8"
+    except (ValueError, RecursionError):
+        return None, "not JSON"
+    if not isinstance(entry, dict):
+        return None, f"{_json_type(entry)}, not an object"
+    at = entry.get("at", 0)
+    if not (isinstance(at, int) and not isinstance(at, bool) and at >= 0):
+        return None, f"'at' must be a byte offset, got {clip(repr(at), 40)}"
+    if "output_stream" in entry:
+        known = entry["output_stream"] in OUTPUT_STREAMS or entry["output_stream"] in SCRIPT_STREAMS
+        return (entry, "") if known else (None, "unknown output stream")
+    return (entry, "") if _event_or_none(entry) is not None else (None, "not an event")
+
+
+_PLACEMENT_KEYS = ("op", "op_type", "device", "short_device", "mode")
+
+
+def _event_or_none(entry: dict[str, Any]) -> Event | None:
+    kind, data, job_id, at = entry.get("type"), entry.get("data", {}), entry.get("job_id"), entry.get("time", 0.0)
+    if not isinstance(kind, str) or not isinstance(data, dict) or not (job_id is None or isinstance(job_id, str)):
+        return None
+    if not _is_number(at):
+        return None
+    if kind == events.PLACEMENT and not all(isinstance(data.get(key), str) for key in _PLACEMENT_KEYS):
+        return None
+    try:
+        return event_from_json(entry)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _output_chunks(folder: Path, output: dict[str, Any]) -> list[tuple[int, bytes]]:
+    """(start offset, bytes) of each kept piece of output: the head, then the tail segments."""
+    chunks = [(0, (folder / "output.txt").read_bytes())]
+    for segment in output.get("tail", []):  # names and starts checked by read_summary
+        with contextlib.suppress(OSError):
+            chunks.append((int(segment["start"]), (folder / segment["file"]).read_bytes()))
+    return chunks
+
+
+def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str, Any]) -> list[Event]:
+    merged: list[Event] = []
+    time_now = [0.0]
+
+    def deliver(event: Event) -> None:
+        for line in split_lines(event):
+            merged.append(line.replace(time=time_now[0]))
+
+    demux = StreamDemux(deliver, line_cap=None)  # recorded lines are already within the cap
+    stream = "stdout"
+    pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].get("at", 0), item[0])))
+    upcoming = next(pending, None)
+    dropped_reported = False
+    for start, data in _output_chunks(folder, output):
+        if start > 0 and not dropped_reported and output.get("dropped_lines"):
+            dropped_reported = True
+            notice = {"stream": "panel", "kind": "warning",
+                      "text": f"… {output['dropped_lines']} lines dropped here: the run printed more than the "
+                              f"record's cap of {int(output.get('cap_bytes', 0)) // (1024 * 1024)} MB"}
+            merged.append(make_event(events.LOG, notice, time=time_now[0]))
+        offset = start
+        lines = data.split(b"\n")  # not splitlines: a lone "\r" inside a line is no line end
+        if lines and not lines[-1]:
+            lines.pop()
+        for raw in (line + b"\n" for line in lines):
+            while upcoming is not None and int(upcoming[1].get("at", 0)) <= offset:
+                stream = _take(upcoming[1], merged, time_now) or stream
+                upcoming = next(pending, None)
+            demux.feed(stream, raw)
+            offset += len(raw)
+    while upcoming is not None:
+        _take(upcoming[1], merged, time_now)
+        upcoming = next(pending, None)
+    return merged
+
+
+def _take(entry: dict[str, Any], merged: list[Event], time_now: list[float]) -> str | None:
+    """Add a recorded event to `merged`; returns the stream an `output_stream` entry switches to."""
+    if "output_stream" in entry:
+        return str(entry["output_stream"])
+    event = _event_or_none(entry)
+    if event is not None:
+        time_now[0] = event.time
+        merged.append(event)
+    return None

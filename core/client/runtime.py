@@ -1,0 +1,591 @@
+"""Client side of a run process: start it warm, hand it one job (or a describe request), receive its events.
+
+A `RuntimeProcess` is one process, used once. `start()` launches `core.runproc.supervisor`, which starts
+`core.runproc.runtime_main` below it: TensorFlow imported and configured, not initialized (state READY once its
+`warm` event has come: a warm spare). `submit` hands it a job; the process initializes TensorFlow, runs
+the job on its main thread and exits with the job's status. `describe` asks only for the devices.
+
+One reader thread watches four pipes with raw `os.read`: the events pipe, the process's stdout and stderr,
+where TensorFlow's C++ code prints (placement lines among them), and the channel of a user's script's own
+sys.stdout and sys.stderr (`core.protocol.streams.SCRIPT`: its lines are never taken for TensorFlow's).
+What it reads goes to a
+`core.protocol.streams.StreamDemux`, which makes `log` and `placement` events of output lines. Whatever the process
+printed before an event is read before that event is delivered, and the job's closing events are delivered
+only once every pipe has reached end of file: the process has flushed everything, run its atexit handlers,
+said the status it exits with (`exiting`) and closed them (the state turns EXITED a moment later, when the
+kernel has torn the process down and the supervisor has ended its leftovers). The reader calls
+`on_event` synchronously: a consumer that falls behind makes the process's writes wait, as a terminal does.
+
+Cancel is what Ctrl+C does in a terminal: SIGINT (KeyboardInterrupt in the job's main thread), then
+SIGTERM, then, after the grace period, the supervisor ends the process and everything it started.
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import contextlib
+import fcntl
+import itertools
+import json
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import termios
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.devices.gpus import created_gpu
+from tf_device_panel.core.logsetup import RepeatedFailureLog
+from tf_device_panel.core.processes import start_module
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.environment import PANEL_ENVIRONMENT, USER_ENVIRONMENT_ENV
+from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.streams import EVENTS, SCRIPT, STDERR, STDOUT, StreamDemux
+
+NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
+    "not started", "starting", "ready", "busy", "stopping", "exited")
+LAST_LINES = 40
+READ_SIZE = 65536
+PIPES_AFTER_EXIT_S = 1.0   # how long output pipes may stay open after the supervisor exited (they should not)
+
+log = logging.getLogger(__name__)
+
+_live: weakref.WeakSet[RuntimeProcess] = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_all_runtimes() -> None:
+    for runtime in list(_live):
+        runtime.kill()
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The process cannot take this request now (not warm yet, already used, or exited)."""
+
+
+class TensorFlowMissing(RuntimeUnavailable):
+    """The run's Python has no TensorFlow: the message says which Python, and how to install it."""
+
+
+def startup_error_text(error: Mapping[str, Any]) -> str:
+    """A run's start-up failure in words: TensorFlow missing from its Python, or what TensorFlow refused."""
+    if error.get("not_installed"):
+        return str(error.get("message"))
+    return f"TensorFlow rejected the configuration at {error.get('stage')}: {error.get('type')}: {error.get('message')}"
+
+
+def describe_exit(returncode: int | None, killed_because: str | None = None) -> str:
+    """How a process ended, in words; `killed_because` is the reason when the client killed it on purpose."""
+    if killed_because and returncode is not None and returncode < 0:
+        return f"was killed: {killed_because}"
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (killed: out of memory, or stopped by force)" if -returncode == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {returncode}"
+
+
+def shell_status(returncode: int) -> int:
+    """A process's exit status as a shell reports it: 128 + N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _available(fd: int) -> int:
+    """Bytes waiting in a pipe right now."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    except OSError:
+        return 0
+    return count[0]
+
+
+class RuntimeProcess:
+    """One run process, configured once, used for one job (or one describe request), then gone.
+
+    `on_event` is called on the reader thread for every event, in order. Without it, events are
+    queued and read with `next_event`.
+    """
+
+    _ids = itertools.count(1)
+
+    def __init__(self, config: DeviceConfig, *, on_event: Callable[[Event], None] | None = None,
+                 python: str | None = None, env: Mapping[str, str] | None = None):
+        self.config = config
+        self.python = python or sys.executable
+        self.extra_env = dict(env or {})
+        self.state = NOT_STARTED
+        self.warm_info: dict[str, Any] | None = None    # TF version, build, physical devices: no initialization
+        self.ready_info: dict[str, Any] | None = None   # after initialization: the logical devices too
+        self.startup_error: dict[str, Any] | None = None
+        self.exit_info: dict[str, Any] | None = None
+        self.running_job: str | None = None
+        self.job_name: str | None = None
+        self._last_lines: deque[str] = deque(maxlen=LAST_LINES)  # appended by the reader thread
+        self._last_lines_lock = threading.Lock()
+        self.tf_gpus: list[dict[str, Any]] = []  # from TF's "Created device" lines: logical GPU -> bus id
+        self._on_event = on_event
+        self._listener_failures = RepeatedFailureLog(log)
+        self._queue: deque[Event] = deque()
+        self._queue_ready = threading.Condition()
+        self._state_changed = threading.Condition()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._commands_fd: int | None = None
+        self._reader: threading.Thread | None = None
+        self._stop_requested = False
+        self._cancel_requested = False
+        self._killed_reason: str | None = None
+        self._killed_for_cancel = False
+        self._write_lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
+        self._announced_status: int | None = None  # the exit status the run process said it leaves with
+
+    def recent_lines(self) -> list[str]:
+        """The process's last output lines (a copy: the reader thread keeps appending)."""
+        with self._last_lines_lock:
+            return list(self._last_lines)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """The run process (where TensorFlow runs) once it is warm; its supervisor before."""
+        if self.warm_info is not None:
+            return int(self.warm_info["pid"])
+        return self._process.pid if self._process else None
+
+    @property
+    def supervisor_pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def start(self) -> None:
+        if self._process is not None:
+            raise RuntimeUnavailable("this process was already started; create a new one")
+        events_r, events_w = os.pipe()
+        commands_r, commands_w = os.pipe()
+        script_r, script_w = os.pipe()  # a user's script's own sys.stdout/sys.stderr (core.protocol.streams.SCRIPT)
+        env = {**self.config.environment(),
+               "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
+               "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r},{script_w}",
+               # What the panel changed in the environment, so a script sees the user's own (runtime_main).
+               USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
+               **self.extra_env}
+        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r), "--script-fd", str(script_w),
+                    "--config", json.dumps(self.config.to_json())]
+        self._set_state(STARTING)
+        try:
+            # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
+            self._process = start_module(
+                "tf_device_panel.core.runproc.supervisor", "--module", "tf_device_panel.core.runproc.runtime_main",
+                *run_args,
+                python=self.python, env=env, die_with_parent=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, script_w))
+        except OSError:
+            for fd in (events_r, commands_w, script_r):
+                os.close(fd)
+            self._set_state(EXITED)
+            raise
+        finally:
+            os.close(events_w)
+            os.close(commands_r)
+            os.close(script_w)
+        self._commands_fd = commands_w
+        _live.add(self)
+        log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
+        assert self._process.stdout is not None and self._process.stderr is not None
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"runtime-reader-{self._process.pid}", daemon=True,
+            args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno(), script_r))
+        self._reader.start()
+
+    def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Block until warm; raises RuntimeUnavailable with TF's message if the process did not get there."""
+        deadline = time.monotonic() + timeout
+        with self._state_changed:
+            while self.state == STARTING:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeUnavailable(f"the runtime did not become ready within {timeout:.0f} s")
+                self._state_changed.wait(left)
+        if self.warm_info is None:
+            raise self.unavailable()
+        return self.warm_info
+
+    def unavailable(self) -> RuntimeUnavailable:
+        """Why this process cannot run anything, as the exception to raise (TensorFlowMissing: no TensorFlow)."""
+        if self.startup_error and self.startup_error.get("not_installed"):
+            return TensorFlowMissing(self.failure_message())
+        return RuntimeUnavailable(self.failure_message())
+
+    def wait_exited(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._state_changed:
+            while self.state != EXITED:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._state_changed.wait(left)
+        return True
+
+    def failure_message(self) -> str:
+        if self.startup_error:
+            return startup_error_text(self.startup_error)
+        if self.exit_info:
+            tail = "\n".join(self.exit_info.get("last_lines", [])[-8:])
+            return f"the runtime {self.exit_info['description']}" + (f"; last output:\n{tail}" if tail else "")
+        return "the runtime is not ready"
+
+    @classmethod
+    def new_job_id(cls) -> str:
+        return f"{os.getpid()}-{next(cls._ids)}-{int(time.time() * 1000) % 100000}"
+
+    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
+               job_id: str | None = None) -> str:
+        """Hand the job to this warm process; returns its job id. A process takes one job only.
+
+        `after_pid`: the previous run's process, whose outcome is in but which may still be exiting; this run
+        initializes TensorFlow only once that one has exited (two never hold a GPU at once). `job_id`: one made
+        beforehand with `new_job_id`, for a caller that must know it before the job's first event can arrive."""
+        with self._state_changed:
+            if self.state != READY:
+                raise RuntimeUnavailable(f"the runtime is {self.state}; it can take a job only when ready")
+            job_id = job_id or self.new_job_id()
+            self.running_job = job_id
+            self.job_name = job
+            self.state = BUSY
+            self._state_changed.notify_all()
+        self._send({"cmd": "run", "job_id": job_id, "job": job, "params": dict(params or {}), "after_pid": after_pid})
+        return job_id
+
+    def describe(self) -> None:
+        """Ask this warm process to initialize TensorFlow, report the devices (`ready`) and exit."""
+        with self._state_changed:
+            if self.state != READY:
+                raise RuntimeUnavailable(f"the runtime is {self.state}; it can describe only when ready")
+            self.state = BUSY
+            self._state_changed.notify_all()
+        self._send({"cmd": "describe"})
+
+    def cancel(self, grace: float = 5.0) -> None:
+        """Ctrl+C for the job: SIGINT now, SIGTERM at half the grace period, everything killed at its end."""
+        job_id = self.running_job
+        if job_id is None or self._process is None:
+            return
+        self._cancel_requested = True
+        self._signal(signal.SIGINT)
+
+        def terminate() -> None:
+            if self.running_job == job_id and self.state == BUSY:
+                self._signal(signal.SIGTERM)
+
+        def enforce() -> None:
+            if self.running_job == job_id and self.state == BUSY:
+                self._killed_for_cancel = True
+                self.kill(reason=f"the job did not stop within {grace:g} s of being cancelled")
+
+        for delay, action in ((grace / 2, terminate), (grace, enforce)):
+            timer = threading.Timer(delay, action)
+            timer.daemon = True
+            timer.start()
+            self._timers.append(timer)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the process: a spare leaves quietly when its command pipe closes; a running job is killed."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            self._join_reader(timeout)
+            return
+        self._stop_requested = True
+        if self.state == BUSY and self.running_job is not None:
+            self.kill(reason="stopped while the job was running")
+        elif self.state == STARTING:
+            self.kill()  # no need to let it finish importing TensorFlow first
+        else:
+            self._set_state(STOPPING)
+        self._close_commands()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(reason=f"it did not stop within {timeout:g} s of being asked to")
+        self._join_reader(timeout)
+
+    def kill(self, reason: str | None = None) -> None:
+        """End the process and everything it started, at once (the supervisor does it: SIGHUP)."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            return
+        if reason and self._killed_reason is None:
+            self._killed_reason = reason
+        log.info("killing run process under supervisor %d: %s", process.pid, reason or "asked to")
+        self._signal(signal.SIGHUP)
+
+        def by_force() -> None:
+            # A supervisor that did not end everything in time: its process group, run process included.
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+
+        timer = threading.Timer(3.0, by_force)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def _signal(self, sig: int) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(sig)
+
+    def __enter__(self) -> RuntimeProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- events ------------------------------------------------------------------------------
+    def next_event(self, timeout: float | None = None) -> Event | None:
+        """The next queued event (only when no `on_event` callback was given), or None on timeout."""
+        with self._queue_ready:
+            if not self._queue:
+                self._queue_ready.wait(timeout)
+            return self._queue.popleft() if self._queue else None
+
+    def _deliver(self, event: Event) -> None:
+        if isinstance(event, events.Exiting):  # for _finish, not for listeners
+            self._announced_status = event.status
+            return
+        if isinstance(event, events.Warm):
+            self.warm_info = event.data
+            with self._state_changed:
+                if self.state == STARTING:
+                    self.state = READY
+                self._state_changed.notify_all()
+        elif isinstance(event, events.Ready):
+            event = event.replace(gpu_devices=tuple(self.tf_gpus))
+            self.ready_info = event.data
+        elif isinstance(event, events.StartupError):
+            self.startup_error = event.data
+        if self._on_event is not None:
+            try:
+                self._on_event(event)
+            except Exception as exc:  # a listener's bug must not stop the event stream
+                self._listener_failures.failed(f"the event listener, on a {event.type} event", exc)
+        else:
+            with self._queue_ready:
+                self._queue.append(event)
+                self._queue_ready.notify_all()
+
+    def _set_state(self, state: str) -> None:
+        with self._state_changed:
+            self.state = state
+            self._state_changed.notify_all()
+
+    def _send(self, command: dict[str, Any]) -> None:
+        fd = self._commands_fd
+        if fd is None:
+            raise RuntimeUnavailable("the runtime is not running")
+        data = (json.dumps(command) + "\n").encode()
+        with self._write_lock:
+            try:
+                os.write(fd, data)
+            except OSError as exc:
+                raise RuntimeUnavailable(f"the runtime is not listening ({exc.strerror})") from None
+
+    def _close_commands(self) -> None:
+        with self._write_lock:
+            fd, self._commands_fd = self._commands_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _join_reader(self, timeout: float) -> None:
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout)
+
+    # -- the reader thread -------------------------------------------------------------------
+    def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int, script_fd: int) -> None:
+        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_fd: SCRIPT}
+        demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line)
+        selector = selectors.DefaultSelector()
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        open_fds = set(streams)
+
+        def read(fd: int, size: int = READ_SIZE) -> None:
+            try:
+                chunk = os.read(fd, size)
+            except OSError:
+                chunk = b""
+            if chunk:
+                demux.feed(streams[fd], chunk)
+            else:
+                selector.unregister(fd)
+                open_fds.discard(fd)
+                demux.close(streams[fd])
+
+        exited_at: float | None = None
+        try:
+            while open_fds:
+                for key, _ in selector.select(timeout=0.1):
+                    fd = int(key.fd)
+                    if fd not in open_fds:
+                        continue
+                    if fd == events_fd:
+                        # What the process printed before writing this event is already in the output pipes:
+                        # read it first, so every line comes before the events that follow it.
+                        for output_fd in (script_fd, stdout_fd, stderr_fd):
+                            waiting = _available(output_fd) if output_fd in open_fds else 0
+                            while waiting > 0 and output_fd in open_fds:
+                                read(output_fd, min(waiting, READ_SIZE))
+                                waiting -= READ_SIZE
+                    read(fd)
+                process = self._process
+                if process is not None and process.poll() is not None:
+                    # Every descendant is gone with the supervisor, so the pipes close; never wait for ever.
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > PIPES_AFTER_EXIT_S:
+                        break
+        finally:
+            for fd in list(open_fds):
+                selector.unregister(fd)
+                demux.close(streams[fd])
+            selector.close()
+            os.close(events_fd)
+            os.close(script_fd)
+            self._finish(demux.closing)
+
+    def _remember_line(self, line: str) -> None:
+        with self._last_lines_lock:
+            self._last_lines.append(line)
+        if self.ready_info is None and "Created device" in line:
+            created = created_gpu(line)
+            if created is not None:
+                self.tf_gpus.append(created)
+
+    def _finish(self, closing: list[Event]) -> None:
+        process = self._process
+        assert process is not None
+        job_id = self.running_job
+        finished = [e for e in closing if e.type == events.JOB_FINISHED and e.job_id == job_id]
+        announced = self._announced_status
+        if finished and job_id is not None and announced is not None and self._killed_reason is None:
+            # The run said its exit status and closed its pipes: its outcome is complete. Hand it on now; the
+            # kernel's teardown of TensorFlow's memory is still waited for below before the process counts as
+            # gone (the window's next run waits for that, so two runs never hold a GPU at once).
+            self._close_job(job_id, closing, announced)
+            job_id = None
+        try:
+            returncode = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            returncode = process.wait()
+        for timer in self._timers:
+            timer.cancel()
+        for handle in (process.stdout, process.stderr):
+            with contextlib.suppress(OSError):
+                if handle is not None:
+                    handle.close()
+        self._close_commands()
+        description = describe_exit(returncode, self._killed_reason)
+        expected = self._killed_reason is None and (
+            bool(finished) or (self.running_job is None and (self._stop_requested or returncode == 0)))
+        info: dict[str, Any] = {
+            "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+            "description": description, "expected": expected, "last_lines": self.recent_lines(),
+            "killed_for_cancel": self._killed_for_cancel}
+        self.exit_info = dict(info)
+        if job_id is not None:
+            if not finished:
+                closing = [e for e in closing if e.job_id == job_id] + self._closing_for(job_id, returncode,
+                                                                                          description)
+            self._close_job(job_id, closing, returncode)
+        self.running_job = None
+        _live.discard(self)
+        self._set_state(EXITED)
+        self._deliver(make_event(events.RUNTIME_EXITED, dict(info)))
+
+    def _close_job(self, job_id: str, closing: list[Event], returncode: int) -> None:
+        for event in closing:
+            if event.job_id != job_id:
+                continue
+            if isinstance(event, events.JobFinished):
+                event = event.replace(returncode=returncode)
+            self._deliver(event)
+
+    def _closing_for(self, job_id: str, returncode: int, description: str) -> list[Event]:
+        """The closing events of a job whose process ended without sending them (killed, crashed, os._exit)."""
+        last_lines = self.recent_lines()[-12:]
+        error: dict[str, Any] | None
+        if self._killed_reason is not None:
+            status = "cancelled"
+            error = {"type": "RuntimeExited", "last_lines": last_lines,
+                     "message": f"the runtime was killed while the job was running: {self._killed_reason}"}
+        elif returncode == 0:
+            status, error = "ok", None  # os._exit(0): a bare run would call that success too
+        elif self._cancel_requested and -returncode in (signal.SIGINT, signal.SIGTERM):
+            status, error = "cancelled", {"type": "Cancelled", "message": "cancelled by the user"}
+        else:
+            status = "crashed"
+            error = {"type": "RuntimeExited", "message": f"the runtime {description} while the job was running",
+                     "last_lines": last_lines}
+        finished: dict[str, Any] = {"job": self.job_name or "", "status": status, "duration_s": None}
+        closing = [] if error is None else [make_event(events.ERROR, dict(error), job_id=job_id)]
+        return [*closing, make_event(events.JOB_FINISHED, dict(finished), job_id=job_id)]
+
+
+
+_described: dict[str, tuple[dict[str, Any], list[str]]] = {}
+_described_lock = threading.Lock()
+
+
+def config_key(config: DeviceConfig) -> str:
+    return json.dumps(config.to_json(), sort_keys=True)
+
+
+def cached_devices(config: DeviceConfig) -> tuple[dict[str, Any], list[str]] | None:
+    with _described_lock:
+        return _described.get(config_key(config))
+
+
+def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[dict[str, Any], list[str]]:
+    """The devices TensorFlow makes of `config` (a short describe run, cached per configuration), and the
+    run's last output lines (TensorFlow's reasons when it sees no GPU). Raises RuntimeUnavailable."""
+    cached = cached_devices(config)
+    if cached is not None:
+        return cached
+    runtime = RuntimeProcess(config)
+    runtime.start()
+    try:
+        runtime.wait_ready(timeout)
+        runtime.describe()
+        if not runtime.wait_exited(timeout):
+            raise RuntimeUnavailable(f"the devices were not described within {timeout:.0f} s")
+    finally:
+        runtime.stop()
+    if runtime.ready_info is None:
+        raise runtime.unavailable()
+    described = (runtime.ready_info, runtime.recent_lines())
+    with _described_lock:
+        _described[config_key(config)] = described
+    return described
+
+
+def remember_devices(config: DeviceConfig, info: dict[str, Any], lines: list[str]) -> None:
+    """A run's own `ready` event describes its configuration as well as a describe run would."""
+    with _described_lock:
+        _described[config_key(config)] = (info, lines)

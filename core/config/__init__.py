@@ -1,0 +1,540 @@
+"""TensorFlow device configuration: the model, its validation, JSON profiles, and export as code.
+
+A configuration is applied by the runtime process before TensorFlow initializes (see
+`core.runproc.runtime_main`). Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tf_device_panel.core.text import DuplicateKey, clip, object_without_duplicates, quote
+
+SUPPORTED_VERSION = 1
+MAX_PROFILE_BYTES = 1024 * 1024  # a real profile is a few hundred bytes
+MAX_NUMBER_CHARS = 30            # longer numbers in a profile are typos or attacks, never settings
+MAX_CPU_DEVICES = 64
+ALLOCATORS = ("default", "cuda_malloc_async")
+KEYS = (
+    "version",
+    "visible_gpus",
+    "memory_growth",
+    "virtual_gpus",
+    "cpu_devices",
+    "soft_placement",
+    "log_placement",
+    "gpu_allocator",
+    "memory_fraction",
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a configuration: which field, what was wrong, what to do."""
+
+    field: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.field}: {self.message}"
+        return f"{text} — {self.hint}" if self.hint else text
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What validation needs to know about one physical GPU (from NVML or a runtime's report)."""
+
+    index: int                       # TensorFlow's physical index (after CUDA_VISIBLE_DEVICES)
+    name: str = ""
+    total_mib: int | None = None     # CUDA's total where known: what TensorFlow can split
+    nvml_index: int | None = None    # the same GPU in NVML and nvidia-smi, when it differs or matters
+    total_source: str = ""           # "CUDA" or "NVML": which total total_mib is
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    visible_gpus: tuple[int, ...] | None = None
+    memory_growth: bool = False
+    virtual_gpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    cpu_devices: int = 1
+    soft_placement: bool = True
+    log_placement: bool = True
+    gpu_allocator: str = "default"
+    # TF2's counterpart of TF1's gpu_options.per_process_gpu_memory_fraction: each visible GPU becomes one
+    # logical GPU limited to this share of its total memory. None: not set.
+    memory_fraction: float | None = None
+    version: int = SUPPORTED_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": self.version,
+            "visible_gpus": None if self.visible_gpus is None else list(self.visible_gpus),
+            "memory_growth": self.memory_growth,
+            "virtual_gpus": {str(k): list(v) for k, v in sorted(self.virtual_gpus.items())},
+            "cpu_devices": self.cpu_devices,
+            "soft_placement": self.soft_placement,
+            "log_placement": self.log_placement,
+            "gpu_allocator": self.gpu_allocator,
+        }
+        if self.memory_fraction is not None:  # written only when set: older profiles round-trip unchanged
+            data["memory_fraction"] = self.memory_fraction
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> DeviceConfig:
+        """Build a configuration, raising `ConfigError` listing every problem found."""
+        config, problems = parse_config(data)
+        if problems or config is None:
+            raise ConfigError(problems)
+        return config
+
+    def with_changes(self, **changes: Any) -> DeviceConfig:
+        return replace(self, **changes)
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables the runtime must have before TensorFlow is imported."""
+        env = {
+            # TF's physical GPU indices then follow PCI order, as NVML's and nvidia-smi's do.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
+        if self.gpu_allocator == "cuda_malloc_async":
+            env["TF_GPU_ALLOCATOR"] = "cuda_malloc_async"
+        return env
+
+    def summary(self, gpus_present: bool | None = None) -> str:
+        """The profile in a few words; `gpus_present=False` (TensorFlow sees none) says so instead of "all GPUs"."""
+        gpus = "all GPUs" if self.visible_gpus is None else (
+            "no GPU" if not self.visible_gpus else "GPU " + ",".join(map(str, self.visible_gpus))
+        )
+        if gpus_present is False and self.visible_gpus is None:
+            gpus = "no GPU on this machine"
+        parts = [gpus]
+        if self.memory_growth:
+            parts.append("memory growth")
+        if self.memory_fraction is not None:
+            parts.append(f"memory fraction {self.memory_fraction:g} per GPU")
+        for index, limits in sorted(self.virtual_gpus.items()):
+            parts.append(f"GPU {index} split {'+'.join(map(str, limits))} MiB")
+        if self.cpu_devices > 1:
+            parts.append(f"{self.cpu_devices} logical CPUs")
+        if not self.soft_placement:
+            parts.append("soft placement off")
+        if self.log_placement:
+            parts.append("placement log")
+        if self.gpu_allocator != "default":
+            parts.append(self.gpu_allocator)
+        return ", ".join(parts)
+
+
+class ConfigError(ValueError):
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems) or "invalid configuration")
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be read, parsed or written; `problems` says why."""
+
+    def __init__(self, path: Path | str, problems: Sequence[Problem]):
+        self.path = Path(path)
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{self.path}:\n{lines}")
+
+
+def _field_name(key: Any) -> str:
+    """A key as a field name: as written when short and printable, else quoted and shortened."""
+    text = str(key)
+    return text if len(text) <= 40 and text.isprintable() else quote(key)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else {
+        bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+        list: "a list", dict: "an object",
+    }.get(type(value), type(value).__name__)
+
+
+def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
+    """Parse a profile's JSON value. Returns the configuration (None if unusable) and every problem."""
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        return None, [Problem("(profile)", f"expected a JSON object, got {_type_name(data)}",
+                              'start from {"version": 1}')]
+
+    for key in data:
+        if key not in KEYS:
+            problems.append(Problem(_field_name(key), "unknown key", f"remove it; known keys are: {', '.join(KEYS)}"))
+
+    version = data.get("version")
+    if "version" not in data:
+        problems.append(Problem("version", "missing", f'add "version": {SUPPORTED_VERSION}'))
+    elif not _is_int(version) or version != SUPPORTED_VERSION:
+        problems.append(Problem("version", f"unsupported version {quote(version)}",
+                                f"this release reads version {SUPPORTED_VERSION}"))
+
+    def boolean(key: str, default: bool) -> bool:
+        value = data.get(key, default)
+        if not isinstance(value, bool):
+            problems.append(Problem(key, f"expected true or false, got {_type_name(value)} {quote(value)}"))
+            return default
+        return value
+
+    visible: tuple[int, ...] | None = None
+    raw_visible = data.get("visible_gpus")
+    if raw_visible is not None:
+        if not isinstance(raw_visible, list):
+            problems.append(Problem("visible_gpus", f"expected a list of GPU indices or null, got "
+                                    f"{_type_name(raw_visible)} {quote(raw_visible)}", "e.g. [0, 1]"))
+        else:
+            bad = [v for v in raw_visible if not _is_int(v) or v < 0]
+            if bad:
+                problems.append(Problem("visible_gpus", f"GPU indices must be integers ≥ 0, got {quote(bad)}",
+                                        "use the indices shown by `tf-device-panel devices`"))
+            else:
+                dupes = sorted({v for v in raw_visible if raw_visible.count(v) > 1})
+                if dupes:
+                    problems.append(Problem("visible_gpus", f"GPU {dupes} listed more than once",
+                                            "list each GPU once"))
+                visible = tuple(sorted(set(raw_visible)))
+
+    virtual: dict[int, tuple[int, ...]] = {}
+    raw_virtual = data.get("virtual_gpus", {})
+    if raw_virtual is None:
+        raw_virtual = {}
+    if not isinstance(raw_virtual, dict):
+        problems.append(Problem("virtual_gpus", f"expected an object mapping GPU index to MiB limits, got "
+                                f"{_type_name(raw_virtual)}", 'e.g. {"0": [2048, 2048]}'))
+    else:
+        for key, limits in raw_virtual.items():
+            where = f"virtual_gpus[{quote(key)}]"
+            try:
+                index = int(key)
+                if index < 0 or str(index) != str(key).strip():
+                    raise ValueError
+            except ValueError:
+                problems.append(Problem(where, f"{quote(key)} is not a GPU index",
+                                        'keys are indices as strings, e.g. "0"'))
+                continue
+            if not isinstance(limits, list) or not limits:
+                problems.append(Problem(where,
+                                        f"expected a non-empty list of memory limits in MiB, got {quote(limits)}",
+                                        "give one limit per logical GPU, e.g. [2048, 2048]"))
+                continue
+            bad = [v for v in limits if not _is_int(v) or v <= 0]
+            if bad:
+                problems.append(Problem(where,
+                                        f"every logical GPU needs a positive memory limit in MiB, got {quote(bad)}",
+                                        "TensorFlow requires a memory limit for each virtual GPU"))
+                continue
+            virtual[index] = tuple(limits)
+
+    cpu_devices = data.get("cpu_devices", 1)
+    if not _is_int(cpu_devices):
+        problems.append(Problem("cpu_devices",
+                                f"expected an integer, got {_type_name(cpu_devices)} {quote(cpu_devices)}"))
+        cpu_devices = 1
+    elif cpu_devices < 1:
+        problems.append(Problem("cpu_devices", f"{cpu_devices} is less than 1", "use 1 for the unsplit CPU"))
+        cpu_devices = 1
+    elif cpu_devices > MAX_CPU_DEVICES:
+        problems.append(Problem("cpu_devices", f"{cpu_devices} logical CPU devices is too many",
+                                f"use at most {MAX_CPU_DEVICES}; 2–8 are enough to demonstrate distribution"))
+        cpu_devices = MAX_CPU_DEVICES
+
+    fraction = data.get("memory_fraction")
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction):
+            problems.append(Problem("memory_fraction", f"expected a number between 0 and 1, got "
+                                    f"{_type_name(fraction)} {quote(fraction)}", "e.g. 0.4 for 40% of each GPU"))
+            fraction = None
+        elif not 0 < fraction <= 1:
+            problems.append(Problem("memory_fraction", f"{quote(fraction)} is not above 0 and at most 1",
+                                    "e.g. 0.4 for 40% of each GPU; null to leave the memory alone"))
+            fraction = None
+        else:
+            fraction = float(fraction)
+
+    allocator = data.get("gpu_allocator", "default")
+    if allocator not in ALLOCATORS:
+        problems.append(Problem("gpu_allocator", f"unknown allocator {quote(allocator)}",
+                                f"use one of: {', '.join(ALLOCATORS)}"))
+        allocator = "default"
+
+    config = DeviceConfig(
+        version=SUPPORTED_VERSION,
+        visible_gpus=visible,
+        memory_growth=boolean("memory_growth", False),
+        virtual_gpus=virtual,
+        cpu_devices=cpu_devices,
+        soft_placement=boolean("soft_placement", True),
+        log_placement=boolean("log_placement", True),
+        gpu_allocator=str(allocator),
+        memory_fraction=fraction,
+    )
+    problems.extend(validate(config))
+    return config, problems
+
+
+_FROM_ENVIRONMENT = "\0from the environment"
+
+
+LARGEST_GPU_MIB = 1024 * 1024  # 1 TiB: above any GPU made (the B200 has 180 GiB), for checks with no GPU known
+
+
+def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
+             cuda_visible_devices: str | None = _FROM_ENVIRONMENT) -> list[Problem]:
+    """Rules that need the whole configuration and, when known, the machine's GPUs (TensorFlow's indices, as
+    `gpus.tf_gpu_inventory` gives them). `cuda_visible_devices`: the value the runs will inherit (by default
+    this process's), named when a GPU index does not exist, since it renumbers TensorFlow's GPUs."""
+    if cuda_visible_devices == _FROM_ENVIRONMENT:
+        cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    problems: list[Problem] = []
+    if config.memory_growth and config.virtual_gpus:
+        problems.append(Problem(
+            "memory_growth", "memory growth cannot be combined with virtual GPUs",
+            "TensorFlow rejects or silently ignores growth on split GPUs: turn memory_growth off "
+            "or remove virtual_gpus"))
+    if config.memory_fraction is not None and config.memory_growth:
+        problems.append(Problem(
+            "memory_fraction", "a memory fraction cannot be combined with memory growth",
+            "the fraction makes a logical GPU with a fixed limit, on which TensorFlow ignores growth: "
+            "turn memory_growth off or remove memory_fraction"))
+    if config.memory_fraction is not None and config.virtual_gpus:
+        problems.append(Problem(
+            "memory_fraction", "a memory fraction cannot be combined with virtual GPUs",
+            "both set the logical GPUs' memory limits: remove virtual_gpus, or memory_fraction"))
+    if config.visible_gpus is not None:
+        for index in sorted(config.virtual_gpus):
+            if index not in config.visible_gpus:
+                problems.append(Problem(f"virtual_gpus[{str(index)!r}]", f"GPU {index} is not visible",
+                                        f"add {index} to visible_gpus or remove its split"))
+    if config.cpu_devices < 1 or config.cpu_devices > MAX_CPU_DEVICES:
+        problems.append(Problem("cpu_devices", f"must be between 1 and {MAX_CPU_DEVICES}"))
+    fraction = config.memory_fraction
+    if fraction is not None and fraction > 0 and int(LARGEST_GPU_MIB * fraction) < 1:
+        # TensorFlow turns a 0 MiB memory_limit into no logical GPU at all, or an allocator that fails at once.
+        problems.append(Problem("memory_fraction", f"{fraction:g} limits each GPU to under 1 MiB, even one of "
+                                f"{LARGEST_GPU_MIB // 1024} GiB", "use a share such as 0.25 (a quarter of each GPU)"))
+    if gpus is None:
+        return problems
+    if fraction is not None and int(LARGEST_GPU_MIB * fraction) >= 1:
+        visible = [g for g in gpus if config.visible_gpus is None or g.index in config.visible_gpus]
+        for limited in visible:
+            if limited.total_mib is not None and int(limited.total_mib * fraction) < 1:
+                problems.append(Problem("memory_fraction", f"{fraction:g} × GPU {limited.index}'s "
+                                        f"{limited.total_mib} MiB is under 1 MiB",
+                                        f"use at least {1 / limited.total_mib:.2g} (1 MiB of it); "
+                                        "0.25 is a quarter of each GPU"))
+
+    known = {g.index: g for g in gpus}
+    available = ", ".join(str(i) for i in sorted(known)) or "none"
+    missing_text, missing_hint = "does not exist on this machine", f"available GPU indices: {available}"
+    if cuda_visible_devices is not None:
+        # TensorFlow numbers only the GPUs CUDA_VISIBLE_DEVICES leaves, from 0: not nvidia-smi's numbers.
+        mapping = ", ".join(f"TensorFlow's GPU {g.index} = nvidia-smi's GPU {g.nvml_index}" if g.nvml_index is not None
+                            else f"TensorFlow's GPU {g.index} = {g.name or 'a GPU NVML does not list'}"
+                            for g in sorted(gpus, key=lambda g: g.index))
+        missing_text = (f"does not exist among the GPUs CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} leaves "
+                        "TensorFlow (it numbers them from 0)")
+        missing_hint = (f"available GPU indices: {available}" + (f" ({mapping})" if mapping else "")
+                        + "; use one of those, or change CUDA_VISIBLE_DEVICES (unset it to see every GPU)")
+    for index in config.visible_gpus or ():
+        if index not in known:
+            problems.append(Problem("visible_gpus", f"GPU {index} {missing_text}", missing_hint))
+    for index, limits in sorted(config.virtual_gpus.items()):
+        where = f"virtual_gpus[{str(index)!r}]"
+        gpu = known.get(index)
+        if gpu is None:
+            problems.append(Problem(where, f"GPU {index} {missing_text}", missing_hint))
+        elif gpu.total_mib is not None and sum(limits) > gpu.total_mib:
+            which = {"CUDA": " as CUDA counts it (what TensorFlow can use)",
+                     "NVML": " by NVML's count (CUDA's is a few hundred MiB less)"}.get(gpu.total_source, "")
+            also = "" if gpu.nvml_index in (None, index) else f", NVML's GPU {gpu.nvml_index}"
+            problems.append(Problem(where, f"limits sum to {sum(limits)} MiB but GPU {index} "
+                                    f"({gpu.name or 'unnamed'}{also}) has {gpu.total_mib} MiB{which}",
+                                    "lower the limits or split into fewer logical GPUs"))
+    return problems
+
+
+class _Malformed(ValueError):
+    """A profile file this reader refuses (too large, not a file, a number too long); the message says which."""
+
+    def __init__(self, message: str, hint: str = "fix the file or save a new profile"):
+        super().__init__(message)
+        self.hint = hint
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _Malformed(f"a number with {len(text)} digits ({quote(text)}) is far too large for any setting")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if len(text) > MAX_NUMBER_CHARS or not math.isfinite(value):
+        raise _Malformed(f"the number {quote(text)} is too long or too large for any setting")
+    return value
+
+
+def _parse_constant(text: str) -> float:
+    raise _Malformed(f"{text} is not a number JSON allows; write a plain number")
+
+
+def parse_profile_text(raw: bytes) -> Any:
+    """Decode a profile's bytes (UTF-8, with or without a byte-order mark) and parse its JSON.
+
+    Raises `_Malformed` with a one-line message for anything unreadable, however large or deep.
+    """
+    try:
+        text = raw.decode("utf-8-sig")  # editors on Windows save a BOM; it is not part of the JSON
+    except UnicodeDecodeError as exc:
+        raise _Malformed(f"cannot be read as UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})",
+                         "save it as UTF-8") from None
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant,
+                          object_pairs_hook=object_without_duplicates)
+    except DuplicateKey as exc:
+        raise _Malformed(f"the key {quote(exc.key)} is given twice in one object; keep the one you mean") from None
+    except json.JSONDecodeError as exc:
+        raise _Malformed(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise _Malformed("nested too deeply to be a profile (a profile is at most three levels deep)") from None
+
+
+def _read_limited(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file of at most MAX_PROFILE_BYTES; never blocks on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise _Malformed("is a folder, not a profile file", "give the path of a profile's .json file")
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+            raise _Malformed(f"is {kind}, not a regular file", "save the profile as a .json file and give its path")
+        chunks, size = [], 0
+        while size <= MAX_PROFILE_BYTES:
+            chunk = os.read(fd, MAX_PROFILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_PROFILE_BYTES:
+            raise _Malformed(f"larger than {MAX_PROFILE_BYTES // 1024} KiB, so not a profile "
+                             "(a profile is a few hundred bytes)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_profile(path: str | os.PathLike[str]) -> DeviceConfig:
+    """Read a JSON profile. Raises `ProfileError` naming every problem; never modifies the file."""
+    if not str(path).strip():  # Path("") would be the current folder
+        raise ProfileError('""', [Problem("(file)", "no file name given",
+                                              "give the profile's path, e.g. --config gpu0.json")])
+    path = Path(path)
+    try:
+        data = parse_profile_text(_read_limited(path))
+    except FileNotFoundError:
+        raise ProfileError(path, [Problem("(file)", "no such file", "check the path")]) from None
+    except IsADirectoryError:
+        raise ProfileError(path, [Problem("(file)", "is a folder, not a profile file")]) from None
+    except _Malformed as exc:
+        raise ProfileError(path, [Problem("(file)", str(exc), exc.hint)]) from None
+    except OSError as exc:
+        raise ProfileError(path, [Problem("(file)", f"cannot be read: {clip(exc.strerror or str(exc))}")]) from None
+    config, problems = parse_config(data)
+    if problems or config is None:
+        raise ProfileError(path, problems)
+    return config
+
+
+def named_gpus(config: DeviceConfig) -> list[int]:
+    """The physical GPU indices a configuration names (visible or split)."""
+    return sorted(set(config.visible_gpus or ()) | set(config.virtual_gpus))
+
+
+def unchecked_gpus_warning(config: DeviceConfig, why: str) -> Problem | None:
+    """A warning when the configuration names GPUs that this machine cannot check (no GPU seen): `why` says why."""
+    indices = named_gpus(config)
+    if not indices:
+        return None
+    listed = ", ".join(map(str, indices))
+    return Problem("visible_gpus" if config.visible_gpus else "virtual_gpus",
+                   f"names GPU {listed}, which could not be checked: {why}",
+                   "on this machine TensorFlow will refuse this profile; it is meant for a machine with those "
+                   "GPUs (check there with `tf-device-panel validate`)")
+
+
+def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
+    """Write atomically. Refuses to replace an existing file that is not a valid profile."""
+    path = Path(path)
+    if path.exists():
+        try:
+            load_profile(path)
+        except ProfileError as exc:
+            refusal = Problem("(file)", "exists and is not a valid profile, so it was left untouched",
+                              "save under another name, or move that file away first")
+            raise ProfileError(path, [refusal, *exc.problems]) from None
+    text = json.dumps(config.to_json(), indent=2) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def gpu_total_mib(index: int) -> int:
+    """Total memory of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver."""
+    import ctypes
+    import os
+
+    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    device, total = ctypes.c_int(), ctypes.c_size_t()
+    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
+                   cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device)):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s memory")
+    return int(total.value // 2**20)
+
+
+def gpu_pci_bus_id(index: int) -> str:
+    """The PCI bus id of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver: the key
+    that matches it to NVML's GPU whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say."""
+    import ctypes
+    import os
+
+    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
+    device, bus = ctypes.c_int(), ctypes.create_string_buffer(32)
+    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
+                   cuda.cuDeviceGetPCIBusId(bus, len(bus), device)):
+        if status != 0:
+            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s PCI bus id")
+    return bus.value.decode()
+
+
+def to_python_snippet(config: DeviceConfig) -> str:
+    """The configuration as code to paste at the top of a training script, before anything uses TF: the same
+    steps, checks and order a run applies (`core.config.plan`)."""
+    from tf_device_panel.core.config.plan import plan, to_python  # tfplan builds on this module
+
+    return to_python(plan(config))

@@ -1,0 +1,1 @@
+"""Devices and telemetry: NVML, TensorFlow GPU facts, CUDA libraries, the memory sampler."""

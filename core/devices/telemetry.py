@@ -1,0 +1,254 @@
+"""Live telemetry: NVML per GPU, the host and the runtime process, kept in bounded numpy ring buffers.
+
+The sampler runs on its own thread. Failure is per value: an unsupported field is None (N/A), a lost
+GPU is one row with an error while the others keep updating, and no NVML means host-only mode.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+from tf_device_panel.core.devices.nvml import GpuSample, GpuSnapshot, Nvml
+from tf_device_panel.core.logsetup import RepeatedFailureLog
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 0.5
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 10.0
+HISTORY_S = 3600.0           # every series keeps at least this much at the default interval
+MAX_MARKERS = 10_000
+
+
+class Series:
+    """A fixed-size ring buffer of (time, value); NaN marks a missing value."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._times = np.full(capacity, np.nan)
+        self._values = np.full(capacity, np.nan)
+        self._next = 0
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, t: float, value: float | None) -> None:
+        self._times[self._next] = t
+        self._values[self._next] = np.nan if value is None else value
+        self._next = (self._next + 1) % self.capacity
+        self._count = min(self._count + 1, self.capacity)
+
+    def arrays(self, since: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Times and values, oldest first (copies), from `since` on."""
+        if self._count < self.capacity:
+            times, values = self._times[:self._count].copy(), self._values[:self._count].copy()
+        else:
+            times = np.concatenate((self._times[self._next:], self._times[:self._next]))
+            values = np.concatenate((self._values[self._next:], self._values[:self._next]))
+        if since is not None and len(times):
+            start = int(np.searchsorted(times, since))
+            times, values = times[start:], values[start:]
+        return times, values
+
+    def value_at(self, t: float) -> float | None:
+        """The value nearest to time `t`."""
+        times, values = self.arrays()
+        if not len(times):
+            return None
+        index = int(np.clip(np.searchsorted(times, t), 0, len(times) - 1))
+        if index > 0 and abs(times[index - 1] - t) < abs(times[index] - t):
+            index -= 1
+        value = float(values[index])
+        return None if math.isnan(value) else value
+
+    def last(self) -> float | None:
+        if not self._count:
+            return None
+        value = float(self._values[(self._next - 1) % self.capacity])
+        return None if math.isnan(value) else value
+
+
+@dataclass
+class Marker:
+    time: float
+    kind: str        # runtime-start, runtime-exit, job-start, job-end, error
+    label: str
+
+
+class History:
+    """Named series and labelled markers, shared between the sampler thread and the window (locked)."""
+
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, history_s: float = HISTORY_S):
+        self.capacity = math.ceil(history_s / max(min(interval_s, DEFAULT_INTERVAL_S), MIN_INTERVAL_S)) + 1
+        self.series: dict[str, Series] = {}
+        self.markers: deque[Marker] = deque(maxlen=MAX_MARKERS)
+        self.lock = threading.Lock()
+
+    def record(self, t: float, values: dict[str, float | None]) -> None:
+        with self.lock:
+            for name, value in values.items():
+                series = self.series.get(name)
+                if series is None:
+                    series = self.series[name] = Series(self.capacity)
+                series.append(t, value)
+
+    def mark(self, t: float, kind: str, label: str) -> None:
+        with self.lock:
+            self.markers.append(Marker(t, kind, label))
+
+    def snapshot(self, since: float | None = None,
+                 names: Iterable[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        with self.lock:
+            chosen = self.series if names is None else {n: self.series[n] for n in names if n in self.series}
+            return {name: series.arrays(since) for name, series in chosen.items()}
+
+    def markers_since(self, since: float | None = None) -> list[Marker]:
+        with self.lock:
+            return [m for m in self.markers if since is None or m.time >= since]
+
+    def to_csv(self, path: str | os.PathLike[str]) -> int:
+        """Long format (time, series, value), then the markers; returns the number of value rows."""
+        rows = 0
+        data = self.snapshot()
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["time", "series", "value"])
+            for name, (times, values) in sorted(data.items()):
+                for t, v in zip(times, values, strict=True):
+                    writer.writerow([f"{t:.3f}", name, "" if math.isnan(v) else f"{v:.6g}"])
+                    rows += 1
+            for marker in self.markers_since():
+                writer.writerow([f"{marker.time:.3f}", f"marker:{marker.kind}", marker.label])
+        return rows
+
+
+@dataclass
+class HostSample:
+    cpu_percent: float | None = None
+    ram_used_mib: float | None = None
+    ram_total_mib: float | None = None
+    runtime_rss_mib: float | None = None
+
+
+@dataclass
+class Sample:
+    time: float
+    gpus: list[GpuSample] = field(default_factory=list)
+    host: HostSample = field(default_factory=HostSample)
+    runtime_pid: int | None = None
+    note: str = ""
+
+    def values(self) -> dict[str, float | None]:
+        """Flat series values, e.g. 'gpu0.memory_used_mib', 'host.cpu_percent'."""
+        flat: dict[str, float | None] = {}
+        for gpu in self.gpus:
+            for name in ("memory_used_mib", "memory_total_mib", "utilization", "temperature_c", "power_w",
+                         "sm_clock_mhz", "memory_clock_mhz"):
+                flat[f"gpu{gpu.index}.{name}"] = getattr(gpu, name)
+            own = [p.used_mib for p in gpu.processes or [] if p.pid == self.runtime_pid]
+            flat[f"gpu{gpu.index}.runtime_used_mib"] = own[0] if own else None
+        for name in ("cpu_percent", "ram_used_mib", "ram_total_mib", "runtime_rss_mib"):
+            flat[f"host.{name}"] = getattr(self.host, name)
+        return flat
+
+
+class Sampler:
+    """Samples every `interval` seconds on a thread; `on_sample` gets each Sample (on that thread)."""
+
+    def __init__(self, on_sample: Callable[[Sample], None] | None = None, *, interval: float = DEFAULT_INTERVAL_S,
+                 nvml: Nvml | None = None, history: History | None = None):
+        self.interval = self._clamp(interval)
+        self.nvml = nvml or Nvml()
+        self.history = history or History(self.interval)
+        self.on_sample = on_sample
+        self.runtime_pid: int | None = None
+        self.gpus: list[GpuSnapshot] = []
+        self.note = ""
+        self._runtime_process: psutil.Process | None = None
+        self._listener_failures = RepeatedFailureLog(log)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        psutil.cpu_percent(None)  # the first call only starts psutil's measurement
+
+    @staticmethod
+    def _clamp(interval: float) -> float:
+        return min(max(float(interval), MIN_INTERVAL_S), MAX_INTERVAL_S)
+
+    def set_interval(self, interval: float) -> None:
+        self.interval = self._clamp(interval)
+
+    def set_runtime_pid(self, pid: int | None) -> None:
+        self.runtime_pid = pid
+        self._runtime_process = None
+
+    def start(self) -> None:
+        if self.nvml.init():
+            self.gpus = self.nvml.gpus()  # static facts once; handles are kept inside Nvml
+        else:
+            self.note = f"{self.nvml.message}: host-only graphs"
+        self._thread = threading.Thread(target=self._loop, name="telemetry-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            sample = self.sample()
+            if self.on_sample is not None:
+                try:
+                    self.on_sample(sample)
+                except Exception as exc:  # a listener's bug must not stop the graphs
+                    self._listener_failures.failed("the telemetry listener", exc)
+            self._stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
+
+    def sample(self) -> Sample:
+        sample = Sample(time.time(), runtime_pid=self.runtime_pid, note=self.note)
+        if self.nvml.available:
+            sample.gpus = [self.nvml.sample(index) for index in range(len(self.gpus))]
+        sample.host = self._host()
+        self.history.record(sample.time, sample.values())
+        return sample
+
+    def _host(self) -> HostSample:
+        memory = psutil.virtual_memory()
+        host = HostSample(cpu_percent=psutil.cpu_percent(None), ram_used_mib=(memory.total - memory.available) / 2**20,
+                          ram_total_mib=memory.total / 2**20)
+        if self.runtime_pid is not None:
+            try:
+                if self._runtime_process is None or self._runtime_process.pid != self.runtime_pid:
+                    self._runtime_process = psutil.Process(self.runtime_pid)
+                rss = self._runtime_process.memory_info().rss
+                # An exited run not yet reaped (a zombie) reads 0: no reading, not a drop to nothing.
+                host.runtime_rss_mib = rss / 2**20 if rss else None
+            except psutil.Error:
+                host.runtime_rss_mib = None
+        return host
+
+
+def read_csv(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, float | None]]]:
+    """Read back an exported history: series name -> [(time, value)]."""
+    found: dict[str, list[tuple[float, float | None]]] = {}
+    with Path(path).open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["series"].startswith("marker:"):
+                continue
+            found.setdefault(row["series"], []).append((float(row["time"]), float(row["value"]) if row["value"]
+                                                        else None))
+    return found
+

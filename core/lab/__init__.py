@@ -1,0 +1,1 @@
+"""The lab: machines across a network and the Prometheus exporter."""

@@ -1,0 +1,333 @@
+"""A run process's three output streams turned into one ordered stream of events; no file descriptors here.
+
+The run process writes JSON events to its events pipe while TensorFlow's C++ code and the job print to
+stdout and stderr. `StreamDemux` takes the raw bytes as they are read, cuts them into lines and makes
+`log` and `placement` events of output lines. A fragment ended by `\\r` (a progress bar redrawing its line)
+is delivered at once as a `partial` log event, the live state of the current line; the finished line
+replaces it. The job's closing events (result, error, finished) are not delivered here: they are kept in
+`closing` for the client, which hands them on once the process has exited and both output pipes have
+reached end of file, so every byte the job printed comes before its result. There are no markers in the
+streams.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+
+from tf_device_panel.core.protocol import events, output_lines
+from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import decode as decode_event
+
+EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
+SCRIPT = "script"  # the user's script's own sys.stdout and sys.stderr, in frames (see `frame`)
+OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
+LINE_CAP_BYTES = 8 * 1024 * 1024  # an output line longer than this keeps its first and last half of it
+LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from at most its last this many bytes
+
+# The script's channel: its sys.stdout and sys.stderr share one pipe, so the order of their writes is kept
+# exactly; each write goes out as frames: a tag (which stream), the payload's length (4 bytes, big-endian),
+# the payload. A frame is at most PIPE_BUF bytes and written with one write, so it never tears.
+SCRIPT_STDOUT_TAG, SCRIPT_STDERR_TAG = b"o", b"e"
+FRAME_HEADER = 5
+MAX_FRAME_PAYLOAD = 4096 - FRAME_HEADER
+_SCRIPT_STREAMS = {SCRIPT_STDOUT_TAG[0]: "script-stdout", SCRIPT_STDERR_TAG[0]: "script-stderr"}
+SCRIPT_STREAMS = frozenset(_SCRIPT_STREAMS.values())  # how a run record names the script's own streams
+
+
+def frame(tag: bytes, payload: bytes) -> bytes:
+    return tag + len(payload).to_bytes(4, "big") + payload
+
+
+KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
+
+# Anything in a block of lines that `output_lines.parse_line` could take for more than plain output. A block
+# without it is delivered as one log event: a flood of prints costs one event per read, not one per line.
+_MAYBE_SPECIAL = re.compile(
+    rb"^(?:[IWEF]\d{4} |INFO:|WARNING|ERROR:|Traceback)|\): /job:|(?:Error|Exception|Warning): ", re.M)
+
+
+def split_lines(event: Event) -> list[Event]:
+    """A log event of several lines (a block of plain output) as one event per line, for line-wise views."""
+    text = event.data.get("text", "")
+    if event.type != events.LOG or "\n" not in text:
+        return [event]
+    return [make_event(event.type, {**event.data, "text": line}, job_id=event.job_id, time=event.time)
+            for line in text.split("\n")]
+
+
+def visible_text(raw: bytes) -> bytes:
+    """What a terminal would show of a line redrawn with `\\r`: its last non-empty drawing."""
+    if b"\r" not in raw:
+        return raw
+    drawings = [part for part in raw.split(b"\r") if part]
+    return drawings[-1] if drawings else b""
+
+
+def dropped_marker(dropped: int, cap: int) -> bytes:
+    """What stands in a line for the bytes a LineBuffer dropped from its middle."""
+    return (f" … [{dropped} bytes of this line not kept: a line longer than {cap} bytes keeps its first and "
+            f"last {cap // 2}] … ").encode()
+
+
+class LineBuffer:
+    """The pieces of one line still open: appending costs the piece's length; with a `cap`, past it only the
+    first and last cap/2 bytes are kept (`dropped` counts the rest)."""
+
+    def __init__(self, cap: int | None = None):
+        self.cap = cap
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        self.dropped = 0
+        self.has_cr = False
+
+    @property
+    def kept_bytes(self) -> int:
+        return len(self._head) + self._tail_size
+
+    def add(self, data: bytes) -> None:
+        if not data:
+            return
+        if b"\r" in data:
+            self.has_cr = True
+        if self.cap is None:
+            self._head += data
+            return
+        room = self.cap // 2 - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self._tail.append(data)
+        self._tail_size += len(data)
+        excess = self._tail_size - (self.cap - self.cap // 2)
+        while excess > 0:
+            first = self._tail[0]
+            if len(first) <= excess:
+                self._tail.popleft()
+                cut = len(first)
+            else:
+                self._tail[0] = first[excess:]
+                cut = excess
+            self._tail_size -= cut
+            self.dropped += cut
+            excess -= cut
+
+    def last(self, size: int) -> bytes:
+        """The line's last `size` bytes kept (for a live view of a long partial line)."""
+        pieces: list[bytes] = []
+        wanted = size
+        for piece in reversed(self._tail):
+            pieces.append(piece[-wanted:])
+            wanted -= len(pieces[-1])
+            if wanted <= 0:
+                break
+        if wanted > 0:
+            pieces.append(bytes(self._head[-wanted:]))
+        return b"".join(reversed(pieces))
+
+    def take(self) -> bytes:
+        """The line as kept, and the buffer emptied for the next one."""
+        middle = dropped_marker(self.dropped, self.cap or 0) if self.dropped else b""
+        line = bytes(self._head) + middle + b"".join(self._tail)
+        self._head, self._tail, self._tail_size, self.dropped, self.has_cr = bytearray(), deque(), 0, 0, False
+        return line
+
+
+class StreamDemux:
+    """Feed it bytes per stream; it calls `deliver` with each event, in order, as soon as it may.
+
+    `job_id()` names the job an output line belongs to. `on_line` sees every finished output line first.
+    """
+
+    def __init__(self, deliver: Callable[[Event], None], *, job_id: Callable[[], str | None] = lambda: None,
+                 on_line: Callable[[str], None] = lambda line: None, line_cap: int | None = LINE_CAP_BYTES):
+        self._deliver = deliver
+        self._job_id = job_id
+        self._on_line = on_line
+        # Event lines are the panel's own and kept whole; output lines are the job's, kept up to line_cap.
+        self._partial = {EVENTS: LineBuffer(), STDOUT: LineBuffer(line_cap), STDERR: LineBuffer(line_cap),
+                         **{key: LineBuffer(line_cap) for key in SCRIPT_STREAMS}}
+        self._frame_rest = b""  # the script channel's last frame, while it is cut short (under 4 KB)
+        # the partial line last delivered, per output stream
+        self._live = {STDOUT: b"", STDERR: b"", **dict.fromkeys(SCRIPT_STREAMS, b"")}
+        self.closed: set[str] = set()
+        self.closing: list[Event] = []
+        self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
+
+    def buffered_bytes(self, stream: str) -> int:
+        """How much of `stream`'s open line is held (bounded by the line cap for output streams)."""
+        return self._partial[stream].kept_bytes
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        if stream == SCRIPT:
+            self._feed_script(chunk)
+            return
+        if stream in SCRIPT_STREAMS:  # a run record's copy of the script's lines, already out of their frames
+            self._script_lines(stream, chunk)
+            return
+        buffer = self._partial[stream]
+        last_end = chunk.rfind(b"\n")
+        if last_end < 0:  # no line ends here: only the open line grows
+            buffer.add(chunk)
+            if stream != EVENTS:
+                self._live_line(stream)
+            return
+        first_end = chunk.find(b"\n")
+        buffer.add(chunk[:first_end])
+        lines = [buffer.take()]
+        if last_end > first_end:
+            lines += chunk[first_end + 1:last_end].split(b"\n")
+        buffer.add(chunk[last_end + 1:])
+        if stream == EVENTS:
+            for raw in lines:
+                if raw.strip():
+                    self._event_line(raw)
+            return
+        if stream == STDERR:
+            self._stderr_kind = ""  # a C++ message and its continuation come in one write
+        block = b"\n".join(lines) if len(lines) > 1 else b""
+        if block and b"\r" not in block and _MAYBE_SPECIAL.search(block) is None:
+            self._output_block(block, lines, stream)
+        else:
+            for raw in lines:
+                self._output_line(raw, stream)
+        self._live_line(stream)
+
+    def close(self, stream: str) -> None:
+        """End of `stream`: its last line without a newline counts."""
+        if stream == SCRIPT:
+            self._frame_rest = b""
+            for key in sorted(SCRIPT_STREAMS):
+                self._script_lines(key, b"", at_end=True)
+            self.closed.add(stream)
+            return
+        if stream in SCRIPT_STREAMS:
+            self._script_lines(stream, b"", at_end=True)
+            self.closed.add(stream)
+            return
+        rest = self._partial[stream].take()
+        if rest:
+            if stream == EVENTS:
+                self._event_line(rest)
+            else:
+                self._output_line(rest, stream)
+        self.closed.add(stream)
+
+    def _live_line(self, stream: str) -> None:
+        buffer = self._partial[stream]
+        if not buffer.has_cr:
+            return
+        shown = visible_text(buffer.last(LIVE_WINDOW_BYTES))
+        if shown and shown != self._live[stream]:
+            self._live[stream] = shown
+            text = shown.decode("utf-8", errors="replace")
+            self._deliver(make_event(events.LOG, {"stream": stream, "kind": output_lines.OUTPUT, "text": text,
+                                             "partial": True}, job_id=self._job_id()))
+
+    def _event_line(self, raw: bytes) -> None:
+        try:
+            event = decode_event(raw)
+        except (ValueError, KeyError) as exc:
+            event = make_event(events.LOG, {"stream": EVENTS, "kind": output_lines.ERROR,
+                                       "text": f"unreadable event ({exc}): {raw[:200]!r}"})
+        if isinstance(event, events.JOB_CLOSING) and event.job_id:
+            self.closing.append(event)
+        else:
+            self._deliver(event)
+
+    def _output_block(self, block: bytes, lines: list[bytes], stream: str) -> None:
+        self._live[stream] = b""
+        text = block.decode("utf-8", errors="replace")
+        for line in lines[-KEPT_LINES:]:
+            self._on_line(line.decode("utf-8", errors="replace"))
+        data: dict[str, object] = {"stream": stream, "kind": output_lines.OUTPUT, "text": text}
+        if "\ufffd" in text:
+            data["raw"] = block  # not UTF-8: the record keeps the bytes as printed
+        self._deliver(make_event(events.LOG, data, job_id=self._job_id()))
+
+    def _output_line(self, raw: bytes, stream: str) -> None:
+        """One finished line as printed; shown as a terminal would show it (`\r` redraws collapsed, bytes that
+        are not UTF-8 replaced), with the printed bytes kept in the event's `raw` when they differ."""
+        self._live[stream] = b""
+        shown = visible_text(raw)
+        line = shown.decode("utf-8", errors="replace")
+        exact = {"raw": raw} if shown is not raw or "\ufffd" in line else {}
+        self._on_line(line)
+        kind, placed = output_lines.parse_line(line, stream)
+        if stream == STDERR:
+            # TF's multi-line C++ messages continue on unprefixed lines.
+            if kind == output_lines.OUTPUT and self._stderr_kind in output_lines.CONTINUED_KINDS:
+                kind = self._stderr_kind
+            elif output_lines.starts_tf_message(line):
+                self._stderr_kind = kind
+            else:
+                self._stderr_kind = kind if kind != output_lines.OUTPUT else ""
+        if placed is not None:
+            self._deliver(make_event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line, **exact},
+                                job_id=self._job_id()))
+        else:
+            self._deliver(make_event(events.LOG, {"stream": stream, "kind": kind, "text": line, **exact},
+                                job_id=self._job_id()))
+
+    # -- the script's own output: always the script's, never classified by its shape ---------------------
+    def _feed_script(self, chunk: bytes) -> None:
+        """Cut the script's channel into its frames; consecutive frames of one stream are handled together."""
+        data = self._frame_rest + chunk if self._frame_rest else chunk
+        position, end_of_data = 0, len(data)
+        runs: list[tuple[str, list[bytes]]] = []
+        while end_of_data - position >= FRAME_HEADER:
+            end = position + FRAME_HEADER + int.from_bytes(data[position + 1:position + FRAME_HEADER], "big")
+            if end > end_of_data:
+                break
+            key = _SCRIPT_STREAMS.get(data[position], "script-stdout")
+            payload = data[position + FRAME_HEADER:end]
+            if runs and runs[-1][0] == key:
+                runs[-1][1].append(payload)
+            else:
+                runs.append((key, [payload]))
+            position = end
+        self._frame_rest = data[position:]
+        for key, payloads in runs:
+            self._script_lines(key, b"".join(payloads))
+
+    def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:
+        """The script's lines of one stream, as one log event a batch; bounded like any output line."""
+        stream = STDOUT if key == "script-stdout" else STDERR
+        buffer = self._partial[key]
+        lines: list[bytes] = []
+        last_end = data.rfind(b"\n")
+        if last_end < 0:
+            buffer.add(data)
+        else:
+            first_end = data.find(b"\n")
+            buffer.add(data[:first_end])
+            lines.append(buffer.take())
+            if last_end > first_end:
+                lines += data[first_end + 1:last_end].split(b"\n")
+            buffer.add(data[last_end + 1:])
+        if at_end and buffer.kept_bytes:
+            lines.append(buffer.take())
+        if lines:
+            shown = [visible_text(line) for line in lines] if any(b"\r" in line for line in lines) else lines
+            self._live[key] = b""
+            for line in shown[-KEPT_LINES:]:
+                self._on_line(line.decode("utf-8", errors="replace"))
+            block, shown_block = b"\n".join(lines), b"\n".join(shown)
+            text = shown_block.decode("utf-8", errors="replace")
+            event_data: dict[str, object] = {"stream": stream, "kind": output_lines.OUTPUT, "text": text,
+                                             "source": "script"}
+            if shown_block != block or "\ufffd" in text:
+                event_data["raw"] = block  # \r redraws or bytes that are not UTF-8: the record keeps them as printed
+            self._deliver(make_event(events.LOG, event_data, job_id=self._job_id()))
+        if buffer.has_cr:
+            live = visible_text(buffer.last(LIVE_WINDOW_BYTES))
+            if live and live != self._live[key]:
+                self._live[key] = live
+                self._deliver(make_event(events.LOG, {"stream": stream, "kind": output_lines.OUTPUT, "partial": True,
+                                                 "source": "script",
+                                                 "text": live.decode("utf-8", errors="replace")},
+                                    job_id=self._job_id()))

@@ -1,0 +1,390 @@
+"""Run the user's own Python file in the run process, exactly as `python file.py` would under the configuration.
+
+The run process is fresh and the script runs on its main thread, so signal handlers, atexit, module state
+and the working folder behave as in a bare run. What the script gets, and how it differs from a bare run:
+
+- TensorFlow imported and configured (the profile's `tf.config` calls made) but NOT initialized: the script's
+  own `tf.config` calls work as they do bare. The panel watches for the first initialization (to list the
+  logical devices and start memory reporting then) and for `tf.device` scopes naming a device that does not
+  exist (a soft-placement fallback, reported with the script's file and line); it makes no `tf.config` or
+  `tf.debugging` call of its own once the script has started.
+- `__main__` as bare: a fresh module named `__main__`, absolute `__file__`, `__package__` None, kept in
+  `sys.modules` until the process exits (a thread may still pickle the script's classes after its body ends).
+- `sys.stdout` and `sys.stderr` write to a channel of their own (frames tagged stdout/stderr in one pipe, so
+  their order is kept exactly), apart from fds 1 and 2, where TensorFlow's C++ logging writes: the panel tells
+  the script's lines from TensorFlow's by where they come from, never by their shape. `fileno()` still gives
+  1 and 2, so a child process or `os.write` writes where a bare run's would.
+- An uncaught exception goes to `sys.excepthook` (Python's own printing: `Did you mean`, notes, chained
+  exceptions, groups) with the panel's frames taken out; its status is 1, or death by SIGINT for a
+  KeyboardInterrupt the script raised itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import os
+import shlex
+import signal
+import sys
+import threading
+import tokenize
+import types
+from collections.abc import Callable
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+from typing import Any
+
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
+from tf_device_panel.core.protocol.streams import MAX_FRAME_PAYLOAD, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG
+from tf_device_panel.core.results import ScriptResult
+from tf_device_panel.core.runproc.jobs import path_problem
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
+
+# Frames in this folder (the panel's engine) are not the user's: they are taken out of a script's tracebacks.
+PANEL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+
+class ScriptExit(Exception):
+    """The script ended with a non-zero status: `sys.exit(N)` or an uncaught exception."""
+
+    def __init__(self, code: int, error_type: str, message: str, traceback_text: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.error_type = error_type
+        self.message = message
+        self.traceback = traceback_text
+
+
+class ScriptProblem(JobError):
+    """The file cannot run at all (missing, a folder, unreadable, not in its encoding, a syntax error)."""
+
+
+def exit_status(code: object) -> int:
+    """What the interpreter makes of `sys.exit(code)`: None is 0, an int is itself, anything else is printed
+    and gives 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF if code >= 0 else code % 256
+    print(code, file=sys.stderr)
+    return 1
+
+
+# -- the file -------------------------------------------------------------------------------------
+def compile_script(path: str) -> types.CodeType:
+    """The script compiled as `python file.py` compiles it (absolute file name, its declared encoding).
+
+    Raises ScriptProblem with one line naming the file and, where there is one, the line."""
+    file = Path(path.strip()).expanduser()
+    shown = str(file)
+    if file.is_dir():
+        raise ScriptProblem(f"{shown} is a folder, not a Python file; name the .py file to run")
+    problem = path_problem(path)
+    if problem:
+        raise ScriptProblem(problem)
+    try:
+        source = file.read_bytes()
+    except OSError as exc:
+        raise ScriptProblem(f"{shown} cannot be read: {exc.strerror or exc}") from None
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+    except SyntaxError as exc:  # an unknown encoding declared, or a BOM that contradicts it
+        raise ScriptProblem(f"{shown}: {exc}") from None
+    try:
+        source.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = source.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (source.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ScriptProblem(
+            f"{shown}, line {line}: not valid {encoding.upper()} (byte 0x{source[exc.start]:02x} at column "
+            f"{column}); save the file as UTF-8, or declare its encoding on its first line, e.g. "
+            "'# -*- coding: latin-1 -*-'") from None
+    if b"\0" in source:
+        line = source.count(b"\n", 0, source.index(b"\0")) + 1
+        raise ScriptProblem(f"{shown}, line {line}: the file holds a NUL byte; is it really a Python file?")
+    try:
+        return compile(source, os.path.abspath(file), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f", line {exc.lineno}" if exc.lineno else ""
+        raise ScriptProblem(f"{shown}{where}: {type(exc).__name__}: {exc.msg}") from None
+
+
+def script_problem(path: str) -> str | None:
+    """Why the file cannot run at all, in one line, or None; checked before TensorFlow starts."""
+    try:
+        compile_script(path)
+    except ScriptProblem as exc:
+        return str(exc)
+    return None
+
+
+# -- its output -----------------------------------------------------------------------------------
+class ScriptStream(io.BufferedIOBase):
+    """The byte stream under the script's sys.stdout or sys.stderr (its `.buffer`): each write goes out at once
+    as tagged frames of at most PIPE_BUF bytes on the script's channel, each with one `os.write` (atomic for a
+    pipe, so even a forked child's writes never tear a frame). `fileno()` is the process's own fd 1 or 2, as a
+    bare run's would be.
+
+    Ctrl+C in the middle of a write (the panel's SIGINT handler defers it while this frame runs) is raised
+    once the write is complete: the text layer above has already let go of those bytes, so a line is never
+    lost nor written twice."""
+
+    def __init__(self, channel_fd: int, tag: bytes, fileno: int):
+        super().__init__()
+        self._channel = channel_fd
+        self._tag = tag
+        self._fileno = fileno
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        global interrupt_deferred
+        view = memoryview(data).cast("B")
+        size = len(view)
+        for start in range(0, size, MAX_FRAME_PAYLOAD):
+            payload = bytes(view[start:start + MAX_FRAME_PAYLOAD])
+            # core.protocol.streams.frame, inlined: a signal handled inside a Python call of its own would not be
+            # deferred
+            os.write(self._channel, self._tag + len(payload).to_bytes(4, "big") + payload)
+        # No call from here on: a signal handled after this check would wait for the next write.
+        if interrupt_deferred:
+            interrupt_deferred = False
+            raise KeyboardInterrupt
+        return size
+
+    def flush(self) -> None:
+        pass  # nothing is held here
+
+    def fileno(self) -> int:
+        return self._fileno
+
+    def isatty(self) -> bool:
+        return False
+
+
+interrupt_deferred = False  # a SIGINT came while a ScriptStream was writing: raised when the write is done
+
+
+def defer_interrupt(frame: types.FrameType | None) -> bool:
+    """Called by the run's SIGINT handler: True (and the KeyboardInterrupt deferred) if `frame`, the frame the
+    signal interrupted, is a ScriptStream's write."""
+    global interrupt_deferred
+    if frame is not None and frame.f_code is ScriptStream.write.__code__:
+        interrupt_deferred = True
+        return True
+    return False
+
+
+def give_script_its_streams(channel_fd: int) -> None:
+    """sys.stdout and sys.stderr (and their __stdout__/__stderr__) write to the script's channel from now on,
+    line by line as on a terminal, in the encodings and error handlers the interpreter chose."""
+    made = []
+    for name, tag, fileno in (("stdout", SCRIPT_STDOUT_TAG, 1), ("stderr", SCRIPT_STDERR_TAG, 2)):
+        current = getattr(sys, name)
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            current.flush()
+        stream = io.TextIOWrapper(ScriptStream(channel_fd, tag, fileno),  # type: ignore[type-var]
+                                  encoding=getattr(current, "encoding", None) or "utf-8",
+                                  errors=getattr(current, "errors", None) or "strict", line_buffering=True)
+        made.append(stream)
+    sys.stdout = sys.__stdout__ = made[0]  # type: ignore[misc, assignment]
+    sys.stderr = sys.__stderr__ = made[1]  # type: ignore[misc, assignment]
+
+
+# -- its tracebacks -------------------------------------------------------------------------------
+def _is_panel_frame(tb: types.TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(PANEL_DIR)
+
+
+def without_panel_frames(exc: BaseException | None, seen: set[int] | None = None) -> None:
+    """Take the panel's frames out of `exc`'s traceback and those of its causes, contexts and group members:
+    what remains is what a bare run's traceback shows."""
+    seen = set() if seen is None else seen
+    if exc is None or id(exc) in seen:
+        return
+    seen.add(id(exc))
+    kept = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if not _is_panel_frame(tb):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt: types.TracebackType | None = None
+    for entry in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    exc.__traceback__ = rebuilt
+    without_panel_frames(exc.__cause__, seen)
+    without_panel_frames(exc.__context__, seen)
+    members = getattr(exc, "exceptions", ())  # an exception group's (Python 3.11+)
+    for member in members if isinstance(members, tuple) else ():
+        if isinstance(member, BaseException):
+            without_panel_frames(member, seen)
+
+
+class _Tee:
+    """sys.stderr while an uncaught exception is reported: it prints, and the run record keeps a copy."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return int(self.stream.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def report_uncaught(exc: BaseException) -> str:
+    """Report `exc` as the interpreter does at the end of a script: through `sys.excepthook` (the script may
+    have set its own), and, if the hook itself fails, as Python says it then. Returns what was printed."""
+    without_panel_frames(exc)
+    stderr = sys.stderr
+    tee = _Tee(stderr)
+    sys.stderr = tee
+    try:
+        try:
+            sys.excepthook(type(exc), exc, exc.__traceback__)
+        except BaseException as hook_error:
+            without_panel_frames(hook_error)
+            print("Error in sys.excepthook:", file=sys.stderr)
+            sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
+            print("\nOriginal exception was:", file=sys.stderr)
+            sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    finally:
+        if sys.stderr is tee:
+            sys.stderr = stderr
+        with contextlib.suppress(OSError, ValueError):
+            stderr.flush()
+    return tee.copy.getvalue()
+
+
+# -- TensorFlow, watched but not touched ------------------------------------------------------------
+def watch_initialization(on_initialized: Callable[[], None]) -> None:
+    """Call `on_initialized()` once, right after the script's first initialization of TensorFlow (its first
+    op, device listing, strategy...). The watch is TensorFlow's own `ensure_initialized` wrapped until then,
+    and put back as it was at once after: nothing is left in the way of the script's ops."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    original = cls.ensure_initialized
+    fired = threading.Lock()
+
+    def ensure_initialized(self: Any) -> None:
+        if self._initialized:
+            return
+        original(self)
+        if getattr(self, "_is_global_context", True) and fired.acquire(blocking=False):
+            cls.ensure_initialized = original
+            on_initialized()
+
+    ensure_initialized.__doc__ = original.__doc__
+    cls.ensure_initialized = ensure_initialized
+
+
+_LIBRARY_DIRS: tuple[str, ...] = ()
+
+
+def script_location() -> tuple[str, int] | None:
+    """The innermost frame of the user's code on this thread's stack (not TensorFlow's, the panel's or the
+    standard library's context managers): (file, line)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_LIBRARY_DIRS):
+            return name, frame.f_lineno
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def watch_device_scopes(ctx: JobContext) -> None:
+    """Report a soft-placement fallback when the script enters `tf.device(...)` (eagerly) naming a device the
+    runtime does not have while soft placement is on: its ops then run elsewhere, silently in a bare run.
+    Once per place in the script and device asked for. With soft placement off, TensorFlow's own error
+    (and the script's line, in its traceback) says it."""
+    global _LIBRARY_DIRS
+    import tensorflow
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import device_spec
+
+    _LIBRARY_DIRS = (os.path.dirname(tensorflow.__file__), os.path.dirname(contextlib.__file__) + os.sep
+                     + "contextlib.py", PANEL_DIR)
+    cls = context._EagerDeviceContext
+    original = cls.__enter__
+    reported: set[tuple[str, int, str]] = set()
+    where_ops_go: dict[str, str | None] = {}  # a scope's device → where its ops run instead (None: it exists)
+
+    def fallback_for(spec: Any, devices: list[str]) -> str | None:
+        if not spec.device_type or spec.job not in (None, "localhost"):
+            return None
+        kind = spec.device_type.upper()
+        present = [device_spec.DeviceSpecV2.from_string(d) for d in devices]
+        same_kind = [d for d in present if (d.device_type or "").upper() == kind]
+        if any(spec.device_index is None or d.device_index == spec.device_index for d in same_kind):
+            return None
+        return str((same_kind or present)[0].to_string())  # where soft placement puts the ops (measured)
+
+    def check(scope: Any) -> None:
+        runtime = scope._ctx
+        devices = runtime._context_devices
+        requested = scope._device_name
+        if not devices or not isinstance(requested, str) or not scope._stack or not runtime.soft_device_placement:
+            return
+        entered = runtime.device_name
+        if entered not in where_ops_go:  # the devices never change once initialized: decided once per name
+            where_ops_go[entered] = fallback_for(scope._stack[-1][2], devices)
+        actual = where_ops_go[entered]
+        if actual is None:
+            return
+        where = script_location()
+        if where is None or (where[0], where[1], requested) in reported:
+            return
+        reported.add((where[0], where[1], requested))
+        ctx.emit(events.Fallback(op=f"{os.path.basename(where[0])}:{where[1]}", requested=requested,
+                                 requested_short=canonical_device(requested), actual=actual,
+                                 actual_short=short_device_name(actual), file=where[0], line=where[1]))
+
+    def __enter__(self: Any) -> Any:
+        entered = original(self)
+        with contextlib.suppress(Exception):  # a report must never break the script's own code
+            check(self)
+        return entered
+
+    __enter__.__doc__ = original.__doc__
+    cls.__enter__ = __enter__
+
+
+# -- the job --------------------------------------------------------------------------------------
+def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
+    code = compile_script(path)
+    file = Path(path.strip()).expanduser()
+    argv = [str(file), *shlex.split(args)]
+    absolute = code.co_filename
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=absolute, __cached__=None, __builtins__=builtins, __annotations__={},
+                         __loader__=SourceFileLoader("__main__", absolute))
+    sys.modules["__main__"] = main  # kept until the process exits, as a bare run's
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.realpath(file)))  # as `python file.py` puts the script's folder
+    ctx.progress(0, 1, f"running {file.name}")
+    try:
+        exec(code, main.__dict__)
+    except SystemExit as exc:
+        status = exit_status(exc.code)
+        if status != 0:
+            raise ScriptExit(status, "ScriptExit", f"{file.name} exited with status {status}") from None
+    except JobCancelled:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt) and ctx.cancel_requested.is_set():
+            raise  # the user's Ctrl+C (Stop): the run is cancelled
+        text = report_uncaught(exc)
+        status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+        raise ScriptExit(status, type(exc).__name__, str(exc).strip() or type(exc).__name__, text) from None
+    ctx.progress(1, 1, "done", force=True)
+    return {"kind": "script", "path": absolute, "argv": argv, "exit_code": 0}
