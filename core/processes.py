@@ -49,15 +49,15 @@ def start_module(module: str, *args: str, env: Mapping[str, str] | None = None, 
                             start_new_session=True, **popen)
 
 
-def die_with_parent() -> None:
-    """Called first thing in a child started with `die_with_parent=True`: it ends when its parent dies,
-    even by SIGKILL (its own session keeps it out of the parent's process group, so killing that group
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Called first thing in a child started with `die_with_parent=True`: it gets `signum` when its parent
+    dies, even by SIGKILL (its own session keeps it out of the parent's process group, so killing that group
     misses it). A child started by hand (no variable) is left alone."""
     parent = os.environ.pop(PARENT_PID_ENV, "")
     if not parent.isdigit() or not sys.platform.startswith("linux"):
         return
     pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signum)
     if os.getppid() != int(parent):  # the parent died before we asked
         os._exit(1)
 

@@ -14,6 +14,8 @@ import sys
 import traceback
 from typing import Any
 
+from tf_device_panel.core.runproc.tf_facts import build_info, physical_devices
+
 PROBE_PREFIX = "\x1eTFDP-PROBE "
 # What the probe does, in order; each fact line names the last stage completed.
 STAGES = ("import", "GPU discovery", "first op")
@@ -39,25 +41,9 @@ def probe(place: bool) -> dict[str, Any]:
         return facts
     facts["imported"] = True
     facts["version"] = tf.__version__
-    try:
-        facts["build"] = {k: v for k, v in tf.sysconfig.get_build_info().items()
-                          if isinstance(v, (str, bool, list, int))}
-    except Exception as exc:
-        facts["build"] = {"error": str(exc)}
+    facts["build"] = build_info(tf)
     report(facts, "import")
-    physical = []
-    for device in tf.config.list_physical_devices():
-        entry: dict[str, Any] = {"name": device.name, "device_type": device.device_type}
-        if device.device_type == "GPU":
-            try:
-                details = tf.config.experimental.get_device_details(device)
-                capability = details.get("compute_capability")
-                entry["device_name"] = details.get("device_name", "")
-                entry["compute_capability"] = ".".join(map(str, capability)) if capability else None
-            except Exception as exc:
-                entry["details_error"] = str(exc)
-        physical.append(entry)
-    facts["physical"] = physical
+    facts["physical"] = physical_devices(tf)
     report(facts, "GPU discovery")
     if place:
         tf.debugging.set_log_device_placement(True)

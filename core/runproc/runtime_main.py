@@ -43,6 +43,7 @@ from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 from tf_device_panel.core.runproc.jobs import script as script_job
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
 from tf_device_panel.core.runproc.jobs.script import ScriptExit
+from tf_device_panel.core.runproc.tf_facts import build_info, physical_devices
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
 MEMORY_REPORT_S = 0.5
@@ -103,29 +104,8 @@ def import_failure(exc: BaseException) -> dict[str, Any]:
 
 def describe_physical(tf: Any) -> dict[str, Any]:
     """TensorFlow's build and physical devices: none of this initializes the runtime."""
-    physical = []
-    counters: dict[str, int] = {}
-    visible = {d.name for d in tf.config.get_visible_devices()}
-    for device in tf.config.list_physical_devices():
-        index = counters.get(device.device_type, 0)
-        counters[device.device_type] = index + 1
-        entry: dict[str, Any] = {"name": device.name, "device_type": device.device_type, "index": index,
-                                 "visible": device.name in visible}
-        if device.device_type == "GPU":
-            try:
-                details = tf.config.experimental.get_device_details(device)
-            except Exception:  # details are a nicety; a failure must not stop the runtime
-                details = {}
-            entry["device_name"] = details.get("device_name", "")
-            capability = details.get("compute_capability")
-            entry["compute_capability"] = ".".join(map(str, capability)) if capability else None
-        physical.append(entry)
-    try:
-        build = {k: v for k, v in tf.sysconfig.get_build_info().items() if isinstance(v, (str, bool, list))}
-    except Exception:
-        build = {}
     return {"tf_version": tf.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "build": build, "physical": physical, "pid": os.getpid()}
+            "build": build_info(tf), "physical": physical_devices(tf), "pid": os.getpid()}
 
 
 def describe_logical(tf: Any, config: DeviceConfig) -> list[dict[str, Any]]:
@@ -145,10 +125,6 @@ def describe_logical(tf: Any, config: DeviceConfig) -> list[dict[str, Any]]:
             if limit is not None:
                 device["memory_limit_mib"] = limit
     return logical
-
-
-def describe_devices(tf: Any, config: DeviceConfig) -> dict[str, Any]:
-    return {**describe_physical(tf), "logical": describe_logical(tf, config)}
 
 
 class MemoryReporter:

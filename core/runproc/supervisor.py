@@ -32,9 +32,9 @@ import sys
 import time
 from typing import Any
 
-from tf_device_panel.core.processes import PARENT_PID_ENV  # the variable start_module(die_with_parent=True) sets
+from tf_device_panel.core.processes import PARENT_PID_ENV, die_with_parent
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_CHILD_SUBREAPER = 36
 TERM_WAIT_S = 1.0   # what a leftover descendant gets between SIGTERM and SIGKILL
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -149,11 +149,8 @@ class Supervisor:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, self.on_signal)
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        parent = os.environ.pop(PARENT_PID_ENV, "")
-        if parent.isdigit():
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGHUP, 0, 0, 0)
-            if os.getppid() != int(parent):  # the parent died before we asked
-                return 1
+        # The panel's death is a SIGHUP here (handled above: it ends the run and everything it started).
+        die_with_parent(signal.SIGHUP)
         # The run process's own parent-death signal names this process (core.processes.die_with_parent).
         env = {**os.environ, PARENT_PID_ENV: str(os.getpid())}
         fds = tuple(int(fd) for fd in os.environ.get("TF_DEVICE_PANEL_PASS_FDS", "").split(",") if fd)

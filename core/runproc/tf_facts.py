@@ -1,0 +1,42 @@
+"""What TensorFlow says of its build and its physical devices, read without initializing the runtime.
+
+One reading for the run process (its `warm` and `ready` events) and the doctor's probe, so the two never
+describe the same machine differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def build_info(tf: Any) -> dict[str, Any]:
+    """tf.sysconfig's build facts that are plain values (CUDA and cuDNN versions, is_cuda_build, …)."""
+    try:
+        return {k: v for k, v in tf.sysconfig.get_build_info().items() if isinstance(v, (str, bool, list, int))}
+    except Exception as exc:  # a nicety: a TensorFlow without it still runs
+        return {"error": str(exc)}
+
+
+def physical_devices(tf: Any) -> list[dict[str, Any]]:
+    """Every physical device: its name, type, index among its type, whether it is visible, and a GPU's model
+    and compute capability (or why they could not be read)."""
+    devices = []
+    counters: dict[str, int] = {}
+    visible = {d.name for d in tf.config.get_visible_devices()}
+    for device in tf.config.list_physical_devices():
+        index = counters.get(device.device_type, 0)
+        counters[device.device_type] = index + 1
+        entry: dict[str, Any] = {"name": device.name, "device_type": device.device_type, "index": index,
+                                 "visible": device.name in visible}
+        if device.device_type == "GPU":
+            entry["device_name"], entry["compute_capability"] = "", None
+            try:
+                details = tf.config.experimental.get_device_details(device)
+            except Exception as exc:  # details are a nicety; a failure must not stop the runtime
+                entry["details_error"] = str(exc)
+            else:
+                capability = details.get("compute_capability")
+                entry["device_name"] = details.get("device_name", "")
+                entry["compute_capability"] = ".".join(map(str, capability)) if capability else None
+        devices.append(entry)
+    return devices
