@@ -22,8 +22,11 @@ def physical_devices(tf: Any) -> list[dict[str, Any]]:
     and compute capability (or why they could not be read)."""
     devices = []
     counters: dict[str, int] = {}
+    # Listing the physical devices is GPU discovery (where a broken driver crashes or hangs): it comes first, so
+    # the doctor's probe reports the stage it died in.
+    physical = tf.config.list_physical_devices()
     visible = {d.name for d in tf.config.get_visible_devices()}
-    for device in tf.config.list_physical_devices():
+    for device in physical:
         index = counters.get(device.device_type, 0)
         counters[device.device_type] = index + 1
         entry: dict[str, Any] = {"name": device.name, "device_type": device.device_type, "index": index,
