@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QImage, QPainter, QPolygonF, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -47,6 +47,7 @@ from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 from tf_device_panel.gui.widgets import move_in_layout
+from tf_device_panel.gui.worker import to_gui_thread
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
@@ -216,10 +217,6 @@ class MarkerLines(pg.GraphicsObject):
         painter.restore()
 
 
-class _Bridge(QObject):
-    sampled = Signal(object)
-
-
 def gpu_process_text(gpu: Any, runtime_pid: int | None) -> str:
     """"this run holds 522 of 81,559 MiB", from NVML's per-process figures ("" when it cannot say)."""
     total = gpu.memory_total_mib
@@ -241,8 +238,7 @@ class MemoryPanel(QWidget):
         """`sampler`: the process's one sampler (core.client.app_model.AppModel's), which its owner starts and
         stops; without one the panel samples with a sampler of its own (`nvml`, `interval_s`)."""
         super().__init__(parent)
-        self._bridge = _Bridge(self)
-        self._bridge.sampled.connect(self._on_sample)
+        self._sampled = to_gui_thread(self._on_sample, self)  # the sampler calls it on its own thread
         self._owns_sampler = sampler is None
         self.sampler = sampler if sampler is not None else Sampler(interval=interval_s, nvml=nvml)
         self._unsubscribe: Callable[[], None] | None = None
@@ -351,7 +347,7 @@ class MemoryPanel(QWidget):
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         if self._unsubscribe is None:
-            self._unsubscribe = self.sampler.subscribe(self._bridge.sampled.emit)
+            self._unsubscribe = self.sampler.subscribe(self._sampled)
         if self._owns_sampler:
             self.sampler.start()
         self.build_plots([g.index for g in self.sampler.gpus])
