@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
     QLabel,
@@ -20,6 +20,8 @@ from tf_device_panel.gui.colors import device_color
 
 
 class DevicesPanel(QWidget):
+    doctorRequested = Signal()  # "Why? Ask the Doctor…", shown when TensorFlow sees no GPU
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.tree = QTreeWidget()
@@ -38,6 +40,7 @@ class DevicesPanel(QWidget):
         self.doctor_button = QPushButton("Why? Ask the Doctor…")
         self.doctor_button.setToolTip("Check the driver, CUDA libraries, packages and environment (Ctrl+D)")
         self.doctor_button.hide()
+        self.doctor_button.clicked.connect(self.doctorRequested)
         layout.addWidget(self.note)
         layout.addWidget(self.doctor_button)
         layout.addWidget(self.tree, 1)

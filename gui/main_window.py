@@ -202,7 +202,7 @@ class MainWindow(QMainWindow):
         self.history_panel.runAgainRequested.connect(self.run_again)
         self.history_panel.applyConfigRequested.connect(self.apply_from_history)
         self.history_panel.refresh()
-        self.devices.doctor_button.clicked.connect(self.open_doctor)
+        self.devices.doctorRequested.connect(self.open_doctor)
 
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
         self._default_state = self.saveState(LAYOUT_VERSION)
@@ -288,8 +288,7 @@ class MainWindow(QMainWindow):
         self.setPalette(self._contrast_palette() if self.view.presentation else self._base_palette)
         self.memory.set_line_width(2 if self.view.presentation else 1)
         self.runs.fit_job_list()
-        for view in self.runs.results.values():
-            view.redraw()
+        self.runs.redraw_results()
 
     def _contrast_palette(self) -> QPalette:
         palette = QPalette(self._base_palette)
@@ -331,7 +330,7 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "Save profile &as…", self._save_as_dialog, QKeySequence.StandardKey.SaveAs)
         file_menu.addSeparator()
         self._action(file_menu, "Copy configuration as &Python…", self.show_snippet)
-        self._action(file_menu, "Save &log…", self.log._save_dialog)
+        self._action(file_menu, "Save &log…", self.log.save_dialog)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         runtime_menu = self.menuBar().addMenu("&Runtime")
@@ -455,7 +454,7 @@ class MainWindow(QMainWindow):
             elif event.type == events.METRIC:
                 metric = event.data
                 if metric.get("name") == "loss":
-                    self.runs.result.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
+                    self.runs.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
             elif event.type == events.STARTUP_ERROR:
                 self.devices.show_message(f"<b style='color:#d33'>{html.escape(startup_error_text(event.data))}</b>")
             elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
