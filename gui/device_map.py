@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -266,15 +267,13 @@ class DeviceMapPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(scroll, 1)
 
-    def set_devices(self, info: dict[str, Any], config: dict[str, Any] | None,
-                    nvml: dict[int, dict[str, Any]]) -> None:
+    def set_devices(self, ready: events.Ready, config: dict[str, Any] | None, inventory: DeviceInventory) -> None:
         """A ready runtime's devices: `config` the applied profile's JSON (else the one the report carries),
-        `nvml` NVML's record of each of TensorFlow's physical GPUs by TF's index (matched by bus id). The
-        report's pid is the run's process, whose NVML per-process memory each GPU's bar then shows."""
-        self._tf_index_of = {record["index"]: tf_index for tf_index, record in nvml.items() if "index" in record}
-        self._run_pid = info.get("pid")
-        totals = {tf_index: record.get("memory_total_mib") for tf_index, record in nvml.items()}
-        self.canvas.devices = devices_from_ready(info, info.get("config") or config, totals)
+        `inventory` its GPUs matched to NVML's (by bus id), for each GPU's memory and NVML index. The report's
+        pid is the run's process, whose NVML per-process memory each GPU's bar then shows."""
+        self._tf_index_of = {gpu.nvml_index: gpu.tf_index for gpu in inventory.gpus if gpu.nvml_index is not None}
+        self._run_pid = ready.pid
+        self.canvas.devices = devices_from_ready(ready, ready.config or config, inventory.totals_by_tf_index())
         self.canvas.ops.clear()
         self.canvas.memory.clear()
         self.canvas.use.clear()

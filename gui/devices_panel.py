@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
     QLabel,
@@ -15,11 +13,15 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.devices.gpus import nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.devices.gpus import tf_gpu_messages
+from tf_device_panel.core.devices.inventory import DeviceInventory
+from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.colors import device_color
 
 
 class DevicesPanel(QWidget):
+    doctorRequested = Signal()  # "Why? Ask the Doctor…", shown when TensorFlow sees no GPU
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.tree = QTreeWidget()
@@ -38,50 +40,52 @@ class DevicesPanel(QWidget):
         self.doctor_button = QPushButton("Why? Ask the Doctor…")
         self.doctor_button.setToolTip("Check the driver, CUDA libraries, packages and environment (Ctrl+D)")
         self.doctor_button.hide()
+        self.doctor_button.clicked.connect(self.doctorRequested)
         layout.addWidget(self.note)
         layout.addWidget(self.doctor_button)
         layout.addWidget(self.tree, 1)
 
-    def show_devices(self, info: dict[str, Any], nvml_gpus: list[dict[str, Any]], tf_lines: list[str]) -> None:
+    def show_devices(self, ready: events.Ready, inventory: DeviceInventory, tf_lines: list[str]) -> None:
+        """A ready run's devices; each GPU's memory and bus id are NVML's record of it, as `inventory` matched it."""
         self.tree.clear()
-        build = info.get("build", {})
+        build = ready.build
         cuda = (f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
                 if build.get("is_cuda_build") else "no CUDA")
-        physical = QTreeWidgetItem([f"Physical ({len(info['physical'])})", f"TensorFlow {info['tf_version']}, {cuda}"])
-        for device in info["physical"]:
+        physical = QTreeWidgetItem([f"Physical ({len(ready.physical)})", f"TensorFlow {ready.tf_version}, {cuda}"])
+        for device in ready.physical:
             details = ""
-            if device["device_type"] == "GPU":
-                nv = nvml_gpu_for_physical(device["index"], info.get("gpu_devices", []), nvml_gpus)
-                parts = [device.get("device_name") or nv.get("name") or "",
-                         f"{nv['memory_total_mib']} MiB" if nv.get("memory_total_mib") else "",
-                         f"compute {device['compute_capability']}" if device.get("compute_capability") else "",
-                         f"PCI {nv['pci_bus_id']}" if nv.get("pci_bus_id") else "",
-                         "" if device.get("visible", True) else "hidden"]
+            gpu = inventory.gpu(device["index"]) if device["device_type"] == "GPU" else None
+            if gpu is not None:
+                parts = [gpu.name,
+                         f"{gpu.memory_total_mib} MiB" if gpu.memory_total_mib else "",
+                         f"compute {gpu.compute_capability}" if gpu.compute_capability else "",
+                         f"PCI {gpu.pci_bus_id}" if gpu.pci_bus_id else "",
+                         "" if gpu.visible else "hidden"]
                 details = ", ".join(p for p in parts if p)
             item = QTreeWidgetItem([device["name"].replace("/physical_device:", ""), details])
             item.setToolTip(0, device["name"])
             item.setToolTip(1, details)
             physical.addChild(item)
-        logical = QTreeWidgetItem([f"Logical ({len(info['logical'])})", "created by the running runtime"])
-        for device in info["logical"]:
-            limit = f"memory limit {device['memory_limit_mib']} MiB" if "memory_limit_mib" in device else ""
-            item = QTreeWidgetItem([device["short_name"], limit or device["device_type"]])
-            item.setForeground(0, QBrush(device_color(device["short_name"])))
-            item.setToolTip(0, device["name"])  # one spelling shown, the full name on hover
-            item.setToolTip(1, device["name"])
+        logical = QTreeWidgetItem([f"Logical ({len(ready.logical)})", "created by the running runtime"])
+        for made in ready.logical:
+            limit = f"memory limit {made['memory_limit_mib']} MiB" if "memory_limit_mib" in made else ""
+            item = QTreeWidgetItem([made["short_name"], limit or made["device_type"]])
+            item.setForeground(0, QBrush(device_color(made["short_name"])))
+            item.setToolTip(0, made["name"])  # one spelling shown, the full name on hover
+            item.setToolTip(1, made["name"])
             logical.addChild(item)
         self.tree.addTopLevelItems([physical, logical])
         self.tree.expandAll()
         self.tree.resizeColumnToContents(0)
         self.tree.setColumnWidth(0, min(self.tree.columnWidth(0), 160))
-        no_gpu = not any(d["device_type"] == "GPU" for d in info["physical"])
+        no_gpu = not any(d["device_type"] == "GPU" for d in ready.physical)
         self.doctor_button.setVisible(no_gpu)
         if no_gpu:
             reasons = tf_gpu_messages(tf_lines)[-3:]
             self.note.setText("<b>TensorFlow sees no GPU.</b>" + (
                 "<br>TensorFlow said: " + "<br>".join(f"<i>{_esc(r)}</i>" for r in reasons) if reasons else ""))
         else:
-            self.note.setText(f"Runtime pid {info['pid']}, Python {info['python']}")
+            self.note.setText(f"Runtime pid {ready.pid}, Python {ready.python}")
 
     def show_message(self, html: str) -> None:
         self.note.setText(html)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QModelIndex, QObject, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QGuiApplication, QResizeEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -24,8 +22,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client import doctor
 from tf_device_panel.core.config import DeviceConfig
-
-log = logging.getLogger(__name__)
+from tf_device_panel.gui.worker import Worker, create_worker
 
 STATUS_COLORS = {doctor.PASS: "#2e9d4f", doctor.WARN: "#c77700", doctor.FAIL: "#d33", doctor.SKIPPED: "#888888"}
 NAME_SHARE = 0.5     # at most this share of the width goes to the check names, which wrap within it
@@ -100,12 +97,14 @@ def _row(name: str, text: str) -> QTreeWidgetItem:
     return item
 
 
-class _Relay(QObject):
-    finished = Signal(object, object)   # (checks, facts) or (None, error text)
+def _examine(config: DeviceConfig | None) -> tuple[list[doctor.Check], doctor.Facts]:
+    """The checks and the facts they read (on the worker's thread: the probe process takes seconds)."""
+    facts = doctor.gather(config)
+    return doctor.diagnose(facts), facts
 
 
 class DoctorPanel(QWidget):
-    """Runs `core.client.doctor` on a worker thread; results come back through a signal."""
+    """Runs `core.client.doctor` on a worker thread (gui.worker); results come back on the GUI thread."""
 
     finished = Signal()
 
@@ -114,9 +113,7 @@ class DoctorPanel(QWidget):
         self.config_source = config_source
         self.checks: list[doctor.Check] = []
         self.facts: doctor.Facts | None = None
-        self._thread: threading.Thread | None = None
-        self._relay = _Relay(self)
-        self._relay.finished.connect(self._show)
+        self._worker: Worker | None = None
         self.summary = QLabel("Press <b>Run checks</b> to find out why TensorFlow does or does not use a GPU here.")
         self.summary.setWordWrap(True)
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -143,7 +140,7 @@ class DoctorPanel(QWidget):
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._worker is not None and self._worker.running
 
     def run(self) -> None:
         if self.running:
@@ -152,20 +149,19 @@ class DoctorPanel(QWidget):
         self.run_button.setText("Checking…")
         self.summary.setText("Examining this machine: NVML, packages, and TensorFlow in a probe process…")
         config = self.config_source()
-        self._thread = threading.Thread(target=self._work, args=(config,), name="doctor", daemon=True)
-        self._thread.start()
-
-    def _work(self, config: DeviceConfig | None) -> None:
-        try:
-            facts = doctor.gather(config)
-            self._relay.finished.emit(doctor.diagnose(facts), facts)
-        except Exception as exc:  # reported in the panel, never a traceback in the user's face
-            log.debug("the doctor could not run", exc_info=exc)  # the traceback, for --verbose
-            self._relay.finished.emit(None, f"{type(exc).__name__}: {exc}")
+        self._worker = create_worker(_examine, config, name="doctor", parent=self,
+                                     returned=self._show_examined, errored=self._show_failure)
 
     def wait(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._worker is not None:
+            self._worker.wait(timeout)
+
+    def _show_examined(self, examined: tuple[list[doctor.Check], doctor.Facts]) -> None:
+        self._show(*examined)
+
+    def _show_failure(self, exc: BaseException) -> None:
+        # reported in the panel, never a traceback in the user's face (the worker logs it for --verbose)
+        self._show(None, f"{type(exc).__name__}: {exc}")
 
     def _show(self, checks: list[doctor.Check] | None, facts: doctor.Facts | str) -> None:
         self.run_button.setEnabled(True)

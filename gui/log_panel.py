@@ -200,7 +200,7 @@ class LogPanel(QWidget):
             self.kind_boxes[kind] = box
             filters.addWidget(box)
         self.save_button = QPushButton("Save log…")
-        self.save_button.clicked.connect(self._save_dialog)
+        self.save_button.clicked.connect(self.save_dialog)
         self.clear_button = QPushButton("Clear")
         self.clear_button.clicked.connect(self.clear)
         self.jump_button = QPushButton("⤓ Jump to end")
@@ -399,7 +399,8 @@ class LogPanel(QWidget):
     def save(self, path: str | Path) -> None:
         Path(path).write_text("\n".join(text for _, text in self.entries) + "\n", encoding="utf-8")
 
-    def _save_dialog(self) -> None:
+    def save_dialog(self) -> None:
+        """Ask where, and save the log there (File → Save log and the panel's own button)."""
         path, _ = QFileDialog.getSaveFileName(self, "Save log", "placement-log.txt", "Text files (*.txt)")
         if path:
             try:

@@ -13,10 +13,10 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QRectF, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPen, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
+from tf_device_panel.gui.worker import Worker, create_worker
 
 log = logging.getLogger(__name__)
 
@@ -145,48 +146,27 @@ class MachineTile(QWidget):
             self.opened.emit(self.instance)
 
 
-class _Fetcher(QObject):
-    """Calls `source.fetch()` every `interval` seconds on a Python thread; answers come back as queued signals."""
-
-    fetched = Signal(object, float)   # list[MachineStatus], when fetched
-    failed = Signal(str)
-
-    def __init__(self, source: Source, interval: float):
-        super().__init__()
-        self.source = source
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="machines-fetch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                machines = self.source.fetch()
-            except SourceError as exc:
-                self.failed.emit(str(exc))
-            except Exception as exc:  # a bug in one fetch must not end the view's updates
-                log.warning("fetching machines failed: %s: %s", type(exc).__name__, exc)
-                self.failed.emit(f"{type(exc).__name__}: {exc}")
-            else:
-                if not self._stop.is_set():
-                    self.fetched.emit(machines, time.time())
-            self._stop.wait(max(self.interval - (time.monotonic() - started), 0.05))
+def _fetch_every(source: Source, interval: float, stopping: threading.Event
+                 ) -> Iterator[tuple[list[MachineStatus], float] | str]:
+    """`source.fetch()` every `interval` seconds until `stopping` is set (gui.worker runs it off the GUI thread):
+    each answer with when it came, or what went wrong, as text."""
+    while not stopping.is_set():
+        started = time.monotonic()
+        try:
+            machines = source.fetch()
+        except SourceError as exc:
+            yield str(exc)
+        except Exception as exc:  # a bug in one fetch must not end the view's updates
+            log.warning("fetching machines failed: %s: %s", type(exc).__name__, exc)
+            yield f"{type(exc).__name__}: {exc}"
+        else:
+            yield machines, time.time()
+        stopping.wait(max(interval - (time.monotonic() - started), 0.05))
 
 
 class MachineDialog(QDialog):
     """One machine's memory over the last minutes: a graph per GPU and the host, history fetched off the GUI
     thread."""
-
-    loaded = Signal(object)
 
     def __init__(self, source: Source, machine: MachineStatus, parent: QWidget | None = None):
         super().__init__(parent)
@@ -205,26 +185,21 @@ class MachineDialog(QDialog):
         self.graphs = pg.GraphicsLayoutWidget()
         layout.addWidget(self.graphs, 1)
         self.resize(700, 520)
-        self.loaded.connect(self._show)
-        self._thread: threading.Thread | None = None
+        self._worker: Worker | None = None
         self.refresh()
 
     def refresh(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._worker is not None and self._worker.running:
             return
-
-        def load() -> None:
-            try:
-                self.loaded.emit(self.source.history(self.machine.instance, HISTORY_S))
-            except SourceError as exc:
-                self.loaded.emit(str(exc))
-
-        self._thread = threading.Thread(target=load, name="machines-history", daemon=True)
-        self._thread.start()
+        self._worker = create_worker(self.source.history, self.machine.instance, HISTORY_S, name="machines-history",
+                                     parent=self, returned=self._show, errored=self._show_failure)
 
     def wait(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._worker is not None:
+            self._worker.wait(timeout)
+
+    def _show_failure(self, exc: BaseException) -> None:
+        self._show(str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}")
 
     def _show(self, answer: object) -> None:
         if isinstance(answer, str):
@@ -274,7 +249,7 @@ class MachinesPanel(QWidget):
         self.refresh_s = refresh_s
         self.source_factory = source_factory or self._make_source
         self.source: Source | None = None
-        self.fetcher: _Fetcher | None = None
+        self.fetcher: Worker | None = None
         self.tiles: dict[str, MachineTile] = {}
         self._laid_columns = 0
         self._laid_tiles: list[int] = []
@@ -366,23 +341,25 @@ class MachinesPanel(QWidget):
         self.stop()
         self.source = source
         self.status.setText(f"Connecting to {source.description}…")
-        self.fetcher = _Fetcher(source, self.refresh_s)
-        self.fetcher.fetched.connect(self.show_machines)
-        self.fetcher.failed.connect(self._failed)
-        self.fetcher.start()
+        self.fetcher = create_worker(_fetch_every, source, self.refresh_s, name="machines-fetch", parent=self,
+                                     yielded=self._fetched, pass_stopping=True)
         self._age_timer.start()
 
     def stop(self) -> None:
         self._age_timer.stop()
         if self.fetcher is not None:
             fetcher, self.fetcher = self.fetcher, None
-            fetcher.fetched.disconnect(self.show_machines)
-            fetcher.failed.disconnect(self._failed)
-            fetcher.stop()
+            fetcher.stop()  # nothing it fetched is shown after this
         for dialog in list(self.dialogs):  # closing one removes it from the list
             dialog.wait()
             dialog.close()
         self.dialogs.clear()
+
+    def _fetched(self, answer: tuple[list[MachineStatus], float] | str) -> None:
+        if isinstance(answer, str):
+            self._failed(answer)
+        else:
+            self.show_machines(*answer)
 
     def _failed(self, message: str) -> None:
         shown = "showing the last answer; " if self.answered else "no answer yet; "

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client.app_model import AppModel
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.runtime import startup_error_text
 from tf_device_panel.core.client.session import JobOutcome
@@ -33,7 +34,7 @@ from tf_device_panel.core.config import (
     save_profile,
     to_python_snippet,
 )
-from tf_device_panel.core.devices.gpus import gpu_info, nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -85,7 +86,6 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
         self.profile_path: Path | None = None
-        self.nvml_gpus: list[dict[str, Any]] = []
         self.closing = False
         self.notices: list[str] = []  # every message shown to the user, newest last
         self.logged_warnings: deque[str] = deque(maxlen=KEPT_WARNINGS)
@@ -98,6 +98,11 @@ class MainWindow(QMainWindow):
         self._base_font = QFont(self.font())
         self._base_palette = QPalette(self.palette())
         self._layout_before_presentation: QByteArray | None = None
+        # The window's state without Qt: the configuration, the device inventory and the one telemetry sampler
+        # (the memory graphs and the device map read it); started here, after the log handler, so the first
+        # sampler or NVML warning is shown too.
+        self.model = AppModel(nvml=shared_nvml())
+        self.model.start()
         self.controller = RuntimeController(self.history, self)
         self.pending_run: tuple[str, dict[str, Any]] | None = None  # Run pressed while the spare warms
         self.devices = DevicesPanel()
@@ -106,7 +111,8 @@ class MainWindow(QMainWindow):
         self.log = LogPanel()
         self.history_panel = HistoryPanel(self.history)
         self.doctor = DoctorPanel(self.config_panel.config)
-        self.memory = MemoryPanel(shared_nvml())
+        self.memory = MemoryPanel(sampler=self.model.sampler)
+        self.model.inventory_changed.subscribe(self.memory.set_inventory)
         self.machines = MachinesPanel(self.settings)
         self.device_map = DeviceMapPanel()
         self.memory.sampleShown.connect(self.device_map.on_sample)
@@ -189,20 +195,19 @@ class MainWindow(QMainWindow):
         self.controller.problem.connect(self._show_problem)
         self.config_panel.applyRequested.connect(self.apply)
         self.config_panel.changed.connect(self._refresh_status)
+        self.config_panel.changed.connect(self._draft_changed)
         self.config_panel.snippet_button.clicked.connect(self.show_snippet)
         self.runs.runRequested.connect(self.run_job)
         self.runs.stopRequested.connect(self.stop_job)
         self.history_panel.runAgainRequested.connect(self.run_again)
         self.history_panel.applyConfigRequested.connect(self.apply_from_history)
         self.history_panel.refresh()
-        self.devices.doctor_button.clicked.connect(self.open_doctor)
+        self.devices.doctorRequested.connect(self.open_doctor)
 
         self.resizeDocks([self.docks["devices"]], [SIDE_DOCK_WIDTH], Qt.Orientation.Horizontal)
         self._default_state = self.saveState(LAYOUT_VERSION)
         self._restore_settings()
         self._restore_view()
-        # The sampler read the GPUs' static facts when it started: one NVML pass, not two.
-        self.nvml_gpus = [g.to_json() for g in self.memory.sampler.gpus]
         if profile is not None:
             self.open_profile(profile)
         elif self.settings.value("last_profile"):
@@ -283,8 +288,7 @@ class MainWindow(QMainWindow):
         self.setPalette(self._contrast_palette() if self.view.presentation else self._base_palette)
         self.memory.set_line_width(2 if self.view.presentation else 1)
         self.runs.fit_job_list()
-        for view in self.runs.results.values():
-            view.redraw()
+        self.runs.redraw_results()
 
     def _contrast_palette(self) -> QPalette:
         palette = QPalette(self._base_palette)
@@ -326,7 +330,7 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "Save profile &as…", self._save_as_dialog, QKeySequence.StandardKey.SaveAs)
         file_menu.addSeparator()
         self._action(file_menu, "Copy configuration as &Python…", self.show_snippet)
-        self._action(file_menu, "Save &log…", self.log._save_dialog)
+        self._action(file_menu, "Save &log…", self.log.save_dialog)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         runtime_menu = self.menuBar().addMenu("&Runtime")
@@ -377,6 +381,7 @@ class MainWindow(QMainWindow):
         self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
         self.controller.apply(config)
         self.config_panel.mark_applied(config)
+        self.model.mark_applied(config)
         self.runs.show_configuration(config)
         self.settings.setValue(APPLIED_KEY, json.dumps(config.to_json()))
         self._refresh_status()
@@ -439,17 +444,17 @@ class MainWindow(QMainWindow):
         # were missing when its end was shown.
         mapped = 0  # batch[:mapped] is the device map's
         for index, event in enumerate(batch):
-            if event.type == events.READY:
+            if isinstance(event, events.Ready):
                 self.device_map.on_events(batch[mapped:index])
                 mapped = index + 1
-                self._on_ready(event.data)
+                self._on_ready(event)
             elif event.type == events.PROGRESS:
                 progress = event.data
                 self.runs.show_progress(progress["done"], progress["total"], progress.get("message", ""))
             elif event.type == events.METRIC:
                 metric = event.data
                 if metric.get("name") == "loss":
-                    self.runs.result.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
+                    self.runs.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
             elif event.type == events.STARTUP_ERROR:
                 self.devices.show_message(f"<b style='color:#d33'>{html.escape(startup_error_text(event.data))}</b>")
             elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
@@ -466,31 +471,22 @@ class MainWindow(QMainWindow):
         if lines:
             self.runs.add_output(run.outcome.job, lines)
 
-    def _on_ready(self, info: dict[str, Any]) -> None:
+    def _draft_changed(self) -> None:
+        if not self.config_panel.problems:  # a draft with problems is no configuration yet
+            self.model.set_draft(self.config_panel.config())
+
+    def _on_ready(self, ready: events.Ready) -> None:
         runtime = self.controller.runtime
         tf_lines = runtime.recent_lines() if runtime is not None else []
-        self.devices.show_devices(info, self.nvml_gpus, tf_lines)
-        created = info.get("gpu_devices", [])
-        nvml = {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
-                for d in info["physical"] if d["device_type"] == "GPU"}
-        # CUDA's total, not NVML's: a split between the two (81,079 and 81,559 MiB on an H100) would pass here
-        # and be refused by the run.
-        gpus = [gpu_info(index, nvml[index], self._gpu_name(info, index)) for index in nvml]
+        # TensorFlow's GPUs matched to NVML's once; the Devices list, the GPU editors (CUDA's totals), the device
+        # map and the memory graphs (subscribed to the model) all read this one answer.
+        inventory = self.model.runtime_ready(ready)
+        self.devices.show_devices(ready, inventory, tf_lines)
         reasons = tf_gpu_messages(tf_lines)[-2:]
-        self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
-        self.runs.set_devices([d["short_name"] for d in info["logical"]])
+        self.config_panel.set_gpus(inventory.gpu_infos(), "TensorFlow said: " + " / ".join(reasons) if reasons else "")
+        self.runs.set_devices([d["short_name"] for d in ready.logical])
         applied = self.controller.applied
-        self.device_map.set_devices(info, applied.to_json() if applied else None, self._nvml_by_tf_index(info))
-
-    def _nvml_by_tf_index(self, info: dict[str, Any]) -> dict[int, dict[str, Any]]:
-        created = info.get("gpu_devices", [])
-        return {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
-                for d in info.get("physical", []) if d["device_type"] == "GPU"}
-
-    @staticmethod
-    def _gpu_name(info: dict[str, Any], index: int) -> str:
-        gpus = [d for d in info["physical"] if d["device_type"] == "GPU" and d["index"] == index]
-        return str(gpus[0].get("device_name") or "") if gpus else ""
+        self.device_map.set_devices(ready, applied.to_json() if applied else None, inventory)
 
     def _runtime_died(self, info: dict[str, Any]) -> None:
         tail = "\n".join(info.get("last_lines", [])[-8:])
@@ -777,6 +773,7 @@ class MainWindow(QMainWindow):
         self.view.zoom, self.view.presentation = 1.0, False  # the next window reads its own from its settings
         self.runs.stop_clock()  # a job stopped by closing may never report its end
         self.memory.stop()
+        self.model.stop()
         self.machines.stop()
         self.doctor.wait(30)
         super().closeEvent(event)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFontMetrics, QImage, QPainter, QPolygonF, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -36,7 +37,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.devices.gpus import nvml_index_for
+from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
 from tf_device_panel.core.protocol import events
@@ -46,6 +47,7 @@ from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 from tf_device_panel.gui.widgets import move_in_layout
+from tf_device_panel.gui.worker import to_gui_thread
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
@@ -215,10 +217,6 @@ class MarkerLines(pg.GraphicsObject):
         painter.restore()
 
 
-class _Bridge(QObject):
-    sampled = Signal(object)
-
-
 def gpu_process_text(gpu: Any, runtime_pid: int | None) -> str:
     """"this run holds 522 of 81,559 MiB", from NVML's per-process figures ("" when it cannot say)."""
     total = gpu.memory_total_mib
@@ -235,12 +233,15 @@ def gpu_process_text(gpu: Any, runtime_pid: int | None) -> str:
 class MemoryPanel(QWidget):
     sampleShown = Signal(object)  # each telemetry Sample, on the GUI thread, once the table shows it
 
-    def __init__(self, nvml: Nvml | None = None, *, interval_s: float = 0.5, start: bool = True,
-                 parent: QWidget | None = None):
+    def __init__(self, nvml: Nvml | None = None, *, sampler: Sampler | None = None, interval_s: float = 0.5,
+                 start: bool = True, parent: QWidget | None = None):
+        """`sampler`: the process's one sampler (core.client.app_model.AppModel's), which its owner starts and
+        stops; without one the panel samples with a sampler of its own (`nvml`, `interval_s`)."""
         super().__init__(parent)
-        self._bridge = _Bridge(self)
-        self._bridge.sampled.connect(self._on_sample)
-        self.sampler = Sampler(self._bridge.sampled.emit, interval=interval_s, nvml=nvml)
+        self._sampled = to_gui_thread(self._on_sample, self)  # the sampler calls it on its own thread
+        self._owns_sampler = sampler is None
+        self.sampler = sampler if sampler is not None else Sampler(interval=interval_s, nvml=nvml)
+        self._unsubscribe: Callable[[], None] | None = None
         self.history: History = self.sampler.history
         self.paused = False
         self.last_sample: Sample | None = None
@@ -345,13 +346,20 @@ class MemoryPanel(QWidget):
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self.sampler.start()
+        if self._unsubscribe is None:
+            self._unsubscribe = self.sampler.subscribe(self._sampled)
+        if self._owns_sampler:
+            self.sampler.start()
         self.build_plots([g.index for g in self.sampler.gpus])
         self._timer.start()
 
     def stop(self) -> None:
         self._timer.stop()
-        self.sampler.stop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._owns_sampler:
+            self.sampler.stop()
 
     def build_plots(self, gpu_indices: list[int]) -> None:
         self.graphs.clear()
@@ -569,7 +577,6 @@ class MemoryPanel(QWidget):
             if event.type == events.READY:
                 self.sampler.set_runtime_pid(data.get("pid"))
                 self.history.mark(event.time, "runtime-start", "runtime started")
-                self._map_logical_gpus(data)
             elif event.type == events.RUNTIME_EXITED:
                 self.history.mark(event.time, "runtime-exit", f"runtime {data.get('description', 'exited')}")
                 self.sampler.set_runtime_pid(None)
@@ -586,12 +593,11 @@ class MemoryPanel(QWidget):
                                                  f"tf{device}.peak_mib": figures["peak_mib"]})
                 self._ensure_tf_curves(device)
 
-    def _map_logical_gpus(self, ready: dict[str, Any]) -> None:
-        """Which NVML GPU each logical GPU lives on (by PCI bus id) and its memory limit."""
-        self.logical_gpus = {}
-        for created in ready.get("gpu_devices", []):
-            index = nvml_index_for(created["pci_bus_id"], self.sampler.gpus)
-            self.logical_gpus[created["logical"]] = {"nvml_index": index, "limit_mib": created["memory_mb"]}
+    def set_inventory(self, inventory: DeviceInventory) -> None:
+        """A ready run's logical GPUs: on which NVML GPU each lives (the inventory matched them by PCI bus id)
+        and its memory limit, drawn as a line on that GPU's plot."""
+        self.logical_gpus = {gpu.name: {"nvml_index": gpu.nvml_index, "limit_mib": gpu.limit_mib}
+                             for gpu in inventory.logical_gpus}
         for index, lines in self.limit_lines.items():
             for line in lines:
                 self.plots[f"gpu{index}"].removeItem(line)
@@ -606,6 +612,11 @@ class MemoryPanel(QWidget):
                                    labelOpts={"position": 0.1, "color": device_color(logical)})
             self.plots[f"gpu{index}"].addItem(line)
             self.limit_lines.setdefault(index, []).append(line)
+        # TensorFlow's figures for a logical GPU that came before it was placed (in the ready run's own batch)
+        # get their curves now.
+        for logical in self.logical_gpus:
+            if f"tf{logical}.current_mib" in self.history.series:
+                self._ensure_tf_curves(logical)
 
     def _ensure_tf_curves(self, device: str) -> None:
         if f"tf{device}.current_mib" in self.curves:

@@ -458,6 +458,15 @@ class RunsPanel(QWidget):
         if job == self.current_job:
             self.console.append(added)
 
+    def add_live_loss(self, step: int, value: float) -> None:
+        """A running fit's loss at `step`, drawn on its result while it runs."""
+        self.result.add_live_loss(step, value)
+
+    def redraw_results(self) -> None:
+        """Every job's result drawn again (the zoom or presentation mode changed its fonts and lines)."""
+        for view in self.results.values():
+            view.redraw()
+
     def show_progress(self, done: float, total: float, message: str) -> None:
         if self.running_job is None:
             return

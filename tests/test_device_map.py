@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QPointF
+from tf_device_panel.core.devices.inventory import DeviceInventory
+from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event, make_event
 from tf_device_panel.gui.device_map_layout import (
@@ -31,7 +33,8 @@ def full(short: str) -> str:
     return f"/job:localhost/replica:0/task:0/device:{short[1:]}"
 
 
-def ready(cpus: int = 1, gpu_limits: list[int] | None = None, visible: bool = True, growth: bool = False) -> dict:
+def ready(cpus: int = 1, gpu_limits: list[int] | None = None, visible: bool = True, growth: bool = False
+          ) -> events.Ready:
     """A runtime's ready report: one CPU split in `cpus`, and a 24 GiB GPU split by `gpu_limits` if given."""
     physical = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0, "visible": True}]
     logical = [{"name": full(f"/CPU:{n}"), "short_name": f"/CPU:{n}", "device_type": "CPU"} for n in range(cpus)]
@@ -43,7 +46,7 @@ def ready(cpus: int = 1, gpu_limits: list[int] | None = None, visible: bool = Tr
             logical += [{"name": full(f"/GPU:{n}"), "short_name": f"/GPU:{n}", "device_type": "GPU",
                          **({"memory_limit_mib": limit} if limit else {})} for n, limit in enumerate(gpu_limits)]
         config["virtual_gpus"] = {"0": [limit for limit in gpu_limits if limit]}
-    return {"physical": physical, "logical": logical, "config": config, "pid": 1}
+    return events.Ready(physical=tuple(physical), logical=tuple(logical), config=config, pid=1)
 
 
 def test_two_logical_gpus_on_a_24_gib_gpu_are_segments_sized_by_their_limits() -> None:
@@ -65,7 +68,7 @@ def test_two_logical_gpus_on_a_24_gib_gpu_are_segments_sized_by_their_limits() -
 
 
 def h100_info(count: int = 1, limits: list[int] | None = None, *, visible: bool = True, growth: bool = False,
-              fraction: float | None = None, pid: int = 1) -> dict:
+              fraction: float | None = None, pid: int = 1) -> events.Ready:
     """A run's ready report on `count` NVIDIA H100 80GB, each split by `limits` MiB, and one CPU."""
     physical = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0}]
     logical = [{"name": full("/CPU:0"), "short_name": "/CPU:0", "device_type": "CPU"}]
@@ -81,7 +84,7 @@ def h100_info(count: int = 1, limits: list[int] | None = None, *, visible: bool 
     config: dict = {"memory_growth": growth, **({"memory_fraction": fraction} if fraction else {})}
     if limits and not fraction:
         config["virtual_gpus"] = {str(index): limits for index in range(count)}
-    return {"physical": physical, "logical": logical, "config": config, "pid": pid}
+    return events.Ready(physical=tuple(physical), logical=tuple(logical), config=config, pid=pid)
 
 
 def h100s(count: int = 1, limits: list[int] | None = None, **options) -> list[PhysicalDevice]:
@@ -223,7 +226,7 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     info = ready(cpus=1, gpu_limits=[12 * GIB, 12 * GIB])
     placed = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/GPU:1",
               "device": full("/GPU:1"), "mode": "eager", "line": ""}
-    panel.set_devices(info, None, {0: {"index": 0, "memory_total_mib": 24 * GIB}})
+    panel.set_devices(info, None, DeviceInventory.from_ready(info, [GpuSnapshot(0, memory_total_mib=24 * GIB)]))
     panel.on_events([make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
                      make_event(events.PLACEMENT, placed, job_id="j"), make_event(events.PLACEMENT, placed, job_id="j"),
                      make_event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 512.0, "peak_mib": 600.0}),
@@ -263,17 +266,17 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
                                         "short_device": short, "device": full(short), "mode": "eager", "line": ""},
                      job_id="j")
 
-    def report(cpus: int) -> dict:  # as a run's process sends it
-        return {**ready(cpus=cpus), "tf_version": "2.21.0", "cuda_build": False}
+    def report(cpus: int) -> events.Ready:  # as a run's process sends it
+        return ready(cpus=cpus).replace(tf_version="2.21.0", build={"is_cuda_build": False})
 
-    batch = [make_event(events.READY, report(2)), make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+    batch = [report(2), make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
              *[placed("/CPU:0")] * 3, *[placed("/CPU:1")] * 2,
              make_event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id="j")]
     window._on_events(batch)  # the slot the controller's batches arrive at
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
     assert "3 ops" in window.device_map.canvas.current_map().segment("/CPU:0").lines
     # the next run's report resets the map (a new configuration's devices), and its own placements count anew
-    window._on_events([make_event(events.READY, report(1)), make_event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
+    window._on_events([report(1), make_event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
                        make_event(events.PLACEMENT, {**placed("/CPU:0").data}, job_id="k")])
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
     window.close()
@@ -339,7 +342,8 @@ def test_the_panel_shows_what_the_runs_process_holds_and_keeps_it_once_the_proce
     qtbot.addWidget(panel)
     panel.resize(1270, 260)
     panel.show()
-    panel.set_devices(h100_info(1, [2048, 4096], pid=4242), None, {0: {"index": 0, "memory_total_mib": H100_TOTAL_MIB}})
+    first = h100_info(1, [2048, 4096], pid=4242)
+    panel.set_devices(first, None, DeviceInventory.from_ready(first, [GpuSnapshot(0, memory_total_mib=H100_TOTAL_MIB)]))
 
     def sample(runtime_pid: int | None, processes: list | None) -> Sample:
         return Sample(0.0, gpus=[GpuSample(0, memory_used_mib=2579.0, memory_total_mib=H100_TOTAL_MIB,
@@ -363,7 +367,9 @@ def test_the_panel_shows_what_the_runs_process_holds_and_keeps_it_once_the_proce
     assert "Drawn narrower than its share" in tip
     segment = panel.canvas.current_map().segment("/GPU:1")
     assert panel.canvas.tooltip_at(QPointF(*_centre(segment.rect)) + QPointF(1, 1)).startswith(full("/GPU:1"))
-    panel.set_devices(h100_info(1, [2048, 4096], pid=5151), None, {0: {"index": 0, "memory_total_mib": H100_TOTAL_MIB}})
+    second = h100_info(1, [2048, 4096], pid=5151)
+    h100 = [GpuSnapshot(0, memory_total_mib=H100_TOTAL_MIB)]
+    panel.set_devices(second, None, DeviceInventory.from_ready(second, h100))
     assert panel.canvas.use == {}  # a new run: its own readings from now on
 
 
@@ -432,9 +438,9 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
         return make_event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
                                         "device": full(short), "mode": "eager", "line": ""}, job_id="j")
 
-    report = {**h100_info(gpus, [2048, 4096], pid=4242), "tf_version": "2.21.0", "python": "3.12",
-              "build": {"is_cuda_build": True}}
-    window._on_events([make_event(events.READY, report), make_event(events.JOB_STARTED, {"job": "memory"}, job_id="j"),
+    report = h100_info(gpus, [2048, 4096], pid=4242).replace(tf_version="2.21.0", python="3.12",
+                                                             build={"is_cuda_build": True})
+    window._on_events([report, make_event(events.JOB_STARTED, {"job": "memory"}, job_id="j"),
                        *[placed("/GPU:0")] * 25, *[placed("/CPU:0")] * 2,
                        make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 512.0, "peak_mib": 512.0}),
                        make_event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="j")])

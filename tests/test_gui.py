@@ -24,6 +24,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QMessageBox
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
+from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.log_panel import MAX_LOG_LINES
@@ -554,9 +555,9 @@ def test_an_x_server_that_refuses_this_process_exits_2_with_one_line_before_qt(t
 
 def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:
     """A machine with two GPUs where CUDA_VISIBLE_DEVICES=1,0 makes TF's order the reverse of NVML's."""
-    window.nvml_gpus = [
-        {"index": 0, "name": "NVIDIA A100", "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 40960},
-        {"index": 1, "name": "NVIDIA L4", "pci_bus_id": "00000000:02:00.0", "memory_total_mib": 23034}]
+    window.model.nvml_gpus = [
+        GpuSnapshot(0, name="NVIDIA A100", pci_bus_id="00000000:01:00.0", memory_total_mib=40960),
+        GpuSnapshot(1, name="NVIDIA L4", pci_bus_id="00000000:02:00.0", memory_total_mib=23034)]
     info = {"tf_version": "2.21.0", "python": "3.11", "pid": 1, "build": {"is_cuda_build": True},
             "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
                          {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,

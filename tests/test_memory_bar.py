@@ -9,6 +9,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QFontMetricsF
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.main_window import MainWindow
@@ -75,8 +76,8 @@ def window_with_an_h100(qtbot, tmp_path, size=(1280, 720), reserved_mib: int | N
     qtbot.addWidget(window)
     window.resize(*size)
     window.show()
-    window.nvml_gpus = [{"index": 0, "name": H100_NAME, "memory_total_mib": H100_TOTAL_MIB,
-                         "memory_reserved_mib": reserved_mib}]
+    window.model.nvml_gpus = [GpuSnapshot(0, name=H100_NAME, memory_total_mib=H100_TOTAL_MIB,
+                                          memory_reserved_mib=reserved_mib)]
     report = {"tf_version": "2.21.0", "python": "3.12", "pid": 1, "build": {"is_cuda_build": True},
               "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
                            {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0, "visible": True,

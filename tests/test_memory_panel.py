@@ -12,6 +12,7 @@ from fake_nvml import FakeGpus, no_library, process
 
 pytest.importorskip("PySide6")
 from PySide6.QtGui import QImage
+from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import read_csv
 from tf_device_panel.core.protocol import events
@@ -86,13 +87,16 @@ def test_host_only_mode_without_nvml(qtbot, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_limits_markers_tf_memory_and_window(qtbot, panel: MemoryPanel) -> None:
     now = time.time()
-    panel.on_events([ready_event(os.getpid()),
+    ready = ready_event(os.getpid())
+    panel.on_events([ready,
                      make_event(events.JOB_STARTED, {"job": "memory"}, job_id="j1", time=now + 0.1),
                      make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 256.0, "peak_mib": 512.0},
                            job_id="j1", time=now + 0.2),
                      make_event(events.ERROR, {"type": "ResourceExhaustedError"}, job_id="j1", time=now + 0.3),
                      make_event(events.JOB_FINISHED, {"job": "memory", "status": "error"}, job_id="j1",
                                 time=now + 0.4)])
+    assert isinstance(ready, events.Ready)
+    panel.set_inventory(DeviceInventory.from_ready(ready, panel.sampler.gpus))  # as the window's model tells it
     # both logical GPUs of physical GPU 0 draw their limit on GPU 0's plot, the third on GPU 1's
     assert sorted(line.value() for line in panel.limit_lines[0]) == [2048, 2048]
     assert [line.value() for line in panel.limit_lines[1]] == [8000]

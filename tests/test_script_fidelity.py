@@ -17,6 +17,7 @@ from helpers import ROOT, process_gone, wait_until
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.session import run_job_once
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
+from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.protocol import events
 
 
@@ -444,7 +445,9 @@ def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) ->
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 300)
-    panel.set_devices(seen[ready].data, None, {})
+    report = seen[ready]
+    assert isinstance(report, events.Ready)
+    panel.set_devices(report, None, DeviceInventory.from_ready(report, []))
     panel.on_events(seen[ready + 1:])  # as the window hands them on after the run's ready report
     assert len(panel.canvas.current_map().arrows) == 1
     assert panel.canvas.current_map().segment("/CPU:0") is not None

@@ -137,7 +137,7 @@ class RuntimeProcess:
         self.job_name: str | None = None
         self._last_lines: deque[str] = deque(maxlen=LAST_LINES)  # appended by the reader thread
         self._last_lines_lock = threading.Lock()
-        self.tf_gpus: list[dict[str, Any]] = []  # from TF's "Created device" lines: logical GPU -> bus id
+        self.tf_gpus: list[events.CreatedGpu] = []  # from TF's "Created device" lines: logical GPU -> bus id
         self._on_event = on_event
         self._listener_failures = RepeatedFailureLog(log)
         self._queue: deque[Event] = deque()

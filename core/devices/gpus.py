@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tf_device_panel.core.config import GpuInfo
+from tf_device_panel.core.protocol.events import CreatedGpu
 
 log = logging.getLogger(__name__)
 MIG_PREFIX = "MIG-"
@@ -19,16 +20,16 @@ _CREATED = re.compile(r"Created device \S*device:GPU:(\d+) with (\d+) MB memory:
                       r"pci bus id: ([0-9a-fA-F:.]+)")
 
 
-def created_gpu(line: str) -> dict[str, Any] | None:
+def created_gpu(line: str) -> CreatedGpu | None:
     """The logical GPU a 'Created device' line describes, or None."""
     match = _CREATED.search(line)
     if not match:
         return None
-    return {"logical": f"/GPU:{match.group(1)}", "memory_mb": int(match.group(2)), "physical": int(match.group(3)),
-            "name": match.group(4), "pci_bus_id": match.group(5).lower()}
+    return CreatedGpu(logical=f"/GPU:{match.group(1)}", memory_mb=int(match.group(2)), physical=int(match.group(3)),
+                      name=match.group(4), pci_bus_id=match.group(5).lower())
 
 
-def created_gpus(lines: Iterable[str]) -> list[dict[str, Any]]:
+def created_gpus(lines: Iterable[str]) -> list[CreatedGpu]:
     return [gpu for gpu in map(created_gpu, lines) if gpu is not None]
 
 
@@ -46,21 +47,29 @@ def same_bus(a: str | None, b: str | None) -> bool:
 def nvml_index_for(pci_bus_id: str | None, nvml_gpus: Iterable[Any]) -> int | None:
     """The NVML index of the GPU at `pci_bus_id` (objects or dicts with index and pci_bus_id)."""
     for gpu in nvml_gpus:
-        bus = gpu.get("pci_bus_id") if isinstance(gpu, dict) else getattr(gpu, "pci_bus_id", None)
-        if same_bus(bus, pci_bus_id):
-            return int(gpu["index"] if isinstance(gpu, dict) else gpu.index)
+        if same_bus(_field(gpu, "pci_bus_id"), pci_bus_id):
+            return int(_field(gpu, "index"))
     return None
 
 
-def nvml_gpu_for_physical(index: int, created: Iterable[dict[str, Any]], nvml_gpus: list[dict[str, Any]]
-                          ) -> dict[str, Any]:
-    """NVML's record for TensorFlow's physical GPU `index`: by the bus id TF logged when it created the
-    device; by index only when TF logged nothing for it (the runtime sets CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
+_G = TypeVar("_G")
+
+
+def nvml_gpu_for_physical(index: int, created: Iterable[CreatedGpu], nvml_gpus: Sequence[_G],
+                          cuda_visible: str | None = None) -> _G | None:
+    """NVML's record (a snapshot or its dict, as given) of TensorFlow's physical GPU `index`: by the bus id TF
+    logged when it created a device on it; where TF created none (a GPU the configuration hides), by CUDA's
+    order under `cuda_visible`, the CUDA_VISIBLE_DEVICES the run inherited (the runtime sets
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, so unset that is NVML's order). Only core.devices.inventory calls this:
+    the panel matches once per ready run."""
+    by_index = {int(_field(g, "index")): g for g in nvml_gpus}
     bus = next((c["pci_bus_id"] for c in created if c["physical"] == index), None)
     if bus is not None:
         found = nvml_index_for(bus, nvml_gpus)
-        return next((g for g in nvml_gpus if g["index"] == found), {})
-    return next((g for g in nvml_gpus if g["index"] == index), {})
+        return None if found is None else by_index.get(found)
+    devices = cuda_visible_devices(cuda_visible, nvml_gpus)
+    device = devices[index] if 0 <= index < len(devices) else None
+    return by_index.get(device) if isinstance(device, int) else None
 
 
 _GPU_HINT_WORDS = ("cuda", "gpu", "cuinit", "dlopen", "driver")

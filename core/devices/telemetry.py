@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 from tf_device_panel.core.devices.nvml import GpuSample, GpuSnapshot, Nvml
+from tf_device_panel.core.listeners import Listeners
 from tf_device_panel.core.logsetup import RepeatedFailureLog
 
 log = logging.getLogger(__name__)
@@ -165,14 +166,18 @@ class Sample:
 
 
 class Sampler:
-    """Samples every `interval` seconds on a thread; `on_sample` gets each Sample (on that thread)."""
+    """Samples every `interval` seconds on a thread; each subscriber (`subscribe`, or `on_sample`) gets each
+    Sample on that thread. One sampler serves every reader in a process: the window's graphs, its device map
+    and an exporter subscribe to the same one (core.client.app_model owns the window's)."""
 
     def __init__(self, on_sample: Callable[[Sample], None] | None = None, *, interval: float = DEFAULT_INTERVAL_S,
                  nvml: Nvml | None = None, history: History | None = None):
         self.interval = self._clamp(interval)
         self.nvml = nvml or Nvml()
         self.history = history or History(self.interval)
-        self.on_sample = on_sample
+        self.listeners: Listeners[Sample] = Listeners()
+        if on_sample is not None:
+            self.listeners.subscribe(on_sample)
         self.runtime_pid: int | None = None
         self.gpus: list[GpuSnapshot] = []
         self.note = ""
@@ -189,11 +194,22 @@ class Sampler:
     def set_interval(self, interval: float) -> None:
         self.interval = self._clamp(interval)
 
+    def subscribe(self, on_sample: Callable[[Sample], None]) -> Callable[[], None]:
+        """Get every Sample from now on (on the sampler's thread); returns the function that unsubscribes."""
+        return self.listeners.subscribe(on_sample)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def set_runtime_pid(self, pid: int | None) -> None:
         self.runtime_pid = pid
         self._runtime_process = None
 
     def start(self) -> None:
+        if self.running:  # shared: whoever starts it first starts it
+            return
+        self._stop.clear()
         if self.nvml.init():
             self.gpus = self.nvml.gpus()  # static facts once; handles are kept inside Nvml
         else:
@@ -205,15 +221,16 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            self._thread = None
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
             sample = self.sample()
-            if self.on_sample is not None:
+            for listener in self.listeners.callbacks():
                 try:
-                    self.on_sample(sample)
-                except Exception as exc:  # a listener's bug must not stop the graphs
+                    listener(sample)
+                except Exception as exc:  # a listener's bug must stop neither the graphs nor the other listeners
                     self._listener_failures.failed("the telemetry listener", exc)
             self._stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
 

@@ -320,21 +320,27 @@ def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
 
 
 class Exporter:
-    """The sampler, the collector and the HTTP server; `start()` binds, samples once, then serves."""
+    """The sampler, the collector and the HTTP server; `start()` binds, samples once, then serves.
+
+    `sampler`: a sampler the process already runs (the window's, core.client.app_model.AppModel.sampler): the
+    exporter then reads its samples instead of sampling NVML a second time, at its interval, and leaves starting
+    and stopping it to its owner. Without one (the `exporter` command) it samples on a sampler of its own."""
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, interval: float = DEFAULT_INTERVAL_S,
                  nvml: Nvml | None = None, history: RunHistory | None = None,
-                 certfile: str | None = None, keyfile: str | None = None):
+                 certfile: str | None = None, keyfile: str | None = None, sampler: Sampler | None = None):
         self.host, self.port = host, port
-        self.interval = check_interval(interval)
-        self.nvml = nvml or Nvml()
+        self.interval = check_interval(interval) if sampler is None else sampler.interval
+        self.nvml = sampler.nvml if sampler is not None else nvml or Nvml()
         self.history = history or RunHistory()
         self.tls = tls_context(certfile, keyfile) if certfile and keyfile else None
         if bool(certfile) != bool(keyfile):
             raise ExporterError("TLS needs both --certfile and --keyfile")
+        self._owns_sampler = sampler is None
         # A scrape reads only the newest sample: a minute of ring buffer is plenty (the window keeps an hour).
-        self.sampler = Sampler(self._sampled, interval=self.interval, nvml=self.nvml,
-                               history=History(self.interval, history_s=60.0))
+        self.sampler = sampler if sampler is not None else Sampler(interval=self.interval, nvml=self.nvml,
+                                                                   history=History(self.interval, history_s=60.0))
+        self._unsubscribe: Callable[[], None] | None = None
         self.panel_reader = PanelStateReader(self.history)
         self.collector: PanelCollector | None = None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -379,7 +385,9 @@ class Exporter:
                  "driver": self.nvml.driver_version() or "", "cuda": self.nvml.cuda_driver_version() or ""}
         self.collector = PanelCollector(self.nvml, build, socket.gethostname())
         self.registry.register(self.collector)
-        self.sampler.start()
+        self._unsubscribe = self.sampler.subscribe(self._sampled)
+        if self._owns_sampler:
+            self.sampler.start()
         self.collector.gpus = self.sampler.gpus
         self._first.wait(10.0)  # the first scrape then already has GPU values, not only the build info
 
@@ -425,7 +433,11 @@ class Exporter:
         return server
 
     def stop(self) -> None:
-        self.sampler.stop()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._owns_sampler:
+            self.sampler.stop()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
