@@ -131,7 +131,7 @@ def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(mon
 
 @pytest.mark.gpu
 def test_the_cuda_driver_reports_each_gpus_total_memory_as_nvml_does() -> None:
-    from tf_device_panel.core.config import gpu_total_mib
+    from tf_device_panel.core.devices.gpu_facts import gpu_total_mib
     from tf_device_panel.core.devices.nvml import Nvml
 
     nvml = Nvml()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.devices.gpu_facts import GpuInfo
 from tf_device_panel.core.text import DuplicateKey, clip, object_without_duplicates, quote
 
 SUPPORTED_VERSION = 1
@@ -47,17 +48,6 @@ class Problem:
     def __str__(self) -> str:
         text = f"{self.field}: {self.message}"
         return f"{text} — {self.hint}" if self.hint else text
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """What validation needs to know about one physical GPU (from NVML or a runtime's report)."""
-
-    index: int                       # TensorFlow's physical index (after CUDA_VISIBLE_DEVICES)
-    name: str = ""
-    total_mib: int | None = None     # CUDA's total where known: what TensorFlow can split
-    nvml_index: int | None = None    # the same GPU in NVML and nvidia-smi, when it differs or matters
-    total_source: str = ""           # "CUDA" or "NVML": which total total_mib is
 
 
 @dataclass(frozen=True)
@@ -501,35 +491,6 @@ def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def gpu_total_mib(index: int) -> int:
-    """Total memory of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver."""
-    import ctypes
-    import os
-
-    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-    device, total = ctypes.c_int(), ctypes.c_size_t()
-    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
-                   cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device)):
-        if status != 0:
-            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s memory")
-    return int(total.value // 2**20)
-
-
-def gpu_pci_bus_id(index: int) -> str:
-    """The PCI bus id of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver: the key
-    that matches it to NVML's GPU whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say."""
-    import ctypes
-    import os
-
-    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-    device, bus = ctypes.c_int(), ctypes.create_string_buffer(32)
-    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
-                   cuda.cuDeviceGetPCIBusId(bus, len(bus), device)):
-        if status != 0:
-            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s PCI bus id")
-    return bus.value.decode()
 
 
 def to_python_snippet(config: DeviceConfig) -> str:

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tf_device_panel.core.config import DeviceConfig, GpuInfo, gpu_total_mib
+from tf_device_panel.core.config import DeviceConfig, GpuInfo
+from tf_device_panel.core.devices.gpu_facts import gpu_total_mib
 
 ALLOCATOR_ENV = "TF_GPU_ALLOCATOR"
 DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
