@@ -101,11 +101,11 @@ class FakeConfigApi:
 
 
 def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core.config import plan as tfplan
+    from tf_device_panel.core.devices import gpu_facts
     from tf_device_panel.core.runproc import runtime_main
 
     totals = {0: 81079, 1: 40960}
-    monkeypatch.setattr(tfplan, "gpu_total_mib", lambda index: totals[index])
+    monkeypatch.setattr(gpu_facts, "gpu_total_mib", lambda index: totals[index])
     api = FakeConfigApi()
     tf = SimpleNamespace(config=api, debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     steps = runtime_main.apply_config(tf, DeviceConfig(visible_gpus=(1,), memory_fraction=0.4, log_placement=False))
@@ -117,13 +117,13 @@ def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkey
 
 
 def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core.config import plan as tfplan
+    from tf_device_panel.core.devices import gpu_facts
     from tf_device_panel.core.runproc import runtime_main
 
     def no_driver(index: int) -> int:
         raise OSError("libcuda.so.1: cannot open shared object file")
 
-    monkeypatch.setattr(tfplan, "gpu_total_mib", no_driver)
+    monkeypatch.setattr(gpu_facts, "gpu_total_mib", no_driver)
     tf = SimpleNamespace(config=FakeConfigApi(), debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     with pytest.raises(runtime_main.ConfigStepError, match=r"GPU:0's total memory for memory_fraction.*libcuda"):
         runtime_main.apply_config(tf, DeviceConfig(memory_fraction=0.5))
