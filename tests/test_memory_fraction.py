@@ -60,14 +60,14 @@ def test_the_configuration_panel_edits_the_fraction(qtbot) -> None:
     qtbot.addWidget(panel)
     panel.set_config(DeviceConfig(memory_fraction=0.333))
     assert panel.config().memory_fraction == 0.333  # the loaded value, not the box's rounded 0.33
-    panel.memory_fraction.setValue(0.5)
+    panel.inputs["memory_fraction"].setValue(0.5)
     assert panel.config().memory_fraction == 0.5 and panel.apply_button.isEnabled()
-    panel.memory_growth.setChecked(True)
+    panel.inputs["memory_growth"].setChecked(True)
     label = panel.field_problems["memory_fraction"]
     assert not label.isHidden() and "cannot be combined with memory growth" in label.text()
     assert not panel.apply_button.isEnabled()
-    panel.memory_growth.setChecked(False)
-    panel.memory_fraction.setValue(0.0)  # shown as "off"
+    panel.inputs["memory_growth"].setChecked(False)
+    panel.inputs["memory_fraction"].setValue(0.0)  # shown as "off"
     assert panel.config().memory_fraction is None and panel.apply_button.isEnabled()
 
 
