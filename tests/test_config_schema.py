@@ -87,6 +87,11 @@ def test_a_new_setting_reaches_the_snippet_and_the_run(monkeypatch: pytest.Monke
     assert run.calls == pasted.calls  # the pasted snippet and the run make the same calls, in the same order
 
 
+def test_a_new_setting_is_named_in_the_summary_the_cli_and_the_status_bar_show() -> None:
+    assert WithDeterminism(op_determinism=True).summary() == "all GPUs, placement log, op determinism"
+    assert WithDeterminism().summary() == DeviceConfig().summary() == "all GPUs, placement log"
+
+
 def test_the_form_has_a_widget_for_every_labelled_setting_and_nothing_else(qtbot) -> None:
     from tf_device_panel.gui.config_panel import ConfigPanel
 

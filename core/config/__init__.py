@@ -56,14 +56,17 @@ class DeviceConfig:
     form's, and (within a stage) the plan's. A value of the wrong type is refused at construction (ConfigError
     naming the field); the rules a draft may break while it is edited are `problems()`."""
 
-    version: int = setting(SUPPORTED_VERSION, kind=Kind.VERSION)
+    version: int = setting(SUPPORTED_VERSION, kind=Kind.VERSION, describe=lambda version: "")
     visible_gpus: tuple[int, ...] | None = setting(
-        None, kind=Kind.GPU_INDICES, example="e.g. [0, 1]", plan=steps.visible_steps, stage=Stage.DEVICES)
+        None, kind=Kind.GPU_INDICES, example="e.g. [0, 1]",
+        describe=lambda visible: "all GPUs" if visible is None else (
+            "GPU " + ",".join(map(str, visible)) if visible else "no GPU"),
+        plan=steps.visible_steps, stage=Stage.DEVICES)
     memory_growth: bool = setting(
         False, kind=Kind.TOGGLE, label="Memory growth (all visible GPUs)",
         help="Allocate GPU memory as needed instead of nearly all of it at start.\n"
              "Grown memory is not given back. Cannot be combined with logical GPUs.",
-        plan=steps.growth_steps, stage=Stage.MEMORY)
+        describe=lambda on: "memory growth" if on else "", plan=steps.growth_steps, stage=Stage.MEMORY)
     # TF2's counterpart of TF1's gpu_options.per_process_gpu_memory_fraction: each visible GPU becomes one
     # logical GPU limited to this share of its total memory. None: not set (and not written to the profile).
     memory_fraction: float | None = setting(
@@ -71,10 +74,13 @@ class DeviceConfig:
         help="TF1's per_process_gpu_memory_fraction: each visible GPU becomes one logical GPU limited to this\n"
              "share of its total memory. Cannot be combined with memory growth or logical GPU splits.",
         example="e.g. 0.4 for 40% of each GPU", form_step=0.05, form_decimals=2,
+        describe=lambda share: "" if share is None else f"memory fraction {share:g} per GPU",
         plan=steps.fraction_steps, stage=Stage.MEMORY)
     virtual_gpus: Mapping[int, tuple[int, ...]] = setting(
         default_factory=dict, kind=Kind.GPU_SPLITS, unit="MiB", example='e.g. {"0": [2048, 2048]}',
         help="Memory limit of this logical GPU (required by TensorFlow for virtual GPUs)",
+        describe=lambda splits: ", ".join(f"GPU {index} split {'+'.join(map(str, limits))} MiB"
+                                          for index, limits in sorted(splits.items())),
         plan=steps.virtual_steps, stage=Stage.MEMORY)
     cpu_devices: int = setting(
         1, kind=Kind.COUNT, label="Logical CPU devices", minimum=1, maximum=MAX_CPU_DEVICES,
@@ -82,18 +88,22 @@ class DeviceConfig:
         high_hint="2–8 are enough to demonstrate distribution",
         # Any number as typed: validation refuses one out of range and names the limit (a spin box capped at
         # MAX_CPU_DEVICES would silently turn 100000 into 10).
-        form_range=(0, 999_999), plan=steps.cpu_steps, stage=Stage.LOGICAL)
+        form_range=(0, 999_999), describe=lambda count: f"{count} logical CPUs" if count > 1 else "",
+        plan=steps.cpu_steps, stage=Stage.LOGICAL)
     soft_placement: bool = setting(
         True, kind=Kind.TOGGLE, label="Soft placement",
         help="Run ops on an available device when the requested one does not exist",
+        describe=lambda on: "" if on else "soft placement off",
         plan=steps.soft_placement_steps, stage=Stage.PLACEMENT)
     log_placement: bool = setting(
         True, kind=Kind.TOGGLE, label="Log device placement",
         help="tf.debugging.set_log_device_placement(True), before TensorFlow initializes",
+        describe=lambda on: "placement log" if on else "",
         plan=steps.log_placement_steps, stage=Stage.PLACEMENT)
     gpu_allocator: str = setting(
         "default", kind=Kind.CHOICE, label="GPU allocator", choices=ALLOCATORS, noun="allocator",
         help="TF_GPU_ALLOCATOR; cuda_malloc_async can reduce fragmentation",
+        describe=lambda allocator: "" if allocator == "default" else allocator,
         plan=steps.allocator_steps, stage=Stage.ENVIRONMENT)
 
     def __post_init__(self) -> None:
@@ -147,27 +157,15 @@ class DeviceConfig:
         return env
 
     def summary(self, gpus_present: bool | None = None) -> str:
-        """The profile in a few words; `gpus_present=False` (TensorFlow sees none) says so instead of "all GPUs"."""
-        gpus = "all GPUs" if self.visible_gpus is None else (
-            "no GPU" if not self.visible_gpus else "GPU " + ",".join(map(str, self.visible_gpus))
-        )
-        if gpus_present is False and self.visible_gpus is None:
-            gpus = "no GPU on this machine"
-        parts = [gpus]
-        if self.memory_growth:
-            parts.append("memory growth")
-        if self.memory_fraction is not None:
-            parts.append(f"memory fraction {self.memory_fraction:g} per GPU")
-        for index, limits in sorted(self.virtual_gpus.items()):
-            parts.append(f"GPU {index} split {'+'.join(map(str, limits))} MiB")
-        if self.cpu_devices > 1:
-            parts.append(f"{self.cpu_devices} logical CPUs")
-        if not self.soft_placement:
-            parts.append("soft placement off")
-        if self.log_placement:
-            parts.append("placement log")
-        if self.gpu_allocator != "default":
-            parts.append(self.gpu_allocator)
+        """The profile in a few words, each setting's as it declares (`Field.describe`); `gpus_present=False`
+        (TensorFlow sees none) says so instead of "all GPUs"."""
+        parts = []
+        for declared in config_fields(type(self)):
+            value = getattr(self, declared.key)
+            if declared.kind is Kind.GPU_INDICES and value is None and gpus_present is False:
+                parts.append("no GPU on this machine")
+            elif text := declared.summary_text(value):
+                parts.append(text)
         return ", ".join(parts)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -69,6 +69,7 @@ class Field:
     form_range: tuple[float, float] | None = None  # the widget's own range, when wider than the value's
     form_step: float = 1
     form_decimals: int = 2
+    describe: Callable[[Any], str] | None = None  # the value in a few words for a summary ("" says nothing)
     plan: StepBuilder | None = None   # the steps this setting takes (core.config.steps)
     stage: Stage = Stage.PLACEMENT    # where they go in TensorFlow's order
     key: str = ""
@@ -208,6 +209,17 @@ class Field:
     def _not_a_choice(self, value: Any) -> Problem:
         return Problem(self.key, f"unknown {self.noun or 'value'} {quote(value)}",
                        f"use one of: {', '.join(self.choices)}")
+
+    def summary_text(self, value: Any) -> str:
+        """The value in a summary's words: as declared, else the label (and value) when not the default."""
+        if self.describe is not None:
+            return self.describe(value)
+        if value == self.default:
+            return ""
+        name = (self.label or self.key.replace("_", " ")).lower()
+        if self.kind is Kind.TOGGLE:
+            return name if value else f"{name} off"
+        return f"{name} {value}"
 
     # -- writing JSON ------------------------------------------------------------------------------------------
     def to_json(self, value: Any) -> Any:
