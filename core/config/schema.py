@@ -183,8 +183,8 @@ class Field:
                     for k, v in value.items())
         if right:
             return None
-        return Problem(self.key, f"{type_name(value)} {quote(value)} is not a value of this setting "
-                                 f"({self.kind.value})", self.example)
+        return Problem(self.key, f"expected {_EXPECTED[self.kind]}, got {type_name(value)} {quote(value)}",
+                       self.example)
 
     def check(self, value: Any) -> list[Problem]:
         """The value's own range rules: what the value may be, wherever it came from."""
@@ -231,6 +231,12 @@ class Field:
         return value
 
 
+_EXPECTED = {
+    Kind.VERSION: "an integer", Kind.COUNT: "an integer", Kind.TOGGLE: "true or false",
+    Kind.FRACTION: "a number or None (not set)", Kind.CHOICE: "a string",
+    Kind.GPU_INDICES: "GPU indices (integers ≥ 0) or None (all GPUs)",
+    Kind.GPU_SPLITS: "GPU indices (integers ≥ 0) mapped to memory limits in MiB (integers)",
+}
 SPLIT_LIMIT_HINT = "set a limit above 0, or remove that logical GPU (TensorFlow requires a memory limit for each)"
 
 
