@@ -138,3 +138,15 @@ def test_a_profile_and_the_window_get_the_same_words_for_the_same_rule(qtbot) ->
     assert from_profile.field == split_field(0) == "virtual_gpus['0']"
     assert editor.problem_label.text() == f"{from_profile.message} — {from_profile.hint}"
     assert not panel.apply_button.isEnabled()
+
+
+def test_the_cuda_driver_probe_lives_with_the_device_facts_not_the_configuration() -> None:
+    from pathlib import Path
+
+    from test_layering import ROOT, imported_roots
+    from tf_device_panel.core.devices import gpu_facts
+
+    assert {p.name for p in (ROOT / "core" / "config").glob("*.py") if "ctypes" in imported_roots(p)} == set()
+    assert "ctypes" in imported_roots(Path(gpu_facts.__file__))
+    snippet = to_python_snippet(DeviceConfig(memory_fraction=0.5))  # the snippet still carries the probe whole
+    assert "def gpu_total_mib(index: int) -> int:" in snippet and "cuDeviceTotalMem_v2" in snippet
