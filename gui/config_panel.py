@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -20,17 +21,18 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.config import ALLOCATORS, DeviceConfig, GpuInfo, Problem, validate
+from tf_device_panel.core.config import DeviceConfig, Field, GpuInfo, Kind, Problem, config_fields, split_field
 from tf_device_panel.gui.memory_bar import MemoryBar
 
 
 class GpuEditor(QGroupBox):
     changed = Signal()
 
-    def __init__(self, gpu: GpuInfo, parent: QWidget | None = None):
+    def __init__(self, gpu: GpuInfo, splits: Field, parent: QWidget | None = None):
         title = f"GPU {gpu.index}: {gpu.name or 'unknown'}" + (f" — {gpu.total_mib} MiB" if gpu.total_mib else "")
         super().__init__(title, parent)
         self.gpu = gpu
+        self.splits = splits  # the setting each logical GPU's limit belongs to: its unit and help
         self.visible = QCheckBox("Visible to TensorFlow")
         self.visible.setChecked(True)
         self.visible.toggled.connect(self.changed)
@@ -51,9 +53,9 @@ class GpuEditor(QGroupBox):
     def add_split(self, mib: int) -> None:
         spin = QSpinBox()
         spin.setRange(0, 1 << 22)
-        spin.setSuffix(" MiB")
+        spin.setSuffix(f" {self.splits.unit}")
         spin.setValue(mib)
-        spin.setToolTip("Memory limit of this logical GPU (required by TensorFlow for virtual GPUs)")
+        spin.setToolTip(self.splits.help)
         remove = QToolButton()
         remove.setText("✕")
         remove.setToolTip("Remove this logical GPU")
@@ -99,24 +101,72 @@ def _problem_label() -> QLabel:
     return label
 
 
+def _input_for(setting: Field) -> QWidget:
+    """The form's widget for one setting, from its declaration: its kind, range, unit and help."""
+    widget: QWidget
+    match setting.kind:
+        case Kind.TOGGLE:
+            widget = QCheckBox(setting.label)
+        case Kind.COUNT:
+            widget = QSpinBox()
+            low, high = setting.form_range or (setting.minimum or 0, setting.maximum or 0)
+            widget.setRange(int(low), int(high))
+        case Kind.FRACTION:
+            widget = QDoubleSpinBox()
+            widget.setRange(setting.minimum or 0.0, setting.maximum or 1.0)
+            widget.setSingleStep(setting.form_step)
+            widget.setDecimals(setting.form_decimals)
+            widget.setSpecialValueText("off")  # 0 is not a fraction TensorFlow can use: it means unset
+        case Kind.CHOICE:
+            widget = QComboBox()
+            widget.addItems(list(setting.choices))
+        case _:
+            raise ValueError(f"{setting.key}: a {setting.kind.value} setting has no form widget; give it no label")
+    if setting.unit and isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+        widget.setSuffix(f" {setting.unit}")
+    widget.setToolTip(setting.help)
+    return widget
+
+
+def _edited_signal(widget: QWidget) -> Any:
+    if isinstance(widget, QCheckBox):
+        return widget.toggled
+    if isinstance(widget, QComboBox):
+        return widget.currentIndexChanged
+    if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+        return widget.valueChanged
+    raise TypeError(f"no edit signal for {type(widget).__name__}")
+
+
 class ConfigPanel(QWidget):
-    """Edits a draft `DeviceConfig`; `applyRequested` carries it once it has no problems."""
+    """Edits a draft `DeviceConfig`; `applyRequested` carries it once it has no problems.
+
+    The form is built from the configuration's schema (`config_fields`): one row per setting with a label, its
+    widget from the setting's kind, range, unit and help; each GPU's visibility and split are edited per GPU.
+    `inputs` and `field_problems` are keyed by the settings' own names.
+    """
 
     changed = Signal()
     applyRequested = Signal(object)
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, config_type: type[DeviceConfig] = DeviceConfig):
         super().__init__(parent)
+        self.config_type = config_type
+        self.settings = {setting.key: setting for setting in config_fields(config_type)}
         self.gpus: list[GpuInfo] = []
         self.gpu_editors: list[GpuEditor] = []
         self.applied: DeviceConfig | None = None
         self.problems: list[Problem] = []
         self._loading = False
+        # The draft the widgets edit: settings the form has no widget for (the version) are kept from it.
+        self._draft: DeviceConfig = config_type()
         # Parts of a loaded profile for GPUs this machine does not have: kept so saving loses nothing.
         self._hidden_gpus_config: dict[int, tuple[int, ...]] = {}
         self._unknown_visible: tuple[int, ...] = ()
         self._visible_is_all = True
-        self._loaded_fraction: float | None = None
+        self._loaded_fractions: dict[str, float | None] = {}
+        (self._visible_key,) = (s.key for s in self.settings.values() if s.kind is Kind.GPU_INDICES)
+        (self._splits,) = (s for s in self.settings.values() if s.kind is Kind.GPU_SPLITS)
 
         self.gpu_box = QVBoxLayout()
         self.no_gpu_label = QLabel("TensorFlow sees no GPU on this machine.")
@@ -125,45 +175,23 @@ class ConfigPanel(QWidget):
         self.no_gpu_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.gpu_box.addWidget(self.no_gpu_label)
 
-        self.memory_growth = QCheckBox("Memory growth (all visible GPUs)")
-        self.memory_growth.setToolTip("Allocate GPU memory as needed instead of nearly all of it at start.\n"
-                                      "Grown memory is not given back. Cannot be combined with logical GPUs.")
-        self.memory_fraction = QDoubleSpinBox()
-        self.memory_fraction.setRange(0.0, 1.0)
-        self.memory_fraction.setSingleStep(0.05)
-        self.memory_fraction.setDecimals(2)
-        self.memory_fraction.setSpecialValueText("off")  # 0 is not a fraction TensorFlow can use: it means unset
-        self.memory_fraction.setToolTip(
-            "TF1's per_process_gpu_memory_fraction: each visible GPU becomes one logical GPU limited to this\n"
-            "share of its total memory. Cannot be combined with memory growth or logical GPU splits.")
-        self.cpu_devices = QSpinBox()
-        # Any number as typed: validation refuses one out of range and names the limit (a spin box capped
-        # at MAX_CPU_DEVICES would silently turn 100000 into 10).
-        self.cpu_devices.setRange(0, 999_999)
-        self.cpu_devices.setToolTip("Split the CPU into N logical devices: /CPU:0 … /CPU:N-1")
-        self.soft_placement = QCheckBox("Soft placement")
-        self.soft_placement.setToolTip("Run ops on an available device when the requested one does not exist")
-        self.log_placement = QCheckBox("Log device placement")
-        self.log_placement.setToolTip("tf.debugging.set_log_device_placement(True), before TensorFlow initializes")
-        self.allocator = QComboBox()
-        self.allocator.addItems(list(ALLOCATORS))
-        self.allocator.setToolTip("TF_GPU_ALLOCATOR; cuda_malloc_async can reduce fragmentation")
-        self.field_problems = {key: _problem_label()
-                               for key in ("memory_growth", "memory_fraction", "cpu_devices", "visible_gpus")}
-
         general = QFormLayout()
         # A narrow dock puts a field under its label rather than past the dock's edge (the panel then scrolled
         # sideways, and stayed shifted once Tab had moved the focus there).
         general.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
-        general.addRow(self.memory_growth)
-        general.addRow(self.field_problems["memory_growth"])
-        general.addRow("Memory fraction per GPU:", self.memory_fraction)
-        general.addRow(self.field_problems["memory_fraction"])
-        general.addRow("Logical CPU devices:", self.cpu_devices)
-        general.addRow(self.field_problems["cpu_devices"])
-        general.addRow(self.soft_placement)
-        general.addRow(self.log_placement)
-        general.addRow("GPU allocator:", self.allocator)
+        self.inputs: dict[str, QWidget] = {}
+        self.field_problems: dict[str, QLabel] = {}
+        for setting in self.settings.values():
+            if not setting.label:
+                continue
+            widget = self.inputs[setting.key] = _input_for(setting)
+            if isinstance(widget, QCheckBox):
+                general.addRow(widget)
+            else:
+                general.addRow(f"{setting.label}:", widget)
+            general.addRow(self.field_problems.setdefault(setting.key, _problem_label()))
+            _edited_signal(widget).connect(self._on_edit)
+        self.field_problems[self._visible_key] = _problem_label()  # also every problem no other label shows
 
         self.stale_label = QLabel()
         self.stale_label.setObjectName("stale")
@@ -180,7 +208,7 @@ class ConfigPanel(QWidget):
         general_group.setLayout(general)
         layout = QVBoxLayout(self)
         layout.addWidget(gpus_group)
-        layout.addWidget(self.field_problems["visible_gpus"])
+        layout.addWidget(self.field_problems[self._visible_key])
         layout.addWidget(general_group)
         layout.addWidget(self.stale_label)
         buttons = QHBoxLayout()
@@ -188,12 +216,7 @@ class ConfigPanel(QWidget):
         buttons.addWidget(self.snippet_button)
         layout.addLayout(buttons)
         layout.addStretch(1)
-
-        for signal in (self.memory_growth.toggled, self.soft_placement.toggled, self.log_placement.toggled,
-                       self.cpu_devices.valueChanged, self.allocator.currentIndexChanged,
-                       self.memory_fraction.valueChanged):
-            signal.connect(self._on_edit)
-        self.set_config(DeviceConfig())
+        self.set_config(config_type())
 
     # -- model <-> widgets -----------------------------------------------------------------------
     def set_gpus(self, gpus: list[GpuInfo], reason: str = "") -> None:
@@ -205,7 +228,7 @@ class ConfigPanel(QWidget):
         self.gpus = gpus
         self.gpu_editors = []
         for gpu in gpus:
-            editor = GpuEditor(gpu)
+            editor = GpuEditor(gpu, self._splits)
             editor.changed.connect(self._on_edit)
             self.gpu_box.addWidget(editor)
             self.gpu_editors.append(editor)
@@ -217,13 +240,9 @@ class ConfigPanel(QWidget):
     def set_config(self, config: DeviceConfig) -> None:
         self._loading = True
         try:
-            self.memory_growth.setChecked(config.memory_growth)
-            self.memory_fraction.setValue(config.memory_fraction or 0.0)
-            self._loaded_fraction = config.memory_fraction
-            self.cpu_devices.setValue(config.cpu_devices)
-            self.soft_placement.setChecked(config.soft_placement)
-            self.log_placement.setChecked(config.log_placement)
-            self.allocator.setCurrentText(config.gpu_allocator)
+            self._draft = config
+            for key, widget in self.inputs.items():
+                self._show_value(key, widget, getattr(config, key))
             for editor in self.gpu_editors:
                 index = editor.gpu.index
                 editor.visible.setChecked(config.visible_gpus is None or index in config.visible_gpus)
@@ -237,6 +256,28 @@ class ConfigPanel(QWidget):
             self._loading = False
         self._on_edit()
 
+    def _show_value(self, key: str, widget: QWidget, value: Any) -> None:
+        if isinstance(widget, QCheckBox):
+            widget.setChecked(value)
+        elif isinstance(widget, QComboBox):
+            widget.setCurrentText(value)
+        elif isinstance(widget, QDoubleSpinBox):
+            widget.setValue(value or 0.0)
+            self._loaded_fractions[key] = value
+        elif isinstance(widget, QSpinBox):
+            widget.setValue(value)
+
+    def _read_value(self, key: str, widget: QWidget) -> Any:
+        if isinstance(widget, QCheckBox):
+            return widget.isChecked()
+        if isinstance(widget, QComboBox):
+            return widget.currentText()
+        if isinstance(widget, QDoubleSpinBox):
+            return self._fraction(key, widget)
+        if isinstance(widget, QSpinBox):
+            return widget.value()
+        raise TypeError(f"{key}: no value in a {type(widget).__name__}")
+
     def config(self) -> DeviceConfig:
         editors = self.gpu_editors
         visible: tuple[int, ...] | None
@@ -247,18 +288,16 @@ class ConfigPanel(QWidget):
                                    | set(self._unknown_visible)))
         virtual = {e.gpu.index: tuple(e.limits()) for e in editors if e.limits()}
         virtual.update(self._hidden_gpus_config)
-        return DeviceConfig(visible_gpus=visible, memory_growth=self.memory_growth.isChecked(),
-                            virtual_gpus=virtual, cpu_devices=self.cpu_devices.value(),
-                            soft_placement=self.soft_placement.isChecked(),
-                            log_placement=self.log_placement.isChecked(), gpu_allocator=self.allocator.currentText(),
-                            memory_fraction=self._fraction())
+        values: dict[str, Any] = {key: self._read_value(key, widget) for key, widget in self.inputs.items()}
+        values.update({self._visible_key: visible, self._splits.key: virtual})
+        return replace(self._draft, **values)
 
-    def _fraction(self) -> float | None:
+    def _fraction(self, key: str, box: QDoubleSpinBox) -> float | None:
         """The spin box's fraction; a loaded profile's own value while the box shows it rounded, so that
         loading 0.333 and saving again neither changes the file nor marks the runtime stale."""
-        value = self.memory_fraction.value()
-        loaded = self._loaded_fraction
-        if loaded is not None and round(loaded, self.memory_fraction.decimals()) == value:
+        value = box.value()
+        loaded = self._loaded_fractions.get(key)
+        if loaded is not None and round(loaded, box.decimals()) == value:
             return loaded
         return value or None
 
@@ -268,8 +307,7 @@ class ConfigPanel(QWidget):
         if self.gpu_editors and not all(e.visible.isChecked() for e in self.gpu_editors):
             self._visible_is_all = False
         config = self.config()
-        self.problems = validate(config, self.gpus if self.gpus or self.applied is not None else None)
-        self.problems += self._zero_limit_problems()
+        self.problems = config.problems(self.gpus if self.gpus or self.applied is not None else None)
         self._show_problems()
         first_logical = 0
         for editor in self.gpu_editors:
@@ -278,11 +316,6 @@ class ConfigPanel(QWidget):
                 first_logical += max(len(editor.limits()), 1)
         self._update_stale()
         self.changed.emit()
-
-    def _zero_limit_problems(self) -> list[Problem]:
-        return [Problem(f"virtual_gpus['{e.gpu.index}']", "every logical GPU needs a memory limit above 0 MiB",
-                        "set a limit or remove that logical GPU")
-                for e in self.gpu_editors if any(v <= 0 for v in e.limits())]
 
     def _show_problems(self) -> None:
         by_field: dict[str, list[str]] = {}
@@ -294,12 +327,12 @@ class ConfigPanel(QWidget):
             label.setText("\n".join(messages))
             label.setVisible(bool(messages))
         for editor in self.gpu_editors:
-            messages = by_field.pop(f"virtual_gpus['{editor.gpu.index}']", [])
+            messages = by_field.pop(split_field(editor.gpu.index), [])
             editor.problem_label.setText("\n".join(messages))
             editor.problem_label.setVisible(bool(messages))
         leftover = [f"{field}: {m}" for field, ms in by_field.items() for m in ms]
         if leftover:
-            label = self.field_problems["visible_gpus"]
+            label = self.field_problems[self._visible_key]
             label.setText("\n".join(filter(None, [label.text(), *leftover])))
             label.setVisible(True)
         self.apply_button.setEnabled(not self.problems)

@@ -316,7 +316,7 @@ def run_json(job: str, profile: Path, *params: str, timeout: float = 600) -> dic
 
 
 def gpu_facts() -> dict[str, Any]:
-    from tf_device_panel.core.config import gpu_total_mib
+    from tf_device_panel.core.devices.gpu_facts import gpu_total_mib
     from tf_device_panel.core.devices.nvml import Nvml
 
     # CUDA numbers GPUs fastest first unless told otherwise: read "GPU 0" in NVML's (PCI) order, as runs do.

@@ -100,7 +100,7 @@ def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: 
     window.resize(1280, 720)
     window.docks["config"].raise_()
     settle(qtbot)
-    spin = window.config_panel.cpu_devices
+    spin = window.config_panel.inputs["cpu_devices"]
     spin.setFocus()
     spin.selectAll()
     QTest.keyClicks(spin, "0")

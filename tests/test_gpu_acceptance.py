@@ -240,12 +240,12 @@ def test_the_run_covers_the_cluster_and_script_jobs_and_why_nccl_was_avoided(mon
 
 def test_gpu_zero_is_read_in_pci_order(monkeypatch) -> None:
     from fake_nvml import FakeGpus
-    from tf_device_panel.core import config
+    from tf_device_panel.core.devices import gpu_facts
 
     FakeGpus(count=2).install(monkeypatch)
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     order_when_read: list[str | None] = []
-    monkeypatch.setattr(config, "gpu_total_mib", lambda index: order_when_read.append(
+    monkeypatch.setattr(gpu_facts, "gpu_total_mib", lambda index: order_when_read.append(
         __import__("os").environ.get("CUDA_DEVICE_ORDER")) or 81079)
     facts = acceptance.gpu_facts()
     assert order_when_read == ["PCI_BUS_ID"] and facts["cuda_total_mib"] == 81079  # CUDA's GPU 0 is NVML's

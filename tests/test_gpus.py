@@ -101,7 +101,7 @@ def test_nvml_memory_v2_gives_the_memory_the_driver_keeps(monkeypatch: pytest.Mo
 
 @pytest.mark.gpu
 def test_on_a_real_gpu_nvmls_total_less_its_reserve_is_cudas_total(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core.config import gpu_pci_bus_id, gpu_total_mib
+    from tf_device_panel.core.devices.gpu_facts import gpu_pci_bus_id, gpu_total_mib
     from tf_device_panel.core.devices.gpus import nvml_index_for
     from tf_device_panel.core.devices.nvml import Nvml
 

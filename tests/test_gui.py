@@ -125,7 +125,7 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     state = window.runtime_label.text()
     window.flash("Saved /tmp/profile.json")
     assert window.current_message() == "Saved /tmp/profile.json" and window.runtime_label.text() == state
-    panel.cpu_devices.setValue(3)
+    panel.inputs["cpu_devices"].setValue(3)
     assert panel.is_stale and "STALE" in window.runtime_label.text()
     assert "Apply" in panel.stale_label.text()
     apply_and_wait(qtbot, window)
@@ -286,8 +286,9 @@ def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Pat
     good = tmp_path / "good.json"
     good.write_text('{"version": 1, "cpu_devices": 4, "soft_placement": false}')
     assert window.open_profile(good)
-    assert window.config_panel.cpu_devices.value() == 4 and not window.config_panel.soft_placement.isChecked()
-    window.config_panel.cpu_devices.setValue(2)
+    inputs = window.config_panel.inputs
+    assert inputs["cpu_devices"].value() == 4 and not inputs["soft_placement"].isChecked()
+    window.config_panel.inputs["cpu_devices"].setValue(2)
     assert window.save_profile()
     assert '"cpu_devices": 2' in good.read_text()
     dialog = window.show_snippet()
@@ -590,6 +591,6 @@ def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWi
     assert not panel.apply_button.isEnabled() and l4.bar.total == 23034 and l4.bar.limits == [12000, 12000]
     l4.spins[1].setValue(8000)
     assert not l4.problem_label.isVisible() and panel.apply_button.isEnabled()
-    panel.memory_growth.setChecked(True)
+    panel.inputs["memory_growth"].setChecked(True)
     assert panel.field_problems["memory_growth"].isVisible() and not panel.apply_button.isEnabled()
     assert "set_logical_device_configuration" in to_python_snippet(panel.config())

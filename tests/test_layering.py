@@ -100,7 +100,8 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
     for plant, planted in (("runproc-plant", ("runproc", "runtime_main.py", "client.history")),
                            ("devices-plant", ("devices", "telemetry.py", "lab.exporter")),
-                           ("protocol-plant", ("protocol", "events.py", "runproc.jobs"))):
+                           ("protocol-plant", ("protocol", "events.py", "runproc.jobs")),
+                           ("config-plant", ("devices", "gpu_facts.py", "config"))):  # devices sit below config
         package, module, imported = planted
         tree = lint.stage(tmp_path / plant)
         with (tree / "tf_device_panel" / "core" / package / module).open("a") as f:

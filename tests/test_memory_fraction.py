@@ -60,14 +60,14 @@ def test_the_configuration_panel_edits_the_fraction(qtbot) -> None:
     qtbot.addWidget(panel)
     panel.set_config(DeviceConfig(memory_fraction=0.333))
     assert panel.config().memory_fraction == 0.333  # the loaded value, not the box's rounded 0.33
-    panel.memory_fraction.setValue(0.5)
+    panel.inputs["memory_fraction"].setValue(0.5)
     assert panel.config().memory_fraction == 0.5 and panel.apply_button.isEnabled()
-    panel.memory_growth.setChecked(True)
+    panel.inputs["memory_growth"].setChecked(True)
     label = panel.field_problems["memory_fraction"]
     assert not label.isHidden() and "cannot be combined with memory growth" in label.text()
     assert not panel.apply_button.isEnabled()
-    panel.memory_growth.setChecked(False)
-    panel.memory_fraction.setValue(0.0)  # shown as "off"
+    panel.inputs["memory_growth"].setChecked(False)
+    panel.inputs["memory_fraction"].setValue(0.0)  # shown as "off"
     assert panel.config().memory_fraction is None and panel.apply_button.isEnabled()
 
 
@@ -101,11 +101,11 @@ class FakeConfigApi:
 
 
 def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core.config import plan as tfplan
+    from tf_device_panel.core.devices import gpu_facts
     from tf_device_panel.core.runproc import runtime_main
 
     totals = {0: 81079, 1: 40960}
-    monkeypatch.setattr(tfplan, "gpu_total_mib", lambda index: totals[index])
+    monkeypatch.setattr(gpu_facts, "gpu_total_mib", lambda index: totals[index])
     api = FakeConfigApi()
     tf = SimpleNamespace(config=api, debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     steps = runtime_main.apply_config(tf, DeviceConfig(visible_gpus=(1,), memory_fraction=0.4, log_placement=False))
@@ -117,13 +117,13 @@ def test_the_runtime_limits_each_visible_gpu_to_its_share_of_total_memory(monkey
 
 
 def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tf_device_panel.core.config import plan as tfplan
+    from tf_device_panel.core.devices import gpu_facts
     from tf_device_panel.core.runproc import runtime_main
 
     def no_driver(index: int) -> int:
         raise OSError("libcuda.so.1: cannot open shared object file")
 
-    monkeypatch.setattr(tfplan, "gpu_total_mib", no_driver)
+    monkeypatch.setattr(gpu_facts, "gpu_total_mib", no_driver)
     tf = SimpleNamespace(config=FakeConfigApi(), debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
     with pytest.raises(runtime_main.ConfigStepError, match=r"GPU:0's total memory for memory_fraction.*libcuda"):
         runtime_main.apply_config(tf, DeviceConfig(memory_fraction=0.5))
@@ -131,7 +131,7 @@ def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(mon
 
 @pytest.mark.gpu
 def test_the_cuda_driver_reports_each_gpus_total_memory_as_nvml_does() -> None:
-    from tf_device_panel.core.config import gpu_total_mib
+    from tf_device_panel.core.devices.gpu_facts import gpu_total_mib
     from tf_device_panel.core.devices.nvml import Nvml
 
     nvml = Nvml()

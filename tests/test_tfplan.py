@@ -7,12 +7,14 @@ import ctypes
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import pytest
-from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.config import DeviceConfig, Kind
 from tf_device_panel.core.config import plan as tfplan
+from tf_device_panel.core.config.schema import setting
 from tf_device_panel.core.runproc import runtime_main
 
 
@@ -201,19 +203,21 @@ def test_every_step_has_words_and_code_that_compiles() -> None:
 
 
 def test_a_new_step_declared_once_reaches_the_run_and_the_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a new configuration field takes: one step builder, listed once."""
-    def deterministic(config: DeviceConfig, gpus: Any) -> list[tfplan.Step]:
+    """What a new configuration field takes: one field, declared with its step builder and its stage."""
+    def determinism_steps(config: DeviceConfig, gpus: Any) -> list[tfplan.Step]:
         def apply(tf: Any) -> tfplan.Applied:
             tf.config.experimental.enable_op_determinism()
             return tfplan.Applied("enable_op_determinism()")
         return [tfplan.Step("enable_op_determinism()", "tf.config.experimental.enable_op_determinism()", apply)]
 
-    monkeypatch.setattr(tfplan, "STEP_BUILDERS", [*tfplan.STEP_BUILDERS[:-1], deterministic,
-                                                  tfplan.STEP_BUILDERS[-1]])
+    @dataclass(frozen=True)
+    class Deterministic(DeviceConfig):
+        deterministic: bool = setting(True, kind=Kind.TOGGLE, plan=determinism_steps, stage=tfplan.Stage.LOGICAL)
+
     run, pasted = FakeTf(), FakeTf()
     for tf in (run, pasted):
         tf.config.experimental.enable_op_determinism = lambda tf=tf: tf.calls.append(("deterministic",))
-    steps = runtime_main.apply_config(run, DeviceConfig())
-    run_snippet(DeviceConfig(), pasted, monkeypatch)
+    steps = runtime_main.apply_config(run, Deterministic())
+    run_snippet(Deterministic(), pasted, monkeypatch)
     assert steps[-3] == "enable_op_determinism()" and run.calls == pasted.calls
     assert run.calls[-3:] == [("deterministic",), ("soft", True), ("log", True)]

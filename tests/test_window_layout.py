@@ -425,9 +425,9 @@ def test_out_of_range_values_are_refused_with_the_range_named(qtbot, window: Mai
     qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
     assert requested and requested[0][1]["epochs"] == 3
     # the configuration's logical CPUs too: refused with the limit, not silently cut
-    window.config_panel.cpu_devices.lineEdit().selectAll()
-    qtbot.keyClicks(window.config_panel.cpu_devices.lineEdit(), "100000")
-    assert window.config_panel.cpu_devices.value() == 100000
+    window.config_panel.inputs["cpu_devices"].lineEdit().selectAll()
+    qtbot.keyClicks(window.config_panel.inputs["cpu_devices"].lineEdit(), "100000")
+    assert window.config_panel.inputs["cpu_devices"].value() == 100000
     assert "between 1 and 64" in window.config_panel.field_problems["cpu_devices"].text()
     assert not window.config_panel.apply_button.isEnabled()
 

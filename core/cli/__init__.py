@@ -35,7 +35,6 @@ from tf_device_panel.core.config import (
     load_profile,
     to_python_snippet,
     unchecked_gpus_warning,
-    validate,
 )
 from tf_device_panel.core.devices.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
@@ -87,11 +86,8 @@ def no_gpu_reason() -> str:
 
 
 def load_config(path: str | None) -> DeviceConfig:
-    config = DeviceConfig() if path is None else load_profile(path)
     gpus = nvml_gpu_inventory()
-    problems = validate(config, gpus)
-    if problems:
-        raise ConfigError(problems)
+    config = (DeviceConfig() if path is None else load_profile(path)).checked(gpus)  # ConfigError naming each
     warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
     if warning is not None:
         print(f"warning: {warning}", file=sys.stderr)
@@ -110,7 +106,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _print_lines(problems_text(args.file, exc.problems))
         return EXIT_USAGE
     gpus = nvml_gpu_inventory()
-    problems = validate(config, gpus)
+    problems = config.problems(gpus)
     if problems:
         _print_lines(problems_text(f"{args.file} on this machine", problems))
         return EXIT_USAGE

@@ -1,5 +1,10 @@
 """TensorFlow device configuration: the model, its validation, JSON profiles, and export as code.
 
+Each setting is declared once, as a field of `DeviceConfig` (`setting(...)`, core.config.schema): its JSON key,
+kind, range, label, unit, help and `tf.config` steps. Reading a profile, validating (one validator, `problems()`,
+whatever the source: a profile, the window's form, the command line), writing a profile, the window's form and
+the plan (core.config.plan) all follow from that declaration.
+
 A configuration is applied by the runtime process before TensorFlow initializes (see
 `core.runproc.runtime_main`). Nothing here imports TensorFlow.
 """
@@ -12,93 +17,134 @@ import os
 import stat
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.config import steps
+from tf_device_panel.core.config.schema import (
+    ConfigError,
+    Field,
+    Kind,
+    Problem,
+    config_fields,
+    setting,
+    split_field,
+    type_name,
+)
+from tf_device_panel.core.config.steps import Stage
+from tf_device_panel.core.devices.gpu_facts import GpuInfo
 from tf_device_panel.core.text import DuplicateKey, clip, object_without_duplicates, quote
+
+__all__ = ["ALLOCATORS", "LARGEST_GPU_MIB", "MAX_CPU_DEVICES", "MAX_PROFILE_BYTES", "SUPPORTED_VERSION",
+           "ConfigError", "DeviceConfig", "Field", "GpuInfo", "Kind", "Problem", "ProfileError", "config_fields",
+           "load_profile", "named_gpus", "parse_config", "save_profile", "split_field", "to_python_snippet",
+           "unchecked_gpus_warning", "validate"]
 
 SUPPORTED_VERSION = 1
 MAX_PROFILE_BYTES = 1024 * 1024  # a real profile is a few hundred bytes
 MAX_NUMBER_CHARS = 30            # longer numbers in a profile are typos or attacks, never settings
 MAX_CPU_DEVICES = 64
 ALLOCATORS = ("default", "cuda_malloc_async")
-KEYS = (
-    "version",
-    "visible_gpus",
-    "memory_growth",
-    "virtual_gpus",
-    "cpu_devices",
-    "soft_placement",
-    "log_placement",
-    "gpu_allocator",
-    "memory_fraction",
-)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a configuration: which field, what was wrong, what to do."""
-
-    field: str
-    message: str
-    hint: str = ""
-
-    def __str__(self) -> str:
-        text = f"{self.field}: {self.message}"
-        return f"{text} — {self.hint}" if self.hint else text
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """What validation needs to know about one physical GPU (from NVML or a runtime's report)."""
-
-    index: int                       # TensorFlow's physical index (after CUDA_VISIBLE_DEVICES)
-    name: str = ""
-    total_mib: int | None = None     # CUDA's total where known: what TensorFlow can split
-    nvml_index: int | None = None    # the same GPU in NVML and nvidia-smi, when it differs or matters
-    total_source: str = ""           # "CUDA" or "NVML": which total total_mib is
+LARGEST_GPU_MIB = 1024 * 1024  # 1 TiB: above any GPU made (the B200 has 180 GiB), for checks with no GPU known
+_FROM_ENVIRONMENT = "\0from the environment"
 
 
 @dataclass(frozen=True)
 class DeviceConfig:
-    visible_gpus: tuple[int, ...] | None = None
-    memory_growth: bool = False
-    virtual_gpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    cpu_devices: int = 1
-    soft_placement: bool = True
-    log_placement: bool = True
-    gpu_allocator: str = "default"
+    """A device configuration. Each field is a setting, declared once here; the order is the profile's, the
+    form's, and (within a stage) the plan's. A value of the wrong type is refused at construction (ConfigError
+    naming the field); the rules a draft may break while it is edited are `problems()`."""
+
+    version: int = setting(SUPPORTED_VERSION, kind=Kind.VERSION, describe=lambda version: "")
+    visible_gpus: tuple[int, ...] | None = setting(
+        None, kind=Kind.GPU_INDICES, example="e.g. [0, 1]",
+        describe=lambda visible: "all GPUs" if visible is None else (
+            "GPU " + ",".join(map(str, visible)) if visible else "no GPU"),
+        plan=steps.visible_steps, stage=Stage.DEVICES)
+    memory_growth: bool = setting(
+        False, kind=Kind.TOGGLE, label="Memory growth (all visible GPUs)",
+        help="Allocate GPU memory as needed instead of nearly all of it at start.\n"
+             "Grown memory is not given back. Cannot be combined with logical GPUs.",
+        describe=lambda on: "memory growth" if on else "", plan=steps.growth_steps, stage=Stage.MEMORY)
     # TF2's counterpart of TF1's gpu_options.per_process_gpu_memory_fraction: each visible GPU becomes one
-    # logical GPU limited to this share of its total memory. None: not set.
-    memory_fraction: float | None = None
-    version: int = SUPPORTED_VERSION
+    # logical GPU limited to this share of its total memory. None: not set (and not written to the profile).
+    memory_fraction: float | None = setting(
+        None, kind=Kind.FRACTION, label="Memory fraction per GPU", minimum=0, maximum=1,
+        help="TF1's per_process_gpu_memory_fraction: each visible GPU becomes one logical GPU limited to this\n"
+             "share of its total memory. Cannot be combined with memory growth or logical GPU splits.",
+        example="e.g. 0.4 for 40% of each GPU", form_step=0.05, form_decimals=2,
+        describe=lambda share: "" if share is None else f"memory fraction {share:g} per GPU",
+        plan=steps.fraction_steps, stage=Stage.MEMORY)
+    virtual_gpus: Mapping[int, tuple[int, ...]] = setting(
+        default_factory=dict, kind=Kind.GPU_SPLITS, unit="MiB", example='e.g. {"0": [2048, 2048]}',
+        help="Memory limit of this logical GPU (required by TensorFlow for virtual GPUs)",
+        describe=lambda splits: ", ".join(f"GPU {index} split {'+'.join(map(str, limits))} MiB"
+                                          for index, limits in sorted(splits.items())),
+        plan=steps.virtual_steps, stage=Stage.MEMORY)
+    cpu_devices: int = setting(
+        1, kind=Kind.COUNT, label="Logical CPU devices", minimum=1, maximum=MAX_CPU_DEVICES,
+        help="Split the CPU into N logical devices: /CPU:0 … /CPU:N-1", low_hint="use 1 for the unsplit CPU",
+        high_hint="2–8 are enough to demonstrate distribution",
+        # Any number as typed: validation refuses one out of range and names the limit (a spin box capped at
+        # MAX_CPU_DEVICES would silently turn 100000 into 10).
+        form_range=(0, 999_999), describe=lambda count: f"{count} logical CPUs" if count > 1 else "",
+        plan=steps.cpu_steps, stage=Stage.LOGICAL)
+    soft_placement: bool = setting(
+        True, kind=Kind.TOGGLE, label="Soft placement",
+        help="Run ops on an available device when the requested one does not exist",
+        describe=lambda on: "" if on else "soft placement off",
+        plan=steps.soft_placement_steps, stage=Stage.PLACEMENT)
+    log_placement: bool = setting(
+        True, kind=Kind.TOGGLE, label="Log device placement",
+        help="tf.debugging.set_log_device_placement(True), before TensorFlow initializes",
+        describe=lambda on: "placement log" if on else "",
+        plan=steps.log_placement_steps, stage=Stage.PLACEMENT)
+    gpu_allocator: str = setting(
+        "default", kind=Kind.CHOICE, label="GPU allocator", choices=ALLOCATORS, noun="allocator",
+        help="TF_GPU_ALLOCATOR; cuda_malloc_async can reduce fragmentation",
+        describe=lambda allocator: "" if allocator == "default" else allocator,
+        plan=steps.allocator_steps, stage=Stage.ENVIRONMENT)
+
+    def __post_init__(self) -> None:
+        wrong = [p for f in config_fields(type(self)) if (p := f.type_problem(getattr(self, f.key))) is not None]
+        if wrong:
+            raise ConfigError(wrong)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "version": self.version,
-            "visible_gpus": None if self.visible_gpus is None else list(self.visible_gpus),
-            "memory_growth": self.memory_growth,
-            "virtual_gpus": {str(k): list(v) for k, v in sorted(self.virtual_gpus.items())},
-            "cpu_devices": self.cpu_devices,
-            "soft_placement": self.soft_placement,
-            "log_placement": self.log_placement,
-            "gpu_allocator": self.gpu_allocator,
-        }
-        if self.memory_fraction is not None:  # written only when set: older profiles round-trip unchanged
-            data["memory_fraction"] = self.memory_fraction
+        data: dict[str, Any] = {}
+        for setting_field in config_fields(type(self)):
+            value = getattr(self, setting_field.key)
+            if setting_field.optional and value is None:
+                continue  # written only when set: older profiles round-trip unchanged
+            data[setting_field.key] = setting_field.to_json(value)
         return data
 
     @classmethod
     def from_json(cls, data: Any) -> DeviceConfig:
         """Build a configuration, raising `ConfigError` listing every problem found."""
-        config, problems = parse_config(data)
+        config, problems = parse_config(data, cls)
         if problems or config is None:
             raise ConfigError(problems)
         return config
 
     def with_changes(self, **changes: Any) -> DeviceConfig:
         return replace(self, **changes)
+
+    def problems(self, gpus: Sequence[GpuInfo] | None = None,
+                 cuda_visible_devices: str | None = _FROM_ENVIRONMENT) -> list[Problem]:
+        """Every rule this configuration breaks: each setting's own, then those between settings, then, when
+        the machine's GPUs are known, theirs. The one validator, whatever the configuration's source."""
+        found = [p for f in config_fields(type(self)) for p in f.check(getattr(self, f.key))]
+        return found + _combination_problems(self) + (
+            [] if gpus is None else _machine_problems(self, gpus, cuda_visible_devices))
+
+    def checked(self, gpus: Sequence[GpuInfo] | None = None) -> DeviceConfig:
+        """This configuration, if it breaks no rule; else ConfigError naming every problem."""
+        problems = self.problems(gpus)
+        if problems:
+            raise ConfigError(problems)
+        return self
 
     def environment(self) -> dict[str, str]:
         """Environment variables the runtime must have before TensorFlow is imported."""
@@ -111,34 +157,16 @@ class DeviceConfig:
         return env
 
     def summary(self, gpus_present: bool | None = None) -> str:
-        """The profile in a few words; `gpus_present=False` (TensorFlow sees none) says so instead of "all GPUs"."""
-        gpus = "all GPUs" if self.visible_gpus is None else (
-            "no GPU" if not self.visible_gpus else "GPU " + ",".join(map(str, self.visible_gpus))
-        )
-        if gpus_present is False and self.visible_gpus is None:
-            gpus = "no GPU on this machine"
-        parts = [gpus]
-        if self.memory_growth:
-            parts.append("memory growth")
-        if self.memory_fraction is not None:
-            parts.append(f"memory fraction {self.memory_fraction:g} per GPU")
-        for index, limits in sorted(self.virtual_gpus.items()):
-            parts.append(f"GPU {index} split {'+'.join(map(str, limits))} MiB")
-        if self.cpu_devices > 1:
-            parts.append(f"{self.cpu_devices} logical CPUs")
-        if not self.soft_placement:
-            parts.append("soft placement off")
-        if self.log_placement:
-            parts.append("placement log")
-        if self.gpu_allocator != "default":
-            parts.append(self.gpu_allocator)
+        """The profile in a few words, each setting's as it declares (`Field.describe`); `gpus_present=False`
+        (TensorFlow sees none) says so instead of "all GPUs"."""
+        parts = []
+        for declared in config_fields(type(self)):
+            value = getattr(self, declared.key)
+            if declared.kind is Kind.GPU_INDICES and value is None and gpus_present is False:
+                parts.append("no GPU on this machine")
+            elif text := declared.summary_text(value):
+                parts.append(text)
         return ", ".join(parts)
-
-
-class ConfigError(ValueError):
-    def __init__(self, problems: Sequence[Problem]):
-        self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems) or "invalid configuration")
 
 
 class ProfileError(ValueError):
@@ -157,151 +185,30 @@ def _field_name(key: Any) -> str:
     return text if len(text) <= 40 and text.isprintable() else quote(key)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else {
-        bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-        list: "a list", dict: "an object",
-    }.get(type(value), type(value).__name__)
-
-
-def parse_config(data: Any) -> tuple[DeviceConfig | None, list[Problem]]:
+def parse_config(data: Any,
+                 config_type: type[DeviceConfig] = DeviceConfig) -> tuple[DeviceConfig | None, list[Problem]]:
     """Parse a profile's JSON value. Returns the configuration (None if unusable) and every problem."""
-    problems: list[Problem] = []
     if not isinstance(data, dict):
-        return None, [Problem("(profile)", f"expected a JSON object, got {_type_name(data)}",
-                              'start from {"version": 1}')]
-
-    for key in data:
-        if key not in KEYS:
-            problems.append(Problem(_field_name(key), "unknown key", f"remove it; known keys are: {', '.join(KEYS)}"))
-
-    version = data.get("version")
-    if "version" not in data:
-        problems.append(Problem("version", "missing", f'add "version": {SUPPORTED_VERSION}'))
-    elif not _is_int(version) or version != SUPPORTED_VERSION:
-        problems.append(Problem("version", f"unsupported version {quote(version)}",
-                                f"this release reads version {SUPPORTED_VERSION}"))
-
-    def boolean(key: str, default: bool) -> bool:
-        value = data.get(key, default)
-        if not isinstance(value, bool):
-            problems.append(Problem(key, f"expected true or false, got {_type_name(value)} {quote(value)}"))
-            return default
-        return value
-
-    visible: tuple[int, ...] | None = None
-    raw_visible = data.get("visible_gpus")
-    if raw_visible is not None:
-        if not isinstance(raw_visible, list):
-            problems.append(Problem("visible_gpus", f"expected a list of GPU indices or null, got "
-                                    f"{_type_name(raw_visible)} {quote(raw_visible)}", "e.g. [0, 1]"))
-        else:
-            bad = [v for v in raw_visible if not _is_int(v) or v < 0]
-            if bad:
-                problems.append(Problem("visible_gpus", f"GPU indices must be integers ≥ 0, got {quote(bad)}",
-                                        "use the indices shown by `tf-device-panel devices`"))
-            else:
-                dupes = sorted({v for v in raw_visible if raw_visible.count(v) > 1})
-                if dupes:
-                    problems.append(Problem("visible_gpus", f"GPU {dupes} listed more than once",
-                                            "list each GPU once"))
-                visible = tuple(sorted(set(raw_visible)))
-
-    virtual: dict[int, tuple[int, ...]] = {}
-    raw_virtual = data.get("virtual_gpus", {})
-    if raw_virtual is None:
-        raw_virtual = {}
-    if not isinstance(raw_virtual, dict):
-        problems.append(Problem("virtual_gpus", f"expected an object mapping GPU index to MiB limits, got "
-                                f"{_type_name(raw_virtual)}", 'e.g. {"0": [2048, 2048]}'))
-    else:
-        for key, limits in raw_virtual.items():
-            where = f"virtual_gpus[{quote(key)}]"
-            try:
-                index = int(key)
-                if index < 0 or str(index) != str(key).strip():
-                    raise ValueError
-            except ValueError:
-                problems.append(Problem(where, f"{quote(key)} is not a GPU index",
-                                        'keys are indices as strings, e.g. "0"'))
-                continue
-            if not isinstance(limits, list) or not limits:
-                problems.append(Problem(where,
-                                        f"expected a non-empty list of memory limits in MiB, got {quote(limits)}",
-                                        "give one limit per logical GPU, e.g. [2048, 2048]"))
-                continue
-            bad = [v for v in limits if not _is_int(v) or v <= 0]
-            if bad:
-                problems.append(Problem(where,
-                                        f"every logical GPU needs a positive memory limit in MiB, got {quote(bad)}",
-                                        "TensorFlow requires a memory limit for each virtual GPU"))
-                continue
-            virtual[index] = tuple(limits)
-
-    cpu_devices = data.get("cpu_devices", 1)
-    if not _is_int(cpu_devices):
-        problems.append(Problem("cpu_devices",
-                                f"expected an integer, got {_type_name(cpu_devices)} {quote(cpu_devices)}"))
-        cpu_devices = 1
-    elif cpu_devices < 1:
-        problems.append(Problem("cpu_devices", f"{cpu_devices} is less than 1", "use 1 for the unsplit CPU"))
-        cpu_devices = 1
-    elif cpu_devices > MAX_CPU_DEVICES:
-        problems.append(Problem("cpu_devices", f"{cpu_devices} logical CPU devices is too many",
-                                f"use at most {MAX_CPU_DEVICES}; 2–8 are enough to demonstrate distribution"))
-        cpu_devices = MAX_CPU_DEVICES
-
-    fraction = data.get("memory_fraction")
-    if fraction is not None:
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not math.isfinite(fraction):
-            problems.append(Problem("memory_fraction", f"expected a number between 0 and 1, got "
-                                    f"{_type_name(fraction)} {quote(fraction)}", "e.g. 0.4 for 40% of each GPU"))
-            fraction = None
-        elif not 0 < fraction <= 1:
-            problems.append(Problem("memory_fraction", f"{quote(fraction)} is not above 0 and at most 1",
-                                    "e.g. 0.4 for 40% of each GPU; null to leave the memory alone"))
-            fraction = None
-        else:
-            fraction = float(fraction)
-
-    allocator = data.get("gpu_allocator", "default")
-    if allocator not in ALLOCATORS:
-        problems.append(Problem("gpu_allocator", f"unknown allocator {quote(allocator)}",
-                                f"use one of: {', '.join(ALLOCATORS)}"))
-        allocator = "default"
-
-    config = DeviceConfig(
-        version=SUPPORTED_VERSION,
-        visible_gpus=visible,
-        memory_growth=boolean("memory_growth", False),
-        virtual_gpus=virtual,
-        cpu_devices=cpu_devices,
-        soft_placement=boolean("soft_placement", True),
-        log_placement=boolean("log_placement", True),
-        gpu_allocator=str(allocator),
-        memory_fraction=fraction,
-    )
-    problems.extend(validate(config))
-    return config, problems
-
-
-_FROM_ENVIRONMENT = "\0from the environment"
-
-
-LARGEST_GPU_MIB = 1024 * 1024  # 1 TiB: above any GPU made (the B200 has 180 GiB), for checks with no GPU known
+        return None, [Problem("(profile)", f"expected a JSON object, got {type_name(data)}",
+                              f'start from {{"version": {SUPPORTED_VERSION}}}')]
+    fields = config_fields(config_type)
+    known = [f.key for f in fields]
+    problems = [Problem(_field_name(key), "unknown key", f"remove it; known keys are: {', '.join(known)}")
+                for key in data if key not in known]
+    config = config_type(**{f.key: f.decode(data, problems) for f in fields})
+    return config, problems + config.problems()
 
 
 def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
              cuda_visible_devices: str | None = _FROM_ENVIRONMENT) -> list[Problem]:
-    """Rules that need the whole configuration and, when known, the machine's GPUs (TensorFlow's indices, as
-    `gpus.tf_gpu_inventory` gives them). `cuda_visible_devices`: the value the runs will inherit (by default
+    """`config.problems(...)`: every rule it breaks, with the machine's GPUs' when known (TensorFlow's indices,
+    as `gpus.tf_gpu_inventory` gives them). `cuda_visible_devices`: the value the runs will inherit (by default
     this process's), named when a GPU index does not exist, since it renumbers TensorFlow's GPUs."""
-    if cuda_visible_devices == _FROM_ENVIRONMENT:
-        cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return config.problems(gpus, cuda_visible_devices)
+
+
+def _combination_problems(config: DeviceConfig) -> list[Problem]:
+    """The rules between settings (each setting's own are its `Field.check`)."""
     problems: list[Problem] = []
     if config.memory_growth and config.virtual_gpus:
         problems.append(Problem(
@@ -320,17 +227,23 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
     if config.visible_gpus is not None:
         for index in sorted(config.virtual_gpus):
             if index not in config.visible_gpus:
-                problems.append(Problem(f"virtual_gpus[{str(index)!r}]", f"GPU {index} is not visible",
+                problems.append(Problem(split_field(index), f"GPU {index} is not visible",
                                         f"add {index} to visible_gpus or remove its split"))
-    if config.cpu_devices < 1 or config.cpu_devices > MAX_CPU_DEVICES:
-        problems.append(Problem("cpu_devices", f"must be between 1 and {MAX_CPU_DEVICES}"))
     fraction = config.memory_fraction
     if fraction is not None and fraction > 0 and int(LARGEST_GPU_MIB * fraction) < 1:
         # TensorFlow turns a 0 MiB memory_limit into no logical GPU at all, or an allocator that fails at once.
         problems.append(Problem("memory_fraction", f"{fraction:g} limits each GPU to under 1 MiB, even one of "
                                 f"{LARGEST_GPU_MIB // 1024} GiB", "use a share such as 0.25 (a quarter of each GPU)"))
-    if gpus is None:
-        return problems
+    return problems
+
+
+def _machine_problems(config: DeviceConfig, gpus: Sequence[GpuInfo],
+                      cuda_visible_devices: str | None) -> list[Problem]:
+    """The rules the machine's GPUs set."""
+    if cuda_visible_devices == _FROM_ENVIRONMENT:
+        cuda_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    problems: list[Problem] = []
+    fraction = config.memory_fraction
     if fraction is not None and int(LARGEST_GPU_MIB * fraction) >= 1:
         visible = [g for g in gpus if config.visible_gpus is None or g.index in config.visible_gpus]
         for limited in visible:
@@ -356,7 +269,7 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
         if index not in known:
             problems.append(Problem("visible_gpus", f"GPU {index} {missing_text}", missing_hint))
     for index, limits in sorted(config.virtual_gpus.items()):
-        where = f"virtual_gpus[{str(index)!r}]"
+        where = split_field(index)
         gpu = known.get(index)
         if gpu is None:
             problems.append(Problem(where, f"GPU {index} {missing_text}", missing_hint))
@@ -368,6 +281,8 @@ def validate(config: DeviceConfig, gpus: Sequence[GpuInfo] | None = None,
                                     f"({gpu.name or 'unnamed'}{also}) has {gpu.total_mib} MiB{which}",
                                     "lower the limits or split into fewer logical GPUs"))
     return problems
+
+
 
 
 class _Malformed(ValueError):
@@ -501,35 +416,6 @@ def save_profile(config: DeviceConfig, path: str | os.PathLike[str]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def gpu_total_mib(index: int) -> int:
-    """Total memory of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver."""
-    import ctypes
-    import os
-
-    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-    device, total = ctypes.c_int(), ctypes.c_size_t()
-    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
-                   cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device)):
-        if status != 0:
-            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s memory")
-    return int(total.value // 2**20)
-
-
-def gpu_pci_bus_id(index: int) -> str:
-    """The PCI bus id of CUDA device `index` (TensorFlow's physical GPU `index`), from the CUDA driver: the key
-    that matches it to NVML's GPU whatever CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER say."""
-    import ctypes
-    import os
-
-    cuda = ctypes.CDLL("nvcuda.dll" if os.name == "nt" else "libcuda.so.1")
-    device, bus = ctypes.c_int(), ctypes.create_string_buffer(32)
-    for status in (cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(device), index),
-                   cuda.cuDeviceGetPCIBusId(bus, len(bus), device)):
-        if status != 0:
-            raise RuntimeError(f"CUDA driver error {status} while reading GPU {index}'s PCI bus id")
-    return bus.value.decode()
 
 
 def to_python_snippet(config: DeviceConfig) -> str:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from tf_device_panel.core.config import GpuInfo
+from tf_device_panel.core.devices.gpu_facts import GpuInfo
 from tf_device_panel.core.protocol.events import CreatedGpu
 
 log = logging.getLogger(__name__)

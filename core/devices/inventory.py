@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tf_device_panel.core.config import GpuInfo
+from tf_device_panel.core.devices.gpu_facts import GpuInfo
 from tf_device_panel.core.devices.gpus import gpu_info, nvml_gpu_for_physical, nvml_index_for
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events

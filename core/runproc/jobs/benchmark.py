@@ -295,7 +295,7 @@ def gpu_peaks_for(devices: list[str], config: DeviceConfig) -> tuple[dict[str, G
 
 def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int | None]) -> int:
     """NVML's index of TensorFlow's physical GPU: by the PCI bus id CUDA gives it, else by CUDA_VISIBLE_DEVICES."""
-    from tf_device_panel.core.config import gpu_pci_bus_id
+    from tf_device_panel.core.devices.gpu_facts import gpu_pci_bus_id
     from tf_device_panel.core.devices.gpus import nvml_index_for
 
     try:
