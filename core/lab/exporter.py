@@ -32,6 +32,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import Collector, CollectorRegistry
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.config.schema import Kind, config_fields
 from tf_device_panel.core.devices.nvml import GpuSnapshot, Nvml
 from tf_device_panel.core.devices.telemetry import MAX_INTERVAL_S, MIN_INTERVAL_S, History, Sample, Sampler
 from tf_device_panel.core.protocol import events
@@ -48,9 +50,8 @@ GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "name")
 RECENT_RUNS = 20  # a run in progress is among the newest folders; reading all of a long history each tick is waste
 # Every distribution TensorFlow ships under, so its version is known without importing it (seconds, and GPU memory)
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly", "tensorflow-intel")
-# The configuration keys the info metric carries (a profile's keys, see README "Device configuration profiles")
-CONFIG_KEYS = ("visible_gpus", "memory_growth", "virtual_gpus", "cpu_devices", "soft_placement", "log_placement",
-               "gpu_allocator", "memory_fraction")
+# The configuration keys the info metric carries: every setting a profile has (core.config's declarations)
+CONFIG_KEYS = tuple(field.key for field in config_fields(DeviceConfig) if field.kind is not Kind.VERSION)
 # NVML function -> the field it reads, for the error counter's `field` label
 NVML_FIELDS = {
     "nvmlDeviceGetMemoryInfo": "memory",
