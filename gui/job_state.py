@@ -14,7 +14,8 @@ from tf_device_panel.core.client.session import JobOutcome
 
 # Error types the panel itself raises: their names say nothing to a user, so they appear only in the details.
 INTERNAL_ERROR_TYPES = frozenset({"JobError", "ScriptExit", "ParamError", "RuntimeUnavailable", "ProtocolError",
-                                  "RuntimeExited", "TaskFailed", "ConfigStepError", "Cancelled", "JobCancelled"})
+                                  "RuntimeExited", "TaskFailed", "StepError", "ConfigStepError", "Cancelled",
+                                  "JobCancelled"})
 MAX_OUTPUT_LINES = 5000  # a job's own output kept for its console (the run history keeps all of it)
 STATUS_WORDS = {"ok": "Finished", "error": "Failed", "cancelled": "Cancelled", "crashed": "The runtime died"}
 

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 from tf_device_panel.core.config import DeviceConfig, parse_config, to_python_snippet, validate
+from tf_device_panel.core.config.plan import StepError
 
 
 def problems_for(data: dict) -> list[str]:
@@ -125,7 +126,7 @@ def test_a_gpu_whose_memory_cannot_be_read_stops_the_runtime_with_the_reason(mon
 
     monkeypatch.setattr(gpu_facts, "gpu_total_mib", no_driver)
     tf = SimpleNamespace(config=FakeConfigApi(), debugging=SimpleNamespace(set_log_device_placement=lambda on: None))
-    with pytest.raises(runtime_main.ConfigStepError, match=r"GPU:0's total memory for memory_fraction.*libcuda"):
+    with pytest.raises(StepError, match=r"GPU:0's total memory for memory_fraction.*libcuda"):
         runtime_main.apply_config(tf, DeviceConfig(memory_fraction=0.5))
 
 

@@ -130,7 +130,7 @@ def test_a_split_between_cudas_total_and_nvmls_is_refused_before_tensorflow_fail
         driver: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     driver({0: 81079})  # the H100: CUDA 81,079 MiB, NVML 81,559 (recorded in tests/fixtures/h100)
     config = DeviceConfig(virtual_gpus={0: (40000, 41300)})  # 81,300: passed NVML's total, failed in TF
-    with pytest.raises(runtime_main.ConfigStepError,
+    with pytest.raises(tfplan.StepError,
                        match="limits sum to 81300 MiB but GPU 0 has 81079 MiB as CUDA counts it"):
         runtime_main.apply_config(FakeTf(gpus=1), config)
     pasted = FakeTf(gpus=1)
@@ -142,7 +142,7 @@ def test_a_split_between_cudas_total_and_nvmls_is_refused_before_tensorflow_fail
 
 def test_the_snippet_refuses_a_gpu_the_machine_lacks_as_the_run_does(monkeypatch: pytest.MonkeyPatch) -> None:
     config = DeviceConfig(visible_gpus=(0, 3), virtual_gpus={3: (1024,)})
-    with pytest.raises(runtime_main.ConfigStepError) as refused:
+    with pytest.raises(tfplan.StepError) as refused:
         runtime_main.apply_config(FakeTf(gpus=2), config)
     pasted = FakeTf(gpus=2)
     with pytest.raises(IndexError) as pasted_refused:  # it used to drop GPU 3 and split nothing
@@ -158,7 +158,7 @@ def test_a_driver_error_on_a_later_gpu_stops_the_snippet(driver: Any, monkeypatc
     pasted = FakeTf(gpus=2)
     with pytest.raises(RuntimeError, match="CUDA driver error 100 while reading GPU 1's memory"):
         run_snippet(DeviceConfig(memory_fraction=0.5), pasted, monkeypatch)  # it used to print it and go on
-    with pytest.raises(runtime_main.ConfigStepError, match="GPU:1's total memory"):
+    with pytest.raises(tfplan.StepError, match="GPU:1's total memory"):
         runtime_main.apply_config(FakeTf(gpus=2), DeviceConfig(memory_fraction=0.5))
 
 

@@ -16,9 +16,10 @@ import time
 from typing import Any
 
 from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileError, load_profile
+from tf_device_panel.core.config.plan import StepError
 from tf_device_panel.core.processes import die_with_parent
 from tf_device_panel.core.runproc.cluster import RESULT_PREFIX
-from tf_device_panel.core.runproc.runtime_main import ConfigStepError, apply_config
+from tf_device_panel.core.runproc.runtime_main import apply_config
 
 
 def report(result: dict[str, Any]) -> None:
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         applied = apply_config(tf, config)  # before TensorFlow initializes, as in the runtime
-    except ConfigStepError as exc:
+    except StepError as exc:
         print(f"device configuration failed at {exc}", file=sys.stderr, flush=True)
         return 2
     args.applied = applied  # listing devices now would initialize TF before the strategy configures it

@@ -70,25 +70,16 @@ def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
     """Apply the configuration's plan (`core.config.plan`) before TensorFlow initializes; returns what was done,
     step by step. The plan is kept (`applied_plan`) so `describe_logical` can give each logical GPU its limit.
 
-    Raises ConfigStepError naming the step and carrying TensorFlow's (or the driver's) own message.
+    Raises core.config.plan.StepError naming the step and carrying TensorFlow's (or the driver's) own message.
     """
     global applied_plan
     applied_plan = AppliedPlan()
-    try:
-        applied_plan = apply_plan(tf, plan(config))
-    except StepError as exc:
-        raise ConfigStepError(exc.step, exc.cause) from exc
+    applied_plan = apply_plan(tf, plan(config))
     return list(applied_plan.steps)
 
 
 applied_plan = AppliedPlan()  # what the last apply_config did (one configuration per process)
 
-
-class ConfigStepError(Exception):
-    def __init__(self, step: str, cause: BaseException):
-        self.step = step
-        self.cause = cause
-        super().__init__(f"{step}: {type(cause).__name__}: {cause}")
 
 
 def import_failure(exc: BaseException) -> dict[str, Any]:
@@ -308,7 +299,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     imported = time.monotonic()
     try:
         steps = apply_config(tf, config)
-    except ConfigStepError as exc:
+    except StepError as exc:
         return fail(exc.step, exc.cause, tf_version=tf.__version__)
     info = describe_physical(tf)
     info.update(applied=steps, import_s=imported - started, config=config.to_json())
