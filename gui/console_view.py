@@ -18,12 +18,11 @@ EMPTY_TEXT = "The job's own output (print, logging, progress bars) appears here 
 
 def console_line(event: Event) -> tuple[str, bool] | None:
     """(text, partial) when `event` is a line of the job's own output, else None."""
-    data = event.data
-    if event.type != events.LOG or data.get("stream") not in OUTPUT_STREAMS:
-        return None
-    if str(data.get("kind", output_lines.OUTPUT)) not in CONSOLE_KINDS:
-        return None
-    return str(data.get("text", "")), bool(data.get("partial"))
+    match event:
+        case events.Log(stream=stream, kind=kind, text=text, partial=partial) if (
+                stream in OUTPUT_STREAMS and kind in CONSOLE_KINDS):
+            return text, partial
+    return None
 
 
 class ConsoleView(QWidget):

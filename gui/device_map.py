@@ -266,15 +266,15 @@ class DeviceMapPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(scroll, 1)
 
-    def set_devices(self, info: dict[str, Any], config: dict[str, Any] | None,
+    def set_devices(self, info: events.Ready, config: dict[str, Any] | None,
                     nvml: dict[int, dict[str, Any]]) -> None:
         """A ready runtime's devices: `config` the applied profile's JSON (else the one the report carries),
         `nvml` NVML's record of each of TensorFlow's physical GPUs by TF's index (matched by bus id). The
         report's pid is the run's process, whose NVML per-process memory each GPU's bar then shows."""
         self._tf_index_of = {record["index"]: tf_index for tf_index, record in nvml.items() if "index" in record}
-        self._run_pid = info.get("pid")
+        self._run_pid = info.pid
         totals = {tf_index: record.get("memory_total_mib") for tf_index, record in nvml.items()}
-        self.canvas.devices = devices_from_ready(info, info.get("config") or config, totals)
+        self.canvas.devices = devices_from_ready(info, info.config or config, totals)
         self.canvas.ops.clear()
         self.canvas.memory.clear()
         self.canvas.use.clear()
@@ -287,25 +287,21 @@ class DeviceMapPanel(QWidget):
     def on_events(self, batch: list[Event]) -> None:
         changed = False
         for event in batch:
-            data = event.data
-            if event.type == events.JOB_STARTED:
-                self.canvas.ops.clear()
-                self.canvas.fallbacks.clear()
-                changed = True
-            elif event.type == events.PLACEMENT:
-                self.canvas.ops[str(data.get("short_device", ""))] += 1
-                changed = True
-            elif event.type == events.FALLBACK:
-                fallback = data
-                pair = (canonical_device(fallback.get("requested_short") or fallback["requested"]),
-                        fallback["actual_short"])
-                if pair not in self.canvas.fallbacks:
-                    self.canvas.fallbacks.append(pair)
-                changed = True
-            elif event.type == events.TF_MEMORY:
-                figures = data
-                self.canvas.memory[figures["device"]] = figures["current_mib"]
-                changed = True
+            match event:
+                case events.JobStarted():
+                    self.canvas.ops.clear()
+                    self.canvas.fallbacks.clear()
+                case events.Placement(short_device=device):
+                    self.canvas.ops[device] += 1
+                case events.Fallback(requested=requested, requested_short=requested_short, actual_short=actual):
+                    pair = (canonical_device(requested_short or requested), actual)
+                    if pair not in self.canvas.fallbacks:
+                        self.canvas.fallbacks.append(pair)
+                case events.TfMemory(device=device, current_mib=current):
+                    self.canvas.memory[device] = current
+                case _:
+                    continue
+            changed = True
         if changed:
             self.canvas.refresh()
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tf_device_panel.core.protocol import events
+
 BOX_MIN_WIDTH = 340.0   # px; below twice this the boxes stack in one column
 BOX_GAP = 12.0
 TITLE_HEIGHT = 20.0
@@ -455,17 +457,17 @@ def _box(content: _Content, rect: Rect, use: Mapping[int, GpuUse], memory: Mappi
     return box
 
 
-def devices_from_ready(info: Mapping[str, Any], config: Mapping[str, Any] | None,
+def devices_from_ready(info: events.Ready, config: Mapping[str, Any] | None,
                        gpu_totals: Mapping[int, float | None] | None = None) -> list[PhysicalDevice]:
     """The physical devices of a runtime's ready report, each with the logical devices TensorFlow made of it.
 
     `config` is the applied profile's JSON (visible GPUs, memory growth, virtual splits), by default the one
     the report carries; `gpu_totals` each physical GPU's memory in MiB from NVML, by TensorFlow's index."""
-    config = config or info.get("config") or {}
+    config = config or info.config or {}
     gpu_totals = gpu_totals or {}
-    logical = list(info.get("logical", []))
-    created = {c["logical"]: c for c in info.get("gpu_devices", [])}
-    visible_gpus = [d["index"] for d in info.get("physical", [])
+    logical = list(info.logical)
+    created = {c["logical"]: c for c in info.gpu_devices}
+    visible_gpus = [d["index"] for d in info.physical
                     if d["device_type"] == "GPU" and d.get("visible", True)]
     virtual = {int(k): list(v) for k, v in (config.get("virtual_gpus") or {}).items()}
     # Without the client's creation report, logical GPUs follow the visible physical ones in order, each
@@ -481,18 +483,18 @@ def devices_from_ready(info: Mapping[str, Any], config: Mapping[str, Any] | None
             gpu_number += 1
             if physical is None:
                 continue
-            limit = device.get("memory_limit_mib") or (made or {}).get("memory_mb")
+            limit = device.get("memory_limit_mib") or (made["memory_mb"] if made else None)
             gpus_of.setdefault(physical, []).append(LogicalDevice(device["short_name"], device["name"], limit))
         elif device["device_type"] == "CPU":
             cpus.append(LogicalDevice(device["short_name"], device["name"]))
     result: list[PhysicalDevice] = []
-    for device in info.get("physical", []):
-        if device["device_type"] == "CPU":
-            result.append(PhysicalDevice("CPU", device["index"], "host", logical=tuple(cpus)))
-        elif device["device_type"] == "GPU":
-            index = device["index"]
-            result.append(PhysicalDevice("GPU", index, device.get("device_name") or "", gpu_totals.get(index),
-                                         visible=device.get("visible", True),
+    for box in info.physical:
+        if box["device_type"] == "CPU":
+            result.append(PhysicalDevice("CPU", box["index"], "host", logical=tuple(cpus)))
+        elif box["device_type"] == "GPU":
+            index = box["index"]
+            result.append(PhysicalDevice("GPU", index, box.get("device_name") or "", gpu_totals.get(index),
+                                         visible=box.get("visible", True),
                                          memory_growth=bool(config.get("memory_growth")),
                                          logical=tuple(gpus_of.get(index, [])),
                                          memory_fraction=config.get("memory_fraction")))

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.devices.gpus import nvml_gpu_for_physical, tf_gpu_messages
+from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.colors import device_color
 
 
@@ -42,16 +43,16 @@ class DevicesPanel(QWidget):
         layout.addWidget(self.doctor_button)
         layout.addWidget(self.tree, 1)
 
-    def show_devices(self, info: dict[str, Any], nvml_gpus: list[dict[str, Any]], tf_lines: list[str]) -> None:
+    def show_devices(self, info: events.Ready, nvml_gpus: list[dict[str, Any]], tf_lines: list[str]) -> None:
         self.tree.clear()
-        build = info.get("build", {})
+        build = info.build
         cuda = (f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
                 if build.get("is_cuda_build") else "no CUDA")
-        physical = QTreeWidgetItem([f"Physical ({len(info['physical'])})", f"TensorFlow {info['tf_version']}, {cuda}"])
-        for device in info["physical"]:
+        physical = QTreeWidgetItem([f"Physical ({len(info.physical)})", f"TensorFlow {info.tf_version}, {cuda}"])
+        for device in info.physical:
             details = ""
             if device["device_type"] == "GPU":
-                nv = nvml_gpu_for_physical(device["index"], info.get("gpu_devices", []), nvml_gpus)
+                nv = nvml_gpu_for_physical(device["index"], info.gpu_devices, nvml_gpus)
                 parts = [device.get("device_name") or nv.get("name") or "",
                          f"{nv['memory_total_mib']} MiB" if nv.get("memory_total_mib") else "",
                          f"compute {device['compute_capability']}" if device.get("compute_capability") else "",
@@ -62,26 +63,26 @@ class DevicesPanel(QWidget):
             item.setToolTip(0, device["name"])
             item.setToolTip(1, details)
             physical.addChild(item)
-        logical = QTreeWidgetItem([f"Logical ({len(info['logical'])})", "created by the running runtime"])
-        for device in info["logical"]:
-            limit = f"memory limit {device['memory_limit_mib']} MiB" if "memory_limit_mib" in device else ""
-            item = QTreeWidgetItem([device["short_name"], limit or device["device_type"]])
-            item.setForeground(0, QBrush(device_color(device["short_name"])))
-            item.setToolTip(0, device["name"])  # one spelling shown, the full name on hover
-            item.setToolTip(1, device["name"])
+        logical = QTreeWidgetItem([f"Logical ({len(info.logical)})", "created by the running runtime"])
+        for shown in info.logical:
+            limit = f"memory limit {shown['memory_limit_mib']} MiB" if "memory_limit_mib" in shown else ""
+            item = QTreeWidgetItem([shown["short_name"], limit or shown["device_type"]])
+            item.setForeground(0, QBrush(device_color(shown["short_name"])))
+            item.setToolTip(0, shown["name"])  # one spelling shown, the full name on hover
+            item.setToolTip(1, shown["name"])
             logical.addChild(item)
         self.tree.addTopLevelItems([physical, logical])
         self.tree.expandAll()
         self.tree.resizeColumnToContents(0)
         self.tree.setColumnWidth(0, min(self.tree.columnWidth(0), 160))
-        no_gpu = not any(d["device_type"] == "GPU" for d in info["physical"])
+        no_gpu = not any(d["device_type"] == "GPU" for d in info.physical)
         self.doctor_button.setVisible(no_gpu)
         if no_gpu:
             reasons = tf_gpu_messages(tf_lines)[-3:]
             self.note.setText("<b>TensorFlow sees no GPU.</b>" + (
                 "<br>TensorFlow said: " + "<br>".join(f"<i>{_esc(r)}</i>" for r in reasons) if reasons else ""))
         else:
-            self.note.setText(f"Runtime pid {info['pid']}, Python {info['python']}")
+            self.note.setText(f"Runtime pid {info.pid}, Python {info.python}")
 
     def show_message(self, html: str) -> None:
         self.note.setText(html)

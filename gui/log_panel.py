@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.runtime import startup_error_text
+from tf_device_panel.core.client import wording
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color
@@ -37,26 +37,23 @@ _Index = QModelIndex | QPersistentModelIndex
 
 def event_log_entry(event: Event, after_cancel: bool = False) -> tuple[str, str] | None:
     """(kind, text) for events that belong in the raw log; `after_cancel`: the run's job was just cancelled."""
-    data = event.data
-    if event.type == events.LOG:
-        return str(data.get("kind", output_lines.OUTPUT)), str(data.get("text", ""))
-    if event.type == events.PLACEMENT:
-        return output_lines.PLACEMENT, str(data.get("line", ""))
-    if event.type == events.FALLBACK:
-        return output_lines.WARNING, (f"[panel] soft-placement fallback: {data['op']} asked for {data['requested']}, "
-                                   f"ran on {data['actual_short']}")
-    if event.type == events.ERROR:
-        return output_lines.ERROR, f"[panel] {data.get('type')}: {data.get('message')}"
-    if event.type == events.STARTUP_ERROR:
-        return output_lines.ERROR, f"[panel] {startup_error_text(data)}"
-    if event.type == events.RUNTIME_EXITED:
-        if after_cancel:  # its exit code is the cancel's, not a failure ("runtime exited with code 1")
-            return output_lines.TF_INFO, f"[panel] the run's process ended after its job was cancelled " \
-                                      f"({data['description']})"
-        kind = output_lines.TF_INFO if data.get("expected") else output_lines.ERROR
-        return kind, f"[panel] runtime {data['description']}"
-    if event.type == events.JOB_STARTED:
-        return output_lines.TF_INFO, f"[panel] job {data.get('job')} started"
+    match event:
+        case events.Log(kind=kind, text=text):
+            return kind, text
+        case events.Placement(line=line):
+            return output_lines.PLACEMENT, line
+        case events.Fallback():
+            return output_lines.WARNING, f"[panel] {wording.fallback(event)}"
+        case events.Error():
+            return output_lines.ERROR, f"[panel] {wording.job_error(event)}"
+        case events.StartupError():
+            return output_lines.ERROR, f"[panel] {wording.startup_error(event)}"
+        case events.RuntimeExited() if after_cancel:  # its exit code is the cancel's ("exited with code 1")
+            return output_lines.TF_INFO, f"[panel] {wording.exited_after_cancel(event)}"
+        case events.RuntimeExited(expected=expected):
+            return output_lines.TF_INFO if expected else output_lines.ERROR, f"[panel] {wording.runtime_exited(event)}"
+        case events.JobStarted():
+            return output_lines.TF_INFO, f"[panel] {wording.job_started(event)}"
     return None
 
 
@@ -74,11 +71,11 @@ class PlacementModel(QAbstractTableModel):
         self.rows, self._index, self.fallback_ops = [], {}, set()
         self.endResetModel()
 
-    def add(self, placements: list[dict[str, Any]]) -> None:
+    def add(self, placements: list[events.Placement]) -> None:
         new_rows: list[list[Any]] = []
         changed: set[int] = set()
-        for data in placements:
-            key = (data["op"], data["op_type"], data["short_device"])
+        for placed in placements:
+            key = (placed.op, placed.op_type, placed.short_device)
             row = self._index.get(key)
             if row is None:
                 self._index[key] = len(self.rows) + len(new_rows)
@@ -284,27 +281,29 @@ class LogPanel(QWidget):
     def add_events(self, batch: list[Event]) -> None:
         """One batch from the controller: a single text append and a single table update."""
         lines: list[tuple[str, str]] = []
-        placements: list[dict[str, Any]] = []
+        placements: list[events.Placement] = []
         for event in batch:
-            if event.type == events.LOG and event.data.get("partial"):
-                # A progress bar redrawing its line with "\r": one live line, replaced until the line ends.
-                self.live_line.setText(str(event.data.get("text", "")))
-                self.live_line.show()
-                continue
-            if event.type == events.JOB_FINISHED:
-                self._cancelled = event.data.get("status") == "cancelled"
+            match event:
+                case events.Log(partial=True, text=text):
+                    # A progress bar redrawing its line with "\r": one live line, replaced until the line ends.
+                    self.live_line.setText(text)
+                    self.live_line.show()
+                    continue
+                case events.JobFinished(status=status):
+                    self._cancelled = status == "cancelled"
             entry = event_log_entry(event, self._cancelled)
-            if event.type == events.RUNTIME_EXITED:
+            if isinstance(event, events.RuntimeExited):
                 self._cancelled = False
             if entry is not None:
                 lines.append(entry)
-                if event.type == events.LOG:
+                if isinstance(event, events.Log):
                     self.live_line.hide()
-            if event.type == events.PLACEMENT:
-                placements.append(event.data)
-            elif event.type == events.FALLBACK:
-                self.model.mark_fallback(event.data["op"], event.data["actual_short"])
-                self._show_fallback(event.data)
+            match event:
+                case events.Placement():
+                    placements.append(event)
+                case events.Fallback(op=op, actual_short=actual):
+                    self.model.mark_fallback(op, actual)
+                    self._show_fallback(event)
         if placements:
             self.model.add(placements)
             self._update_summary()
@@ -360,10 +359,10 @@ class LogPanel(QWidget):
         self.jump_to_end()
         self.start_job()
 
-    def _show_fallback(self, data: dict[str, Any]) -> None:
+    def _show_fallback(self, fallback: events.Fallback) -> None:
         self.fallback_banner.setText(
-            f"⚠ Soft placement: <b>{data['op']}</b> was pinned to <b>{data['requested']}</b>, which does not "
-            f"exist here, and ran on <b>{data['actual_short']}</b> instead.")
+            f"⚠ Soft placement: <b>{fallback.op}</b> was pinned to <b>{fallback.requested}</b>, which does not "
+            f"exist here, and ran on <b>{fallback.actual_short}</b> instead.")
         self.fallback_banner.show()
 
     def _update_summary(self) -> None:

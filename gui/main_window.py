@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.runtime import startup_error_text
 from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.config import (
     ConfigError,
@@ -439,21 +439,19 @@ class MainWindow(QMainWindow):
         # were missing when its end was shown.
         mapped = 0  # batch[:mapped] is the device map's
         for index, event in enumerate(batch):
-            if event.type == events.READY:
-                self.device_map.on_events(batch[mapped:index])
-                mapped = index + 1
-                self._on_ready(event.data)
-            elif event.type == events.PROGRESS:
-                progress = event.data
-                self.runs.show_progress(progress["done"], progress["total"], progress.get("message", ""))
-            elif event.type == events.METRIC:
-                metric = event.data
-                if metric.get("name") == "loss":
-                    self.runs.result.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
-            elif event.type == events.STARTUP_ERROR:
-                self.devices.show_message(f"<b style='color:#d33'>{html.escape(startup_error_text(event.data))}</b>")
-            elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
-                self._runtime_died(event.data)
+            match event:
+                case events.Ready():
+                    self.device_map.on_events(batch[mapped:index])
+                    mapped = index + 1
+                    self._on_ready(event)
+                case events.Progress(done=done, total=total, message=message):
+                    self.runs.show_progress(done, total, message)
+                case events.Metric(name="loss", step=step, value=value):
+                    self.runs.result.add_live_loss(int(step or 0), float(value))
+                case events.StartupError():
+                    self.devices.show_message(f"<b style='color:#d33'>{html.escape(wording.startup_error(event))}</b>")
+                case events.RuntimeExited(expected=False):
+                    self._runtime_died(event)
         self.device_map.on_events(batch[mapped:])
 
     def _show_job_output(self, batch: list[Event]) -> None:
@@ -466,43 +464,42 @@ class MainWindow(QMainWindow):
         if lines:
             self.runs.add_output(run.outcome.job, lines)
 
-    def _on_ready(self, info: dict[str, Any]) -> None:
+    def _on_ready(self, info: events.Ready) -> None:
         runtime = self.controller.runtime
         tf_lines = runtime.recent_lines() if runtime is not None else []
         self.devices.show_devices(info, self.nvml_gpus, tf_lines)
-        created = info.get("gpu_devices", [])
+        created = info.gpu_devices
         nvml = {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
-                for d in info["physical"] if d["device_type"] == "GPU"}
+                for d in info.physical if d["device_type"] == "GPU"}
         # CUDA's total, not NVML's: a split between the two (81,079 and 81,559 MiB on an H100) would pass here
         # and be refused by the run.
         gpus = [gpu_info(index, nvml[index], self._gpu_name(info, index)) for index in nvml]
         reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(gpus, "TensorFlow said: " + " / ".join(reasons) if reasons else "")
-        self.runs.set_devices([d["short_name"] for d in info["logical"]])
+        self.runs.set_devices([d["short_name"] for d in info.logical])
         applied = self.controller.applied
         self.device_map.set_devices(info, applied.to_json() if applied else None, self._nvml_by_tf_index(info))
 
-    def _nvml_by_tf_index(self, info: dict[str, Any]) -> dict[int, dict[str, Any]]:
-        created = info.get("gpu_devices", [])
-        return {d["index"]: nvml_gpu_for_physical(d["index"], created, self.nvml_gpus)
-                for d in info.get("physical", []) if d["device_type"] == "GPU"}
+    def _nvml_by_tf_index(self, info: events.Ready) -> dict[int, dict[str, Any]]:
+        return {d["index"]: nvml_gpu_for_physical(d["index"], info.gpu_devices, self.nvml_gpus)
+                for d in info.physical if d["device_type"] == "GPU"}
 
     @staticmethod
-    def _gpu_name(info: dict[str, Any], index: int) -> str:
-        gpus = [d for d in info["physical"] if d["device_type"] == "GPU" and d["index"] == index]
+    def _gpu_name(info: events.Ready, index: int) -> str:
+        gpus = [d for d in info.physical if d["device_type"] == "GPU" and d["index"] == index]
         return str(gpus[0].get("device_name") or "") if gpus else ""
 
-    def _runtime_died(self, info: dict[str, Any]) -> None:
-        tail = "\n".join(info.get("last_lines", [])[-8:])
-        self.devices.show_message(f"<b style='color:#d33'>The runtime {info['description']}.</b>")
+    def _runtime_died(self, info: events.RuntimeExited) -> None:
+        tail = "\n".join(info.last_lines[-8:])
+        self.devices.show_message(f"<b style='color:#d33'>The runtime {info.description}.</b>")
         if self.closing:
             return
-        self.flash(f"Runtime {info['description']}", 10_000)
+        self.flash(f"Runtime {info.description}", 10_000)
         self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
         applied = self.controller.applied
-        if info.get("killed_for_cancel") and applied is not None:
+        if info.killed_for_cancel and applied is not None:
             # Stop had to kill the runtime: like a notebook kernel, it comes back with the same configuration.
-            self.flash(f"Runtime {info['description']}; starting a fresh one with the same "
+            self.flash(f"Runtime {info.description}; starting a fresh one with the same "
                                          "configuration", 10_000)
             self.log.start_job()
             self.devices.show_message("The job did not stop in time, so its runtime was killed. Starting a fresh "

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client import wording
 from tf_device_panel.core.devices.gpus import nvml_index_for
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
@@ -565,31 +566,29 @@ class MemoryPanel(QWidget):
 
     def on_events(self, batch: list[Event]) -> None:
         for event in batch:
-            data = event.data
-            if event.type == events.READY:
-                self.sampler.set_runtime_pid(data.get("pid"))
-                self.history.mark(event.time, "runtime-start", "runtime started")
-                self._map_logical_gpus(data)
-            elif event.type == events.RUNTIME_EXITED:
-                self.history.mark(event.time, "runtime-exit", f"runtime {data.get('description', 'exited')}")
-                self.sampler.set_runtime_pid(None)
-            elif event.type == events.JOB_STARTED:
-                self.history.mark(event.time, "job-start", f"{data.get('job')} started")
-            elif event.type == events.JOB_FINISHED:
-                self.history.mark(event.time, "job-end", f"{data.get('job', 'job')} {data.get('status')}")
-            elif event.type == events.ERROR and event.job_id is not None:
-                self.history.mark(event.time, "error", str(data.get("type", "error")))
-            elif event.type == events.TF_MEMORY:
-                figures = data
-                device = figures["device"]
-                self.history.record(event.time, {f"tf{device}.current_mib": figures["current_mib"],
-                                                 f"tf{device}.peak_mib": figures["peak_mib"]})
-                self._ensure_tf_curves(device)
+            match event:
+                case events.Ready(pid=pid):
+                    self.sampler.set_runtime_pid(pid)
+                    self.history.mark(event.time, "runtime-start", "runtime started")
+                    self._map_logical_gpus(event)
+                case events.RuntimeExited():
+                    self.history.mark(event.time, "runtime-exit", wording.runtime_exited(event))
+                    self.sampler.set_runtime_pid(None)
+                case events.JobStarted():
+                    self.history.mark(event.time, "job-start", f"{event.job} started")
+                case events.JobFinished():
+                    self.history.mark(event.time, "job-end", wording.job_finished(event))
+                case events.Error(error_type=error_type) if event.job_id is not None:
+                    self.history.mark(event.time, "error", error_type or "error")
+                case events.TfMemory(device=device, current_mib=current, peak_mib=peak):
+                    self.history.record(event.time, {f"tf{device}.current_mib": current,
+                                                     f"tf{device}.peak_mib": peak})
+                    self._ensure_tf_curves(device)
 
-    def _map_logical_gpus(self, ready: dict[str, Any]) -> None:
+    def _map_logical_gpus(self, ready: events.Ready) -> None:
         """Which NVML GPU each logical GPU lives on (by PCI bus id) and its memory limit."""
         self.logical_gpus = {}
-        for created in ready.get("gpu_devices", []):
+        for created in ready.gpu_devices:
             index = nvml_index_for(created["pci_bus_id"], self.sampler.gpus)
             self.logical_gpus[created["logical"]] = {"nvml_index": index, "limit_mib": created["memory_mb"]}
         for index, lines in self.limit_lines.items():

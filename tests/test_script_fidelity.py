@@ -444,7 +444,7 @@ def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) ->
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 300)
-    panel.set_devices(seen[ready].data, None, {})
+    panel.set_devices(seen[ready], None, {})  # the typed ready event, as the window passes it
     panel.on_events(seen[ready + 1:])  # as the window hands them on after the run's ready report
     assert len(panel.canvas.current_map().arrows) == 1
     assert panel.canvas.current_map().segment("/CPU:0") is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tf_device_panel.core.config import GpuInfo
@@ -52,7 +52,7 @@ def nvml_index_for(pci_bus_id: str | None, nvml_gpus: Iterable[Any]) -> int | No
     return None
 
 
-def nvml_gpu_for_physical(index: int, created: Iterable[dict[str, Any]], nvml_gpus: list[dict[str, Any]]
+def nvml_gpu_for_physical(index: int, created: Iterable[Mapping[str, Any]], nvml_gpus: list[dict[str, Any]]
                           ) -> dict[str, Any]:
     """NVML's record for TensorFlow's physical GPU `index`: by the bus id TF logged when it created the
     device; by index only when TF logged nothing for it (the runtime sets CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
