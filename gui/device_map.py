@@ -14,10 +14,10 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from tf_device_panel.core.client.run_state import RunState
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.protocol.output_lines import canonical_device
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.device_map_layout import (
     BREAK_MARK,
@@ -252,6 +252,7 @@ class DeviceMapPanel(QWidget):
         super().__init__(parent)
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
         self._run_pid: int | None = None
+        self.run_state = RunState()  # fed only when the map is used on its own (the window passes its own)
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
         self.note.setWordWrap(True)
@@ -284,26 +285,21 @@ class DeviceMapPanel(QWidget):
                           "exact figures.")
         self.canvas.refresh()
 
-    def on_events(self, batch: list[Event]) -> None:
-        changed = False
-        for event in batch:
-            match event:
-                case events.JobStarted():
-                    self.canvas.ops.clear()
-                    self.canvas.fallbacks.clear()
-                case events.Placement(short_device=device):
-                    self.canvas.ops[device] += 1
-                case events.Fallback(requested=requested, requested_short=requested_short, actual_short=actual):
-                    pair = (canonical_device(requested_short or requested), actual)
-                    if pair not in self.canvas.fallbacks:
-                        self.canvas.fallbacks.append(pair)
-                case events.TfMemory(device=device, current_mib=current):
-                    self.canvas.memory[device] = current
-                case _:
-                    continue
-            changed = True
-        if changed:
-            self.canvas.refresh()
+    def on_events(self, batch: list[Event], state: RunState | None = None) -> None:
+        """Op counts, fallbacks and TensorFlow's memory as the run state has them. `state`: the window's, already
+        fed this batch; a map used on its own feeds its own."""
+        if state is None:
+            state = self.run_state
+            if not state.apply_all(batch).device_changes:
+                return
+        self.show_run(state)
+
+    def show_run(self, state: RunState) -> None:
+        self.canvas.ops = Counter(state.ops_per_device)
+        self.canvas.fallbacks = list(state.fallback_pairs)
+        host = {name: mib for name, mib in self.canvas.memory.items() if name == "CPU"}  # from the samples
+        self.canvas.memory = {**host, **{device: figures.current_mib for device, figures in state.tf_memory.items()}}
+        self.canvas.refresh()
 
     def on_sample(self, sample: Sample) -> None:
         """Live memory of each physical device: on a GPU what the run's process holds (NVML's per-process

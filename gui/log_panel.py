@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_state import PlacementKey, RunChanges, RunState
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color
@@ -63,7 +65,7 @@ class PlacementModel(QAbstractTableModel):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.rows: list[list[Any]] = []          # [op, op_type, short_device, count, fallback]
-        self._index: dict[tuple[str, str, str], int] = {}
+        self._index: dict[PlacementKey, int] = {}
         self.fallback_ops: set[tuple[str, str]] = set()   # (op_type, actual device)
 
     def clear(self) -> None:
@@ -71,20 +73,18 @@ class PlacementModel(QAbstractTableModel):
         self.rows, self._index, self.fallback_ops = [], {}, set()
         self.endResetModel()
 
-    def add(self, placements: list[events.Placement]) -> None:
+    def add(self, counts: Mapping[PlacementKey, int]) -> None:
+        """Counts the run state added, by (op, op type, device): new keys become rows, known ones count up."""
         new_rows: list[list[Any]] = []
         changed: set[int] = set()
-        for placed in placements:
-            key = (placed.op, placed.op_type, placed.short_device)
+        for key, count in counts.items():
             row = self._index.get(key)
             if row is None:
                 self._index[key] = len(self.rows) + len(new_rows)
-                new_rows.append([key[0], key[1], key[2], 1, False])
-            elif row < len(self.rows):
-                self.rows[row][3] += 1
-                changed.add(row)
+                new_rows.append([key.op, key.op_type, key.device, count, False])
             else:
-                new_rows[row - len(self.rows)][3] += 1
+                self.rows[row][3] += count
+                changed.add(row)
         if changed:
             self.dataChanged.emit(self.index(min(changed), 3), self.index(max(changed), 3))
         if new_rows:
@@ -183,6 +183,9 @@ class LogPanel(QWidget):
         super().__init__(parent)
         self.entries: deque[tuple[str, str]] = deque(maxlen=MAX_LOG_LINES)
         self._cancelled = False  # the last job finished was cancelled: its process's exit is no failure
+        # What the table shows. The window feeds its run state and passes what changed; a log shown on its own
+        # (a past run's) feeds this one.
+        self.run_state = RunState()
         self.total_lines = 0
 
         self.filter_text = QLineEdit(placeholderText="Filter log…")
@@ -278,10 +281,12 @@ class LogPanel(QWidget):
         layout.addWidget(splitter, 1)
 
     # -- feeding -------------------------------------------------------------------------------
-    def add_events(self, batch: list[Event]) -> None:
-        """One batch from the controller: a single text append and a single table update."""
+    def add_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
+        """One batch from the controller: a single text append and a single table update. `changes`: what the
+        window's run state made of the batch (the table shows the run state's counts, never its own)."""
+        if changes is None:
+            changes = self.run_state.apply_all(batch)
         lines: list[tuple[str, str]] = []
-        placements: list[events.Placement] = []
         for event in batch:
             match event:
                 case events.Log(partial=True, text=text):
@@ -298,14 +303,13 @@ class LogPanel(QWidget):
                 lines.append(entry)
                 if isinstance(event, events.Log):
                     self.live_line.hide()
-            match event:
-                case events.Placement():
-                    placements.append(event)
-                case events.Fallback(op=op, actual_short=actual):
-                    self.model.mark_fallback(op, actual)
-                    self._show_fallback(event)
-        if placements:
-            self.model.add(placements)
+        if changes.fresh:
+            self.clear_placements()
+        for fallback in changes.fallbacks:
+            self.model.mark_fallback(fallback.op, fallback.actual_short)
+            self._show_fallback(fallback)
+        if changes.placements:
+            self.model.add(changes.placements)
             self._update_summary()
         if lines:
             self.total_lines += len(lines)
@@ -347,8 +351,8 @@ class LogPanel(QWidget):
         self._scroll_to_end()
         self.jump_button.hide()
 
-    def start_job(self) -> None:
-        """A new job: fresh placement table; the raw log keeps its history."""
+    def clear_placements(self) -> None:
+        """An empty placement table (a new run, or Clear); the raw log keeps its history."""
         self.model.clear()
         self.fallback_banner.hide()
         self._update_summary()
@@ -357,7 +361,7 @@ class LogPanel(QWidget):
         self.entries.clear()
         self.view.clear()
         self.jump_to_end()
-        self.start_job()
+        self.clear_placements()
 
     def _show_fallback(self, fallback: events.Fallback) -> None:
         self.fallback_banner.setText(

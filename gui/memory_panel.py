@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_state import RunChanges, RunState
 from tf_device_panel.core.devices.gpus import nvml_index_for
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
@@ -243,6 +243,7 @@ class MemoryPanel(QWidget):
         self._bridge.sampled.connect(self._on_sample)
         self.sampler = Sampler(self._bridge.sampled.emit, interval=interval_s, nvml=nvml)
         self.history: History = self.sampler.history
+        self.run_state = RunState()  # fed only when the panel is used on its own (the window passes what changed)
         self.paused = False
         self.last_sample: Sample | None = None
         self.redraws = 0
@@ -564,22 +565,20 @@ class MemoryPanel(QWidget):
         if self.table.maximumHeight() != height:
             self.table.setMaximumHeight(height)
 
-    def on_events(self, batch: list[Event]) -> None:
+    def on_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
+        """`changes`: what the window's run state made of the batch (its markers: a runtime's start and exit, a
+        job's start, end and error); a panel used on its own feeds a state of its own."""
+        if changes is None:
+            changes = self.run_state.apply_all(batch)
+        for marker in changes.markers:
+            self.history.mark(marker.time, marker.kind, marker.label)
         for event in batch:
             match event:
                 case events.Ready(pid=pid):
                     self.sampler.set_runtime_pid(pid)
-                    self.history.mark(event.time, "runtime-start", "runtime started")
                     self._map_logical_gpus(event)
                 case events.RuntimeExited():
-                    self.history.mark(event.time, "runtime-exit", wording.runtime_exited(event))
                     self.sampler.set_runtime_pid(None)
-                case events.JobStarted():
-                    self.history.mark(event.time, "job-start", f"{event.job} started")
-                case events.JobFinished():
-                    self.history.mark(event.time, "job-end", wording.job_finished(event))
-                case events.Error(error_type=error_type) if event.job_id is not None:
-                    self.history.mark(event.time, "error", error_type or "error")
                 case events.TfMemory(device=device, current_mib=current, peak_mib=peak):
                     self.history.record(event.time, {f"tf{device}.current_mib": current,
                                                      f"tf{device}.peak_mib": peak})
