@@ -201,7 +201,7 @@ def run_text(outcome: JobOutcome) -> list[str]:
 
 
 def error_text(error: Mapping[str, Any], verbose: bool) -> list[str]:
-    lines = [f"error: {error['type']}: {error['message']}"]
+    lines = [f"error: {wording.error(error['type'], error['message'])}"]
     if verbose and error.get("traceback"):
         lines.append(str(error["traceback"]))
     return lines

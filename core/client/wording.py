@@ -10,11 +10,16 @@ from __future__ import annotations
 from tf_device_panel.core.protocol import events
 
 
-def startup_error(error: events.StartupError) -> str:
+def error(error_type: str, message: str) -> str:
+    """An exception as Python names it: its class, then its message."""
+    return f"{error_type}: {message}"
+
+
+def startup_error(failure: events.StartupError) -> str:
     """A run's start-up failure: TensorFlow missing from its Python, or what TensorFlow refused."""
-    if error.not_installed:
-        return error.message
-    return f"TensorFlow rejected the configuration at {error.stage}: {error.error_type}: {error.message}"
+    if failure.not_installed:
+        return failure.message
+    return f"TensorFlow rejected the configuration at {failure.stage}: {error(failure.error_type, failure.message)}"
 
 
 def fallback(event: events.Fallback) -> str:
@@ -36,7 +41,7 @@ def exited_after_cancel(event: events.RuntimeExited) -> str:
 
 
 def job_error(event: events.Error) -> str:
-    return f"{event.error_type}: {event.message}"
+    return error(event.error_type, event.message)
 
 
 def job_started(event: events.JobStarted) -> str:
