@@ -91,3 +91,17 @@ def test_placement_rows_are_bounded_and_the_rest_still_counted_per_device() -> N
     assert list(state.placements) == [PlacementKey("A", "A", "/CPU:0"), PlacementKey("B", "B", "/CPU:0")]
     assert state.placements[PlacementKey("A", "A", "/CPU:0")] == 2 and state.placements_dropped == 1
     assert state.ops_per_device == {"/CPU:0": 4}
+
+
+def test_the_cli_says_the_runs_placements_from_the_state_its_printer_fed() -> None:
+    import io
+
+    from tf_device_panel.core.cli.output import RunPrinter, run_text
+    from tf_device_panel.core.client.session import JobOutcome
+
+    printer = RunPrinter(verbose=False, stream=io.StringIO())
+    for event in [ready("j"), events.JobStarted(job="matmul", job_id="j"), *[placed("/CPU:0")] * 3, placed("/CPU:1")]:
+        printer(event)
+    outcome = JobOutcome("matmul", {}, {}, status="ok", duration_s=0.5, run_id="r")
+    assert run_text(outcome, printer.run_state)[-2:] == ["placements: 4 (/CPU:0: 3, /CPU:1: 1)",
+                                                         "status: ok in 0.50 s — run r"]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_state import RunState
 from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -57,8 +58,10 @@ class RunPrinter:
         self.live_output: TextIO | None = None  # the job's stream whose last line is still being drawn
         self.terminal = _is_terminal(stream)
         self.writing = stream  # the stream being written to, the one that broke if a write fails
+        self.run_state = RunState()  # the run as the window's views have it: the end's placement summary reads it
 
     def __call__(self, event: Event) -> None:
+        self.run_state.apply(event)  # counted even once nothing can be printed
         if self.broken:
             return
         self.writing = self.out
@@ -183,20 +186,24 @@ def format_result(outcome: JobOutcome) -> list[str]:
     return presentation_text(presentation) if presentation is not None else []
 
 
-def placement_summary(outcome: JobOutcome) -> list[str]:
-    if not outcome.placement_counts:
-        return []
+def placement_summary(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
+    """How many ops went to each device: from the run state the printer fed, else from the outcome."""
     per_device: Counter[str] = Counter()
-    for (_, device), count in outcome.placement_counts.items():
-        per_device[device] += count
+    if state is not None:
+        per_device.update(state.ops_per_device)
+    else:
+        for (_, device), count in outcome.placement_counts.items():
+            per_device[device] += count
+    if not per_device:
+        return []
     summary = ", ".join(f"{device}: {count}" for device, count in sorted(per_device.items()))
     return [f"placements: {sum(per_device.values())} ({summary})"]
 
 
-def run_text(outcome: JobOutcome) -> list[str]:
-    """What stdout gets at the end of a run (the error goes to stderr: `error_text`)."""
+def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
+    """What stdout gets at the end of a run (the error goes to stderr: `error_text`); `state`: the printer's."""
     duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
-    return [*format_result(outcome), *placement_summary(outcome),
+    return [*format_result(outcome), *placement_summary(outcome, state),
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 
