@@ -62,7 +62,7 @@ def collect_job(runtime: RuntimeProcess, job_id: str, timeout: float = 120.0) ->
 
 
 def of_type(seen: list[Event], kind: str) -> list[Event]:
-    return [e for e in seen if e.type == kind]
+    return [e for e in seen if isinstance(e, events.KINDS[kind])]
 
 
 def output_line(text: str) -> Callable[[Event], bool]:
