@@ -77,7 +77,6 @@ class RunState:
         self.ops_per_device: Counter[str] = Counter()       # every placement, by device
         self.fallbacks: list[events.Fallback] = []
         self.fallback_pairs: list[tuple[str, str]] = []      # (requested device, actual), each once
-        self.fallback_ops: set[tuple[str, str]] = set()      # (op, actual device) as the placement table flags
         self.tf_memory: dict[str, events.TfMemory] = {}      # the latest figures per logical GPU
         self.output: deque[str] = deque(maxlen=MAX_OUTPUT_LINES)
         self.live_line = ""
@@ -123,9 +122,8 @@ class RunState:
                 self._mark(changes, event.time, "job-start", f"{job} started")
             case events.Placement(op=op, op_type=op_type, short_device=device):
                 self._place(changes, PlacementKey(op, op_type, device))
-            case events.Fallback(op=op, requested=requested, requested_short=requested_short, actual_short=actual):
+            case events.Fallback(requested=requested, requested_short=requested_short, actual_short=actual):
                 self.fallbacks.append(event)
-                self.fallback_ops.add((op, actual))
                 pair = (canonical_device(requested_short or requested), actual)
                 if pair not in self.fallback_pairs:
                     self.fallback_pairs.append(pair)
