@@ -472,3 +472,28 @@ def test_odd_inputs_still_lay_out_inside_their_boxes() -> None:
         assert all(s.rect.width > 0 for box in device_map.boxes for s in box.segments)
         if width >= 340:
             assert_readable(device_map)
+
+
+def test_the_placement_table_and_the_device_map_count_the_same_run(qtbot, tmp_path) -> None:
+    """Both read the window's one run state: when a run ends and the next begins within one batch, the table
+    and the map show the new run's counts alike (the table once kept counting across runs, the map did not)."""
+    from PySide6.QtCore import QSettings
+    from tf_device_panel.core.client.history import RunHistory
+    from tf_device_panel.gui.main_window import MainWindow
+
+    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                        history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+
+    def placed(short: str, job_id: str) -> Event:
+        return events.Placement(op="MatMul", op_type="MatMul", kernel="MatMul", short_device=short,
+                                device=full(short), mode="eager", job_id=job_id)
+
+    first = ready(cpus=2).replace(job_id="a")
+    window._on_events([first, events.JobStarted(job="matmul", job_id="a"), *[placed("/CPU:0", "a")] * 4,
+                       events.JobFinished(job="matmul", status="ok", job_id="a"),
+                       ready(cpus=2).replace(job_id="b"), events.JobStarted(job="matmul", job_id="b"),
+                       placed("/CPU:1", "b"), placed("/CPU:1", "b")])
+    table = {row[2]: row[3] for row in window.log.model.rows}
+    assert table == dict(window.device_map.canvas.ops) == {"/CPU:1": 2}
+    window.close()
