@@ -56,7 +56,7 @@ def warm_run(config: DeviceConfig) -> tuple[float, float]:
         if event is None:
             raise RuntimeError("no event in 60 s")
         first = first or time.perf_counter() - started
-        if event.type == events.JOB_FINISHED and event.job_id == job_id:
+        if isinstance(event, events.JobFinished) and event.job_id == job_id:
             finished = time.perf_counter() - started
             break
     runtime.stop()

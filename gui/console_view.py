@@ -6,24 +6,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
-from tf_device_panel.core.protocol import events, output_lines
-from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS
 from tf_device_panel.gui.job_state import MAX_OUTPUT_LINES, JobState
 from tf_device_panel.gui.widgets import monospace_font
 
-CONSOLE_KINDS = frozenset({output_lines.OUTPUT, output_lines.WARNING, output_lines.ERROR})
 EMPTY_TEXT = "The job's own output (print, logging, progress bars) appears here as it runs."
-
-
-def console_line(event: Event) -> tuple[str, bool] | None:
-    """(text, partial) when `event` is a line of the job's own output, else None."""
-    data = event.data
-    if event.type != events.LOG or data.get("stream") not in OUTPUT_STREAMS:
-        return None
-    if str(data.get("kind", output_lines.OUTPUT)) not in CONSOLE_KINDS:
-        return None
-    return str(data.get("text", "")), bool(data.get("partial"))
 
 
 class ConsoleView(QWidget):

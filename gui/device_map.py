@@ -14,11 +14,11 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
+from tf_device_panel.core.client.run_state import RunState
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.protocol.output_lines import canonical_device
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.device_map_layout import (
     BREAK_MARK,
@@ -253,6 +253,7 @@ class DeviceMapPanel(QWidget):
         super().__init__(parent)
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
         self._run_pid: int | None = None
+        self.run_state = RunState()  # fed only when the map is used on its own (the window passes its own)
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
         self.note.setWordWrap(True)
@@ -283,30 +284,21 @@ class DeviceMapPanel(QWidget):
                           "exact figures.")
         self.canvas.refresh()
 
-    def on_events(self, batch: list[Event]) -> None:
-        changed = False
-        for event in batch:
-            data = event.data
-            if event.type == events.JOB_STARTED:
-                self.canvas.ops.clear()
-                self.canvas.fallbacks.clear()
-                changed = True
-            elif event.type == events.PLACEMENT:
-                self.canvas.ops[str(data.get("short_device", ""))] += 1
-                changed = True
-            elif event.type == events.FALLBACK:
-                fallback = data
-                pair = (canonical_device(fallback.get("requested_short") or fallback["requested"]),
-                        fallback["actual_short"])
-                if pair not in self.canvas.fallbacks:
-                    self.canvas.fallbacks.append(pair)
-                changed = True
-            elif event.type == events.TF_MEMORY:
-                figures = data
-                self.canvas.memory[figures["device"]] = figures["current_mib"]
-                changed = True
-        if changed:
-            self.canvas.refresh()
+    def on_events(self, batch: list[Event], state: RunState | None = None) -> None:
+        """Op counts, fallbacks and TensorFlow's memory as the run state has them. `state`: the window's, already
+        fed this batch; a map used on its own feeds its own."""
+        if state is None:
+            state = self.run_state
+            if not state.apply_all(batch).device_changes:
+                return
+        self.show_run(state)
+
+    def show_run(self, state: RunState) -> None:
+        self.canvas.ops = Counter(state.ops_per_device)
+        self.canvas.fallbacks = list(state.fallback_pairs)
+        host = {name: mib for name, mib in self.canvas.memory.items() if name == "CPU"}  # from the samples
+        self.canvas.memory = {**host, **{device: figures.current_mib for device, figures in state.tf_memory.items()}}
+        self.canvas.refresh()
 
     def on_sample(self, sample: Sample) -> None:
         """Live memory of each physical device: on a GPU what the run's process holds (NVML's per-process

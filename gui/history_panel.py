@@ -239,8 +239,8 @@ class RunDialog(QDialog):
                     None if replay.outcome.status == "ok" else {"type": "Interrupted",
                                                                  "message": "this run did not finish"})
             # The loss of each epoch as the live window drew it: a cancelled fit shows its finished epochs.
-            self.result_view.live_losses = [float(event.data["value"]) for event in recorded
-                                            if event.type == events.METRIC and event.data.get("name") == "loss"
+            self.result_view.live_losses = [float(event.value) for event in recorded
+                                            if isinstance(event, events.Metric) and event.name == "loss"
                                             and event.job_id == replay.job_id]
             self.result_view.show_outcome(replay.outcome)
             if not self.log.model.rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.runtime import startup_error_text
+from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_state import PlacementKey, RunChanges, RunState
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color
@@ -37,26 +39,23 @@ _Index = QModelIndex | QPersistentModelIndex
 
 def event_log_entry(event: Event, after_cancel: bool = False) -> tuple[str, str] | None:
     """(kind, text) for events that belong in the raw log; `after_cancel`: the run's job was just cancelled."""
-    data = event.data
-    if event.type == events.LOG:
-        return str(data.get("kind", output_lines.OUTPUT)), str(data.get("text", ""))
-    if event.type == events.PLACEMENT:
-        return output_lines.PLACEMENT, str(data.get("line", ""))
-    if event.type == events.FALLBACK:
-        return output_lines.WARNING, (f"[panel] soft-placement fallback: {data['op']} asked for {data['requested']}, "
-                                   f"ran on {data['actual_short']}")
-    if event.type == events.ERROR:
-        return output_lines.ERROR, f"[panel] {data.get('type')}: {data.get('message')}"
-    if event.type == events.STARTUP_ERROR:
-        return output_lines.ERROR, f"[panel] {startup_error_text(data)}"
-    if event.type == events.RUNTIME_EXITED:
-        if after_cancel:  # its exit code is the cancel's, not a failure ("runtime exited with code 1")
-            return output_lines.TF_INFO, f"[panel] the run's process ended after its job was cancelled " \
-                                      f"({data['description']})"
-        kind = output_lines.TF_INFO if data.get("expected") else output_lines.ERROR
-        return kind, f"[panel] runtime {data['description']}"
-    if event.type == events.JOB_STARTED:
-        return output_lines.TF_INFO, f"[panel] job {data.get('job')} started"
+    match event:
+        case events.Log(kind=kind, text=text):
+            return kind, text
+        case events.Placement(line=line):
+            return output_lines.PLACEMENT, line
+        case events.Fallback():
+            return output_lines.WARNING, f"[panel] {wording.fallback(event)}"
+        case events.Error():
+            return output_lines.ERROR, f"[panel] {wording.job_error(event)}"
+        case events.StartupError():
+            return output_lines.ERROR, f"[panel] {wording.startup_error(event)}"
+        case events.RuntimeExited() if after_cancel:  # its exit code is the cancel's ("exited with code 1")
+            return output_lines.TF_INFO, f"[panel] {wording.exited_after_cancel(event)}"
+        case events.RuntimeExited(expected=expected):
+            return output_lines.TF_INFO if expected else output_lines.ERROR, f"[panel] {wording.runtime_exited(event)}"
+        case events.JobStarted():
+            return output_lines.TF_INFO, f"[panel] {wording.job_started(event)}"
     return None
 
 
@@ -66,7 +65,7 @@ class PlacementModel(QAbstractTableModel):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.rows: list[list[Any]] = []          # [op, op_type, short_device, count, fallback]
-        self._index: dict[tuple[str, str, str], int] = {}
+        self._index: dict[PlacementKey, int] = {}
         self.fallback_ops: set[tuple[str, str]] = set()   # (op_type, actual device)
 
     def clear(self) -> None:
@@ -74,20 +73,18 @@ class PlacementModel(QAbstractTableModel):
         self.rows, self._index, self.fallback_ops = [], {}, set()
         self.endResetModel()
 
-    def add(self, placements: list[dict[str, Any]]) -> None:
+    def add(self, counts: Mapping[PlacementKey, int]) -> None:
+        """Counts the run state added, by (op, op type, device): new keys become rows, known ones count up."""
         new_rows: list[list[Any]] = []
         changed: set[int] = set()
-        for data in placements:
-            key = (data["op"], data["op_type"], data["short_device"])
+        for key, count in counts.items():
             row = self._index.get(key)
             if row is None:
                 self._index[key] = len(self.rows) + len(new_rows)
-                new_rows.append([key[0], key[1], key[2], 1, False])
-            elif row < len(self.rows):
-                self.rows[row][3] += 1
-                changed.add(row)
+                new_rows.append([key.op, key.op_type, key.device, count, False])
             else:
-                new_rows[row - len(self.rows)][3] += 1
+                self.rows[row][3] += count
+                changed.add(row)
         if changed:
             self.dataChanged.emit(self.index(min(changed), 3), self.index(max(changed), 3))
         if new_rows:
@@ -186,6 +183,9 @@ class LogPanel(QWidget):
         super().__init__(parent)
         self.entries: deque[tuple[str, str]] = deque(maxlen=MAX_LOG_LINES)
         self._cancelled = False  # the last job finished was cancelled: its process's exit is no failure
+        # What the table shows. The window feeds its run state and passes what changed; a log shown on its own
+        # (a past run's) feeds this one.
+        self.run_state = RunState()
         self.total_lines = 0
 
         self.filter_text = QLineEdit(placeholderText="Filter log…")
@@ -281,32 +281,35 @@ class LogPanel(QWidget):
         layout.addWidget(splitter, 1)
 
     # -- feeding -------------------------------------------------------------------------------
-    def add_events(self, batch: list[Event]) -> None:
-        """One batch from the controller: a single text append and a single table update."""
+    def add_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
+        """One batch from the controller: a single text append and a single table update. `changes`: what the
+        window's run state made of the batch (the table shows the run state's counts, never its own)."""
+        if changes is None:
+            changes = self.run_state.apply_all(batch)
         lines: list[tuple[str, str]] = []
-        placements: list[dict[str, Any]] = []
         for event in batch:
-            if event.type == events.LOG and event.data.get("partial"):
-                # A progress bar redrawing its line with "\r": one live line, replaced until the line ends.
-                self.live_line.setText(str(event.data.get("text", "")))
-                self.live_line.show()
-                continue
-            if event.type == events.JOB_FINISHED:
-                self._cancelled = event.data.get("status") == "cancelled"
+            match event:
+                case events.Log(partial=True, text=text):
+                    # A progress bar redrawing its line with "\r": one live line, replaced until the line ends.
+                    self.live_line.setText(text)
+                    self.live_line.show()
+                    continue
+                case events.JobFinished(status=status):
+                    self._cancelled = status == "cancelled"
             entry = event_log_entry(event, self._cancelled)
-            if event.type == events.RUNTIME_EXITED:
+            if isinstance(event, events.RuntimeExited):
                 self._cancelled = False
             if entry is not None:
                 lines.append(entry)
-                if event.type == events.LOG:
+                if isinstance(event, events.Log):
                     self.live_line.hide()
-            if event.type == events.PLACEMENT:
-                placements.append(event.data)
-            elif event.type == events.FALLBACK:
-                self.model.mark_fallback(event.data["op"], event.data["actual_short"])
-                self._show_fallback(event.data)
-        if placements:
-            self.model.add(placements)
+        if changes.fresh:
+            self.clear_placements()
+        for fallback in changes.fallbacks:
+            self.model.mark_fallback(fallback.op, fallback.actual_short)
+            self._show_fallback(fallback)
+        if changes.placements:
+            self.model.add(changes.placements)
             self._update_summary()
         if lines:
             self.total_lines += len(lines)
@@ -348,8 +351,8 @@ class LogPanel(QWidget):
         self._scroll_to_end()
         self.jump_button.hide()
 
-    def start_job(self) -> None:
-        """A new job: fresh placement table; the raw log keeps its history."""
+    def clear_placements(self) -> None:
+        """An empty placement table (a new run, or Clear); the raw log keeps its history."""
         self.model.clear()
         self.fallback_banner.hide()
         self._update_summary()
@@ -358,12 +361,12 @@ class LogPanel(QWidget):
         self.entries.clear()
         self.view.clear()
         self.jump_to_end()
-        self.start_job()
+        self.clear_placements()
 
-    def _show_fallback(self, data: dict[str, Any]) -> None:
+    def _show_fallback(self, fallback: events.Fallback) -> None:
         self.fallback_banner.setText(
-            f"⚠ Soft placement: <b>{data['op']}</b> was pinned to <b>{data['requested']}</b>, which does not "
-            f"exist here, and ran on <b>{data['actual_short']}</b> instead.")
+            f"⚠ Soft placement: <b>{fallback.op}</b> was pinned to <b>{fallback.requested}</b>, which does not "
+            f"exist here, and ran on <b>{fallback.actual_short}</b> instead.")
         self.fallback_banner.show()
 
     def _update_summary(self) -> None:

@@ -22,9 +22,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.app_model import AppModel
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.runtime import startup_error_text
+from tf_device_panel.core.client.run_state import RunChanges, RunState
 from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.config import (
     ConfigError,
@@ -40,7 +41,6 @@ from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.console_view import console_line
 from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
 from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
@@ -109,6 +109,7 @@ class MainWindow(QMainWindow):
         self.config_panel = ConfigPanel()
         self.runs = RunsPanel()
         self.log = LogPanel()
+        self.run_state = RunState()  # the current run as every panel draws it, fed by _handle_events
         self.history_panel = HistoryPanel(self.history)
         self.doctor = DoctorPanel(self.config_panel.config)
         self.memory = MemoryPanel(sampler=self.model.sampler)
@@ -377,7 +378,7 @@ class MainWindow(QMainWindow):
                 "A job is running. Applying the configuration stops it and starts a fresh runtime. Continue?")
             if answer != QMessageBox.StandardButton.Yes:
                 return
-        self.log.start_job()
+        self.log.clear_placements()
         self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
         self.controller.apply(config)
         self.config_panel.mark_applied(config)
@@ -401,7 +402,7 @@ class MainWindow(QMainWindow):
             self.runs.job_queued(job)
             return
         if self.controller.run(job, params):
-            self.log.start_job()
+            self.log.clear_placements()
             self.runs.job_started(job)
         self._refresh_status()
 
@@ -411,7 +412,7 @@ class MainWindow(QMainWindow):
         job, params = self.pending_run
         self.pending_run = None
         if self.controller.run(job, params):
-            self.log.start_job()
+            self.log.clear_placements()
             self.runs.job_started(job)
         else:
             self.runs.cancel_queued("the runtime could not take it (see the message)")
@@ -435,41 +436,34 @@ class MainWindow(QMainWindow):
             self.controller.batch_done()
 
     def _handle_events(self, batch: list[Event]) -> None:
-        self.log.add_events(batch)
-        self._show_job_output(batch)
-        self.memory.on_events(batch)
-        # The device map takes the batch in order, around each ready report: a run's report (its devices, which
-        # resets the map) and its job's start, placements and end often come in one batch. Given the whole
-        # batch first, the map counted the placements and the report then wiped them: a quick job's op counts
-        # were missing when its end was shown.
-        mapped = 0  # batch[:mapped] is the device map's
-        for index, event in enumerate(batch):
-            if isinstance(event, events.Ready):
-                self.device_map.on_events(batch[mapped:index])
-                mapped = index + 1
-                self._on_ready(event)
-            elif event.type == events.PROGRESS:
-                progress = event.data
-                self.runs.show_progress(progress["done"], progress["total"], progress.get("message", ""))
-            elif event.type == events.METRIC:
-                metric = event.data
-                if metric.get("name") == "loss":
-                    self.runs.add_live_loss(int(metric.get("step") or 0), float(metric["value"]))
-            elif event.type == events.STARTUP_ERROR:
-                self.devices.show_message(f"<b style='color:#d33'>{html.escape(startup_error_text(event.data))}</b>")
-            elif event.type == events.RUNTIME_EXITED and not event.data.get("expected"):
-                self._runtime_died(event.data)
-        self.device_map.on_events(batch[mapped:])
+        # The run state is fed each event once, in order; the panels draw what it made of the batch. A run's
+        # report, its job's start, placements and end often come in one batch: counted in one place, they no
+        # longer have to be handed on around each ready report.
+        changes = self.run_state.apply_all(batch)
+        self.log.add_events(batch, changes)
+        self._show_job_output(changes)
+        self.memory.on_events(batch, changes)
+        for event in batch:
+            match event:
+                case events.Ready():
+                    self._on_ready(event)
+                case events.Progress(done=done, total=total, message=message):
+                    self.runs.show_progress(done, total, message)
+                case events.Metric(name="loss", step=step, value=value):
+                    self.runs.add_live_loss(int(step or 0), float(value))
+                case events.StartupError():
+                    self.devices.show_message(f"<b style='color:#d33'>{html.escape(wording.startup_error(event))}</b>")
+                case events.RuntimeExited(expected=False):
+                    self._runtime_died(event)
+        self.device_map.on_events(batch, self.run_state)  # after _on_ready: a ready report sets its devices
 
-    def _show_job_output(self, batch: list[Event]) -> None:
+    def _show_job_output(self, changes: RunChanges) -> None:
         """The running job's own lines to its console (a spare's start-up lines have no job id: never there)."""
         run = self.controller.job_run
-        if run is None or run.job_id is None:
+        if run is None or run.job_id is None or run.job_id != self.run_state.job_id:
             return
-        lines = [line for event in batch if event.job_id == run.job_id
-                 for line in [console_line(event)] if line is not None]
-        if lines:
-            self.runs.add_output(run.outcome.job, lines)
+        if changes.output:
+            self.runs.add_output(run.outcome.job, changes.output)
 
     def _draft_changed(self) -> None:
         if not self.config_panel.problems:  # a draft with problems is no configuration yet
@@ -488,19 +482,19 @@ class MainWindow(QMainWindow):
         applied = self.controller.applied
         self.device_map.set_devices(ready, applied.to_json() if applied else None, inventory)
 
-    def _runtime_died(self, info: dict[str, Any]) -> None:
-        tail = "\n".join(info.get("last_lines", [])[-8:])
-        self.devices.show_message(f"<b style='color:#d33'>The runtime {info['description']}.</b>")
+    def _runtime_died(self, info: events.RuntimeExited) -> None:
+        tail = "\n".join(info.last_lines[-8:])
+        self.devices.show_message(f"<b style='color:#d33'>The runtime {info.description}.</b>")
         if self.closing:
             return
-        self.flash(f"Runtime {info['description']}", 10_000)
+        self.flash(f"Runtime {info.description}", 10_000)
         self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
         applied = self.controller.applied
-        if info.get("killed_for_cancel") and applied is not None:
+        if info.killed_for_cancel and applied is not None:
             # Stop had to kill the runtime: like a notebook kernel, it comes back with the same configuration.
-            self.flash(f"Runtime {info['description']}; starting a fresh one with the same "
+            self.flash(f"Runtime {info.description}; starting a fresh one with the same "
                                          "configuration", 10_000)
-            self.log.start_job()
+            self.log.clear_placements()
             self.devices.show_message("The job did not stop in time, so its runtime was killed. Starting a fresh "
                                       "runtime with: " + applied.summary())
             self.controller.apply(applied)

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client.run_state import RunChanges, RunState
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
@@ -243,6 +244,7 @@ class MemoryPanel(QWidget):
         self.sampler = sampler if sampler is not None else Sampler(interval=interval_s, nvml=nvml)
         self._unsubscribe: Callable[[], None] | None = None
         self.history: History = self.sampler.history
+        self.run_state = RunState()  # fed only when the panel is used on its own (the window passes what changed)
         self.paused = False
         self.last_sample: Sample | None = None
         self.redraws = 0
@@ -571,27 +573,23 @@ class MemoryPanel(QWidget):
         if self.table.maximumHeight() != height:
             self.table.setMaximumHeight(height)
 
-    def on_events(self, batch: list[Event]) -> None:
+    def on_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
+        """`changes`: what the window's run state made of the batch (its markers: a runtime's start and exit, a
+        job's start, end and error); a panel used on its own feeds a state of its own."""
+        if changes is None:
+            changes = self.run_state.apply_all(batch)
+        for marker in changes.markers:
+            self.history.mark(marker.time, marker.kind, marker.label)
         for event in batch:
-            data = event.data
-            if event.type == events.READY:
-                self.sampler.set_runtime_pid(data.get("pid"))
-                self.history.mark(event.time, "runtime-start", "runtime started")
-            elif event.type == events.RUNTIME_EXITED:
-                self.history.mark(event.time, "runtime-exit", f"runtime {data.get('description', 'exited')}")
-                self.sampler.set_runtime_pid(None)
-            elif event.type == events.JOB_STARTED:
-                self.history.mark(event.time, "job-start", f"{data.get('job')} started")
-            elif event.type == events.JOB_FINISHED:
-                self.history.mark(event.time, "job-end", f"{data.get('job', 'job')} {data.get('status')}")
-            elif event.type == events.ERROR and event.job_id is not None:
-                self.history.mark(event.time, "error", str(data.get("type", "error")))
-            elif event.type == events.TF_MEMORY:
-                figures = data
-                device = figures["device"]
-                self.history.record(event.time, {f"tf{device}.current_mib": figures["current_mib"],
-                                                 f"tf{device}.peak_mib": figures["peak_mib"]})
-                self._ensure_tf_curves(device)
+            match event:
+                case events.Ready(pid=pid):
+                    self.sampler.set_runtime_pid(pid)
+                case events.RuntimeExited():
+                    self.sampler.set_runtime_pid(None)
+                case events.TfMemory(device=device, current_mib=current, peak_mib=peak):
+                    self.history.record(event.time, {f"tf{device}.current_mib": current,
+                                                     f"tf{device}.peak_mib": peak})
+                    self._ensure_tf_curves(device)
 
     def set_inventory(self, inventory: DeviceInventory) -> None:
         """A ready run's logical GPUs: on which NVML GPU each lives (the inventory matched them by PCI bus id)

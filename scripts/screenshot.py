@@ -20,14 +20,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +109,7 @@ def main() -> int:
     return 0
 
 
-def h100_report(mode: str, gpus: int) -> tuple[dict[str, Any], DeviceConfig]:
+def h100_report(mode: str, gpus: int) -> tuple[events.Ready, DeviceConfig]:
     """A run's ready report on `gpus` H100s configured by `mode`, and that configuration."""
     from tests.fake_nvml import H100_FRACTION_LIMIT_MIB, H100_NAME
 
@@ -118,22 +117,24 @@ def h100_report(mode: str, gpus: int) -> tuple[dict[str, Any], DeviceConfig]:
         return f"/job:localhost/replica:0/task:0/device:{short[1:]}"
 
     limits = {"split": [2048, 4096], "fraction": [H100_FRACTION_LIMIT_MIB]}.get(mode, [0])
-    physical: list[dict[str, Any]] = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0,
-                                       "visible": True}]
-    logical = [{"name": full("/CPU:0"), "short_name": "/CPU:0", "device_type": "CPU"}]
+    physical: list[events.PhysicalDevice] = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0,
+                                              "visible": True}]
+    logical: list[events.LogicalDevice] = [{"name": full("/CPU:0"), "short_name": "/CPU:0", "device_type": "CPU"}]
     for index in range(gpus):
         physical.append({"name": f"/physical_device:GPU:{index}", "device_type": "GPU", "index": index,
                          "visible": mode != "hidden", "device_name": H100_NAME, "compute_capability": "9.0"})
         if mode != "hidden":
             for limit in limits:
                 short = f"/GPU:{len(logical) - 1}"
-                logical.append({"name": full(short), "short_name": short, "device_type": "GPU",
-                                **({"memory_limit_mib": limit} if limit else {})})
+                device: events.LogicalDevice = {"name": full(short), "short_name": short, "device_type": "GPU"}
+                if limit:
+                    device["memory_limit_mib"] = limit
+                logical.append(device)
     config = DeviceConfig(memory_growth=mode == "growth", memory_fraction=0.25 if mode == "fraction" else None,
                      virtual_gpus={i: (2048, 4096) for i in range(gpus)} if mode == "split" else {},
                      visible_gpus=() if mode == "hidden" else None)
-    report = {"tf_version": "2.21.0", "python": "3.12.3", "pid": REPLAY_PID, "build": {"is_cuda_build": True},
-              "physical": physical, "logical": logical, "config": config.to_json()}
+    report = events.Ready(tf_version="2.21.0", python="3.12.3", pid=REPLAY_PID, build={"is_cuda_build": True},
+                          physical=tuple(physical), logical=tuple(logical), config=config.to_json())
     return report, config
 
 
@@ -172,21 +173,19 @@ def replay_h100(args: argparse.Namespace) -> int:
     window.runs.select_job("memory")
 
     def placed(short: str) -> Event:
-        return make_event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
-                                        "device": f"/job:localhost/replica:0/task:0/device:{short[1:]}",
-                                        "mode": "eager", "line": ""}, job_id="replay")
+        return events.Placement(op="Fill", op_type="Fill", kernel="Fill", short_device=short,
+                                device=f"/job:localhost/replica:0/task:0/device:{short[1:]}", mode="eager",
+                                job_id="replay")
 
     gpu_job = args.replay_h100 != "hidden"
     device = "/GPU:0" if gpu_job else "/CPU:0"
-    batch = [make_event(events.READY, report), make_event(events.JOB_STARTED, {"job": "memory"}, job_id="replay"),
+    batch: list[Event] = [report, events.JobStarted(job="memory", job_id="replay"),
              *[placed(device)] * 25, *[placed("/CPU:0")] * 2]
     if gpu_job:
-        batch += [make_event(events.TF_MEMORY,
-                             {"device": "/GPU:0", "current_mib": 64.0 * step, "peak_mib": 64.0 * step},
-                        job_id="replay") for step in range(1, 9)]
-        batch.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 64.0, "peak_mib": 512.0},
-                           job_id="replay"))
-    batch.append(make_event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="replay"))
+        batch += [events.TfMemory(device="/GPU:0", current_mib=64.0 * step, peak_mib=64.0 * step, job_id="replay")
+                  for step in range(1, 9)]
+        batch.append(events.TfMemory(device="/GPU:0", current_mib=64.0, peak_mib=512.0, job_id="replay"))
+    batch.append(events.JobFinished(job="memory", status="ok", job_id="replay"))
     state = {"fed": 0.0, "exited": 0.0}
 
     def tick() -> None:
@@ -201,8 +200,7 @@ def replay_h100(args: argparse.Namespace) -> int:
             # The run's process exits after its job (each run has its own): NVML no longer lists it.
             fake.processes[0] = []
             fake.used = [0] * args.gpus
-            window._on_events([make_event(events.RUNTIME_EXITED, {"returncode": 0, "signal": None, "expected": True,
-                                                              "description": "exited", "last_lines": []})])
+            window._on_events([events.RuntimeExited(returncode=0, expected=True, description="exited")])
             state["exited"] = now
         elif state["exited"] and now - state["exited"] > max(args.delay, 1.5):
             shot = app.primaryScreen().grabWindow(0)

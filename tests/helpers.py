@@ -54,7 +54,7 @@ def collect_job(runtime: RuntimeProcess, job_id: str, timeout: float = 120.0) ->
     """Events from a queue-mode runtime until `job_id` finishes, then until its process is gone (the job's
     outcome arrives when the process has closed its pipes, a moment before the kernel has torn it down)."""
     try:
-        seen = events_until(runtime, lambda e: e.type == events.JOB_FINISHED and e.job_id == job_id, timeout)
+        seen = events_until(runtime, lambda e: isinstance(e, events.JobFinished) and e.job_id == job_id, timeout)
     except AssertionError as exc:
         raise AssertionError(f"job {job_id} did not finish: {exc}") from None
     assert runtime.wait_exited(timeout), f"job {job_id} finished but its process did not exit within {timeout} s"
@@ -62,23 +62,23 @@ def collect_job(runtime: RuntimeProcess, job_id: str, timeout: float = 120.0) ->
 
 
 def of_type(seen: list[Event], kind: str) -> list[Event]:
-    return [e for e in seen if e.type == kind]
+    return [e for e in seen if isinstance(e, events.KINDS[kind])]
 
 
 def output_line(text: str) -> Callable[[Event], bool]:
     """Matches the log event of a line the job printed (plain output may come as a block of lines)."""
-    return lambda e: e.type == events.LOG and not e.data.get("partial") and text in e.data.get("text", "").split("\n")
+    return lambda e: isinstance(e, events.Log) and not e.partial and text in e.text.split("\n")
 
 
 def output_lines(seen: list[Event]) -> list[str]:
     """Every finished line the job printed, blocks of plain output split into their lines."""
-    return [line for e in seen if e.type == events.LOG and e.data.get("kind") == "output" and not e.data.get("partial")
-            for line in e.data["text"].split("\n")]
+    return [line for e in seen if isinstance(e, events.Log) and e.kind == "output" and not e.partial
+            for line in e.text.split("\n")]
 
 
 def progress_at_least(done: float) -> Callable[[Event], bool]:
     """Matches a progress report of at least `done` steps: the job is past its set-up and really working."""
-    return lambda e: e.type == events.PROGRESS and e.data["done"] >= done
+    return lambda e: isinstance(e, events.Progress) and e.done >= done
 
 
 def children_alive() -> list[psutil.Process]:

@@ -31,7 +31,7 @@ def runtime_with(config: DeviceConfig) -> Iterator[RuntimeProcess]:
 
 
 def run_job(config: DeviceConfig, job: str, params: dict[str, Any] | None = None,
-            timeout: float = 180.0) -> tuple[Any, dict[str, Any] | None, list[Event]]:
+            timeout: float = 180.0) -> tuple[Any, events.Error | None, list[Event]]:
     """Run one job in a fresh process with `config` to its end: (result or None, error or None, every event
     seen meanwhile)."""
     with runtime_with(config) as runtime:
@@ -39,7 +39,7 @@ def run_job(config: DeviceConfig, job: str, params: dict[str, Any] | None = None
 
 
 def _finish(runtime: RuntimeProcess, job_id: str, job: str,
-            timeout: float) -> tuple[Any, dict[str, Any] | None, list[Event]]:
+            timeout: float) -> tuple[Any, events.Error | None, list[Event]]:
     deadline = time.monotonic() + timeout
     seen: list[Event] = []
     while time.monotonic() < deadline:
@@ -47,12 +47,12 @@ def _finish(runtime: RuntimeProcess, job_id: str, job: str,
         if event is None:
             continue
         seen.append(event)
-        if event.type == events.JOB_FINISHED and event.job_id == job_id:
-            results = [e.data["result"] for e in seen if e.type == events.RESULT and e.job_id == job_id]
-            errors = [e.data for e in seen if e.type == events.ERROR and e.job_id == job_id]
+        if isinstance(event, events.JobFinished) and event.job_id == job_id:
+            results = [e.result for e in seen if isinstance(e, events.Result) and e.job_id == job_id]
+            errors = [e for e in seen if isinstance(e, events.Error) and e.job_id == job_id]
             return (results[0] if results else None), (errors[0] if errors else None), seen
     raise AssertionError(f"job {job} did not finish in {timeout} s; got {[e.type for e in seen]}")
 
 
-def placements(seen: list[Event]) -> list[dict[str, Any]]:
-    return [e.data for e in seen if e.type == events.PLACEMENT]
+def placements(seen: list[Event]) -> list[events.Placement]:
+    return [e for e in seen if isinstance(e, events.Placement)]

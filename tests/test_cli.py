@@ -134,7 +134,7 @@ def test_ctrl_c_cancels_the_job_cleanly(tmp_path: Path) -> None:
             recorded = RunHistory().events(runs[0]["run_id"]) if runs else []
         except OSError:  # its events file is created just after its summary
             return False
-        return any(e.type == events.PROGRESS and e.data["done"] >= 1 for e in recorded)
+        return any(isinstance(e, events.Progress) and e.done >= 1 for e in recorded)
 
     try:
         runtime = wait_until(lambda: next(iter(psutil.Process(process.pid).children()), None), timeout=60,

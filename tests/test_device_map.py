@@ -8,7 +8,7 @@ from PySide6.QtCore import QPointF
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.device_map_layout import (
     LINE_HEIGHT,
     MISSING_TITLE,
@@ -33,8 +33,8 @@ def full(short: str) -> str:
     return f"/job:localhost/replica:0/task:0/device:{short[1:]}"
 
 
-def ready(cpus: int = 1, gpu_limits: list[int] | None = None, visible: bool = True, growth: bool = False
-          ) -> events.Ready:
+def ready(cpus: int = 1, gpu_limits: list[int] | None = None, visible: bool = True,
+          growth: bool = False) -> events.Ready:
     """A runtime's ready report: one CPU split in `cpus`, and a 24 GiB GPU split by `gpu_limits` if given."""
     physical = [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0, "visible": True}]
     logical = [{"name": full(f"/CPU:{n}"), "short_name": f"/CPU:{n}", "device_type": "CPU"} for n in range(cpus)]
@@ -224,15 +224,13 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     panel.resize(900, 300)
     panel.show()
     info = ready(cpus=1, gpu_limits=[12 * GIB, 12 * GIB])
-    placed = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/GPU:1",
-              "device": full("/GPU:1"), "mode": "eager", "line": ""}
+    placed = events.Placement(op="MatMul", op_type="MatMul", kernel="MatMul", short_device="/GPU:1",
+                              device=full("/GPU:1"), mode="eager", job_id="j")
     panel.set_devices(info, None, DeviceInventory.from_ready(info, [GpuSnapshot(0, memory_total_mib=24 * GIB)]))
-    panel.on_events([make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
-                     make_event(events.PLACEMENT, placed, job_id="j"), make_event(events.PLACEMENT, placed, job_id="j"),
-                     make_event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 512.0, "peak_mib": 600.0}),
-                     make_event(events.FALLBACK, {"op": "MatMul", "requested": "/device:GPU:2",
-                                                  "requested_short": "/GPU:2",
-                                             "actual": full("/GPU:1"), "actual_short": "/GPU:1"}, job_id="j")])
+    panel.on_events([events.JobStarted(job="matmul", job_id="j"), placed, placed,
+                     events.TfMemory(device="/GPU:1", current_mib=512.0, peak_mib=600.0),
+                     events.Fallback(op="MatMul", requested="/device:GPU:2", requested_short="/GPU:2",
+                                     actual=full("/GPU:1"), actual_short="/GPU:1", job_id="j")])
     device_map = panel.canvas.current_map()
     assert device_map.segment("/GPU:1").lines == ["/GPU:1", "limit 12.0 GiB", "2 ops", "512 MiB allocated"]
     assert len(device_map.arrows) == 1 and panel.canvas.height() >= device_map.height
@@ -262,22 +260,20 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
     window.show()
 
     def placed(short: str) -> Event:
-        return make_event(events.PLACEMENT, {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul",
-                                        "short_device": short, "device": full(short), "mode": "eager", "line": ""},
-                     job_id="j")
+        return events.Placement(op="MatMul", op_type="MatMul", kernel="MatMul", short_device=short,
+                                device=full(short), mode="eager", job_id="j")
 
     def report(cpus: int) -> events.Ready:  # as a run's process sends it
         return ready(cpus=cpus).replace(tf_version="2.21.0", build={"is_cuda_build": False})
 
-    batch = [report(2), make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
+    batch = [report(2), events.JobStarted(job="matmul", job_id="j"),
              *[placed("/CPU:0")] * 3, *[placed("/CPU:1")] * 2,
-             make_event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id="j")]
+             events.JobFinished(job="matmul", status="ok", job_id="j")]
     window._on_events(batch)  # the slot the controller's batches arrive at
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
     assert "3 ops" in window.device_map.canvas.current_map().segment("/CPU:0").lines
     # the next run's report resets the map (a new configuration's devices), and its own placements count anew
-    window._on_events([report(1), make_event(events.JOB_STARTED, {"job": "m"}, job_id="k"),
-                       make_event(events.PLACEMENT, {**placed("/CPU:0").data}, job_id="k")])
+    window._on_events([report(1), events.JobStarted(job="m", job_id="k"), placed("/CPU:0").replace(job_id="k")])
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
     window.close()
 
@@ -435,15 +431,15 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
     qtbot.waitExposed(window)
 
     def placed(short: str) -> Event:
-        return make_event(events.PLACEMENT, {"op": "Fill", "op_type": "Fill", "kernel": "Fill", "short_device": short,
-                                        "device": full(short), "mode": "eager", "line": ""}, job_id="j")
+        return events.Placement(op="Fill", op_type="Fill", kernel="Fill", short_device=short, device=full(short),
+                                mode="eager", job_id="j")
 
     report = h100_info(gpus, [2048, 4096], pid=4242).replace(tf_version="2.21.0", python="3.12",
                                                              build={"is_cuda_build": True})
-    window._on_events([report, make_event(events.JOB_STARTED, {"job": "memory"}, job_id="j"),
+    window._on_events([report, events.JobStarted(job="memory", job_id="j"),
                        *[placed("/GPU:0")] * 25, *[placed("/CPU:0")] * 2,
-                       make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 512.0, "peak_mib": 512.0}),
-                       make_event(events.JOB_FINISHED, {"job": "memory", "status": "ok"}, job_id="j")])
+                       events.TfMemory(device="/GPU:0", current_mib=512.0, peak_mib=512.0),
+                       events.JobFinished(job="memory", status="ok", job_id="j")])
     canvas = window.device_map.canvas
     qtbot.waitUntil(lambda: canvas.use.get(0) is not None and canvas.use[0].run_mib is not None, timeout=10_000)
     assert canvas.width() >= size[0] - 60  # the map dock spans the window's width
@@ -481,3 +477,28 @@ def test_odd_inputs_still_lay_out_inside_their_boxes() -> None:
         assert all(s.rect.width > 0 for box in device_map.boxes for s in box.segments)
         if width >= 340:
             assert_readable(device_map)
+
+
+def test_the_placement_table_and_the_device_map_count_the_same_run(qtbot, tmp_path) -> None:
+    """Both read the window's one run state: when a run ends and the next begins within one batch, the table
+    and the map show the new run's counts alike (the table once kept counting across runs, the map did not)."""
+    from PySide6.QtCore import QSettings
+    from tf_device_panel.core.client.history import RunHistory
+    from tf_device_panel.gui.main_window import MainWindow
+
+    window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                        history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(window)
+
+    def placed(short: str, job_id: str) -> Event:
+        return events.Placement(op="MatMul", op_type="MatMul", kernel="MatMul", short_device=short,
+                                device=full(short), mode="eager", job_id=job_id)
+
+    first = ready(cpus=2).replace(job_id="a")
+    window._on_events([first, events.JobStarted(job="matmul", job_id="a"), *[placed("/CPU:0", "a")] * 4,
+                       events.JobFinished(job="matmul", status="ok", job_id="a"),
+                       ready(cpus=2).replace(job_id="b"), events.JobStarted(job="matmul", job_id="b"),
+                       placed("/CPU:1", "b"), placed("/CPU:1", "b")])
+    table = {row[2]: row[3] for row in window.log.model.rows}
+    assert table == dict(window.device_map.canvas.ops) == {"/CPU:1": 2}
+    window.close()

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QApplication, QLabel
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 
@@ -123,7 +122,7 @@ def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: 
 def test_the_placement_log_and_machines_never_scroll_sideways(qtbot, window: MainWindow) -> None:
     window.resize(1280, 720)
     long_line = "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0 " + "x" * 400
-    window.log.add_events([make_event(events.LOG, {"stream": "stderr", "kind": "placement", "text": long_line})])
+    window.log.add_events([events.Log(stream="stderr", kind="placement", text=long_line)])
     window.docks["log"].raise_()
     settle(qtbot)
     assert window.log.view.horizontalScrollBar().maximum() == 0

@@ -25,7 +25,6 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.lab.exporter import Exporter, ExporterError, _QuietHandler, parse_listen
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -147,9 +146,9 @@ def test_the_run_in_progress_its_configuration_and_tf_allocator(monkeypatch: pyt
     recorder = history.new_run("memory", {"steps": 4}, {"version": 1, "memory_growth": True, "visible_gpus": [0, 1],
                                                         "virtual_gpus": {"0": [1024, 2048]}}, None)
     url = start_exporter().url
-    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 100.0, "peak_mib": 150.0}))
-    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 120.0, "peak_mib": 150.0}))
-    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:1", "current_mib": 8.0, "peak_mib": 9.5}))
+    recorder.append(events.TfMemory(device="/GPU:0", current_mib=100.0, peak_mib=150.0))
+    recorder.append(events.TfMemory(device="/GPU:0", current_mib=120.0, peak_mib=150.0))
+    recorder.append(events.TfMemory(device="/GPU:1", current_mib=8.0, peak_mib=9.5))
 
     def allocator() -> dict[str, float]:
         found = parse(scrape(url)).get("tfdp_tf_allocator_current_bytes", [])
@@ -275,7 +274,7 @@ def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.Mo
 
     history = RunHistory()
     recorder = history.new_run("memory", {}, {"version": 1}, None)
-    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 1.0, "peak_mib": 2.0}))
+    recorder.append(events.TfMemory(device="/GPU:0", current_mib=1.0, peak_mib=2.0))
     parsed = []
     original = history.events
     monkeypatch.setattr(history, "events", lambda run_id: parsed.append(run_id) or original(run_id))
@@ -283,7 +282,7 @@ def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.Mo
     assert reader.read().tf_memory == {"/GPU:0": (1.0, 2.0)}
     assert reader.read().tf_memory == {"/GPU:0": (1.0, 2.0)}
     assert len(parsed) == 1
-    recorder.append(make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 3.0, "peak_mib": 3.0}))
+    recorder.append(events.TfMemory(device="/GPU:0", current_mib=3.0, peak_mib=3.0))
     assert reader.read().tf_memory == {"/GPU:0": (3.0, 3.0)} and len(parsed) == 2
     recorder.finish(status="ok")
     assert reader.read().run is None

@@ -18,7 +18,6 @@ from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.memory_panel import MemoryPanel
 
@@ -81,7 +80,7 @@ def test_each_gpu_says_what_this_runs_process_holds(qtbot, monkeypatch, setting,
     panel = MemoryPanel(Nvml(), interval_s=0.1)
     qtbot.addWidget(panel)
     try:
-        panel.on_events([make_event(events.READY, {"pid": os.getpid(), "gpu_devices": []})])
+        panel.on_events([events.Ready(pid=os.getpid())])
         expected = f"this run holds {held:,} of {H100_TOTAL_MIB:,} MiB"
         qtbot.waitUntil(lambda: expected in panel.gpu_title(0), timeout=5000)
         assert panel.gpu_title(0).startswith("GPU 0: Fake GPU 0")
@@ -100,9 +99,9 @@ def test_marker_labels_never_sit_on_a_curve_and_collapse_to_ticks_when_short(qtb
         panel.show()
         panel.window_choice.setCurrentIndex(0)
         now = time.time() - 30
-        panel.on_events([make_event(events.READY, {"pid": os.getpid()}, time=now),
-                         make_event(events.JOB_STARTED, {"job": "fit"}, job_id="j", time=now + 10),
-                         make_event(events.JOB_FINISHED, {"job": "fit", "status": "ok"}, job_id="j", time=now + 20)])
+        panel.on_events([events.Ready(pid=os.getpid(), time=now),
+                         events.JobStarted(job="fit", job_id="j", time=now + 10),
+                         events.JobFinished(job="fit", status="ok", job_id="j", time=now + 20)])
         qtbot.waitUntil(lambda: panel.curves["gpu0.memory_total_mib"].highest > 0, timeout=5000)
         panel.redraw()
         assert panel.visible_marker_labels()

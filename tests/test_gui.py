@@ -26,7 +26,6 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.log_panel import MAX_LOG_LINES
 from tf_device_panel.gui.main_window import MainWindow
 
@@ -242,12 +241,11 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
     def flood() -> None:
         for number in range(100_000):
             if number % 2:
-                data = {"op": "MatMul", "op_type": "MatMul", "kernel": "MatMul", "short_device": "/CPU:0",
-                        "device": "/job:localhost/replica:0/task:0/device:CPU:0", "mode": "eager", "line": line}
-                window.controller._buffer_event(make_event(events.PLACEMENT, data))
+                window.controller._buffer_event(events.Placement(
+                    op="MatMul", op_type="MatMul", kernel="MatMul", short_device="/CPU:0",
+                    device="/job:localhost/replica:0/task:0/device:CPU:0", mode="eager", line=line))
             else:
-                window.controller._buffer_event(make_event(events.LOG, {"stream": "stderr", "kind": "tf-info",
-                                                                  "text": f"line {number}"}))
+                window.controller._buffer_event(events.Log(stream="stderr", kind="tf-info", text=f"line {number}"))
 
     # Widgets of earlier tests still in reference cycles are freed here, on the GUI thread: freed by a
     # collection the flood thread's allocations trigger, PySide deadlocks deleting them.
@@ -571,7 +569,8 @@ def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWi
                              "pci_bus_id": "0000:02:00.0"},
                             {"logical": "/GPU:1", "physical": 1, "memory_mb": 38000, "name": "NVIDIA A100",
                              "pci_bus_id": "0000:01:00.0"}]}
-    window.controller.eventsArrived.emit([make_event(events.READY, info)])  # as a ready runtime is reported
+    # as a ready runtime is reported
+    window.controller.eventsArrived.emit([events.from_json({"type": events.READY, "data": info})])
     physical = window.devices.tree.topLevelItem(0)
     details = {physical.child(i).text(0): physical.child(i).text(1) for i in range(physical.childCount())}
     assert "23034 MiB" in details["GPU:0"] and "PCI 00000000:02:00.0" in details["GPU:0"]

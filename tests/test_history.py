@@ -7,7 +7,6 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.session import JobRun, run_job_once
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 
 
 def test_a_run_is_recorded_as_it_happens(panel_home: Path) -> None:
@@ -23,16 +22,16 @@ def test_a_run_is_recorded_as_it_happens(panel_home: Path) -> None:
     kinds = [e.type for e in recorded]
     assert kinds.index(events.WARM) < kinds.index(events.READY) < kinds.index(events.JOB_STARTED)
     assert kinds[-1] == events.JOB_FINISHED and summary["returncode"] == 0
-    assert {e.data["short_device"] for e in recorded if e.type == events.PLACEMENT} == {"/CPU:0", "/CPU:1"}
+    assert {e.short_device for e in recorded if isinstance(e, events.Placement)} == {"/CPU:0", "/CPU:1"}
 
 
 def test_crash_mid_run_keeps_what_was_written(panel_home: Path) -> None:
     history = RunHistory()
     run = JobRun("fit", {}, DeviceConfig(), None, history)
     run.attach("job-1")
-    run.feed(make_event(events.JOB_STARTED, {"job": "fit"}, job_id="job-1"))
-    run.feed(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "epoch 1"}, job_id="job-1"))
-    run.feed(make_event(events.PROGRESS, {"done": 1, "total": 2, "message": ""}, job_id="job-1"))  # output flushed
+    run.feed(events.JobStarted(job="fit", job_id="job-1"))
+    run.feed(events.Log(stream="stdout", kind="output", text="epoch 1", job_id="job-1"))
+    run.feed(events.Progress(done=1, total=2, message="", job_id="job-1"))  # output flushed
     assert run.recorder is not None
     folder = run.recorder.folder
     with (folder / "events.jsonl").open("a") as handle:  # a line cut short by a crash

@@ -30,7 +30,6 @@ from tf_device_panel.core.client.session import run_job_once
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.lab.exporter import PanelStateReader
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 
 GOOD_ID = "20260101-000001-matmul-good00"
 
@@ -47,8 +46,8 @@ def good_run(root: Path) -> Path:
     recorder = history.RunRecorder(root / "runs" / GOOD_ID, {
         "run_id": GOOD_ID, "job": "matmul", "params": {}, "config": {}, "devices": None, "status": "running",
         "started": 1767225601.0, "client_pid": os.getpid()})
-    recorder.append(make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"))
-    recorder.append(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "hello"}, job_id="j"))
+    recorder.append(events.JobStarted(job="matmul", job_id="j"))
+    recorder.append(events.Log(stream="stdout", kind="output", text="hello", job_id="j"))
     recorder.finish(status="ok", duration_s=1.5, returncode=0)
     return recorder.folder
 
@@ -126,8 +125,8 @@ def test_damaged_lines_of_the_event_log_are_skipped_and_counted(panel_home: Path
         handle.write(b'{"type": "log", "da')  # the last line cut short by a crash: no damage
     recorded = RunHistory().events(GOOD_ID)
     warning = recorded[0]
-    assert warning.data["kind"] == "warning" and warning.data["text"].startswith("4 damaged part(s)")
-    assert [e.data.get("text") for e in recorded if e.type == events.LOG][1:] == ["hello"]
+    assert warning.kind == "warning" and warning.text.startswith("4 damaged part(s)")
+    assert [e.text for e in recorded if isinstance(e, events.Log)][1:] == ["hello"]
 
 
 def test_the_history_folder_being_a_file_is_exit_2_with_what_to_do(panel_home: Path) -> None:
@@ -204,7 +203,7 @@ def test_a_failed_write_marks_the_record_incomplete_and_stops_recording(panel_ho
     failing_writes(monkeypatch, after=2)
     recorder = RunHistory().new_run("fit", {}, {}, None)
     for number in range(5):
-        recorder.append(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": f"line {number}"}))
+        recorder.append(events.Log(stream="stdout", kind="output", text=f"line {number}"))
     assert recorder.problem is not None and "No space left on device" in recorder.problem
     recorder.finish(status="ok", returncode=0)
     (summary,) = RunHistory().summaries()
@@ -215,7 +214,7 @@ def test_on_a_full_disk_the_final_summary_goes_over_the_reserved_space(panel_hom
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     failing_writes(monkeypatch, after=0)
     recorder = RunHistory().new_run("fit", {}, {}, None)
-    recorder.append(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "x"}))
+    recorder.append(events.Log(stream="stdout", kind="output", text="x"))
 
     def full(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -230,7 +229,7 @@ def test_a_history_that_cannot_be_created_leaves_the_run_going(tmp_path: Path, m
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("TF_DEVICE_PANEL_HOME", str(tmp_path / "file" / "home"))
     recorder = RunHistory().new_run("fit", {}, {}, None)
-    recorder.append(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "x"}))
+    recorder.append(events.Log(stream="stdout", kind="output", text="x"))
     recorder.finish(status="ok")
     assert recorder.problem is not None and "Not a directory" in recorder.problem
 

@@ -10,7 +10,6 @@ from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.history_panel import HistoryPanel
 
 PLACED = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
@@ -22,19 +21,16 @@ def record_cancelled_fit(history: RunHistory, epochs: int = 31, log_placement: b
     recorder = history.new_run("fit", {"epochs": 100}, config.to_json(), None)
     job_id = "9-1-1"
     recorder.summary["job_id"] = job_id
-    recorder.append(make_event(events.JOB_STARTED, {"job": "fit", "params": {"epochs": 100}}, job_id=job_id))
+    recorder.append(events.JobStarted(job="fit", params={"epochs": 100}, job_id=job_id))
     if log_placement:
         for _ in range(3):
-            recorder.append(make_event(events.LOG, {"stream": "stderr", "kind": "placement", "text": PLACED},
-                                  job_id=job_id))
+            recorder.append(events.Log(stream="stderr", kind="placement", text=PLACED, job_id=job_id))
     for epoch in range(1, epochs + 1):
-        recorder.append(make_event(events.LOG, {"stream": "stdout", "kind": "output",
-                                           "text": f"Epoch {epoch}/100 " + "=" * 30 + f" loss: {1 / epoch:.4f}"},
-                              job_id=job_id))
-        recorder.append(make_event(events.METRIC, {"name": "loss", "step": epoch, "value": 1 / epoch}, job_id=job_id))
-    recorder.append(make_event(events.ERROR, {"type": "Cancelled", "message": "cancelled by the user"}, job_id=job_id))
-    recorder.append(make_event(events.JOB_FINISHED, {"job": "fit", "status": "cancelled", "duration_s": 9.0},
-                          job_id=job_id))
+        recorder.append(events.Log(stream="stdout", kind="output", job_id=job_id,
+                                   text=f"Epoch {epoch}/100 " + "=" * 30 + f" loss: {1 / epoch:.4f}"))
+        recorder.append(events.Metric(name="loss", step=epoch, value=1 / epoch, job_id=job_id))
+    recorder.append(events.Error(error_type="Cancelled", message="cancelled by the user", job_id=job_id))
+    recorder.append(events.JobFinished(job="fit", status="cancelled", duration_s=9.0, job_id=job_id))
     recorder.finish(status="cancelled", result=None, error={"type": "Cancelled", "message": "cancelled by the user"},
                     duration_s=9.0)
     return recorder.run_id

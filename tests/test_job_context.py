@@ -16,11 +16,11 @@ def test_a_report_too_soon_is_held_and_sent_when_its_turn_comes() -> None:
     ctx.progress(0, 2, "starting the cluster")
     ctx.progress(1, 2, "training")  # at once: held, not dropped
     ctx.progress(1, 2, "training, really")  # replaces the held one
-    assert [e.data["message"] for e in sent] == ["starting the cluster"]
+    assert [e.message for e in sent] == ["starting the cluster"]
     wait_until(lambda: len(sent) == 2, timeout=10, message="the held report was never sent")
-    assert [e.data["message"] for e in sent] == ["starting the cluster", "training, really"]
+    assert [e.message for e in sent] == ["starting the cluster", "training, really"]
     ctx.progress(2, 2, "done")  # the last step always goes out at once
-    assert sent[-1].data["message"] == "done"
+    assert sent[-1].message == "done"
 
 
 def test_a_held_report_never_follows_the_jobs_end() -> None:
@@ -34,4 +34,4 @@ def test_a_held_report_never_follows_the_jobs_end() -> None:
     # report, it has been sent by then and the assertion below sees it.
     wait_until(lambda: not set(threading.enumerate()) - threads_before, timeout=10,
                message=f"the held report's timer ({PROGRESS_INTERVAL_S} s) never ended")
-    assert [e.data["message"] for e in sent] == ["step 0"]
+    assert [e.message for e in sent] == ["step 0"]

@@ -18,13 +18,13 @@ from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 
 def result_of(seen: list) -> dict:
     results = of_type(seen, events.RESULT)
-    assert results, f"no result; errors: {[e.data for e in of_type(seen, events.ERROR)]}"
-    return results[0].data["result"]
+    assert results, f"no result; errors: {of_type(seen, events.ERROR)}"
+    return results[0].result
 
 
-def error_of(seen: list) -> dict:
+def error_of(seen: list) -> events.Error:
     (error,) = of_type(seen, events.ERROR)
-    return error.data
+    return error
 
 
 def cluster_processes(runtime: RuntimeProcess) -> list[psutil.Process]:
@@ -64,9 +64,9 @@ def test_custom_loop_loss_decreases_and_global_batch_scales(three_cpus: RuntimeP
     result = result_of(seen)
     assert result["replicas_in_sync"] == 3 and result["global_batch_size"] == 12
     assert len(result["loss"]) == 6 and result["loss"][-1] < result["loss"][0]
-    assert [m.data["step"] for m in of_type(seen, events.METRIC)] == list(range(1, 7))
+    assert [m.step for m in of_type(seen, events.METRIC)] == list(range(1, 7))
     # the distributed step ran on every replica
-    assert {"/CPU:0", "/CPU:1", "/CPU:2"} <= {e.data["short_device"] for e in of_type(seen, events.PLACEMENT)}
+    assert {"/CPU:0", "/CPU:1", "/CPU:2"} <= {e.short_device for e in of_type(seen, events.PLACEMENT)}
 
 
 def test_fit_with_the_seed_cnn(three_cpus: RuntimeProcess) -> None:
@@ -83,12 +83,12 @@ def test_memory_steps_on_a_logical_cpu(three_cpus: RuntimeProcess) -> None:
     assert [r["label"] for r in result["rows"]] == ["before", "allocated", "allocated", "allocated", "released"]
     assert [r["allocated_mib"] for r in result["rows"]] == [0, 8, 16, 24, 0]
     assert all(r["rss_mib"] > 0 for r in result["rows"])
-    assert len([m for m in of_type(seen, events.METRIC) if m.data["name"] == "memory"]) == 5
+    assert len([m for m in of_type(seen, events.METRIC) if m.name == "memory"]) == 5
 
 
 def test_memory_on_a_device_that_does_not_exist_is_refused(three_cpus: RuntimeProcess) -> None:
     error = error_of(collect_job(three_cpus, three_cpus.submit("memory", {"device": "/GPU:0", "steps": 1})))
-    assert "/GPU:0 is not a logical device" in error["message"] and "/CPU:2" in error["message"]
+    assert "/GPU:0 is not a logical device" in error.message and "/CPU:2" in error.message
 
 
 def test_benchmark_has_a_row_per_device_size_and_dtype(three_cpus: RuntimeProcess) -> None:
@@ -118,7 +118,7 @@ def test_cancelling_a_benchmark(three_cpus: RuntimeProcess) -> None:
     seen = events_until(three_cpus, progress_at_least(1), timeout=60)  # measuring, between two checks of the flag
     three_cpus.cancel(grace=20)
     seen += collect_job(three_cpus, job_id)
-    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
     assert three_cpus.wait_exited(30)  # cancelled cleanly: its process ended by itself
 
 
@@ -131,9 +131,9 @@ def test_multi_worker_losses_agree_and_nothing_is_left(three_cpus: RuntimeProces
     assert result["loss"][-1] < result["loss"][0]
     assert all(a.startswith("127.0.0.1:") for a in result["addresses"]["worker"])
     assert result["isolation"].startswith("private network namespace") or "could not be made" in result["isolation"]
-    tagged = {e.data.get("task") for e in of_type(seen, events.PLACEMENT)}
+    tagged = {e.task for e in of_type(seen, events.PLACEMENT)}
     assert {"worker:0", "worker:1"} <= tagged
-    devices = {e.data["short_device"] for e in of_type(seen, events.PLACEMENT)}
+    devices = {e.short_device for e in of_type(seen, events.PLACEMENT)}
     assert {"/job:worker/task:0/CPU:0", "/job:worker/task:1/CPU:0"} <= devices
     # every worker applied the runtime's configuration (3 logical CPUs) before TensorFlow initialized
     assert result["device_config"]["config"]["cpu_devices"] == 3
@@ -183,7 +183,7 @@ def test_a_killed_worker_ends_the_job_with_an_error_naming_it(three_cpus: Runtim
             assert_port_free(port)
     victim.kill()
     seen = collect_job(three_cpus, job_id, timeout=60)
-    message = error_of(seen)["message"]
+    message = error_of(seen).message
     assert "worker:1" in message and "SIGKILL" in message
     assert cluster_processes(three_cpus) == []
     for port in ports:
@@ -196,7 +196,7 @@ def test_cancelling_a_multi_worker_run_stops_every_worker(three_cpus: RuntimePro
     wait_until(lambda: len(cluster_processes(three_cpus)) >= 2, timeout=60, message="the workers never started")
     three_cpus.cancel(grace=20)
     seen = collect_job(three_cpus, job_id, timeout=60)
-    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
     assert three_cpus.exit_info is not None and not three_cpus.exit_info["killed_for_cancel"], \
         "the job did not stop by itself: its process had to be killed"
     assert cluster_processes(three_cpus) == []
@@ -227,7 +227,7 @@ def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict
     seen = events_until(three_cpus, progress_at_least(1), timeout=90)
     three_cpus.cancel(grace=20)
     seen += collect_job(three_cpus, job_id, timeout=60)
-    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
     assert three_cpus.exit_info is not None and not three_cpus.exit_info["killed_for_cancel"], \
         "the job did not stop by itself: its process had to be killed"
     assert cluster_processes(three_cpus) == []

@@ -8,19 +8,19 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.log_panel import LogPanel
 
 
 def lines(start: int, count: int, text: str = "output") -> list[Event]:
-    return [make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": f"{text} line {n} " + "wide " * 60})
+    return [events.Log(stream="stdout", kind="output", text=f"{text} line {n} " + "wide " * 60)
             for n in range(start, start + count)]
 
 
 def placed(op: str, op_type: str, device: str, times: int = 1) -> list[Event]:
-    return [make_event(events.PLACEMENT, {"op": op, "op_type": op_type, "kernel": op_type, "short_device": device,
-                                     "device": f"/job:localhost/replica:0/task:0/device:{device[1:]}",
-                                     "mode": "eager", "line": f"Executing op {op_type} in device {device}"})] * times
+    return [events.Placement(op=op, op_type=op_type, kernel=op_type, short_device=device,
+                             device=f"/job:localhost/replica:0/task:0/device:{device[1:]}",
+                             mode="eager", line=f"Executing op {op_type} in device {device}")] * times
 
 
 @pytest.fixture

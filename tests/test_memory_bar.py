@@ -11,7 +11,6 @@ from PySide6.QtGui import QFontMetricsF
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.memory_bar import MemoryBar
 
@@ -84,7 +83,7 @@ def window_with_an_h100(qtbot, tmp_path, size=(1280, 720), reserved_mib: int | N
                             "device_name": H100_NAME}],
               "logical": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0",
                            "device_type": "GPU"}]}
-    window._on_events([make_event(events.READY, report)])
+    window._on_events([events.from_json({"type": events.READY, "data": report})])
     window.docks["config"].show()
     window.docks["config"].raise_()
     return window

@@ -16,7 +16,7 @@ from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import read_csv
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.memory_panel import MemoryPanel
 
 
@@ -38,10 +38,10 @@ def panel(qtbot, fake: FakeGpus):
 
 
 def ready_event(pid: int) -> Event:
-    return make_event(events.READY, {"pid": pid, "gpu_devices": [
+    return events.from_json({"type": events.READY, "data": {"pid": pid, "gpu_devices": [
         {"logical": "/GPU:0", "memory_mb": 2048, "physical": 0, "name": "Fake GPU 0", "pci_bus_id": "0000:01:00.0"},
         {"logical": "/GPU:1", "memory_mb": 2048, "physical": 0, "name": "Fake GPU 0", "pci_bus_id": "0000:01:00.0"},
-        {"logical": "/GPU:2", "memory_mb": 8000, "physical": 1, "name": "Fake GPU 1", "pci_bus_id": "0000:02:00.0"}]})
+        {"logical": "/GPU:2", "memory_mb": 8000, "physical": 1, "name": "Fake GPU 1", "pci_bus_id": "0000:02:00.0"}]}})
 
 
 def cell(panel: MemoryPanel, row: int, column: str) -> str:
@@ -89,12 +89,10 @@ def test_limits_markers_tf_memory_and_window(qtbot, panel: MemoryPanel) -> None:
     now = time.time()
     ready = ready_event(os.getpid())
     panel.on_events([ready,
-                     make_event(events.JOB_STARTED, {"job": "memory"}, job_id="j1", time=now + 0.1),
-                     make_event(events.TF_MEMORY, {"device": "/GPU:0", "current_mib": 256.0, "peak_mib": 512.0},
-                           job_id="j1", time=now + 0.2),
-                     make_event(events.ERROR, {"type": "ResourceExhaustedError"}, job_id="j1", time=now + 0.3),
-                     make_event(events.JOB_FINISHED, {"job": "memory", "status": "error"}, job_id="j1",
-                                time=now + 0.4)])
+                     events.JobStarted(job="memory", job_id="j1", time=now + 0.1),
+                     events.TfMemory(device="/GPU:0", current_mib=256.0, peak_mib=512.0, job_id="j1", time=now + 0.2),
+                     events.Error(error_type="ResourceExhaustedError", job_id="j1", time=now + 0.3),
+                     events.JobFinished(job="memory", status="error", job_id="j1", time=now + 0.4)])
     assert isinstance(ready, events.Ready)
     panel.set_inventory(DeviceInventory.from_ready(ready, panel.sampler.gpus))  # as the window's model tells it
     # both logical GPUs of physical GPU 0 draw their limit on GPU 0's plot, the third on GPU 1's
@@ -138,9 +136,8 @@ def test_exports_parse_back(qtbot, panel: MemoryPanel, tmp_path: Path) -> None:
 def quick_runs(now: float, apart: float) -> list[Event]:
     runs = []
     for n in range(4):
-        runs += [make_event(events.JOB_STARTED, {"job": "matmul"}, job_id=f"j{n}", time=now + n * apart),
-                 make_event(events.JOB_FINISHED, {"job": "matmul", "status": "ok"}, job_id=f"j{n}",
-                       time=now + n * apart + apart / 5)]
+        runs += [events.JobStarted(job="matmul", job_id=f"j{n}", time=now + n * apart),
+                 events.JobFinished(job="matmul", status="ok", job_id=f"j{n}", time=now + n * apart + apart / 5)]
     return runs
 
 

@@ -21,7 +21,7 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.session import JobRun, run_job_once
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.protocol.streams import LINE_CAP_BYTES
 
 FLOOD = """
@@ -68,7 +68,7 @@ def test_a_signal_during_a_flood_loses_nothing_and_finalizes_the_record(tmp_path
     (summary,) = RunHistory().summaries()
     assert summary["status"] == "cancelled"
     lines = RunHistory().events(summary["run_id"])
-    texts = [e.data["text"] for e in lines if e.type == events.LOG and e.data.get("stream") == "stdout"]
+    texts = [e.text for e in lines if isinstance(e, events.Log) and e.stream == "stdout"]
     assert 20_000 < len(texts) < 1_000_000, "the signal did not land during the flood"
     assert texts == [f"line {i}" for i in range(len(texts))]  # every line, in order, none lost
     shown = printed.read_text().splitlines()  # the script's stdout, as it printed it; the panel's lines on stderr
@@ -119,8 +119,8 @@ def test_200_mb_without_a_newline_keeps_the_cli_small_and_the_record_in_its_cap(
     assert process.returncode == 4 and peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
     (summary,) = RunHistory().summaries()
     assert summary["output"]["bytes"] < 10 * 1024 * 1024  # the line's head and tail, not 200 MB in one piece
-    (line,) = [e.data["text"] for e in RunHistory().events(summary["run_id"])
-               if e.type == events.LOG and e.data["text"].startswith("xxx")]
+    (line,) = [e.text for e in RunHistory().events(summary["run_id"])
+               if isinstance(e, events.Log) and e.text.startswith("xxx")]
     assert f"[{200 * 1024 * 1024 - LINE_CAP_BYTES} bytes of this line not kept" in line
 
 
@@ -136,17 +136,17 @@ def test_a_closed_stdout_cancels_the_run_and_finalizes_the_record(tmp_path: Path
 
 
 def line_event(text: str, stream: str = "stdout") -> Event:
-    return make_event(events.LOG, {"stream": stream, "kind": "output", "text": text}, job_id="job-1")
+    return events.Log(stream=stream, kind="output", text=text, job_id="job-1")
 
 
 def test_the_record_is_raw_text_past_the_cap_head_and_tail_with_the_count_dropped(panel_home: Path) -> None:
     run = JobRun("script", {}, DeviceConfig(), None, RunHistory(cap_bytes=80_000))
     run.attach("job-1")
-    run.feed(make_event(events.JOB_STARTED, {"job": "script"}, job_id="job-1"))
+    run.feed(events.JobStarted(job="script", job_id="job-1"))
     for block in range(100):
         run.feed(line_event("\n".join(f"line {block * 100 + i}" for i in range(100))))
     run.feed(line_event("a warning", "stderr"))
-    run.feed(make_event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
+    run.feed(events.JobFinished(status="ok", job_id="job-1"))
     assert run.recorder is not None
     folder = run.recorder.folder
     summary = json.loads((folder / "run.json").read_text())
@@ -155,12 +155,12 @@ def test_the_record_is_raw_text_past_the_cap_head_and_tail_with_the_count_droppe
     dropped = summary["output"]["dropped_lines"]
     assert dropped > 0
     loaded = RunHistory().events(run.recorder.run_id)
-    texts = [e.data["text"] for e in loaded if e.type == events.LOG]
+    texts = [e.text for e in loaded if isinstance(e, events.Log)]
     notice = next(i for i, text in enumerate(texts) if "lines dropped" in text)
     assert texts[:notice] == [f"line {i}" for i in range(notice)]  # the head
     assert texts[-2:] == ["line 9999", "a warning"]  # the tail, the stream switch kept
     assert len(texts) - 1 == 10_001 - dropped
-    assert loaded[0].type == events.JOB_STARTED and loaded[-1].type == events.JOB_FINISHED
+    assert isinstance(loaded[0], events.JobStarted) and isinstance(loaded[-1], events.JobFinished)
 
 
 def test_the_record_is_compact(panel_home: Path) -> None:
@@ -171,7 +171,7 @@ def test_the_record_is_compact(panel_home: Path) -> None:
         text = "\n".join(f"line {block * 1000 + i}" for i in range(1000))
         raw += len(text) + 1
         run.feed(line_event(text))
-    run.feed(make_event(events.JOB_FINISHED, {"status": "ok"}, job_id="job-1"))
+    run.feed(events.JobFinished(status="ok", job_id="job-1"))
     assert run.recorder is not None
     stored = sum(path.stat().st_size for path in run.recorder.folder.iterdir() if path.name != "run.json")
     assert stored <= 1.5 * raw
@@ -182,13 +182,13 @@ def test_a_record_written_before_the_raw_output_layout_still_opens(panel_home: P
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({"run_id": folder.name, "job": "matmul", "status": "ok",
                                                  "started": 1.0, "client_pid": os.getpid()}))
-    old = [make_event(events.JOB_STARTED, {"job": "matmul"}, job_id="j"),
-           make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "hello"}, job_id="j"),
-           make_event(events.JOB_FINISHED, {"status": "ok"}, job_id="j")]
+    old = [events.JobStarted(job="matmul", job_id="j"),
+           events.Log(stream="stdout", kind="output", text="hello", job_id="j"),
+           events.JobFinished(status="ok", job_id="j")]
     (folder / "events.jsonl").write_text("".join(json.dumps(e.to_json()) + "\n" for e in old))
     loaded = RunHistory().events(folder.name)
     assert [e.type for e in loaded] == [events.JOB_STARTED, events.LOG, events.JOB_FINISHED]
-    assert loaded[1].data["text"] == "hello"
+    assert loaded[1].text == "hello"
 
 
 class Terminal(io.StringIO):
@@ -201,8 +201,8 @@ def test_a_progress_bar_is_redrawn_in_place_on_a_terminal_only(terminal: bool) -
     out = Terminal() if terminal else io.StringIO()
     printer = RunPrinter(False, out)
     for text in ("1/3 [=>  ]", "2/3 [==> ]"):
-        printer(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": text, "partial": True}))
-    printer(make_event(events.LOG, {"stream": "stdout", "kind": "output", "text": "3/3 [===]"}))
+        printer(events.Log(stream="stdout", kind="output", text=text, partial=True))
+    printer(events.Log(stream="stdout", kind="output", text="3/3 [===]"))
     if terminal:
         assert out.getvalue() == ("\r\x1b[K  | 1/3 [=>  ]\r\x1b[K  | 2/3 [==> ]\r\x1b[K  | 3/3 [===]\n")
     else:
@@ -226,7 +226,7 @@ def test_the_record_keeps_the_bytes_printed_and_the_view_shows_what_a_terminal_s
     assert outcome.status == "ok", outcome.error
     record = (panel_home / "runs" / str(outcome.run_id) / "output.txt").read_bytes()
     assert printed in record  # every byte as printed: nothing replaced, no redraw collapsed
-    texts = [e.data["text"] for e in RunHistory().events(str(outcome.run_id))
-             if e.type == events.LOG and e.data.get("stream") == "stdout"]
+    texts = [e.text for e in RunHistory().events(str(outcome.run_id))
+             if isinstance(e, events.Log) and e.stream == "stdout"]
     assert texts[0] == "bad \ufffd\ufffd byte 0"
     assert texts[-3:] == ["progress 2999/3000", "windows line", "last"]

@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.session import JobOutcome
-from tf_device_panel.core.protocol.events import make_event
+from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.controller import RuntimeController
 from tf_device_panel.gui.job_state import JobState, error_summary
 from tf_device_panel.gui.main_window import MainWindow
@@ -155,12 +155,7 @@ def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: Main
 
 
 def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdout", partial: bool = False):
-    from tf_device_panel.core.protocol import events
-
-    data = {"stream": stream, "kind": kind, "text": text}
-    if partial:
-        data["partial"] = True
-    return make_event(events.LOG, data, job_id=job_id)
+    return events.Log(stream=stream, kind=kind, text=text, partial=partial, job_id=job_id)
 
 
 def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: MainWindow) -> None:
@@ -214,8 +209,6 @@ def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, 
 
 
 def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
-    from tf_device_panel.core.protocol import events
-
     runs = window.runs
     # a refused parameter is named by its label ("Script"), not its name ("path")
     runs.select_job("script")
@@ -229,8 +222,8 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
     assert runs.status.full_text() == "Running fit…" and "Running" not in runs.result.message.text()
     runs.job_finished(outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
     # after a cancel, the run's process ending is no failure
-    window.log.add_events([make_event(events.JOB_FINISHED, {"job": "fit", "status": "cancelled"}, job_id="1"),
-                           make_event(events.RUNTIME_EXITED, {"description": "exited with code 1", "expected": False})])
+    window.log.add_events([events.JobFinished(job="fit", status="cancelled", job_id="1"),
+                           events.RuntimeExited(description="exited with code 1", expected=False)])
     last = window.log.view.toPlainText().splitlines()[-1]
     assert "after its job was cancelled" in last and window.log.entries[-1][0] != "error"
     # the placement table says its order the way it is: the largest counts first, "Count ▼"

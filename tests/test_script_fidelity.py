@@ -102,8 +102,8 @@ def test_every_run_has_fresh_modules_and_folder(tmp_path: Path) -> None:
     seen: list[str] = []
 
     def lines(event) -> None:
-        if event.type == "log" and event.data.get("kind") == "output":
-            seen.extend(event.data["text"].split("\n"))
+        if event.type == "log" and event.kind == "output":
+            seen.extend(event.text.split("\n"))
 
     folder = os.getcwd()
     run_job_once(DeviceConfig(), "script", {"path": str(script)}, on_event=lines)
@@ -204,10 +204,10 @@ def test_the_scripts_own_tf_config_calls_work_as_bare(tmp_path: Path) -> None:
     # The logical devices went out when the script initialized TensorFlow, after its first output.
     (summary,) = RunHistory().summaries()
     recorded = RunHistory().events(summary["run_id"])
-    kinds = [e.type if e.type != events.LOG else e.data["text"] for e in recorded]
+    kinds = [e.type if e.type != events.LOG else e.text for e in recorded]
     assert kinds.index("ready") > kinds.index(next(k for k in kinds if "first output" in k))
-    ready = next(e for e in recorded if e.type == events.READY)
-    assert [d["short_name"] for d in ready.data["logical"]] == ["/CPU:0", "/CPU:1"]
+    ready = next(e for e in recorded if isinstance(e, events.Ready))
+    assert [d["short_name"] for d in ready.logical] == ["/CPU:0", "/CPU:1"]
 
 
 SEED_GPU2 = """
@@ -249,7 +249,7 @@ def test_a_tf_device_fallback_in_a_script_is_reported_with_its_file_and_line(tmp
     (summary,) = RunHistory().summaries()
     assert summary["fallbacks"] == [fallback]
     # The device map draws it from this event, as for the matmul job; the log shows it too.
-    assert any(e.type == events.FALLBACK for e in RunHistory().events(summary["run_id"]))
+    assert any(isinstance(e, events.Fallback) for e in RunHistory().events(summary["run_id"]))
     shown = cli(script)
     assert f"soft-placement fallback: {script}, line 7: tf.device('/device:GPU:2')" in shown.stderr
 
@@ -377,8 +377,8 @@ def test_the_scripts_lines_are_never_taken_for_tensorflows(tmp_path: Path) -> No
     assert bare.stderr in done.stderr
     (summary,) = RunHistory().summaries()
     recorded = RunHistory().events(summary["run_id"])
-    assert not [e for e in recorded if e.type == events.PLACEMENT]
-    reclassified = "\n".join(e.data["text"] for e in recorded if e.type == events.LOG and e.data["kind"] != "output")
+    assert not [e for e in recorded if isinstance(e, events.Placement)]
+    reclassified = "\n".join(e.text for e in recorded if isinstance(e, events.Log) and e.kind != "output")
     for line in ("shaped like", "(MatMul)", "Executing op", "Traceback", "ZeroDivisionError", "printed, not raised",
                  "it failed"):
         assert line not in reclassified
@@ -441,7 +441,7 @@ def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) ->
     seen: list[events.Event] = []
     outcome = run_job_once(DeviceConfig(), "script", {"path": str(script)}, on_event=seen.append)
     assert outcome.status == "ok" and [f["line"] for f in outcome.fallbacks] == [7]
-    ready = next(i for i, e in enumerate(seen) if e.type == events.READY)
+    ready = next(i for i, e in enumerate(seen) if isinstance(e, events.Ready))
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 300)

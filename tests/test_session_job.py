@@ -36,7 +36,7 @@ def two_cpus() -> DeviceConfig:
 
 
 def graph_placements(seen: list) -> dict[str, str]:
-    return {p["op"]: p["short_device"] for p in placements(seen) if p["mode"] == "graph"}
+    return {p.op: p.short_device for p in placements(seen) if p.mode == "graph"}
 
 
 def test_the_seed_graph_runs_and_its_placement_log_is_parsed(two_cpus: DeviceConfig) -> None:
@@ -54,7 +54,7 @@ def test_the_seed_graph_runs_and_its_placement_log_is_parsed(two_cpus: DeviceCon
 def test_constants_pinned_to_the_cpu(two_cpus: DeviceConfig) -> None:
     result, error, seen = run_job(two_cpus, "session", {"example": "pin-cpu"})
     assert error is None, error
-    assert result["fallback"] is False and not [e for e in seen if e.type == events.FALLBACK]
+    assert result["fallback"] is False and not [e for e in seen if isinstance(e, events.Fallback)]
     assert graph_placements(seen)["a"] == "/CPU:0"
 
 
@@ -70,17 +70,17 @@ def test_two_devices_summed_by_add_n(two_cpus: DeviceConfig) -> None:
 def test_a_missing_gpu_without_soft_placement_is_a_clear_error(two_cpus: DeviceConfig) -> None:
     result, error, _ = run_job(two_cpus, "session", {"example": "missing-device"})
     assert result is None and error is not None
-    assert error["type"] == "InvalidArgumentError"
-    assert error["message"].startswith("Cannot assign a device for operation")
-    assert "/device:GPU:2" in error["message"] and "soft placement is off" in error["message"]
-    assert "\n" not in error["message"]
+    assert error.error_type == "InvalidArgumentError"
+    assert error.message.startswith("Cannot assign a device for operation")
+    assert "/device:GPU:2" in error.message and "soft placement is off" in error.message
+    assert "\n" not in error.message
 
 
 def test_a_missing_gpu_with_soft_placement_falls_back(two_cpus: DeviceConfig) -> None:
     result, error, seen = run_job(two_cpus, "session", {"example": "missing-device", "soft_placement": True})
     assert error is None, error
     assert result["matrix"] == [[22, 28], [49, 64]] and result["fallback"] is True
-    fallbacks = {e.data["op"]: e.data["actual_short"] for e in seen if e.type == events.FALLBACK}
+    fallbacks = {e.op: e.actual_short for e in seen if isinstance(e, events.Fallback)}
     assert fallbacks == {"a": "/CPU:0", "b": "/CPU:0", "MatMul": "/CPU:0"}
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tf_device_panel.core.client.history import RunRecorder
 from tf_device_panel.core.protocol import events, output_lines
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.protocol.streams import EVENTS, STDERR, STDOUT, StreamDemux, split_lines
 
 EAGER = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
@@ -21,8 +21,8 @@ def make(job: str | None = "j1") -> tuple[StreamDemux, list[Event], list[str]]:
 
 
 def closing(job_id: str = "j1") -> bytes:
-    return (make_event(events.RESULT, {"result": {"kind": "script"}}, job_id=job_id).encode()
-            + make_event(events.JOB_FINISHED, {"status": "ok"}, job_id=job_id).encode())
+    return (events.Result(result={"kind": "script"}, job_id=job_id).encode()
+            + events.JobFinished(status="ok", job_id=job_id).encode())
 
 
 def test_lines_split_across_reads_become_one_event_each() -> None:
@@ -31,40 +31,40 @@ def test_lines_split_across_reads_become_one_event_each() -> None:
     assert delivered == []
     demux.feed(STDOUT, b"lo\r\nwor")
     demux.feed(STDOUT, b"ld\n")
-    assert [e.data["text"] for e in delivered] == ["hello", "world"] and lines == ["hello", "world"]
-    assert all(e.type == events.LOG and e.job_id == "j1" and e.data["kind"] == output_lines.OUTPUT for e in delivered)
+    assert [e.text for e in delivered] == ["hello", "world"] and lines == ["hello", "world"]
+    assert all(isinstance(e, events.Log) and e.job_id == "j1" and e.kind == output_lines.OUTPUT for e in delivered)
     demux.feed(STDOUT, "no newline, ünïcode".encode()[:-1])  # cut inside a character
     demux.close(STDOUT)
-    assert delivered[-1].data["text"].startswith("no newline, ünïcod")
+    assert delivered[-1].text.startswith("no newline, ünïcod")
 
 
 def test_placement_lines_become_placement_events() -> None:
     demux, delivered, _ = make()
     demux.feed(STDERR, EAGER.encode() + b"\n")
     (event,) = delivered
-    assert event.type == events.PLACEMENT and event.data["short_device"] == "/CPU:1"
-    assert event.data["op_type"] == "MatMul" and event.data["line"] == EAGER and event.data["stream"] == STDERR
+    assert isinstance(event, events.Placement) and event.short_device == "/CPU:1"
+    assert event.op_type == "MatMul" and event.line == EAGER and event.stream == STDERR
 
 
 def test_a_tensorflow_message_continues_on_unprefixed_stderr_lines_of_the_same_write() -> None:
     demux, delivered, _ = make()
     demux.feed(STDERR, b"W0000 00:00:1.0 1 cuda.cc:1] could not load libcudart\n  detail line\n")
     demux.feed(STDERR, b"plain output\n")  # a later write starts afresh
-    assert [e.data["kind"] for e in delivered] == [output_lines.WARNING, output_lines.WARNING, output_lines.OUTPUT]
+    assert [e.kind for e in delivered] == [output_lines.WARNING, output_lines.WARNING, output_lines.OUTPUT]
 
 
 def test_events_pass_through_and_a_bad_line_is_reported_not_fatal() -> None:
     demux, delivered, _ = make()
-    progress = make_event(events.PROGRESS, {"done": 1, "total": 2, "message": "half"}, job_id="j1")
+    progress = events.Progress(done=1, total=2, message="half", job_id="j1")
     demux.feed(EVENTS, progress.encode()[:10])
     demux.feed(EVENTS, progress.encode()[10:] + b"\n{not json\n")
-    assert delivered[0].type == events.PROGRESS and delivered[0].data["message"] == "half"
-    assert delivered[1].type == events.LOG and "unreadable event" in delivered[1].data["text"]
+    assert isinstance(delivered[0], events.Progress) and delivered[0].message == "half"
+    assert isinstance(delivered[1], events.Log) and "unreadable event" in delivered[1].text
 
 
 def test_closing_events_are_kept_for_the_client_and_nothing_else_is_held() -> None:
     demux, delivered, _ = make()
-    demux.feed(EVENTS, closing() + make_event(events.PROGRESS, {"done": 1, "total": 1, "message": ""}).encode())
+    demux.feed(EVENTS, closing() + events.Progress(done=1, total=1, message="").encode())
     assert [e.type for e in delivered] == [events.PROGRESS]
     assert [e.type for e in demux.closing] == [events.RESULT, events.JOB_FINISHED]
 
@@ -75,20 +75,20 @@ def test_a_carriage_return_fragment_is_a_live_line_replaced_by_the_finished_line
     demux.feed(STDOUT, b"\r 50%")
     demux.feed(STDOUT, b"\r 50%")  # the same drawing again: nothing new to show
     demux.feed(STDOUT, b"\r100%\nnext")
-    assert [(e.data["text"], bool(e.data.get("partial"))) for e in delivered] == [
+    assert [(e.text, bool(e.partial)) for e in delivered] == [
         (" 10%", True), (" 50%", True), ("100%", False)]
     assert lines == ["100%"]
     demux.close(STDOUT)
-    assert delivered[-1].data["text"] == "next" and not delivered[-1].data.get("partial")
+    assert delivered[-1].text == "next" and not delivered[-1].partial
 
 
 def test_plain_output_comes_as_one_block_and_tensorflow_lines_one_by_one() -> None:
     demux, delivered, lines = make()
     demux.feed(STDOUT, b"".join(f"line {i}\n".encode() for i in range(100)))
     (block,) = delivered
-    assert block.data["kind"] == output_lines.OUTPUT
-    assert block.data["text"].split("\n") == [f"line {i}" for i in range(100)]
-    assert split_lines(block)[7].data["text"] == "line 7" and len(split_lines(block)) == 100
+    assert block.kind == output_lines.OUTPUT
+    assert block.text.split("\n") == [f"line {i}" for i in range(100)]
+    assert split_lines(block)[7].text == "line 7" and len(split_lines(block)) == 100
     assert lines == [f"line {i}" for i in range(60, 100)]  # the client keeps only the last lines anyway
     demux.feed(STDERR, b"plain\n" + EAGER.encode() + b"\n")
     assert [e.type for e in delivered[1:]] == [events.LOG, events.PLACEMENT]
@@ -104,7 +104,7 @@ def test_a_line_without_newline_is_held_bounded_and_kept_as_head_and_tail() -> N
         demux.feed(STDOUT, chunk)
         assert demux.buffered_bytes(STDOUT) <= cap
     demux.feed(STDOUT, b"T" * 1000 + b"\nnext\n")
-    (line, after) = [one.data["text"] for event in delivered for one in split_lines(event)]
+    (line, after) = [one.text for event in delivered for one in split_lines(event)]
     dropped = 40_000 + 2_000 * 4096 + 1000 - cap
     assert line.startswith("H" * 32_768) and line.endswith("m" * (32_768 - 1000) + "T" * 1000)
     assert f"[{dropped} bytes of this line not kept" in line and after == "next"
@@ -117,16 +117,16 @@ def test_a_progress_bar_without_newline_stays_bounded_and_live() -> None:
     for step in range(20_000):
         demux.feed(STDERR, f"\rstep {step:05d}".encode())
         assert demux.buffered_bytes(STDERR) <= 16 * 1024
-    assert delivered[-1].data == {"stream": STDERR, "kind": "output", "text": "step 19999", "partial": True}
+    assert delivered[-1].payload() == {"stream": STDERR, "kind": "output", "text": "step 19999", "partial": True}
     demux.close(STDERR)
-    assert delivered[-1].data["text"] == "step 19999" and "partial" not in delivered[-1].data
+    assert delivered[-1].text == "step 19999" and not delivered[-1].partial
 
 
 def test_the_record_keeps_a_line_longer_than_its_cap_as_head_and_tail(tmp_path: Path) -> None:
     cap = 1024 * 1024
     recorder = RunRecorder(tmp_path / "run", {"run_id": "run", "job": "script", "status": "running",
                                                "started": 1.0}, cap_bytes=cap)
-    recorder.append(make_event(events.LOG, {"stream": STDOUT, "kind": "output", "text": "x" * (3 * cap)}))
+    recorder.append(events.Log(stream=STDOUT, kind="output", text="x" * (3 * cap)))
     recorder.finish(status="ok")
     kept = sum(path.stat().st_size for path in (tmp_path / "run").glob("output*"))
     assert kept <= cap // 2 + 1024, kept
@@ -142,11 +142,11 @@ def test_a_scripts_own_lines_are_never_classified_and_keep_their_order() -> None
     assert delivered == []
     demux.feed(SCRIPT, channel[7:] + frame(SCRIPT_STDOUT_TAG, b"no newline"))
     demux.close(SCRIPT)
-    assert [(e.type, e.data["stream"], e.data["kind"], e.data["text"]) for e in delivered] == [
+    assert [(e.type, e.stream, e.kind, e.text) for e in delivered] == [
         (events.LOG, STDOUT, output_lines.OUTPUT, EAGER),
         (events.LOG, STDERR, output_lines.OUTPUT, "Traceback (most recent call last):"),
         (events.LOG, STDOUT, output_lines.OUTPUT, "after"), (events.LOG, STDOUT, output_lines.OUTPUT, "no newline")]
-    assert all(e.data["source"] == "script" for e in delivered)
+    assert all(e.source == "script" for e in delivered)
 
 
 def test_a_scripts_line_without_newline_is_bounded_and_its_bytes_kept() -> None:
@@ -163,7 +163,7 @@ def test_a_scripts_line_without_newline_is_bounded_and_its_bytes_kept() -> None:
         assert demux.buffered_bytes("script-stdout") <= cap
     demux.feed(SCRIPT, frame(SCRIPT_STDOUT_TAG, b"\nnot utf-8: \xff\xfe\n"))
     demux.close(SCRIPT)
-    long_line, odd_line = [one.data for event in delivered for one in split_lines(event)]
-    assert "bytes of this line not kept" in long_line["text"] and len(long_line["text"]) < 2 * cap
-    assert odd_line["text"] == "not utf-8: \ufffd\ufffd" and odd_line["raw"].endswith(b"\xff\xfe")
-    assert {data["source"] for data in (long_line, odd_line)} == {"script"}
+    long_line, odd_line = [one for event in delivered for one in split_lines(event)]
+    assert "bytes of this line not kept" in long_line.text and len(long_line.text) < 2 * cap
+    assert odd_line.text == "not utf-8: \ufffd\ufffd" and odd_line.raw.endswith(b"\xff\xfe")
+    assert {line.source for line in (long_line, odd_line)} == {"script"}

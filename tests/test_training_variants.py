@@ -106,7 +106,7 @@ def test_custom_loop_with_cross_device_ops_and_a_global_batch_off_the_table(two_
     assert result["cross_device_ops"] == "ReductionToOneDevice" and result["loss"][-1] < result["loss"][0]
     result, error, _ = run_job(two_cpus, "custom-loop", {"steps": 2, "batch_per_replica": 3,
                                                           "lr_rule": "by-global-batch"})
-    assert result is None and error is not None and "global batch is 6" in error["message"]
+    assert result is None and error is not None and "global batch is 6" in error.message
 
 
 def test_one_device_runs_under_the_default_strategy() -> None:

@@ -200,7 +200,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         # A script's traceback is already on stderr, as its own run printed it (sys.excepthook).
         panel = sys.stderr if script else sys.stdout
-        lines = run_text(outcome)
+        lines = run_text(outcome, printer.run_state if printer is not None else None)
         _print_lines(lines[:-1], panel)
         if outcome.error:
             _print_lines(error_text(outcome.error, args.verbose and not script), sys.stderr)

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
-from tf_device_panel.core.client.runtime import startup_error_text
+from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_state import RunState
 from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -57,8 +58,10 @@ class RunPrinter:
         self.live_output: TextIO | None = None  # the job's stream whose last line is still being drawn
         self.terminal = _is_terminal(stream)
         self.writing = stream  # the stream being written to, the one that broke if a write fails
+        self.run_state = RunState()  # the run as the window's views have it: the end's placement summary reads it
 
     def __call__(self, event: Event) -> None:
+        self.run_state.apply(event)  # counted even once nothing can be printed
         if self.broken:
             return
         self.writing = self.out
@@ -104,69 +107,53 @@ class RunPrinter:
         if self.job_output is not None:
             self.out.flush()  # the panel's lines and the job's keep their order on a terminal
 
-    def _job_output(self, log: Mapping[str, Any]) -> None:
-        target = self.job_output[0 if log["stream"] == "stdout" else 1]  # type: ignore[index]
+    def _job_output(self, log: events.Log) -> None:
+        target = self.job_output[0 if log.stream == "stdout" else 1]  # type: ignore[index]
         self.writing = target
-        if log.get("partial"):
+        if log.partial:
             if _is_terminal(target):
                 if self.live_output is not None and self.live_output is not target:
                     self._leave_live_output(target)
-                target.write(f"\r{log['text']}\x1b[K")
+                target.write(f"\r{log.text}\x1b[K")
                 target.flush()
                 self.live_output = target
             return
-        ours = log["kind"] == "output" or log["stream"] == "stdout"
+        ours = log.kind == "output" or log.stream == "stdout"
         if not (ours or self.verbose):
             return
         self._leave_live_output(target)
-        target.write(log["text"] + "\n")
+        target.write(log.text + "\n")
         target.flush()
 
     def _print(self, event: Event) -> None:
-        out = self.out
-        if event.type == events.LOG:
-            log = event.data
-            if self.job_output is not None and log.get("stream") in ("stdout", "stderr"):
-                self._job_output(log)
-            elif log.get("partial"):
-                if self.terminal and log["kind"] == "output":
-                    out.write(f"\r\x1b[K  | {log['text']}")
-                    out.flush()
+        match event:
+            case events.Log(stream="stdout" | "stderr") if self.job_output is not None:
+                self._job_output(event)
+            case events.Log(partial=True, kind=kind, text=text):
+                if self.terminal and kind == "output":
+                    self.out.write(f"\r\x1b[K  | {text}")
+                    self.out.flush()
                     self.live_line = True
-            elif log["kind"] == "output" or (self.verbose and log["kind"] != "placement"):
-                self._line("  | " + log["text"].replace("\n", "\n  | "))
-        elif event.type == events.READY:
-            ready = event.data
-            names = ", ".join(d["short_name"] for d in ready["logical"])
-            self._line(f"runtime ready: TensorFlow {ready['tf_version']}, logical devices {names} "
-                       f"[pid {ready['pid']}]")
-        elif event.type == events.PROGRESS:
-            progress = event.data
-            if progress.get("message") and progress["message"] != self.last_message:
-                self.last_message = progress["message"]
-                self._line(f"… {progress['message']}")
-        elif event.type == events.PLACEMENT:
-            placed = event.data
-            self._line(f"  placed {placed['op_type']:<16} {placed['op']:<28} → {placed['short_device']}"
-                       f"  ({placed['mode']})")
-        elif event.type == events.FALLBACK:
-            fallback = event.data
-            if fallback.get("file"):  # a user's script: tf.device(...) naming a device that does not exist
-                self._line(f"  ⚠ soft-placement fallback: {fallback['file']}, line {fallback.get('line')}: "
-                           f"tf.device({fallback['requested']!r}) names no device here; its ops run on "
-                           f"{fallback['actual_short']}")
-            else:
-                self._line(f"  ⚠ soft-placement fallback: {fallback['op']} asked for {fallback['requested']}, "
-                           f"ran on {fallback['actual_short']}")
-        elif event.type == events.STARTUP_ERROR:
-            self._line(startup_error_text(event.data))
-        elif event.type == events.RUNTIME_EXITED:
-            exited = event.data
-            if not exited.get("expected"):
-                self._line(f"runtime {exited['description']}")
-                for line in exited.get("last_lines", [])[-10:]:
-                    self._line(f"  last output | {line}")
-            out.flush()
+            case events.Log(kind=kind, text=text):
+                if kind == "output" or (self.verbose and kind != "placement"):
+                    self._line("  | " + text.replace("\n", "\n  | "))
+            case events.Ready():
+                self._line(wording.ready(event))
+            case events.Progress(message=message) if message and message != self.last_message:
+                self.last_message = message
+                self._line(f"… {message}")
+            case events.Placement():
+                self._line(f"  {wording.placement(event)}")
+            case events.Fallback():
+                self._line(f"  ⚠ {wording.fallback(event)}")
+            case events.StartupError():
+                self._line(wording.startup_error(event))
+            case events.RuntimeExited(expected=expected, last_lines=last_lines):
+                if not expected:
+                    self._line(wording.runtime_exited(event))
+                    for line in last_lines[-10:]:
+                        self._line(f"  last output | {line}")
+                self.out.flush()
 
 
 def table_text(table: Table) -> list[str]:
@@ -199,25 +186,29 @@ def format_result(outcome: JobOutcome) -> list[str]:
     return presentation_text(presentation) if presentation is not None else []
 
 
-def placement_summary(outcome: JobOutcome) -> list[str]:
-    if not outcome.placement_counts:
-        return []
+def placement_summary(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
+    """How many ops went to each device: from the run state the printer fed, else from the outcome."""
     per_device: Counter[str] = Counter()
-    for (_, device), count in outcome.placement_counts.items():
-        per_device[device] += count
+    if state is not None:
+        per_device.update(state.ops_per_device)
+    else:
+        for (_, device), count in outcome.placement_counts.items():
+            per_device[device] += count
+    if not per_device:
+        return []
     summary = ", ".join(f"{device}: {count}" for device, count in sorted(per_device.items()))
     return [f"placements: {sum(per_device.values())} ({summary})"]
 
 
-def run_text(outcome: JobOutcome) -> list[str]:
-    """What stdout gets at the end of a run (the error goes to stderr: `error_text`)."""
+def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
+    """What stdout gets at the end of a run (the error goes to stderr: `error_text`); `state`: the printer's."""
     duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
-    return [*format_result(outcome), *placement_summary(outcome),
+    return [*format_result(outcome), *placement_summary(outcome, state),
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 
 def error_text(error: Mapping[str, Any], verbose: bool) -> list[str]:
-    lines = [f"error: {error['type']}: {error['message']}"]
+    lines = [f"error: {wording.error(error['type'], error['message'])}"]
     if verbose and error.get("traceback"):
         lines.append(str(error["traceback"]))
     return lines

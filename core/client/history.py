@@ -37,8 +37,7 @@ from typing import Any
 
 import platformdirs
 import psutil
-from tf_device_panel.core.protocol import events
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event, EventError, Log, Placement
 from tf_device_panel.core.protocol.events import from_json as event_from_json
 from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
 from tf_device_panel.core.text import clip, object_without_duplicates
@@ -128,8 +127,10 @@ def record_cap_bytes() -> int:
 
 def is_output_line(event: Event) -> bool:
     """A line the run printed on its stdout/stderr: stored as raw text, not as an event."""
-    return (event.type in (events.LOG, events.PLACEMENT) and event.data.get("stream") in OUTPUT_STREAMS
-            and "task" not in event.data)
+    match event:
+        case Log(stream=stream, task=None) | Placement(stream=stream, task=None):
+            return stream in OUTPUT_STREAMS
+    return False
 
 
 def _write(handle: Any, data: Any) -> None:
@@ -192,9 +193,9 @@ class RunRecorder:
         self._output = self._events = None
 
     def append(self, event: Event) -> None:
-        if self._closed or self.problem is not None or event.data.get("partial"):
+        if self._closed or self.problem is not None or (isinstance(event, Log) and event.partial):
             return
-        if is_output_line(event):
+        if isinstance(event, (Log, Placement)) and is_output_line(event):
             self._append_line(event)
             return
         self._flush()
@@ -206,16 +207,16 @@ class RunRecorder:
         handle = self._events
         self._guarded(self.folder / "events.jsonl", lambda: _write(handle, line))
 
-    def _append_line(self, event: Event) -> None:
-        stream = event.data["stream"]
-        if event.data.get("source") == "script":
+    def _append_line(self, event: Log | Placement) -> None:
+        stream = event.stream
+        if isinstance(event, Log) and event.source == "script":
             stream = f"script-{stream}"  # read back as the script's own, never classified by its shape
         if stream != self._stream:
             self._stream = stream
             self._write_event(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")
-        text = event.data.get("line") or event.data.get("text", "")
-        raw = event.data.get("raw")  # the bytes as printed, where the text shown differs from them
-        data = (raw if isinstance(raw, bytes) else text.encode("utf-8", "surrogateescape")) + b"\n"
+        text = event.line if isinstance(event, Placement) else event.text
+        raw = event.raw  # the bytes as printed, where the text shown differs from them
+        data = (raw if raw is not None else text.encode("utf-8", "surrogateescape")) + b"\n"
         lines = text.count("\n") + 1  # a block of plain output is one event
         if len(data) > self._segment_bytes:  # one line larger than a tail segment: its head and tail, as a run's
             clipped = LineBuffer(self._segment_bytes)
@@ -388,8 +389,7 @@ class RunHistory:
         if damaged:
             text = (f"{len(damaged)} damaged part(s) of this run's record skipped (events.jsonl "
                     f"{clip('; '.join(damaged[:3]), 300)})")
-            merged.insert(0, make_event(events.LOG, {"stream": "panel", "kind": "warning", "text": text},
-                                   time=merged[0].time if merged else 0.0))
+            merged.insert(0, Log(stream="panel", kind="warning", text=text, time=merged[0].time if merged else 0.0))
         return merged
 
     def _folder(self, run_id: str) -> Path:
@@ -521,20 +521,13 @@ def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
     return (entry, "") if _event_or_none(entry) is not None else (None, "not an event")
 
 
-_PLACEMENT_KEYS = ("op", "op_type", "device", "short_device", "mode")
-
-
 def _event_or_none(entry: dict[str, Any]) -> Event | None:
-    kind, data, job_id, at = entry.get("type"), entry.get("data", {}), entry.get("job_id"), entry.get("time", 0.0)
-    if not isinstance(kind, str) or not isinstance(data, dict) or not (job_id is None or isinstance(job_id, str)):
-        return None
-    if not _is_number(at):
-        return None
-    if kind == events.PLACEMENT and not all(isinstance(data.get(key), str) for key in _PLACEMENT_KEYS):
+    """The recorded event, or None where `events.from_json` refuses it (kind, envelope and field types)."""
+    if not _is_number(entry.get("time", 0.0)):  # from_json takes any number; a record's time is a finite one
         return None
     try:
-        return event_from_json(entry)
-    except (ValueError, KeyError, TypeError, AttributeError):
+        return event_from_json({"time": 0.0, **entry})
+    except EventError:
         return None
 
 
@@ -563,10 +556,9 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str,
     for start, data in _output_chunks(folder, output):
         if start > 0 and not dropped_reported and output.get("dropped_lines"):
             dropped_reported = True
-            notice = {"stream": "panel", "kind": "warning",
-                      "text": f"… {output['dropped_lines']} lines dropped here: the run printed more than the "
-                              f"record's cap of {int(output.get('cap_bytes', 0)) // (1024 * 1024)} MB"}
-            merged.append(make_event(events.LOG, notice, time=time_now[0]))
+            merged.append(Log(stream="panel", kind="warning", time=time_now[0],
+                              text=f"… {output['dropped_lines']} lines dropped here: the run printed more than the "
+                                   f"record's cap of {int(output.get('cap_bytes', 0)) // (1024 * 1024)} MB"))
         offset = start
         lines = data.split(b"\n")  # not splitlines: a lone "\r" inside a line is no line end
         if lines and not lines[-1]:

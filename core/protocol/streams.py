@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 
 from tf_device_panel.core.protocol import events, output_lines
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event, Log
 from tf_device_panel.core.protocol.events import decode as decode_event
 
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
@@ -50,11 +50,9 @@ _MAYBE_SPECIAL = re.compile(
 
 def split_lines(event: Event) -> list[Event]:
     """A log event of several lines (a block of plain output) as one event per line, for line-wise views."""
-    text = event.data.get("text", "")
-    if event.type != events.LOG or "\n" not in text:
+    if not isinstance(event, Log) or "\n" not in event.text:
         return [event]
-    return [make_event(event.type, {**event.data, "text": line}, job_id=event.job_id, time=event.time)
-            for line in text.split("\n")]
+    return [event.replace(text=line) for line in event.text.split("\n")]
 
 
 def visible_text(raw: bytes) -> bytes:
@@ -225,15 +223,14 @@ class StreamDemux:
         if shown and shown != self._live[stream]:
             self._live[stream] = shown
             text = shown.decode("utf-8", errors="replace")
-            self._deliver(make_event(events.LOG, {"stream": stream, "kind": output_lines.OUTPUT, "text": text,
-                                             "partial": True}, job_id=self._job_id()))
+            self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, text=text, partial=True,
+                              job_id=self._job_id()))
 
     def _event_line(self, raw: bytes) -> None:
         try:
             event = decode_event(raw)
         except (ValueError, KeyError) as exc:
-            event = make_event(events.LOG, {"stream": EVENTS, "kind": output_lines.ERROR,
-                                       "text": f"unreadable event ({exc}): {raw[:200]!r}"})
+            event = Log(stream=EVENTS, kind=output_lines.ERROR, text=f"unreadable event ({exc}): {raw[:200]!r}")
         if isinstance(event, events.JOB_CLOSING) and event.job_id:
             self.closing.append(event)
         else:
@@ -244,10 +241,8 @@ class StreamDemux:
         text = block.decode("utf-8", errors="replace")
         for line in lines[-KEPT_LINES:]:
             self._on_line(line.decode("utf-8", errors="replace"))
-        data: dict[str, object] = {"stream": stream, "kind": output_lines.OUTPUT, "text": text}
-        if "\ufffd" in text:
-            data["raw"] = block  # not UTF-8: the record keeps the bytes as printed
-        self._deliver(make_event(events.LOG, data, job_id=self._job_id()))
+        raw = block if "\ufffd" in text else None  # not UTF-8: the record keeps the bytes as printed
+        self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, text=text, raw=raw, job_id=self._job_id()))
 
     def _output_line(self, raw: bytes, stream: str) -> None:
         """One finished line as printed; shown as a terminal would show it (`\r` redraws collapsed, bytes that
@@ -255,7 +250,7 @@ class StreamDemux:
         self._live[stream] = b""
         shown = visible_text(raw)
         line = shown.decode("utf-8", errors="replace")
-        exact = {"raw": raw} if shown is not raw or "\ufffd" in line else {}
+        exact = raw if shown is not raw or "\ufffd" in line else None
         self._on_line(line)
         kind, placed = output_lines.parse_line(line, stream)
         if stream == STDERR:
@@ -267,11 +262,11 @@ class StreamDemux:
             else:
                 self._stderr_kind = kind if kind != output_lines.OUTPUT else ""
         if placed is not None:
-            self._deliver(make_event(events.PLACEMENT, {**placed.to_json(), "stream": stream, "line": line, **exact},
-                                job_id=self._job_id()))
+            self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
+                                           device=placed.device, short_device=placed.short_device, mode=placed.mode,
+                                           stream=stream, line=line, raw=exact, job_id=self._job_id()))
         else:
-            self._deliver(make_event(events.LOG, {"stream": stream, "kind": kind, "text": line, **exact},
-                                job_id=self._job_id()))
+            self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id()))
 
     # -- the script's own output: always the script's, never classified by its shape ---------------------
     def _feed_script(self, chunk: bytes) -> None:
@@ -318,16 +313,13 @@ class StreamDemux:
                 self._on_line(line.decode("utf-8", errors="replace"))
             block, shown_block = b"\n".join(lines), b"\n".join(shown)
             text = shown_block.decode("utf-8", errors="replace")
-            event_data: dict[str, object] = {"stream": stream, "kind": output_lines.OUTPUT, "text": text,
-                                             "source": "script"}
-            if shown_block != block or "\ufffd" in text:
-                event_data["raw"] = block  # \r redraws or bytes that are not UTF-8: the record keeps them as printed
-            self._deliver(make_event(events.LOG, event_data, job_id=self._job_id()))
+            # \r redraws or bytes that are not UTF-8: the record keeps them as printed
+            raw = block if shown_block != block or "\ufffd" in text else None
+            self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, text=text, source=SCRIPT, raw=raw,
+                              job_id=self._job_id()))
         if buffer.has_cr:
             live = visible_text(buffer.last(LIVE_WINDOW_BYTES))
             if live and live != self._live[key]:
                 self._live[key] = live
-                self._deliver(make_event(events.LOG, {"stream": stream, "kind": output_lines.OUTPUT, "partial": True,
-                                                 "source": "script",
-                                                 "text": live.decode("utf-8", errors="replace")},
-                                    job_id=self._job_id()))
+                self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, partial=True, source=SCRIPT,
+                                  text=live.decode("utf-8", errors="replace"), job_id=self._job_id()))
