@@ -40,6 +40,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import Any
 
 from tf_device_panel.core.config import DeviceConfig
@@ -51,8 +52,52 @@ from tf_device_panel.core.protocol.environment import PANEL_ENVIRONMENT, USER_EN
 from tf_device_panel.core.protocol.events import Event, make_event
 from tf_device_panel.core.protocol.streams import EVENTS, SCRIPT, STDERR, STDOUT, StreamDemux
 
-NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
-    "not started", "starting", "ready", "busy", "stopping", "exited")
+
+class RunState(str, Enum):
+    """Where a run process, or the run manager, is in its life (the value is how the window says it)."""
+
+    NOT_STARTED = "not started"
+    STARTING = "starting"   # TensorFlow being imported and configured (a spare warming)
+    READY = "ready"         # warm: takes one job (or one describe request)
+    BUSY = "busy"           # running its job
+    STOPPING = "stopping"   # asked to leave
+    EXITED = "exited"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = RunState
+
+
+class IllegalTransition(RuntimeError):
+    """A lifecycle was asked to move where its transition table does not go: a bug, said loudly."""
+
+
+class Lifecycle:
+    """A state and the only moves it may make: `fire(trigger)` follows `transitions[(state, trigger)]`.
+
+    Not thread-safe by itself: its owner holds its own lock around `fire`."""
+
+    def __init__(self, name: str, transitions: Mapping[tuple[RunState, str], RunState],
+                 state: RunState = RunState.NOT_STARTED):
+        self.name = name
+        self.transitions = transitions
+        self.state = state
+
+    def can(self, trigger: str) -> bool:
+        return (self.state, trigger) in self.transitions
+
+    def fire(self, trigger: str) -> RunState:
+        try:
+            self.state = self.transitions[(self.state, trigger)]
+        except KeyError:
+            raise IllegalTransition(f"{self.name}: no transition from '{self.state}' on '{trigger}'") from None
+        return self.state
+
 LAST_LINES = 40
 READ_SIZE = 65536
 PIPES_AFTER_EXIT_S = 1.0   # how long output pipes may stay open after the supervisor exited (they should not)
