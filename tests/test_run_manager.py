@@ -1,16 +1,16 @@
 """The run lifecycle without Qt and without TensorFlow: a RunManager driving fake processes, in milliseconds.
 
-A `FakeProcess` does what a `RuntimeProcess` does to its state and events, but only when the test says so
-(`warm`, `finish_job`, `exit`): every step of a run, and every order of them, is the test's to choose.
+A `FakeProcess` (fake_runtime.py) does what a `RuntimeProcess` does to its state and events, but only when the
+test says so (`warm_up`, `finish_job`, `exit`): every step of a run, and every order of them, is the test's.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from fake_runtime import FakeProcess
 from tf_device_panel.core.client import runtime
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import (
@@ -19,114 +19,10 @@ from tf_device_panel.core.client.run_manager import (
     Submission,
     Trigger,
 )
-from tf_device_panel.core.client.runtime import IllegalTransition, Lifecycle, RunState, RuntimeUnavailable
+from tf_device_panel.core.client.runtime import IllegalTransition, Lifecycle, RunState
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-
-PHYSICAL = ({"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},)
-LOGICAL = ({"name": "/job:localhost/replica:0/task:0/device:CPU:0", "short_name": "/CPU:0", "device_type": "CPU"},)
-
-
-class FakeProcess:
-    """A run process whose every step the test takes by hand."""
-
-    _pids = itertools.count(1000)
-
-    def __init__(self, config: DeviceConfig, on_event: Callable[[Event], None]):
-        self.config = config
-        self.on_event = on_event
-        self.state = RunState.NOT_STARTED
-        self.pid: int | None = None
-        self.warm_info: dict[str, Any] | None = None
-        self.startup_error: events.StartupError | None = None
-        self.exit_info: dict[str, Any] | None = None
-        self.job: tuple[str, dict[str, Any], str] | None = None
-        self.after_pid: int | None = None
-        self.described = False
-        self.cancelled_with: float | None = None
-        self.killed: str | None = None
-        self.stopped = False
-        self.refuse_submit = False
-
-    # -- what the manager calls
-    def start(self) -> None:
-        self.state = RunState.STARTING
-        self.pid = next(self._pids)
-
-    def new_job_id(self) -> str:
-        return f"job-{self.pid}"
-
-    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
-               job_id: str | None = None) -> str:
-        if self.refuse_submit or self.state != RunState.READY:
-            raise RuntimeUnavailable(f"the runtime is {self.state}; it can take a job only when ready")
-        self.state = RunState.BUSY
-        self.job = (job, dict(params or {}), job_id or self.new_job_id())
-        self.after_pid = after_pid
-        return self.job[2]
-
-    def describe(self) -> None:
-        self.state = RunState.BUSY
-        self.described = True
-
-    def cancel(self, grace: float = 5.0) -> None:
-        self.cancelled_with = grace
-
-    def kill(self, reason: str | None = None) -> None:
-        self.killed = reason
-        if self.state != RunState.EXITED:
-            if self.job is not None:
-                self.finish_job("cancelled", error=("RuntimeExited", f"the runtime was killed: {reason}"), exit=False)
-            self.exit(returncode=-1, description=f"was killed: {reason}", expected=False,
-                      killed_for_cancel=bool(reason and "did not stop" in reason))
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopped = True
-        if self.state not in (RunState.EXITED, RunState.BUSY):
-            self.exit(returncode=0, description="exited with code 0", expected=True)
-
-    def recent_lines(self) -> list[str]:
-        return ["a last line"]
-
-    def failure_message(self) -> str:
-        if self.startup_error is not None:
-            return f"TensorFlow rejected the configuration at {self.startup_error.stage}: {self.startup_error.message}"
-        return f"the runtime {self.exit_info['description'] if self.exit_info else 'is not ready'}"
-
-    # -- what the test does
-    def warm(self) -> None:
-        self.state = RunState.READY
-        self.warm_info = {"pid": self.pid, "tf_version": "2.21.0"}
-        self.on_event(events.Warm(pid=self.pid, tf_version="2.21.0", physical=PHYSICAL))
-
-    def ready(self, job_id: str | None = None) -> None:
-        self.on_event(events.Ready(pid=self.pid, tf_version="2.21.0", physical=PHYSICAL, logical=LOGICAL,
-                                   job_id=job_id))
-
-    def fail_startup(self, message: str = "GPU 3 is not visible") -> None:
-        self.startup_error = events.StartupError(stage="set_visible_devices", error_type="ValueError",
-                                                 message=message)
-        self.on_event(self.startup_error)
-        self.exit(returncode=1, description="exited with code 1", expected=False)
-
-    def finish_job(self, status: str = "ok", error: tuple[str, str] | None = None, exit: bool = True) -> None:
-        assert self.job is not None
-        job, _, job_id = self.job
-        self.on_event(events.JobStarted(job=job, job_id=job_id))
-        if error is not None:
-            self.on_event(events.Error(error_type=error[0], message=error[1], job_id=job_id))
-        else:
-            self.on_event(events.Result(result={"kind": "text", "text": "done"}, job_id=job_id))
-        self.on_event(events.JobFinished(job=job, status=status, duration_s=0.5, returncode=0, job_id=job_id))
-        if exit:
-            self.exit(returncode=0, description="exited with code 0", expected=True)
-
-    def exit(self, returncode: int, description: str, expected: bool, killed_for_cancel: bool = False) -> None:
-        self.state = RunState.EXITED
-        self.exit_info = {"returncode": returncode, "description": description, "expected": expected}
-        self.on_event(events.RuntimeExited(returncode=returncode, description=description, expected=expected,
-                                           killed_for_cancel=killed_for_cancel))
 
 
 class Recorder:
@@ -161,10 +57,10 @@ def ready_window_manager(config: DeviceConfig | None = None) -> tuple[RunManager
     manager, made, told = make_manager()
     manager.apply(config or DeviceConfig(cpu_devices=2))
     describer, spare = made
-    describer.warm()
+    describer.warm_up()
     describer.ready()
     describer.exit(returncode=0, description="exited with code 0", expected=True)
-    spare.warm()
+    spare.warm_up()
     assert manager.state == RunState.READY
     return manager, made, told
 
@@ -225,9 +121,9 @@ def test_a_run_hands_the_job_to_the_warm_spare_and_warms_the_next() -> None:
     manager.apply(DeviceConfig(cpu_devices=2))
     describer, spare = made
     assert manager.state == RunState.STARTING and told.states == [RunState.STARTING]
-    spare.warm()
+    spare.warm_up()
     assert manager.state == RunState.STARTING  # warm, but the devices are not listed yet
-    describer.warm()
+    describer.warm_up()
     assert describer.described
     describer.ready()
     assert manager.state == RunState.READY and manager.devices is not None
@@ -238,7 +134,7 @@ def test_a_run_hands_the_job_to_the_warm_spare_and_warms_the_next() -> None:
     assert manager.state == RunState.BUSY and manager.running and manager.current is spare
     next_spare = made[-1]
     assert len(made) == 3 and manager.spare is next_spare and next_spare.state == RunState.STARTING
-    next_spare.warm()  # warm while the job runs: the manager is still busy
+    next_spare.warm_up()  # warm while the job runs: the manager is still busy
     assert manager.state == RunState.BUSY
     spare.finish_job()
     assert manager.state == RunState.READY and not manager.running
@@ -259,13 +155,13 @@ def test_a_job_asked_for_while_the_spare_warms_starts_by_itself() -> None:
     assert manager.state == RunState.STARTING  # the next spare still warms
     assert manager.run("fit", {"epochs": 2}) == Submission.WAITING
     assert manager.pending is not None and next_spare.job is None
-    next_spare.warm()
+    next_spare.warm_up()
     assert next_spare.job is not None and next_spare.job[:2] == ("fit", {"epochs": 2})
     assert told.started == ["fit"] and manager.state == RunState.BUSY and manager.pending is None
     # a second job while one waits is refused with a reason, never queued behind it silently
     manager.cancel()
     assert manager.run("matmul", {}) == Submission.REFUSED
-    assert "wait until the running job has ended" in told.problems[-1]
+    assert told.problems[-1] == "The runtime is busy; wait until it is ready, or press Apply to start one."
 
 
 def test_a_waiting_job_can_be_cancelled_and_then_never_starts() -> None:
@@ -273,9 +169,9 @@ def test_a_waiting_job_can_be_cancelled_and_then_never_starts() -> None:
     manager.apply(DeviceConfig())
     assert manager.run("matmul", {}) == Submission.WAITING
     assert manager.cancel_waiting() and manager.pending is None
-    made[0].warm()
+    made[0].warm_up()
     made[0].ready()
-    made[1].warm()
+    made[1].warm_up()
     assert manager.state == RunState.READY and made[1].job is None and told.started == []
     assert not manager.cancel_waiting()
 
@@ -305,7 +201,7 @@ def test_a_killed_spare_leaves_the_manager_exited_and_apply_restarts_it() -> Non
     assert manager.state == RunState.STARTING and manager.devices is not None  # cached: no describe run
     assert len(made) == 3 and made[-1].state == RunState.STARTING
     assert manager.status_text() == "spare warming…"
-    made[-1].warm()
+    made[-1].warm_up()
     assert manager.state == RunState.READY and manager.status_text().startswith("spare ready (TF 2.21.0, 1 logical")
 
 
@@ -319,9 +215,9 @@ def test_apply_during_a_run_kills_it_and_the_state_follows_the_new_spare() -> No
     assert told.finished and told.finished[-1].status == "cancelled"  # its outcome still ends the run
     new_spare = made[-1]
     assert new_spare.config.cpu_devices == 3
-    made[-2].warm()  # the new configuration's describe run
+    made[-2].warm_up()  # the new configuration's describe run
     made[-2].ready()
-    new_spare.warm()
+    new_spare.warm_up()
     assert manager.state == RunState.READY and manager.runtime is new_spare
 
 
@@ -339,7 +235,7 @@ def test_cancel_that_must_kill_brings_the_same_configuration_back() -> None:
     restarted = made[-1]
     assert restarted not in (running, next_spare) and restarted.config.cpu_devices == 2
     assert manager.state == RunState.READY or manager.state == RunState.STARTING
-    restarted.warm()
+    restarted.warm_up()
     assert manager.state == RunState.READY and manager.runtime is restarted
 
 
@@ -347,7 +243,7 @@ def test_cancel_with_a_warm_spare_starts_nothing_more() -> None:
     manager, made, _ = ready_window_manager()
     manager.run("script", {})
     running, next_spare = made[1], made[2]
-    next_spare.warm()
+    next_spare.warm_up()
     manager.cancel()
     running.kill(reason="the job did not stop within 5 s of being cancelled")
     assert len(made) == 3 and manager.state == RunState.READY and manager.runtime is next_spare
@@ -385,9 +281,9 @@ def test_shutdown_stops_everything_and_ends_the_record() -> None:
     history = RunHistory()
     manager, made, told = make_manager(history=history)
     manager.apply(DeviceConfig())
-    made[0].warm()
+    made[0].warm_up()
     made[0].ready()
-    made[1].warm()
+    made[1].warm_up()
     manager.run("fit", {})
     manager.shutdown(timeout=1.0)
     assert manager.state == RunState.EXITED and manager.spare is None and manager.current is None
@@ -404,12 +300,12 @@ def test_shutdown_from_every_state() -> None:
         manager.apply(DeviceConfig())
         if state == RunState.STARTING:
             return
-        made[0].warm()
+        made[0].warm_up()
         made[0].ready()
         if state == RunState.EXITED:
             made[1].fail_startup()
             return
-        made[1].warm()
+        made[1].warm_up()
 
     for state in (RunState.NOT_STARTED, RunState.STARTING, RunState.READY, RunState.EXITED):
         manager, made, told = make_manager()
@@ -436,7 +332,7 @@ def test_events_of_a_replaced_spare_are_dropped() -> None:
     old_spare = made[1]
     manager.apply(DeviceConfig(cpu_devices=2))
     before = len(told.events)
-    old_spare.warm()
+    old_spare.warm_up()
     assert len(told.events) == before and manager.state == RunState.STARTING
 
 
@@ -450,7 +346,7 @@ def test_the_cli_run_starts_its_own_process_and_records_from_the_start() -> None
     assert made == [] and manager.state == RunState.NOT_STARTED
     assert manager.run("matmul", {}) == Submission.WAITING
     (process,) = made
-    process.warm()
+    process.warm_up()
     assert process.job is not None and manager.state == RunState.BUSY
     process.ready(job_id=process.job[2])
     process.finish_job()

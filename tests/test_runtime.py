@@ -28,7 +28,7 @@ from tf_device_panel.core.protocol import events
 
 
 def placed_devices(seen: list, op_type: str) -> set[str]:
-    return {e.data["short_device"] for e in of_type(seen, events.PLACEMENT) if e.data["op_type"] == op_type}
+    return {e.short_device for e in of_type(seen, events.PLACEMENT) if e.op_type == op_type}
 
 
 def _script(tmp_path: Path, body: str, name: str = "user_script.py") -> str:
@@ -40,13 +40,13 @@ def _script(tmp_path: Path, body: str, name: str = "user_script.py") -> str:
 def test_a_spare_is_configured_but_not_initialized_and_leaves_quietly(start_runtime) -> None:
     runtime = start_runtime(DeviceConfig(cpu_devices=2))
     warm = runtime.wait_ready()
-    assert runtime.state == READY and warm["pid"] == runtime.pid != runtime.supervisor_pid
-    assert "set_log_device_placement(True)" in warm["applied"] and warm["tf_version"].startswith("2.")
-    assert [d["device_type"] for d in warm["physical"]] == ["CPU"]
-    assert "logical" not in warm  # listing logical devices would have initialized TensorFlow
+    assert runtime.state == READY and warm.pid == runtime.pid != runtime.supervisor_pid
+    assert "set_log_device_placement(True)" in warm.applied and warm.tf_version.startswith("2.")
+    assert [d["device_type"] for d in warm.physical] == ["CPU"]
+    assert "logical" not in warm.payload()  # listing logical devices would have initialized TensorFlow
     runtime.stop()
     assert runtime.wait_exited(10)
-    assert runtime.exit_info is not None and runtime.exit_info["returncode"] == 0 and runtime.exit_info["expected"]
+    assert runtime.exited is not None and runtime.exited.returncode == 0 and runtime.exited.expected
 
 
 def test_a_describe_run_lists_the_logical_devices_and_is_cached() -> None:
@@ -62,15 +62,15 @@ def test_matmul_result_placements_then_exit(three_cpus: RuntimeProcess) -> None:
     job_id = three_cpus.submit("matmul", {"device": "/CPU:2"})
     seen = collect_job(three_cpus, job_id)
     (result,) = of_type(seen, events.RESULT)
-    assert result.data["result"]["matrix"] == [[22, 28], [49, 64]]
-    assert result.data["result"]["device"].endswith("device:CPU:2")
+    assert result.result["matrix"] == [[22, 28], [49, 64]]
+    assert result.result["device"].endswith("device:CPU:2")
     assert placed_devices(seen, "MatMul") == {"/CPU:2"}
     (ready,) = of_type(seen, events.READY)  # the run's own initialization, before the job
-    assert ready.job_id == job_id and len(ready.data["logical"]) == 3
+    assert ready.job_id == job_id and len(ready.logical) == 3
     # every line the job printed arrives before its result
     assert max(seen.index(e) for e in of_type(seen, events.PLACEMENT)) < seen.index(result)
     finished = seen[-1]
-    assert finished.type == events.JOB_FINISHED and finished.data["returncode"] == 0
+    assert isinstance(finished, events.JobFinished) and finished.returncode == 0
     assert three_cpus.state == EXITED  # one process, one job
     with pytest.raises(RuntimeUnavailable, match="exited"):
         three_cpus.submit("matmul")
@@ -82,7 +82,7 @@ def test_a_job_outcome_comes_before_the_teardown_and_the_next_run_waits_for_it(s
     job_id = first.submit("matmul")
     finished = collect_job(first, job_id)[-1]
     # The outcome carries the status the process left with, and the process is gone (collect_job waited).
-    assert finished.data["returncode"] == 0 and first.exit_info is not None and first.exit_info["returncode"] == 0
+    assert finished.returncode == 0 and first.exited is not None and first.exited.returncode == 0
 
     # A next run named after a process still alive initializes TensorFlow only once that one has exited.
     previous = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
@@ -98,7 +98,7 @@ def test_a_job_outcome_comes_before_the_teardown_and_the_next_run_waits_for_it(s
         previous.stdin.close()
         previous.wait()
     seen += collect_job(second, job_id)
-    assert of_type(seen, events.READY) and seen[-1].data["status"] == "ok"
+    assert of_type(seen, events.READY) and seen[-1].status == "ok"
 
 
 def test_soft_placement(start_runtime) -> None:
@@ -107,20 +107,20 @@ def test_soft_placement(start_runtime) -> None:
     off.wait_ready()
     seen = collect_job(on, on.submit("matmul", {"device": "/GPU:2"}))
     (fallback,) = of_type(seen, events.FALLBACK)
-    assert fallback.data["requested_short"] == "/GPU:2" and fallback.data["actual_short"] == "/CPU:0"
+    assert fallback.requested_short == "/GPU:2" and fallback.actual_short == "/CPU:0"
     seen = collect_job(off, off.submit("matmul", {"device": "/GPU:2"}))
     (error,) = of_type(seen, events.ERROR)
-    assert error.data["type"] == "InvalidArgumentError"
-    assert "Could not satisfy device specification" in error.data["message"]
-    assert of_type(seen, events.JOB_FINISHED)[0].data == {**of_type(seen, events.JOB_FINISHED)[0].data,
-                                                           "status": "error", "returncode": 1}
+    assert error.error_type == "InvalidArgumentError"
+    assert "Could not satisfy device specification" in error.message
+    finished = of_type(seen, events.JOB_FINISHED)[0]
+    assert (finished.status, finished.returncode) == ("error", 1)
 
 
 def test_gpu_request_for_missing_gpu_is_rejected_with_tensorflows_count(start_runtime) -> None:
     runtime = start_runtime(DeviceConfig(visible_gpus=(0,)))
     with pytest.raises(RuntimeUnavailable, match="GPU 0 requested, but TensorFlow sees 0 physical GPU"):
         runtime.wait_ready()
-    assert runtime.startup_error is not None and runtime.startup_error["stage"] == "check GPU indices"
+    assert runtime.startup_error is not None and runtime.startup_error.stage == "check GPU indices"
     assert runtime.wait_exited(10)
 
 
@@ -131,9 +131,9 @@ def test_cancel_is_ctrl_c_for_a_long_fit(start_runtime) -> None:
     seen = events_until(runtime, progress_at_least(4), timeout=60)  # training, not still building the model
     runtime.cancel(grace=20)
     seen += collect_job(runtime, job_id, timeout=30)
-    finished = of_type(seen, events.JOB_FINISHED)[0].data
-    assert finished["status"] == "cancelled" and finished["returncode"] == 1
-    assert runtime.exit_info is not None and not runtime.exit_info["killed_for_cancel"]
+    finished = of_type(seen, events.JOB_FINISHED)[0]
+    assert finished.status == "cancelled" and finished.returncode == 1
+    assert runtime.exited is not None and not runtime.exited.killed_for_cancel
 
 
 def test_a_script_that_ignores_ctrl_c_and_sigterm_is_killed_after_the_grace(start_runtime, tmp_path: Path) -> None:
@@ -150,9 +150,9 @@ def test_a_script_that_ignores_ctrl_c_and_sigterm_is_killed_after_the_grace(star
     events_until(runtime, output_line("stubborn"), timeout=60)
     runtime.cancel(grace=2)
     seen = collect_job(runtime, job_id, timeout=30)
-    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
-    assert "did not stop within 2 s" in of_type(seen, events.ERROR)[0].data["message"]
-    assert runtime.exit_info is not None and runtime.exit_info["killed_for_cancel"]
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
+    assert "did not stop within 2 s" in of_type(seen, events.ERROR)[0].message
+    assert runtime.exited is not None and runtime.exited.killed_for_cancel
 
 
 def test_run_process_killed_mid_job_is_reported_with_its_last_lines(start_runtime, tmp_path: Path) -> None:
@@ -168,12 +168,12 @@ def test_run_process_killed_mid_job_is_reported_with_its_last_lines(start_runtim
     seen = events_until(runtime, output_line("step 2"), timeout=60)
     os.kill(runtime.pid, signal.SIGKILL)
     seen += collect_job(runtime, job_id)
-    error = of_type(seen, events.ERROR)[0].data
-    assert "killed by SIGKILL" in error["message"] and "step 2" in error["last_lines"]
-    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "crashed"
+    error = of_type(seen, events.ERROR)[0]
+    assert "killed by SIGKILL" in error.message and "step 2" in error.last_lines
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "crashed"
     exited = runtime.next_event(5)
-    assert exited is not None and exited.type == events.RUNTIME_EXITED
-    assert exited.data["signal"] == "SIGKILL" and not exited.data["expected"]
+    assert isinstance(exited, events.RuntimeExited)
+    assert exited.signal == "SIGKILL" and not exited.expected
 
 
 def test_a_crash_inside_the_run_is_reported(start_runtime, tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_a_crash_inside_the_run_is_reported(start_runtime, tmp_path: Path) -> No
         os.abort()
     """)
     seen = collect_job(runtime, runtime.submit("script", {"path": path}))
-    assert "SIGABRT" in of_type(seen, events.ERROR)[0].data["message"]
+    assert "SIGABRT" in of_type(seen, events.ERROR)[0].message
 
 
 def test_a_process_killed_on_purpose_stops_its_job_and_says_why(start_runtime, tmp_path: Path) -> None:
@@ -200,9 +200,9 @@ def test_a_process_killed_on_purpose_stops_its_job_and_says_why(start_runtime, t
     events_until(runtime, output_line("sleeping"), timeout=60)
     runtime.kill(reason="the window was closed during a run")
     seen = collect_job(runtime, job_id, timeout=30)
-    message = of_type(seen, events.ERROR)[0].data["message"]
+    message = of_type(seen, events.ERROR)[0].message
     assert message == "the runtime was killed while the job was running: the window was closed during a run"
-    assert of_type(seen, events.JOB_FINISHED)[0].data["status"] == "cancelled"
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "exit"])
@@ -250,10 +250,10 @@ def test_carriage_return_progress_arrives_at_once_and_a_last_line_without_newlin
         sys.stdout.write("\\rall done\\nlast words")
     """)
     job_id = runtime.submit("script", {"path": path})
-    seen = events_until(runtime, lambda e: e.type == events.LOG and e.data.get("partial")
-                        and e.data["text"].startswith("step 2"), timeout=60)
+    seen = events_until(runtime, lambda e: isinstance(e, events.Log) and e.partial
+                        and e.text.startswith("step 2"), timeout=60)
     arrived = time.time()
-    written = float(seen[-1].data["text"].split(" at ")[1])
+    written = float(seen[-1].text.split(" at ")[1])
     assert arrived - written < 0.2, f"a \\r update took {arrived - written:.3f} s to arrive"
     gate.touch()
     seen = collect_job(runtime, job_id)

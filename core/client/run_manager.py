@@ -20,8 +20,11 @@ manager's lock held: an event listener that blocks (a terminal that takes no out
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -58,9 +61,9 @@ class RunProcess(Protocol):
     @property
     def pid(self) -> int | None: ...
     @property
-    def warm_info(self) -> dict[str, Any] | None: ...
+    def warm(self) -> events.Warm | None: ...
     @property
-    def exit_info(self) -> dict[str, Any] | None: ...
+    def exited(self) -> events.RuntimeExited | None: ...
     def start(self) -> None: ...
     def new_job_id(self) -> str: ...
     def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
@@ -171,6 +174,7 @@ class RunManager:
         self.applied: DeviceConfig | None = None
         self.job_run: JobRun | None = None
         self.pending: PendingRun | None = None
+        self.start_problem: str | None = None  # why the last process could not be started at all
         self._lock = threading.RLock()
         self._outbox: list[Callable[[], None]] = []  # news gathered under the lock, told once it is released
         self._retired: list[threading.Thread] = []
@@ -197,8 +201,8 @@ class RunManager:
         """The applied configuration's devices (with the spare's pid once it is warm)."""
         if self.devices is None:
             return None
-        warm = self.spare.warm_info if self.spare is not None else None
-        return {**self.devices, "pid": warm["pid"]} if warm else self.devices
+        warm = self.spare.warm if self.spare is not None else None
+        return {**self.devices, "pid": warm.pid} if warm is not None else self.devices
 
     def status_text(self) -> str:
         """The spare's and the run's state in a few words, for the status bar."""
@@ -209,16 +213,15 @@ class RunManager:
             return "no runtime"
         if spare.state == RunState.STARTING:
             return "spare warming…"
-        if spare.state == RunState.READY and spare.warm_info is not None:
+        if spare.state == RunState.READY and spare.warm is not None:
             logical = [d["short_name"] for d in (self.devices or {}).get("logical", [])]
             count = f"{len(logical)} logical device{'s' if len(logical) != 1 else ''}"
             devices = f", {count}" if logical else ", devices being listed…"
-            return f"spare ready (TF {spare.warm_info.get('tf_version')}{devices})"
-        exit_info = spare.exit_info
-        if spare.state == RunState.EXITED and exit_info is not None:
-            if spare.startup_error:
+            return f"spare ready (TF {spare.warm.tf_version}{devices})"
+        if spare.state == RunState.EXITED and spare.exited is not None:
+            if spare.startup_error is not None:
                 return "spare exited: " + spare.failure_message()
-            return f"spare exited: {exit_info['description']}"
+            return f"spare exited: {spare.exited.description}"
         return f"spare {spare.state}"
 
     # -- what the window and the CLI ask ---------------------------------------------------------
@@ -257,8 +260,9 @@ class RunManager:
         return submission
 
     def _run(self, job: str, params: dict[str, Any]) -> Submission:
+        refusal = f"The runtime is {self.state}; wait until it is ready, or press Apply to start one."
         if self.pending is not None or self.running:
-            return self._refuse(f"The runtime is {self.state}; wait until the running job has ended.")
+            return self._refuse(refusal)  # one job at a time: a second is never queued behind the first
         if self.spares == 0 and self.state == RunState.NOT_STARTED and self.applied is not None:
             # No pool: the run starts its own process, and its record starts with it.
             run = JobRun(job, params, self.applied, None, self.history)
@@ -274,11 +278,11 @@ class RunManager:
             self.pending = PendingRun(job, params)
             return Submission.WAITING
         if self.state != RunState.READY:
-            return self._refuse(f"The runtime is {self.state}; wait until it is ready, or press Apply to start one.")
+            return self._refuse(refusal)
         return Submission.STARTED if self._hand_over(job, params, None) else Submission.REFUSED
 
-    def cancel_waiting(self) -> bool:
-        """Forget the job waiting for a spare; a run that owns its process (no pool) kills it."""
+    def cancel_waiting(self, reason: str = "cancelled before the job started") -> bool:
+        """Forget the job waiting for a spare; a run that owns its process (no pool) kills it for `reason`."""
         with self._lock:
             pending = self.pending
             if pending is None:
@@ -288,7 +292,7 @@ class RunManager:
             else:
                 pending.cancelled = True
                 if self.spare is not None:
-                    self.spare.kill(reason="cancelled before the job started")
+                    self.spare.kill(reason=reason)
         self._flush()
         return True
 
@@ -405,7 +409,7 @@ class RunManager:
             if process is not None and process.startup_error is not None:
                 run.fail("ConfigRejected", process.failure_message())
             else:
-                message = process.failure_message() if process is not None else reason
+                message = process.failure_message() if process is not None else (self.start_problem or reason)
                 run.fail("RuntimeExited", message, status="cancelled" if pending.cancelled else "crashed")
             self._later(self.listeners.job_finished, run.outcome)
         self._later(self.listeners.waiting_refused, pending.job, reason)
@@ -421,7 +425,8 @@ class RunManager:
         try:
             process.start()
         except OSError as exc:
-            self._later(self.listeners.problem, f"Could not start a TensorFlow process: {exc}")
+            self.start_problem = f"Could not start a TensorFlow process: {exc}"
+            self._later(self.listeners.problem, self.start_problem)
             return None
         return process
 
@@ -507,9 +512,9 @@ class RunManager:
                 self._later(self.listeners.problem, f"Could not list the devices: {exc}")
         if not current:
             return
-        if isinstance(event, events.RuntimeExited) and self.devices is None and not process.startup_error:
+        if isinstance(event, events.RuntimeExited) and self.devices is None and process.startup_error is None:
             # Without the list, runs still work: their own `ready` brings the devices.
-            self.devices = {**(process.warm_info or {}), "logical": []}
+            self.devices = {**(process.warm.payload() if process.warm is not None else {}), "logical": []}
             self._later(self.listeners.problem, f"Could not list the devices: {process.failure_message()}")
         elif isinstance(event, events.Ready):
             self._tell_event(event)
@@ -523,3 +528,75 @@ class RunManager:
                     self.spare is None or self.spare.state == RunState.EXITED):
                 self._outbox.append(functools.partial(self.apply, self.applied))
         self._tell_event(event)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
+                 on_event: Callable[[Event], None] | None = None, history: RunHistory | None = None,
+                 cancel: threading.Event | None = None, grace_s: float = CANCEL_GRACE_S,
+                 ready_timeout_s: float = 180.0, process_factory: ProcessFactory = runtime_process) -> JobOutcome:
+    """The CLI's run: a `RunManager` with no spare pool starts a process with `config`, hands it the job once it
+    is warm, and waits for the process to exit.
+
+    Events are handled on the reader thread as they are read (printed, recorded), so a slow consumer
+    slows the job's writes instead of piling them up. Ctrl+C, SIGTERM and SIGHUP (on the main thread) and
+    `cancel` cancel the job; a second one kills it. The run record always ends with a final status.
+    """
+    manager = RunManager(history, spares=0, process_factory=process_factory, cancel_grace_s=grace_s)
+    gone = threading.Event()  # the run's process has exited (its last event is in)
+
+    def told(event: Event) -> None:
+        try:
+            if on_event is not None:
+                on_event(event)
+        finally:
+            if isinstance(event, events.RuntimeExited):
+                gone.set()  # whatever the listener did, the loop below must learn that the run ended
+
+    manager.subscribe(events=told)
+    manager.apply(config)
+    signals: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        # Only note the signal here: the loop below acts on it, so no lock is ever held when it lands.
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, lambda signum, _frame: signals.append(signum))
+    started = time.monotonic()
+    acted_on = 0
+    killed_at: float | None = None
+    try:
+        manager.run(job, params)
+        run = manager.job_run
+        assert run is not None  # with no pool, the run exists from the request
+        while not gone.wait(0.05):
+            if run.finished and manager.current is None and manager.spare is None:
+                break  # its process could not even be started: nothing will exit
+            wanted = len(signals) + (1 if cancel is not None and cancel.is_set() else 0)
+            if wanted > acted_on:
+                acted_on = wanted
+                reason = "interrupted twice" if acted_on >= 2 else "cancelled before the job started"
+                if manager.cancel_waiting(reason):
+                    killed_at = killed_at or time.monotonic()
+                elif acted_on >= 2:
+                    manager.kill_runtime(reason)
+                    killed_at = killed_at or time.monotonic()
+                else:
+                    manager.cancel()
+            if killed_at is not None and time.monotonic() - killed_at > grace_s:
+                break  # the reader is stuck (e.g. on a terminal that takes no output): never hang on it
+            if manager.pending is not None and time.monotonic() - started > ready_timeout_s:
+                manager.kill_runtime(reason=f"not ready after {ready_timeout_s:.0f} s")
+    finally:
+        if not gone.is_set():
+            manager.kill_runtime(reason="the client is leaving")
+        manager.shutdown()
+        for stop_signal, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(stop_signal, handler)
+        run = manager.job_run
+        if run is not None and not run.finished:
+            run.fail("Interrupted", "the client stopped before the run ended", status="interrupted")
+    assert run is not None
+    return run.outcome
