@@ -4,6 +4,7 @@ where a real TensorFlow process would only make them slow (what the real one doe
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,9 +37,11 @@ class FakeProcess:
         self.killed: str | None = None
         self.stopped = False
         self.refuse_submit = False
+        self.started_on: str | None = None  # the thread that started it
 
     # -- what the manager calls
     def start(self) -> None:
+        self.started_on = threading.current_thread().name
         self.state = RunState.STARTING
         self.pid = next(self._pids)
 

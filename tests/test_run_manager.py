@@ -6,6 +6,7 @@ test says so (`warm_up`, `finish_job`, `exit`): every step of a run, and every o
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -162,6 +163,23 @@ def test_a_job_asked_for_while_the_spare_warms_starts_by_itself() -> None:
     manager.cancel()
     assert manager.run("matmul", {}) == Submission.REFUSED
     assert told.problems[-1] == "The runtime is busy; wait until it is ready, or press Apply to start one."
+
+
+def test_a_spare_is_never_started_on_a_reader_thread() -> None:
+    """A process dies with the thread that started it (PR_SET_PDEATHSIG): the next spare, started when a
+    reader thread hands a waiting job over, is started on the manager's long-lived starter thread."""
+    manager, made, told = make_manager()
+    manager.apply(DeviceConfig())
+    made[0].warm_up()
+    made[0].ready()
+    assert made[1].started_on == threading.current_thread().name  # asked here: started here
+    manager.run("matmul", {})
+    reader = threading.Thread(target=made[1].warm_up, name="runtime-reader-1")
+    reader.start()
+    reader.join()
+    assert told.started == ["matmul"] and made[-1].started_on == "process-starter"
+    manager.shutdown(timeout=1.0)
+    assert not any(t.name == "process-starter" for t in threading.enumerate())
 
 
 def test_a_waiting_job_can_be_cancelled_and_then_never_starts() -> None:

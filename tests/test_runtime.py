@@ -22,7 +22,14 @@ from helpers import (
     progress_at_least,
     wait_until,
 )
-from tf_device_panel.core.client.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable, describe_devices
+from tf_device_panel.core.client.runtime import (
+    EXITED,
+    READY,
+    ConfigurationRejected,
+    RuntimeProcess,
+    RuntimeUnavailable,
+    describe_devices,
+)
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 
@@ -121,6 +128,8 @@ def test_gpu_request_for_missing_gpu_is_rejected_with_tensorflows_count(start_ru
     with pytest.raises(RuntimeUnavailable, match="GPU 0 requested, but TensorFlow sees 0 physical GPU"):
         runtime.wait_ready()
     assert runtime.startup_error is not None and runtime.startup_error.stage == "check GPU indices"
+    # the CLI knows a rejected configuration by its type, never by its message's words
+    assert isinstance(runtime.unavailable(), ConfigurationRejected)
     assert runtime.wait_exited(10)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import queue
 import signal
 import threading
 import time
@@ -81,6 +82,50 @@ ProcessFactory = Callable[[DeviceConfig, Callable[[Event], None]], RunProcess]
 
 def runtime_process(config: DeviceConfig, on_event: Callable[[Event], None]) -> RunProcess:
     return RuntimeProcess(config, on_event=on_event)
+
+
+class ProcessStarter:
+    """Starts processes on one long-lived thread, for callers on short-lived ones.
+
+    A run process dies with the *thread* that started it (`die_with_parent`: PR_SET_PDEATHSIG follows the
+    forking thread). A reader thread ends with its own process, so a spare it started (a waiting job handed
+    over, the next spare warmed) would be killed moments later; those starts come here instead."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self, start: Callable[[], None]) -> None:
+        """Runs `start` on the starter's thread and waits for it; its exception is raised here."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="process-starter", daemon=True)
+            self._thread.start()
+        done = threading.Event()
+        failures: list[BaseException] = []
+
+        def job() -> None:
+            try:
+                start()
+            except BaseException as exc:  # handed to the caller, whatever it is
+                failures.append(exc)
+            finally:
+                done.set()
+
+        self._jobs.put(job)
+        done.wait()
+        if failures:
+            raise failures[0]
+
+    def close(self, timeout: float) -> None:
+        """Ends the thread (the processes it started are stopped by then)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
 
 
 class Trigger(str, Enum):
@@ -179,6 +224,8 @@ class RunManager:
         self._outbox: list[Callable[[], None]] = []  # news gathered under the lock, told once it is released
         self._retired: list[threading.Thread] = []
         self._generation = 0
+        self._home = threading.current_thread()  # its processes live as long as it: started here, or
+        self._starter = ProcessStarter()          # on the starter's thread when asked from a reader thread
 
     # -- what the window reads -------------------------------------------------------------------
     @property
@@ -327,6 +374,7 @@ class RunManager:
             process.stop(timeout)
         for thread in self._retired:
             thread.join(timeout)
+        self._starter.close(timeout)
         with self._lock:
             self.current = self.spare = self.describer = None
             pending, self.pending = self.pending, None
@@ -423,7 +471,10 @@ class RunManager:
             self.applied, lambda event: self._on_event(generation, role, started[0], event))
         started.append(process)
         try:
-            process.start()
+            if threading.current_thread() is self._home:
+                process.start()
+            else:
+                self._starter.start(process.start)
         except OSError as exc:
             self.start_problem = f"Could not start a TensorFlow process: {exc}"
             self._later(self.listeners.problem, self.start_problem)
