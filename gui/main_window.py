@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import PendingRun, RunManager, Submission
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.runtime import startup_error_text
-from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,

@@ -365,7 +365,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
 
 
 def test_result_views_for_every_result_kind(qtbot) -> None:
-    from tf_device_panel.core.client.session import JobOutcome
+    from tf_device_panel.core.client.run_record import JobOutcome
     from tf_device_panel.gui.result_view import ResultView
 
     view = ResultView()
@@ -396,7 +396,7 @@ def test_result_views_for_every_result_kind(qtbot) -> None:
 
 def test_a_new_result_kind_shows_in_the_window_and_on_the_command_line(qtbot, tmp_path: Path) -> None:
     from tf_device_panel.core.cli.output import format_result
-    from tf_device_panel.core.client.session import JobOutcome
+    from tf_device_panel.core.client.run_record import JobOutcome
     from tf_device_panel.core.results import PRESENTERS, Column, Plot, Presentation, Series, Table, presenter
     from tf_device_panel.gui.result_view import ResultView
 

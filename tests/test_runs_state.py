@@ -14,7 +14,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol.events import make_event
 from tf_device_panel.gui.job_state import JobState, error_summary
@@ -176,7 +176,7 @@ def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdo
 def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: MainWindow) -> None:
     """Item 5: the script's stdout is in the Runs panel, the "\\r" line live, placement lines not mixed in, and
     the next spare's start-up lines never push it away."""
-    from tf_device_panel.core.client.session import JobRun
+    from tf_device_panel.core.client.run_record import JobRun
     from tf_device_panel.core.config import DeviceConfig
 
     runs = window.runs

@@ -26,8 +26,8 @@ from tf_device_panel.core.cli.output import (
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import shell_status
-from tf_device_panel.core.client.session import JobRun
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,

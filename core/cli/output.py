@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.runtime import startup_error_text
-from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.results import Presentation, Table, present

@@ -32,6 +32,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.run_record import JobOutcome, JobRun
 from tf_device_panel.core.client.runtime import (
     Lifecycle,
     RunState,
@@ -40,7 +41,6 @@ from tf_device_panel.core.client.runtime import (
     cached_devices,
     remember_devices,
 )
-from tf_device_panel.core.client.session import JobOutcome, JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
