@@ -7,7 +7,7 @@ test says so (`warm_up`, `finish_job`, `exit`): every step of a run, and every o
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from tf_device_panel.core.client.run_manager import (
     RunManager,
     Submission,
     Trigger,
+    run_job_once,
 )
 from tf_device_panel.core.client.runtime import IllegalTransition, Lifecycle, RunState
 from tf_device_panel.core.config import DeviceConfig
@@ -395,3 +396,56 @@ def test_the_cli_cancelled_before_the_job_started() -> None:
     assert made[0].killed == "cancelled before the job started"
     assert told.finished[-1].status == "cancelled" and "cancelled before the job started" in \
         told.finished[-1].error["message"]
+
+
+# -- run_job_once: the CLI's loop over a manager with no pool ----------------------------------------
+
+
+class PlayingProcess(FakeProcess):
+    """Plays its part by itself, on a thread of its own as a reader thread would: warm once started (unless
+    `stays_cold`), the job finished once submitted."""
+
+    stays_cold = False
+
+    def start(self) -> None:
+        super().start()
+        if not self.stays_cold:
+            threading.Thread(target=self.warm_up, name="fake-reader").start()
+
+    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
+               job_id: str | None = None) -> str:
+        job_id = super().submit(job, params, after_pid=after_pid, job_id=job_id)
+        threading.Thread(target=self.finish_job, name="fake-reader").start()
+        return job_id
+
+
+def test_run_job_once_runs_records_and_returns_once_the_process_is_gone() -> None:
+    seen: list[Event] = []
+    outcome = run_job_once(DeviceConfig(), "matmul", {}, on_event=seen.append, history=RunHistory(),
+                           process_factory=PlayingProcess)
+    assert outcome.status == "ok" and outcome.result == {"kind": "text", "text": "done"}
+    assert isinstance(seen[-1], events.RuntimeExited)
+    kinds = [e.type for e in RunHistory().events(outcome.run_id)]
+    assert kinds.index(events.WARM) < kinds.index(events.JOB_STARTED) and kinds[-1] == events.JOB_FINISHED
+
+
+def test_run_job_once_cancelled_before_the_process_is_warm() -> None:
+    class Cold(PlayingProcess):
+        stays_cold = True
+
+    cancel = threading.Event()
+    cancel.set()
+    outcome = run_job_once(DeviceConfig(), "matmul", {}, history=RunHistory(), cancel=cancel, process_factory=Cold)
+    assert outcome.status == "cancelled" and "cancelled before the job started" in outcome.error["message"]
+    assert RunHistory().summaries()[0]["status"] == "cancelled"
+
+
+def test_run_job_once_whose_process_cannot_start_says_why_and_returns() -> None:
+    class Unstartable(FakeProcess):
+        def start(self) -> None:
+            raise FileNotFoundError(2, "No such file or directory", "python3.99")
+
+    outcome = run_job_once(DeviceConfig(), "matmul", {}, history=RunHistory(), process_factory=Unstartable)
+    assert outcome.status == "crashed"
+    assert outcome.error["message"].startswith("Could not start a TensorFlow process: [Errno 2]")
+    assert RunHistory().summaries()[0]["status"] == "crashed"  # never left "running"

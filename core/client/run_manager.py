@@ -26,6 +26,7 @@ import queue
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -224,6 +225,7 @@ class RunManager:
         self._outbox: list[Callable[[], None]] = []  # news gathered under the lock, told once it is released
         self._retired: list[threading.Thread] = []
         self._generation = 0
+        self._warm: weakref.WeakSet[RunProcess] = weakref.WeakSet()  # processes whose `warm` event was taken
         self._home = threading.current_thread()  # its processes live as long as it: started here, or
         self._starter = ProcessStarter()          # on the starter's thread when asked from a reader thread
 
@@ -420,8 +422,9 @@ class RunManager:
             self._later(self.listeners.state, after)
 
     def _spare_usable(self) -> bool:
+        """Warm as its own event said (taken here, not only its state: the job's events must follow it)."""
         spare = self.spare
-        return (spare is not None and spare.state == RunState.READY
+        return (spare is not None and spare in self._warm and spare.state == RunState.READY
                 and (self.devices is not None or not self.describe_devices))
 
     def _settle(self) -> None:
@@ -522,6 +525,8 @@ class RunManager:
         """Events of replaced processes are dropped, except a running job's own, which its record and the
         window still need."""
         current = generation == self._generation
+        if isinstance(event, events.Warm):
+            self._warm.add(process)
         self._record(process, event)
         if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
             devices = event.payload()
