@@ -614,11 +614,7 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
     manager.subscribe(events=told)
     manager.apply(config)
     signals: list[int] = []
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        # Only note the signal here: the loop below acts on it, so no lock is ever held when it lands.
-        for signum in STOP_SIGNALS:
-            previous[signum] = signal.signal(signum, lambda signum, _frame: signals.append(signum))
+    previous = _note_stop_signals(signals)
     started = time.monotonic()
     acted_on = 0
     killed_at: float | None = None
@@ -632,14 +628,8 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
             wanted = len(signals) + (1 if cancel is not None and cancel.is_set() else 0)
             if wanted > acted_on:
                 acted_on = wanted
-                reason = "interrupted twice" if acted_on >= 2 else "cancelled before the job started"
-                if manager.cancel_waiting(reason):
+                if _stop(manager, twice=acted_on >= 2):
                     killed_at = killed_at or time.monotonic()
-                elif acted_on >= 2:
-                    manager.kill_runtime(reason)
-                    killed_at = killed_at or time.monotonic()
-                else:
-                    manager.cancel()
             if killed_at is not None and time.monotonic() - killed_at > grace_s:
                 break  # the reader is stuck (e.g. on a terminal that takes no output): never hang on it
             if manager.pending is not None and time.monotonic() - started > ready_timeout_s:
@@ -656,3 +646,26 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
             run.fail("Interrupted", "the client stopped before the run ended", status="interrupted")
     assert run is not None
     return run.outcome
+
+
+def _note_stop_signals(signals: list[int]) -> dict[int, Any]:
+    """On the main thread, Ctrl+C, SIGTERM and SIGHUP are only noted in `signals`: the run's loop acts on
+    them, so no lock is ever held when one lands. Returns the handlers they replaced."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, lambda signum, _frame: signals.append(signum))
+    return previous
+
+
+def _stop(manager: RunManager, *, twice: bool) -> bool:
+    """A stop request: the first cancels the job (Ctrl+C), a second kills it; a job not yet handed over is
+    never started (its process is killed). True when a process was killed."""
+    reason = "interrupted twice" if twice else "cancelled before the job started"
+    if manager.cancel_waiting(reason):
+        return True
+    if twice:
+        manager.kill_runtime(reason)
+        return True
+    manager.cancel()
+    return False

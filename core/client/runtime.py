@@ -233,12 +233,6 @@ class RuntimeProcess:
         return self.lifecycle.state
 
     @property
-    def ready_info(self) -> dict[str, Any] | None:
-        """The devices TensorFlow made (the `ready` event's facts, as the run history and `devices --json` have
-        them), once it has initialized."""
-        return self.ready.payload() if self.ready is not None else None
-
-    @property
     def pid(self) -> int | None:
         """The run process (where TensorFlow runs) once it is warm; its supervisor before."""
         if self.warm is not None and self.warm.pid is not None:
