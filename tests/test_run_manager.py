@@ -21,7 +21,7 @@ from tf_device_panel.core.client.run_manager import (
     Trigger,
     run_job_once,
 )
-from tf_device_panel.core.client.runtime import IllegalTransition, Lifecycle, RunState
+from tf_device_panel.core.client.runtime import PROCESS_TRANSITIONS, IllegalTransition, Lifecycle, RunState
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -89,6 +89,20 @@ def test_an_illegal_transition_is_refused_loudly() -> None:
         with pytest.raises(IllegalTransition):
             lifecycle.fire(trigger)
         assert lifecycle.state == state
+
+
+def test_a_run_process_moves_only_through_its_own_table() -> None:
+    """One process, used once: started, warm, one job (or a describe request), gone; never back."""
+    lifecycle = Lifecycle("run process", PROCESS_TRANSITIONS)
+    for trigger, state in [("start", RunState.STARTING), ("warm", RunState.READY), ("submit", RunState.BUSY),
+                           ("exit", RunState.EXITED)]:
+        assert lifecycle.fire(trigger) == state
+    for trigger in ("start", "warm", "submit", "describe", "stop", "exit"):
+        with pytest.raises(IllegalTransition, match="from 'exited'"):
+            lifecycle.fire(trigger)
+    lifecycle.state = RunState.BUSY
+    with pytest.raises(IllegalTransition):
+        lifecycle.fire("submit")  # a process takes one job only
 
 
 def test_every_transition_in_the_table_is_taken_by_some_run() -> None:
