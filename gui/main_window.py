@@ -337,7 +337,7 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         runtime_menu = self.menuBar().addMenu("&Runtime")
         self._action(runtime_menu, "&Apply configuration (restart runtime)", self.apply_current, "Ctrl+Shift+A")
-        self._action(runtime_menu, "&Kill runtime", self.manager.kill_runtime)
+        self._action(runtime_menu, "&Kill runtime", lambda: self.manager.kill_runtime())  # not `checked` as its reason
         self._action(runtime_menu, "&Doctor: why no GPU?", self.open_doctor, "Ctrl+D")
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks.values():

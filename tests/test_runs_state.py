@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("PySide6")
 from fake_runtime import FakeProcess, fake_factory
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
@@ -256,3 +257,20 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
                 if any(bar.tabText(i).startswith("Doctor") for i in range(bar.count()))]
 
     qtbot.waitUntil(lambda: raised_tab() == ["History"], timeout=3000)
+
+
+def test_runtime_kill_from_the_menu_says_why(qtbot, tmp_path: Path) -> None:
+    """Runtime → Kill runtime kills the spare with its reason (a QAction's `checked` is not taken for it)."""
+    made: list[FakeProcess] = []
+    manager = RunManager(RunHistory(), spares=1, describe=False, process_factory=fake_factory(made))
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False, run_manager=manager)
+    qtbot.addWidget(window)
+    try:
+        window.apply(DeviceConfig())
+        made[-1].warm_up()
+        (kill,) = [a for a in window.findChildren(QAction) if a.text() == "&Kill runtime"]
+        kill.trigger()
+        assert made[-1].killed == "Runtime → Kill runtime was chosen" and manager.state == "exited"
+    finally:
+        window.close()
