@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
-from tf_device_panel.core.client.session import JobRun
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.log_panel import LogPanel

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_record import JobOutcome
 
 # Error types the panel itself raises: their names say nothing to a user, so they appear only in the details.
 INTERNAL_ERROR_TYPES = frozenset({"JobError", "ScriptExit", "ParamError", "RuntimeUnavailable", "ProtocolError",

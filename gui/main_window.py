@@ -25,8 +25,9 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.app_model import AppModel
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.run_manager import PendingRun, RunManager, Submission
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunChanges, RunState
-from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
@@ -41,7 +42,7 @@ from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.controller import BUSY, EXITED, READY, STARTING, RuntimeController
+from tf_device_panel.gui.controller import BUSY, EXITED, NOT_STARTED, READY, STARTING, RuntimeController
 from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.doctor_panel import DoctorPanel
@@ -76,7 +77,8 @@ SCREEN_SHARE = 0.9
 
 class MainWindow(QMainWindow):
     def __init__(self, profile: str | None = None, *, settings: QSettings | None = None,
-                 history: RunHistory | None = None, start_runtime: bool = True):
+                 history: RunHistory | None = None, start_runtime: bool = True,
+                 run_manager: RunManager | None = None):
         super().__init__()
         self.setWindowTitle("TF Device Panel")
         self.setMinimumSize(760, 520)
@@ -103,8 +105,11 @@ class MainWindow(QMainWindow):
         # sampler or NVML warning is shown too.
         self.model = AppModel(nvml=shared_nvml())
         self.model.start()
-        self.controller = RuntimeController(self.history, self)
-        self.pending_run: tuple[str, dict[str, Any]] | None = None  # Run pressed while the spare warms
+        # The run lifecycle is the manager's (`run_manager`: a test's, with fake processes); the controller
+        # brings its news onto this thread.
+        self.controller = RuntimeController(self.history, self, manager=run_manager)
+        self.manager = self.controller.manager
+        self.model.run_manager = self.manager
         self.devices = DevicesPanel()
         self.config_panel = ConfigPanel()
         self.runs = RunsPanel()
@@ -194,6 +199,8 @@ class MainWindow(QMainWindow):
         self.controller.stateChanged.connect(self._on_state)
         self.controller.jobFinished.connect(self._on_job_finished)
         self.controller.problem.connect(self._show_problem)
+        self.controller.waitingStarted.connect(self._waiting_job_started)
+        self.controller.waitingRefused.connect(self._waiting_job_refused)
         self.config_panel.applyRequested.connect(self.apply)
         self.config_panel.changed.connect(self._refresh_status)
         self.config_panel.changed.connect(self._draft_changed)
@@ -336,7 +343,7 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
         runtime_menu = self.menuBar().addMenu("&Runtime")
         self._action(runtime_menu, "&Apply configuration (restart runtime)", self.apply_current, "Ctrl+Shift+A")
-        self._action(runtime_menu, "&Kill runtime", self.controller.kill_runtime)
+        self._action(runtime_menu, "&Kill runtime", lambda: self.manager.kill_runtime())  # not `checked` as its reason
         self._action(runtime_menu, "&Doctor: why no GPU?", self.open_doctor, "Ctrl+D")
         view_menu = self.menuBar().addMenu("&View")
         for dock in self.docks.values():
@@ -372,7 +379,7 @@ class MainWindow(QMainWindow):
         self.apply(self.config_panel.config())
 
     def apply(self, config: DeviceConfig) -> None:
-        if self.controller.state == BUSY:
+        if self.manager.state == BUSY:
             answer = QMessageBox.question(
                 self, "Restart the runtime?",
                 "A job is running. Applying the configuration stops it and starts a fresh runtime. Continue?")
@@ -380,48 +387,48 @@ class MainWindow(QMainWindow):
                 return
         self.log.clear_placements()
         self.devices.show_message("Starting a TensorFlow runtime with: " + config.summary())
-        self.controller.apply(config)
+        self.manager.apply(config)
         self.config_panel.mark_applied(config)
         self.model.mark_applied(config)
         self.runs.show_configuration(config)
         self.settings.setValue(APPLIED_KEY, json.dumps(config.to_json()))
         self._refresh_status()
 
+    @property
+    def pending_run(self) -> PendingRun | None:
+        """The job waiting for the spare to warm (the manager starts it, or refuses it)."""
+        return self.manager.pending
+
     def stop_job(self) -> None:
-        if self.pending_run is not None:
-            self.pending_run = None
+        if self.manager.cancel_waiting():
             self.runs.cancel_queued()
-        elif self.controller.cancel():
-            self.runs.show_stopping(self.controller.cancel_grace_s)
+        elif self.manager.cancel():
+            self.runs.show_stopping(self.manager.cancel_grace_s)
 
     def run_job(self, job: str, params: dict[str, Any]) -> None:
         """Run now if the spare is warm; while it warms (after every run, on start, after Apply) the job waits
-        for it and starts by itself."""
-        if self.controller.state == STARTING and not self.controller.running:
-            self.pending_run = (job, params)
+        for it and the manager starts it by itself."""
+        submission = self.manager.run(job, params)
+        if submission == Submission.WAITING:
             self.runs.job_queued(job)
-            return
-        if self.controller.run(job, params):
-            self.log.clear_placements()
-            self.runs.job_started(job)
+        elif submission == Submission.STARTED:
+            self._waiting_job_started(job)
         self._refresh_status()
 
-    def _start_pending_run(self) -> None:
-        if self.pending_run is None or self.controller.state != READY:
-            return
-        job, params = self.pending_run
-        self.pending_run = None
-        if self.controller.run(job, params):
-            self.log.clear_placements()
-            self.runs.job_started(job)
-        else:
-            self.runs.cancel_queued("the runtime could not take it (see the message)")
+    def _waiting_job_started(self, job: str) -> None:
+        self.log.clear_placements()
+        self.runs.job_started(job)
+        self._refresh_status()
+
+    def _waiting_job_refused(self, job: str, reason: str) -> None:
+        self.runs.cancel_queued(reason)
+        self.flash(f"{reason[:1].upper()}{reason[1:]}: the waiting job was not started", 10_000)
 
     def run_again(self, job: str, params: dict[str, Any]) -> None:
-        """A past run's job and parameters in the form, run at once when the runtime is ready."""
+        """A past run's job and parameters in the form, run at once when the runtime can take it."""
         self.runs.load_params(job, params)
-        if self.runs.run_button.isEnabled():
-            self.runs.run_button.click()
+        if self.manager.state in (READY, STARTING) and self.manager.pending is None:
+            self.runs.run_button.click()  # the form checks the parameters first, as a press of Run does
         else:
             self.flash(f"{job}'s parameters are in the form; press Run once the running job has ended", 10_000)
 
@@ -459,7 +466,7 @@ class MainWindow(QMainWindow):
 
     def _show_job_output(self, changes: RunChanges) -> None:
         """The running job's own lines to its console (a spare's start-up lines have no job id: never there)."""
-        run = self.controller.job_run
+        run = self.manager.job_run
         if run is None or run.job_id is None or run.job_id != self.run_state.job_id:
             return
         if changes.output:
@@ -470,7 +477,7 @@ class MainWindow(QMainWindow):
             self.model.set_draft(self.config_panel.config())
 
     def _on_ready(self, ready: events.Ready) -> None:
-        runtime = self.controller.runtime
+        runtime = self.manager.runtime
         tf_lines = runtime.recent_lines() if runtime is not None else []
         # TensorFlow's GPUs matched to NVML's once; the Devices list, the GPU editors (CUDA's totals), the device
         # map and the memory graphs (subscribed to the model) all read this one answer.
@@ -479,26 +486,25 @@ class MainWindow(QMainWindow):
         reasons = tf_gpu_messages(tf_lines)[-2:]
         self.config_panel.set_gpus(inventory.gpu_infos(), "TensorFlow said: " + " / ".join(reasons) if reasons else "")
         self.runs.set_devices([d["short_name"] for d in ready.logical])
-        applied = self.controller.applied
+        applied = self.manager.applied
         self.device_map.set_devices(ready, applied.to_json() if applied else None, inventory)
 
     def _runtime_died(self, info: events.RuntimeExited) -> None:
+        """Says so; a run killed for a cancel is restarted by the manager (the window does not decide that)."""
         tail = "\n".join(info.last_lines[-8:])
         self.devices.show_message(f"<b style='color:#d33'>The runtime {info.description}.</b>")
         if self.closing:
             return
         self.flash(f"Runtime {info.description}", 10_000)
         self.runtime_label.setToolTip(f"Last output:\n{tail}" if tail else "")
-        applied = self.controller.applied
+        applied = self.manager.applied
         if info.killed_for_cancel and applied is not None:
-            # Stop had to kill the runtime: like a notebook kernel, it comes back with the same configuration.
-            self.flash(f"Runtime {info.description}; starting a fresh one with the same "
-                                         "configuration", 10_000)
-            self.log.clear_placements()
-            self.devices.show_message("The job did not stop in time, so its runtime was killed. Starting a fresh "
-                                      "runtime with: " + applied.summary())
-            self.controller.apply(applied)
-            self._refresh_status()
+            # Stop had to kill the runtime: like a notebook kernel, the next run gets a fresh one with the same
+            # configuration (the manager's spare).
+            self.flash(f"Runtime {info.description}; the next run gets a fresh one with the same configuration",
+                       10_000)
+            self.devices.show_message("The job did not stop in time, so its runtime was killed. The next run gets "
+                                      "a fresh runtime with: " + applied.summary())
 
     def _on_job_finished(self, outcome: JobOutcome) -> None:
         self.runs.job_finished(outcome)
@@ -509,28 +515,21 @@ class MainWindow(QMainWindow):
         self._refresh_status()
 
     def _refresh_status(self) -> None:
-        state = self.controller.state
-        applied = self.controller.applied
-        physical = (self.controller.devices or {}).get("physical")
+        manager = self.manager
+        state = manager.state
+        applied = manager.applied
+        physical = (manager.devices or {}).get("physical")
         gpus_present = None if physical is None else any(d["device_type"] == "GPU" for d in physical)
         summary = applied.summary(gpus_present) if applied else ""
-        stale = self.config_panel.is_stale and state not in (EXITED, "not started")
-        text = f"Runtime: {self.controller.status_text()} — {summary}" if summary else "Runtime not started"
+        stale = self.config_panel.is_stale and state not in (EXITED, NOT_STARTED)
+        text = f"Runtime: {manager.status_text()} — {summary}" if summary else "Runtime not started"
         if stale:
             text = "⟳ STALE (configuration changed; Apply to restart) — " + text
         self.runtime_label.setText(text)
-        self.restart_button.setVisible(state in (EXITED, "not started"))
+        self.restart_button.setVisible(state in (EXITED, NOT_STARTED))
         self.restart_button.setText("Restart runtime" if state == EXITED else "Start runtime")
         self.runs.set_can_run(state == READY, "" if state == READY else f"The runtime is {state}",
                               warming=state == STARTING)
-        if self.pending_run is not None:
-            if state == READY:
-                QTimer.singleShot(0, self._start_pending_run)  # not inside the state change that told us
-            elif state != STARTING:
-                # The spare failed or was stopped: the waiting job cannot start; say so in its status.
-                self.pending_run = None
-                self.runs.cancel_queued(f"the runtime is {state}")
-                self.flash(f"The runtime is {state}: the waiting job was not started", 10_000)
 
     def flash(self, text: str, timeout_ms: int = 10_000) -> None:
         """A passing message in the status bar, beside the runtime's state."""
@@ -625,7 +624,7 @@ class MainWindow(QMainWindow):
         return dialog
 
     def show_about(self) -> QMessageBox:
-        info = self.controller.ready_info or {}
+        info = self.manager.ready_info or {}
         box = QMessageBox(QMessageBox.Icon.Information, "About TF Device Panel",
                           about_html(info.get("tf_version"), shared_nvml().driver_version()),
                           QMessageBox.StandardButton.Ok, self)

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
 from tf_device_panel.gui import view_settings

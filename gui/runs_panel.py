@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 from tf_device_panel.gui.console_view import ConsoleView

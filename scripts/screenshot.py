@@ -75,10 +75,10 @@ def main() -> int:
     state = {"submitted": False, "since": 0.0, "runs": 0, "done_at": 0.0}
 
     def tick() -> None:
-        finished = window.controller.job_run is not None and window.controller.job_run.outcome.finished
-        if state["submitted"] and finished and state["runs"] < args.runs and window.controller.state == "ready":
+        finished = window.manager.job_run is not None and window.manager.job_run.outcome.finished
+        if state["submitted"] and finished and state["runs"] < args.runs and window.manager.state == "ready":
             state["submitted"] = False
-        if not state["submitted"] and window.controller.state == "ready":
+        if not state["submitted"] and window.manager.state == "ready":
             window.runs.select_job(args.job)
             for item in args.param:
                 name, _, value = item.partition("=")
@@ -87,7 +87,7 @@ def main() -> int:
             state["submitted"], state["since"], state["done_at"] = True, time.monotonic(), 0.0
             state["runs"] += 1
         elif state["submitted"]:
-            done = window.controller.job_run is not None and window.controller.job_run.outcome.finished
+            done = window.manager.job_run is not None and window.manager.job_run.outcome.finished
             if done and not state["done_at"]:
                 state["done_at"] = time.monotonic()
             waited = time.monotonic() - state["since"] > args.delay

@@ -146,7 +146,7 @@ def test_machines_says_no_answer_yet_when_there_never_was_one(qtbot, window: Mai
 
 def test_with_history_open_at_1280_the_result_caption_is_never_cut(qtbot, window: MainWindow) -> None:
     from test_window_layout import FIT_RESULT as fit
-    from tf_device_panel.core.client.session import JobOutcome
+    from tf_device_panel.core.client.run_record import JobOutcome
 
     window.resize(1280, 720)
     window.reset_layout()

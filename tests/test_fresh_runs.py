@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from tf_device_panel.core.client.session import run_job_once
+from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.config import DeviceConfig
 
 TWO_CPUS = DeviceConfig(cpu_devices=2)

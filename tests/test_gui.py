@@ -57,7 +57,7 @@ def apply_and_wait(qtbot, win: MainWindow, **changes) -> None:
     win.config_panel.set_config(win.config_panel.config().with_changes(**changes))
     qtbot.mouseClick(win.config_panel.apply_button, Qt.MouseButton.LeftButton)
     # "Run", not "Run when ready": the window has taken the ready state (Run is pressable while it warms too)
-    qtbot.waitUntil(lambda: win.controller.state == "ready" and win.runs.run_button.isEnabled()
+    qtbot.waitUntil(lambda: win.manager.state == "ready" and win.runs.run_button.isEnabled()
                     and win.runs.run_button.text() == "Run", timeout=READY_TIMEOUT_MS)
 
 
@@ -117,7 +117,7 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     panel = window.config_panel
     assert not panel.is_stale and "STALE" not in window.runtime_label.text()
     # The status bar said "all GPUs" on a machine with none (CI has none; a GPU machine checks the other branch).
-    has_gpu = any(d["device_type"] == "GPU" for d in window.controller.devices["physical"])
+    has_gpu = any(d["device_type"] == "GPU" for d in window.manager.devices["physical"])
     assert ("all GPUs" in window.runtime_label.text()) == has_gpu
     assert ("no GPU on this machine" in window.runtime_label.text()) == (not has_gpu)
     # A passing message no longer takes the runtime's state out of sight.
@@ -135,9 +135,9 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     assert growth.isVisible() and "virtual GPUs" in growth.text()
     assert "GPU 0 does not exist" in panel.field_problems["visible_gpus"].text()
     assert not panel.apply_button.isEnabled()
-    pid = window.controller.runtime.pid
+    pid = window.manager.runtime.pid
     window.apply_current()  # the menu action too refuses, without starting a runtime
-    assert window.controller.runtime.pid == pid
+    assert window.manager.runtime.pid == pid
     assert "Fix the configuration problems" in window.notices[-1] and dismiss_notices(window) == ["TF Device Panel"]
 
 
@@ -158,7 +158,7 @@ def test_a_scripts_output_is_under_its_result_and_run_waits_for_the_spare(qtbot,
     window.apply_current()
     window.runs.select_job("script")
     window.runs.form().set_value("path", str(script))
-    waited = window.controller.state == "starting"
+    waited = window.manager.state == "starting"
     with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
         qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
         if waited:
@@ -168,7 +168,7 @@ def test_a_scripts_output_is_under_its_result_and_run_waits_for_the_spare(qtbot,
     lines = console.text().splitlines()
     assert lines[0] == "hello from train.py" and "step 3/3" in lines and lines[-1] == "done"
     assert not any("device:CPU" in line for line in lines)  # placements stay in the Placement log
-    qtbot.waitUntil(lambda: window.controller.state == "ready", timeout=READY_TIMEOUT_MS)  # the next spare
+    qtbot.waitUntil(lambda: window.manager.state == "ready", timeout=READY_TIMEOUT_MS)  # the next spare
     assert console.text().splitlines()[-1] == "done"
 
 
@@ -195,11 +195,11 @@ def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
 
 def test_killed_runtime_is_reported_and_restartable(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window)
-    os.kill(window.controller.runtime.pid, signal.SIGKILL)
+    os.kill(window.manager.runtime.pid, signal.SIGKILL)
     qtbot.waitUntil(lambda: "SIGKILL" in window.runtime_label.text(), timeout=20_000)
     assert window.restart_button.isVisible() and not window.runs.run_button.isEnabled()
     qtbot.mouseClick(window.restart_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.controller.state == "ready", timeout=READY_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.manager.state == "ready", timeout=READY_TIMEOUT_MS)
     assert not window.restart_button.isVisible()
 
 
@@ -209,22 +209,22 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
     script.write_text("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                       "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                       "print('stuck in C', flush=True)\ntime.sleep(600)\n")
-    window.controller.cancel_grace_s = 1.0  # the job cannot stop: waiting longer for it proves nothing
+    window.manager.cancel_grace_s = 1.0  # the job cannot stop: waiting longer for it proves nothing
     window.runs.select_job("script")
     window.runs.form().set_value("path", str(script))
     qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
     # ignoring Ctrl+C and SIGTERM by then: only the kill after the grace period ends it
     qtbot.waitUntil(lambda: any(text == "stuck in C" for _, text in window.log.entries), timeout=60_000)
-    old_pid = window.controller.runtime.pid
+    old_pid = window.manager.runtime.pid
     with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
         assert window.runs.status.text().startswith("Stopping…") and not window.runs.stop_button.isEnabled()
     assert finished.args[0].status == "cancelled"
     assert "did not stop within" in finished.args[0].error["message"]
     # the same configuration comes back by itself, ready for the next run
-    qtbot.waitUntil(lambda: window.controller.state == "ready" and window.controller.runtime.pid != old_pid,
+    qtbot.waitUntil(lambda: window.manager.state == "ready" and window.manager.runtime.pid != old_pid,
                     timeout=READY_TIMEOUT_MS)
-    assert window.controller.runtime.config.cpu_devices == 2
+    assert window.manager.runtime.config.cpu_devices == 2
     qtbot.waitUntil(window.runs.run_button.isEnabled, timeout=5000)
     assert not window.restart_button.isVisible()
 
@@ -241,11 +241,11 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
     def flood() -> None:
         for number in range(100_000):
             if number % 2:
-                window.controller._buffer_event(events.Placement(
+                window.controller.pump.put(events.Placement(
                     op="MatMul", op_type="MatMul", kernel="MatMul", short_device="/CPU:0",
                     device="/job:localhost/replica:0/task:0/device:CPU:0", mode="eager", line=line))
             else:
-                window.controller._buffer_event(events.Log(stream="stderr", kind="tf-info", text=f"line {number}"))
+                window.controller.pump.put(events.Log(stream="stderr", kind="tf-info", text=f"line {number}"))
 
     # Widgets of earlier tests still in reference cycles are freed here, on the GUI thread: freed by a
     # collection the flood thread's allocations trigger, PySide deadlocks deleting them.
@@ -267,8 +267,8 @@ def test_closing_mid_run_stops_job_and_runtime(qtbot, window: MainWindow) -> Non
     window.runs.select_job("fit")
     window.runs.form().set_value("epochs", 10_000)
     qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.controller.state == "busy", timeout=10_000)
-    runtime_pid = window.controller.runtime.pid
+    qtbot.waitUntil(lambda: window.manager.state == "busy", timeout=10_000)
+    runtime_pid = window.manager.runtime.pid
     window.close()
     assert not psutil.pid_exists(runtime_pid) or psutil.Process(runtime_pid).status() == psutil.STATUS_ZOMBIE
 
@@ -348,7 +348,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
                 time.sleep(0.02)
 
         win.apply(DeviceConfig(cpu_devices=2))
-        wait(lambda: win.controller.state == "ready")
+        wait(lambda: win.manager.state == "ready")
         win.run_job("replicate", {})
         wait(lambda: finished)
         app.processEvents()
@@ -366,7 +366,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
 
 
 def test_result_views_for_every_result_kind(qtbot) -> None:
-    from tf_device_panel.core.client.session import JobOutcome
+    from tf_device_panel.core.client.run_record import JobOutcome
     from tf_device_panel.gui.result_view import ResultView
 
     view = ResultView()
@@ -397,7 +397,7 @@ def test_result_views_for_every_result_kind(qtbot) -> None:
 
 def test_a_new_result_kind_shows_in_the_window_and_on_the_command_line(qtbot, tmp_path: Path) -> None:
     from tf_device_panel.core.cli.output import format_result
-    from tf_device_panel.core.client.session import JobOutcome
+    from tf_device_panel.core.client.run_record import JobOutcome
     from tf_device_panel.core.results import PRESENTERS, Column, Plot, Presentation, Series, Table, presenter
     from tf_device_panel.gui.result_view import ResultView
 

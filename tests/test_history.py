@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import JobRun, run_job_once
+from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 

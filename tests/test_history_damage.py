@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from tf_device_panel.core.cli.output import runs_text
 from tf_device_panel.core.client import history
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import run_job_once
+from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.lab.exporter import PanelStateReader
 from tf_device_panel.core.protocol import events

@@ -197,7 +197,7 @@ def test_cancelling_a_multi_worker_run_stops_every_worker(three_cpus: RuntimePro
     three_cpus.cancel(grace=20)
     seen = collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
-    assert three_cpus.exit_info is not None and not three_cpus.exit_info["killed_for_cancel"], \
+    assert three_cpus.exited is not None and not three_cpus.exited.killed_for_cancel, \
         "the job did not stop by itself: its process had to be killed"
     assert cluster_processes(three_cpus) == []
 
@@ -228,7 +228,7 @@ def test_cancelling_long_jobs(three_cpus: RuntimeProcess, job: str, params: dict
     three_cpus.cancel(grace=20)
     seen += collect_job(three_cpus, job_id, timeout=60)
     assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
-    assert three_cpus.exit_info is not None and not three_cpus.exit_info["killed_for_cancel"], \
+    assert three_cpus.exited is not None and not three_cpus.exited.killed_for_cancel, \
         "the job did not stop by itself: its process had to be killed"
     assert cluster_processes(three_cpus) == []
 

@@ -18,7 +18,8 @@ import pytest
 from helpers import ROOT, wait_until
 from tf_device_panel.core.cli.output import RunPrinter
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import JobRun, run_job_once
+from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event

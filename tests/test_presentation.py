@@ -14,7 +14,7 @@ from PySide6.QtGui import QAction, QColor, QKeySequence, QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.results import Plot, Presentation, Series
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.result_view import ResultView

@@ -9,14 +9,14 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.config import DeviceConfig, save_profile
-from tf_device_panel.gui.controller import RuntimeController
 from tf_device_panel.gui.main_window import APPLIED_KEY, MainWindow
 
 
 def test_the_applied_configuration_comes_back_on_restart(qtbot, tmp_path: Path, monkeypatch) -> None:
     applied: list[DeviceConfig] = []
-    monkeypatch.setattr(RuntimeController, "apply", lambda self, config: applied.append(config))
+    monkeypatch.setattr(RunManager, "apply", lambda self, config: applied.append(config))
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     profile = tmp_path / "class.json"
     save_profile(DeviceConfig(cpu_devices=1), profile)

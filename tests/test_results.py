@@ -11,7 +11,7 @@ import pytest
 from tf_device_panel.core import cli
 from tf_device_panel.core.cli.output import format_result, one_line, runs_text, table_text
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import JobOutcome, JobRun
+from tf_device_panel.core.client.run_record import JobOutcome, JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, format_cell, present

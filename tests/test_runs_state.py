@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
+from fake_runtime import FakeProcess, fake_factory
 from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_manager import RunManager
+from tf_device_panel.core.client.run_record import JobOutcome
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.controller import RuntimeController
 from tf_device_panel.gui.job_state import JobState, error_summary
 from tf_device_panel.gui.main_window import MainWindow
 
@@ -115,43 +118,51 @@ def test_job_state_is_plain_python() -> None:
     assert not state.running and state.status == "Cancelled in 3.00 s" and state.progress == 0.25
 
 
-def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, window: MainWindow, monkeypatch) -> None:
+def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, tmp_path: Path) -> None:
+    """The waiting job is the manager's (core.client.run_manager): here it drives fake processes, which warm,
+    finish and fail when the test says."""
+    made: list[FakeProcess] = []
+    manager = RunManager(RunHistory(), spares=1, describe=False, process_factory=fake_factory(made))
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False, run_manager=manager)
+    qtbot.addWidget(window)
     runs = window.runs
-    started: list[tuple[str, dict]] = []
-    window.controller.run = lambda job, params: started.append((job, params)) or True  # what it is given
-    state = {"value": "starting"}
-    monkeypatch.setattr(RuntimeController, "state", property(lambda self: state["value"]))
-    if True:
+    try:
+        window.apply(DeviceConfig())  # the spare warms
         window._refresh_status()
         assert runs.run_button.isEnabled() and runs.run_button.text() == "Run when ready"
         runs.select_job("matmul")
         qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
         assert runs.run_button.text() == "Starts when ready…" and not runs.run_button.isEnabled()
         assert runs.stop_button.isEnabled() and "Waiting for the runtime" in runs.status.full_text()
-        assert started == []
-        state["value"] = "ready"
-        window._refresh_status()
-        qtbot.waitUntil(lambda: bool(started))
-        assert started[0][0] == "matmul" and runs.running_job == "matmul"
+        spare = made[-1]
+        assert spare.job is None
+        spare.warm_up()
+        qtbot.waitUntil(lambda: runs.running_job == "matmul")
+        assert spare.job is not None and spare.job[0] == "matmul"
         assert runs.status.full_text() == "Running matmul…" and runs.run_button.text() == "Run"
-        runs.job_finished(outcome("matmul"))
+        spare.finish_job()
+        qtbot.waitUntil(lambda: runs.running_job is None)
         # Stop while waiting: the job does not start
-        state["value"] = "starting"
+        next_spare = made[-1]
         window._refresh_status()
         qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
         qtbot.mouseClick(runs.stop_button, Qt.MouseButton.LeftButton)
-        state["value"] = "ready"
-        window._refresh_status()
+        next_spare.warm_up()
+        qtbot.waitUntil(lambda: window.manager.state == "ready")
         QApplication.processEvents()
-        assert len(started) == 1 and "Not started" in runs.status.full_text() and runs.run_button.isEnabled()
+        assert next_spare.job is None and "Not started" in runs.status.full_text() and runs.run_button.isEnabled()
         # the spare dies while a job waits: it is not started, and says why (never a wait without end)
-        state["value"] = "starting"
+        window.apply(DeviceConfig())
         window._refresh_status()
         qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
-        state["value"] = "exited"
+        made[-1].exit(returncode=-9, description="killed by SIGKILL", expected=False)
+        qtbot.waitUntil(lambda: runs.status.full_text() == "Not started: the runtime is exited")
         window._refresh_status()
-        assert runs.status.full_text() == "Not started: the runtime is exited" and window.pending_run is None
-        assert not runs.run_button.isEnabled() and len(started) == 1
+        assert window.pending_run is None
+        assert not runs.run_button.isEnabled() and made[-1].job is None
+    finally:
+        window.close()
 
 
 def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdout", partial: bool = False):
@@ -161,13 +172,13 @@ def log(job_id: str | None, text: str, kind: str = "output", stream: str = "stdo
 def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: MainWindow) -> None:
     """Item 5: the script's stdout is in the Runs panel, the "\\r" line live, placement lines not mixed in, and
     the next spare's start-up lines never push it away."""
-    from tf_device_panel.core.client.session import JobRun
+    from tf_device_panel.core.client.run_record import JobRun
     from tf_device_panel.core.config import DeviceConfig
 
     runs = window.runs
     run = JobRun("script", {}, DeviceConfig(), None)
     run.attach("7-1-1")
-    window.controller.job_run = run
+    window.manager.job_run = run
     runs.select_job("script")
     runs.job_started("script")
     window._handle_events([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
@@ -197,7 +208,7 @@ def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, 
     own switches say plainly that they override it, and what it is."""
     from tf_device_panel.core.config import DeviceConfig
 
-    window.controller.apply = lambda config: None  # the restart itself is the controller's
+    window.manager.apply = lambda config: None  # the restart itself is the manager's
     window.apply(DeviceConfig(soft_placement=True, log_placement=False))
     texts = {job: window.runs.forms[job].widgets[name].text()
              for job, name in (("session", "soft_placement"), ("multi-worker", "log_placement"),
@@ -239,3 +250,20 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
                 if any(bar.tabText(i).startswith("Doctor") for i in range(bar.count()))]
 
     qtbot.waitUntil(lambda: raised_tab() == ["History"], timeout=3000)
+
+
+def test_runtime_kill_from_the_menu_says_why(qtbot, tmp_path: Path) -> None:
+    """Runtime → Kill runtime kills the spare with its reason (a QAction's `checked` is not taken for it)."""
+    made: list[FakeProcess] = []
+    manager = RunManager(RunHistory(), spares=1, describe=False, process_factory=fake_factory(made))
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False, run_manager=manager)
+    qtbot.addWidget(window)
+    try:
+        window.apply(DeviceConfig())
+        made[-1].warm_up()
+        (kill,) = [a for a in window.findChildren(QAction) if a.text() == "&Kill runtime"]
+        kill.trigger()
+        assert made[-1].killed == "Runtime → Kill runtime was chosen" and manager.state == "exited"
+    finally:
+        window.close()

@@ -22,7 +22,14 @@ from helpers import (
     progress_at_least,
     wait_until,
 )
-from tf_device_panel.core.client.runtime import EXITED, READY, RuntimeProcess, RuntimeUnavailable, describe_devices
+from tf_device_panel.core.client.runtime import (
+    EXITED,
+    READY,
+    ConfigurationRejected,
+    RuntimeProcess,
+    RuntimeUnavailable,
+    describe_devices,
+)
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 
@@ -40,13 +47,13 @@ def _script(tmp_path: Path, body: str, name: str = "user_script.py") -> str:
 def test_a_spare_is_configured_but_not_initialized_and_leaves_quietly(start_runtime) -> None:
     runtime = start_runtime(DeviceConfig(cpu_devices=2))
     warm = runtime.wait_ready()
-    assert runtime.state == READY and warm["pid"] == runtime.pid != runtime.supervisor_pid
-    assert "set_log_device_placement(True)" in warm["applied"] and warm["tf_version"].startswith("2.")
-    assert [d["device_type"] for d in warm["physical"]] == ["CPU"]
-    assert "logical" not in warm  # listing logical devices would have initialized TensorFlow
+    assert runtime.state == READY and warm.pid == runtime.pid != runtime.supervisor_pid
+    assert "set_log_device_placement(True)" in warm.applied and warm.tf_version.startswith("2.")
+    assert [d["device_type"] for d in warm.physical] == ["CPU"]
+    assert "logical" not in warm.payload()  # listing logical devices would have initialized TensorFlow
     runtime.stop()
     assert runtime.wait_exited(10)
-    assert runtime.exit_info is not None and runtime.exit_info["returncode"] == 0 and runtime.exit_info["expected"]
+    assert runtime.exited is not None and runtime.exited.returncode == 0 and runtime.exited.expected
 
 
 def test_a_describe_run_lists_the_logical_devices_and_is_cached() -> None:
@@ -82,7 +89,7 @@ def test_a_job_outcome_comes_before_the_teardown_and_the_next_run_waits_for_it(s
     job_id = first.submit("matmul")
     finished = collect_job(first, job_id)[-1]
     # The outcome carries the status the process left with, and the process is gone (collect_job waited).
-    assert finished.returncode == 0 and first.exit_info is not None and first.exit_info["returncode"] == 0
+    assert finished.returncode == 0 and first.exited is not None and first.exited.returncode == 0
 
     # A next run named after a process still alive initializes TensorFlow only once that one has exited.
     previous = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
@@ -120,7 +127,9 @@ def test_gpu_request_for_missing_gpu_is_rejected_with_tensorflows_count(start_ru
     runtime = start_runtime(DeviceConfig(visible_gpus=(0,)))
     with pytest.raises(RuntimeUnavailable, match="GPU 0 requested, but TensorFlow sees 0 physical GPU"):
         runtime.wait_ready()
-    assert runtime.startup_error is not None and runtime.startup_error["stage"] == "check GPU indices"
+    assert runtime.startup_error is not None and runtime.startup_error.stage == "check GPU indices"
+    # the CLI knows a rejected configuration by its type, never by its message's words
+    assert isinstance(runtime.unavailable(), ConfigurationRejected)
     assert runtime.wait_exited(10)
 
 
@@ -133,7 +142,7 @@ def test_cancel_is_ctrl_c_for_a_long_fit(start_runtime) -> None:
     seen += collect_job(runtime, job_id, timeout=30)
     finished = of_type(seen, events.JOB_FINISHED)[0]
     assert finished.status == "cancelled" and finished.returncode == 1
-    assert runtime.exit_info is not None and not runtime.exit_info["killed_for_cancel"]
+    assert runtime.exited is not None and not runtime.exited.killed_for_cancel
 
 
 def test_a_script_that_ignores_ctrl_c_and_sigterm_is_killed_after_the_grace(start_runtime, tmp_path: Path) -> None:
@@ -152,7 +161,7 @@ def test_a_script_that_ignores_ctrl_c_and_sigterm_is_killed_after_the_grace(star
     seen = collect_job(runtime, job_id, timeout=30)
     assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
     assert "did not stop within 2 s" in of_type(seen, events.ERROR)[0].message
-    assert runtime.exit_info is not None and runtime.exit_info["killed_for_cancel"]
+    assert runtime.exited is not None and runtime.exited.killed_for_cancel
 
 
 def test_run_process_killed_mid_job_is_reported_with_its_last_lines(start_runtime, tmp_path: Path) -> None:
@@ -172,7 +181,7 @@ def test_run_process_killed_mid_job_is_reported_with_its_last_lines(start_runtim
     assert "killed by SIGKILL" in error.message and "step 2" in error.last_lines
     assert of_type(seen, events.JOB_FINISHED)[0].status == "crashed"
     exited = runtime.next_event(5)
-    assert exited is not None and isinstance(exited, events.RuntimeExited)
+    assert isinstance(exited, events.RuntimeExited)
     assert exited.signal == "SIGKILL" and not exited.expected
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, process_gone, wait_until
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import run_job_once
+from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.protocol import events

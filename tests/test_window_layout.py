@@ -11,7 +11,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QMessageBox, QScrollBar
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.session import JobOutcome
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.result_view import ResultView, outcome_summary, user_frames
@@ -477,7 +477,7 @@ def test_history_shows_date_parameters_and_configuration_and_offers_run_again_an
     assert window.runs.current_job == "fit" and window.runs.form().values()["epochs"] == 4
     assert window.runs.form().values()["model"] == "cnn"
     applied: list[DeviceConfig] = []
-    window.controller.apply = applied.append  # the restart itself is the controller's; here, what it is given
+    window.manager.apply = applied.append  # the restart itself is the manager's; here, what it is given
     qtbot.mouseClick(dialog.apply_button, Qt.MouseButton.LeftButton)
     assert applied == [config] and window.config_panel.config() == config
     dialog.close()

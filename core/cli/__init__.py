@@ -25,8 +25,9 @@ from tf_device_panel.core.cli.output import (
     runs_text,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
+from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import shell_status
-from tf_device_panel.core.client.session import JobRun, run_job_once
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
@@ -139,7 +140,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from tf_device_panel.core.client.runtime import RuntimeUnavailable, TensorFlowMissing, describe_devices
+    from tf_device_panel.core.client.runtime import ConfigurationRejected, TensorFlowMissing, describe_devices
 
     config = load_config(args.config)
     nvml = shared_nvml()
@@ -148,12 +149,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
         "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
     try:
         info, lines = describe_devices(config)
-    except TensorFlowMissing as exc:
-        raise ConfigRejected(str(exc)) from None  # printed as it is: which Python, and how to install it
-    except RuntimeUnavailable as exc:
-        if "rejected the configuration" in str(exc):
-            raise ConfigRejected(str(exc)) from None
-        raise
+    except (TensorFlowMissing, ConfigurationRejected) as exc:
+        # Printed as it is: which Python and how to install TensorFlow, or what TensorFlow refused and where.
+        raise ConfigRejected(str(exc)) from None
     if args.json:
         _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(lines)})
         return EXIT_OK

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunState
-from tf_device_panel.core.client.session import JobOutcome
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.results import Presentation, Table, present

@@ -40,6 +40,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
+from enum import Enum
 from typing import Any
 
 from tf_device_panel.core.config import DeviceConfig
@@ -48,11 +49,68 @@ from tf_device_panel.core.logsetup import RepeatedFailureLog
 from tf_device_panel.core.processes import start_module
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.environment import PANEL_ENVIRONMENT, USER_ENVIRONMENT_ENV
-from tf_device_panel.core.protocol.events import Event, make_event
+from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.protocol.streams import EVENTS, SCRIPT, STDERR, STDOUT, StreamDemux
 
-NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = (
-    "not started", "starting", "ready", "busy", "stopping", "exited")
+
+class RuntimeState(str, Enum):
+    """Where a run process, or the run manager, is in its life (the value is how the window says it)."""
+
+    NOT_STARTED = "not started"
+    STARTING = "starting"   # TensorFlow being imported and configured (a spare warming)
+    READY = "ready"         # warm: takes one job (or one describe request)
+    BUSY = "busy"           # running its job
+    STOPPING = "stopping"   # asked to leave
+    EXITED = "exited"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+NOT_STARTED, STARTING, READY, BUSY, STOPPING, EXITED = RuntimeState
+
+
+class IllegalTransition(RuntimeError):
+    """A lifecycle was asked to move where its transition table does not go: a bug, said loudly."""
+
+
+class Lifecycle:
+    """A state and the only moves it may make: `fire(trigger)` follows `transitions[(state, trigger)]`.
+
+    Not thread-safe by itself: its owner holds its own lock around `fire`."""
+
+    def __init__(self, name: str, transitions: Mapping[tuple[RuntimeState, str], RuntimeState],
+                 state: RuntimeState = RuntimeState.NOT_STARTED):
+        self.name = name
+        self.transitions = transitions
+        self.state = state
+
+    def can(self, trigger: str) -> bool:
+        return (self.state, trigger) in self.transitions
+
+    def fire(self, trigger: str) -> RuntimeState:
+        try:
+            self.state = self.transitions[(self.state, trigger)]
+        except KeyError:
+            raise IllegalTransition(f"{self.name}: no transition from '{self.state}' on '{trigger}'") from None
+        return self.state
+
+
+# One run process's life: started, warm, one job (or one describe request), gone.
+PROCESS_TRANSITIONS: dict[tuple[RuntimeState, str], RuntimeState] = {
+    (NOT_STARTED, "start"): STARTING,
+    (STARTING, "warm"): READY,
+    (READY, "submit"): BUSY,
+    (READY, "describe"): BUSY,
+    (READY, "stop"): STOPPING,       # a spare leaves quietly once its command pipe closes
+    (BUSY, "stop"): STOPPING,        # a describe run asked to leave (a running job is killed instead)
+    (STOPPING, "stop"): STOPPING,
+    **{(state, "exit"): EXITED for state in (STARTING, READY, BUSY, STOPPING)},
+}
+
 LAST_LINES = 40
 READ_SIZE = 65536
 PIPES_AFTER_EXIT_S = 1.0   # how long output pipes may stay open after the supervisor exited (they should not)
@@ -76,11 +134,21 @@ class TensorFlowMissing(RuntimeUnavailable):
     """The run's Python has no TensorFlow: the message says which Python, and how to install it."""
 
 
-def startup_error_text(error: Mapping[str, Any]) -> str:
+class ConfigurationRejected(RuntimeUnavailable):
+    """TensorFlow refused the configuration when the run process applied it (the message says where and why)."""
+
+
+def startup_error_text(error: events.StartupError | Mapping[str, Any]) -> str:
     """A run's start-up failure in words: TensorFlow missing from its Python, or what TensorFlow refused."""
-    if error.get("not_installed"):
-        return str(error.get("message"))
-    return f"TensorFlow rejected the configuration at {error.get('stage')}: {error.get('type')}: {error.get('message')}"
+    if not isinstance(error, events.StartupError):  # a record's or a consumer's dict (the wire's "data")
+        error = events.StartupError(**{("error_type" if key == "type" else key): value for key, value in error.items()
+                                       if key in _STARTUP_ERROR_FIELDS})
+    if error.not_installed:
+        return error.message
+    return f"TensorFlow rejected the configuration at {error.stage}: {error.error_type}: {error.message}"
+
+
+_STARTUP_ERROR_FIELDS = {"stage", "type", "message", "tf_version", "not_installed", "python"}
 
 
 def describe_exit(returncode: int | None, killed_because: str | None = None) -> str:
@@ -128,11 +196,11 @@ class RuntimeProcess:
         self.config = config
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
-        self.state = NOT_STARTED
-        self.warm_info: dict[str, Any] | None = None    # TF version, build, physical devices: no initialization
-        self.ready_info: dict[str, Any] | None = None   # after initialization: the logical devices too
-        self.startup_error: dict[str, Any] | None = None
-        self.exit_info: dict[str, Any] | None = None
+        self.lifecycle = Lifecycle(f"run process of {config.summary()}", PROCESS_TRANSITIONS)
+        self.warm: events.Warm | None = None      # TF version, build, physical devices: no initialization
+        self.ready: events.Ready | None = None    # after initialization: the logical devices too
+        self.startup_error: events.StartupError | None = None
+        self.exited: events.RuntimeExited | None = None  # how it ended, once it has
         self.running_job: str | None = None
         self.job_name: str | None = None
         self._last_lines: deque[str] = deque(maxlen=LAST_LINES)  # appended by the reader thread
@@ -161,10 +229,14 @@ class RuntimeProcess:
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
+    def state(self) -> RuntimeState:
+        return self.lifecycle.state
+
+    @property
     def pid(self) -> int | None:
         """The run process (where TensorFlow runs) once it is warm; its supervisor before."""
-        if self.warm_info is not None:
-            return int(self.warm_info["pid"])
+        if self.warm is not None and self.warm.pid is not None:
+            return self.warm.pid
         return self._process.pid if self._process else None
 
     @property
@@ -185,7 +257,7 @@ class RuntimeProcess:
                **self.extra_env}
         run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r), "--script-fd", str(script_w),
                     "--config", json.dumps(self.config.to_json())]
-        self._set_state(STARTING)
+        self._fire("start")
         try:
             # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
             self._process = start_module(
@@ -196,7 +268,7 @@ class RuntimeProcess:
         except OSError:
             for fd in (events_r, commands_w, script_r):
                 os.close(fd)
-            self._set_state(EXITED)
+            self._fire("exit")
             raise
         finally:
             os.close(events_w)
@@ -211,7 +283,7 @@ class RuntimeProcess:
             args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno(), script_r))
         self._reader.start()
 
-    def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
+    def wait_ready(self, timeout: float = 120.0) -> events.Warm:
         """Block until warm; raises RuntimeUnavailable with TF's message if the process did not get there."""
         deadline = time.monotonic() + timeout
         with self._state_changed:
@@ -220,14 +292,16 @@ class RuntimeProcess:
                 if left <= 0:
                     raise RuntimeUnavailable(f"the runtime did not become ready within {timeout:.0f} s")
                 self._state_changed.wait(left)
-        if self.warm_info is None:
+        if self.warm is None:
             raise self.unavailable()
-        return self.warm_info
+        return self.warm
 
     def unavailable(self) -> RuntimeUnavailable:
-        """Why this process cannot run anything, as the exception to raise (TensorFlowMissing: no TensorFlow)."""
-        if self.startup_error and self.startup_error.get("not_installed"):
-            return TensorFlowMissing(self.failure_message())
+        """Why this process cannot run anything, as the exception to raise: TensorFlowMissing (no TensorFlow),
+        ConfigurationRejected (TensorFlow refused the configuration), else RuntimeUnavailable."""
+        if self.startup_error is not None:
+            missing = self.startup_error.not_installed
+            return (TensorFlowMissing if missing else ConfigurationRejected)(self.failure_message())
         return RuntimeUnavailable(self.failure_message())
 
     def wait_exited(self, timeout: float | None = None) -> bool:
@@ -241,11 +315,11 @@ class RuntimeProcess:
         return True
 
     def failure_message(self) -> str:
-        if self.startup_error:
+        if self.startup_error is not None:
             return startup_error_text(self.startup_error)
-        if self.exit_info:
-            tail = "\n".join(self.exit_info.get("last_lines", [])[-8:])
-            return f"the runtime {self.exit_info['description']}" + (f"; last output:\n{tail}" if tail else "")
+        if self.exited is not None:
+            tail = "\n".join(self.exited.last_lines[-8:])
+            return f"the runtime {self.exited.description}" + (f"; last output:\n{tail}" if tail else "")
         return "the runtime is not ready"
 
     @classmethod
@@ -265,7 +339,7 @@ class RuntimeProcess:
             job_id = job_id or self.new_job_id()
             self.running_job = job_id
             self.job_name = job
-            self.state = BUSY
+            self.lifecycle.fire("submit")
             self._state_changed.notify_all()
         self._send({"cmd": "run", "job_id": job_id, "job": job, "params": dict(params or {}), "after_pid": after_pid})
         return job_id
@@ -275,7 +349,7 @@ class RuntimeProcess:
         with self._state_changed:
             if self.state != READY:
                 raise RuntimeUnavailable(f"the runtime is {self.state}; it can describe only when ready")
-            self.state = BUSY
+            self.lifecycle.fire("describe")
             self._state_changed.notify_all()
         self._send({"cmd": "describe"})
 
@@ -313,8 +387,8 @@ class RuntimeProcess:
             self.kill(reason="stopped while the job was running")
         elif self.state == STARTING:
             self.kill()  # no need to let it finish importing TensorFlow first
-        else:
-            self._set_state(STOPPING)
+        elif self.state != EXITED:
+            self._fire("stop")
         self._close_commands()
         try:
             process.wait(timeout)
@@ -368,17 +442,17 @@ class RuntimeProcess:
         if isinstance(event, events.Exiting):  # for _finish, not for listeners
             self._announced_status = event.status
             return
-        if isinstance(event, events.Warm):
-            self.warm_info = event.data
-            with self._state_changed:
-                if self.state == STARTING:
-                    self.state = READY
-                self._state_changed.notify_all()
-        elif isinstance(event, events.Ready):
-            event = event.replace(gpu_devices=tuple(self.tf_gpus))
-            self.ready_info = event.data
-        elif isinstance(event, events.StartupError):
-            self.startup_error = event.data
+        match event:
+            case events.Warm():
+                self.warm = event
+                with self._state_changed:
+                    if self.state == STARTING:  # not one already being stopped
+                        self.lifecycle.fire("warm")
+                    self._state_changed.notify_all()
+            case events.Ready():
+                event = self.ready = event.replace(gpu_devices=tuple(self.tf_gpus))
+            case events.StartupError():
+                self.startup_error = event
         if self._on_event is not None:
             try:
                 self._on_event(event)
@@ -389,9 +463,9 @@ class RuntimeProcess:
                 self._queue.append(event)
                 self._queue_ready.notify_all()
 
-    def _set_state(self, state: str) -> None:
+    def _fire(self, trigger: str) -> None:
         with self._state_changed:
-            self.state = state
+            self.lifecycle.fire(trigger)
             self._state_changed.notify_all()
 
     def _send(self, command: dict[str, Any]) -> None:
@@ -471,23 +545,38 @@ class RuntimeProcess:
     def _remember_line(self, line: str) -> None:
         with self._last_lines_lock:
             self._last_lines.append(line)
-        if self.ready_info is None and "Created device" in line:
+        if self.ready is None and "Created device" in line:
             created = created_gpu(line)
             if created is not None:
                 self.tf_gpus.append(created)
 
     def _finish(self, closing: list[Event]) -> None:
+        """Every pipe is closed: hand on the job's outcome, reap the process, say how it ended (EXITED)."""
         process = self._process
         assert process is not None
         job_id = self.running_job
-        finished = [e for e in closing if e.type == events.JOB_FINISHED and e.job_id == job_id]
-        announced = self._announced_status
-        if finished and job_id is not None and announced is not None and self._killed_reason is None:
+        finished = any(isinstance(e, events.JobFinished) and e.job_id == job_id for e in closing)
+        if job_id is not None and finished and self._announced_status is not None and self._killed_reason is None:
             # The run said its exit status and closed its pipes: its outcome is complete. Hand it on now; the
             # kernel's teardown of TensorFlow's memory is still waited for below before the process counts as
             # gone (the window's next run waits for that, so two runs never hold a GPU at once).
-            self._close_job(job_id, closing, announced)
+            self._close_job(job_id, closing, self._announced_status)
             job_id = None
+        returncode = self._reap(process)
+        exited = self._exit_event(returncode, job_finished=finished)
+        if job_id is not None:
+            if not finished:  # killed, crashed, os._exit: the closing events it never sent
+                closing = [e for e in closing if e.job_id == job_id] + self._closing_for(job_id, returncode,
+                                                                                          exited.description)
+            self._close_job(job_id, closing, returncode)
+        self.running_job = None
+        _live.discard(self)
+        self.exited = exited
+        self._fire("exit")
+        self._deliver(exited)
+
+    def _reap(self, process: subprocess.Popen[bytes]) -> int:
+        """Wait for the supervisor (and so everything under it) to be gone; release what it held. Its status."""
         try:
             returncode = process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -501,23 +590,16 @@ class RuntimeProcess:
                 if handle is not None:
                     handle.close()
         self._close_commands()
-        description = describe_exit(returncode, self._killed_reason)
+        return returncode
+
+    def _exit_event(self, returncode: int, *, job_finished: bool) -> events.RuntimeExited:
+        """How the process ended; `expected` when nobody need be told it died (its job ended, it was stopped)."""
         expected = self._killed_reason is None and (
-            bool(finished) or (self.running_job is None and (self._stop_requested or returncode == 0)))
-        info: dict[str, Any] = {
-            "returncode": returncode, "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-            "description": description, "expected": expected, "last_lines": self.recent_lines(),
-            "killed_for_cancel": self._killed_for_cancel}
-        self.exit_info = dict(info)
-        if job_id is not None:
-            if not finished:
-                closing = [e for e in closing if e.job_id == job_id] + self._closing_for(job_id, returncode,
-                                                                                          description)
-            self._close_job(job_id, closing, returncode)
-        self.running_job = None
-        _live.discard(self)
-        self._set_state(EXITED)
-        self._deliver(make_event(events.RUNTIME_EXITED, dict(info)))
+            job_finished or (self.running_job is None and (self._stop_requested or returncode == 0)))
+        return events.RuntimeExited(
+            returncode=returncode, signal=signal.Signals(-returncode).name if returncode < 0 else None,
+            description=describe_exit(returncode, self._killed_reason), expected=expected,
+            last_lines=tuple(self.recent_lines()), killed_for_cancel=self._killed_for_cancel)
 
     def _close_job(self, job_id: str, closing: list[Event], returncode: int) -> None:
         for event in closing:
@@ -529,24 +611,23 @@ class RuntimeProcess:
 
     def _closing_for(self, job_id: str, returncode: int, description: str) -> list[Event]:
         """The closing events of a job whose process ended without sending them (killed, crashed, os._exit)."""
-        last_lines = self.recent_lines()[-12:]
-        error: dict[str, Any] | None
+        last_lines = tuple(self.recent_lines()[-12:])
+        error: events.Error | None
         if self._killed_reason is not None:
             status = "cancelled"
-            error = {"type": "RuntimeExited", "last_lines": last_lines,
-                     "message": f"the runtime was killed while the job was running: {self._killed_reason}"}
+            error = events.Error(error_type="RuntimeExited", last_lines=last_lines, job_id=job_id,
+                                 message=f"the runtime was killed while the job was running: {self._killed_reason}")
         elif returncode == 0:
             status, error = "ok", None  # os._exit(0): a bare run would call that success too
         elif self._cancel_requested and -returncode in (signal.SIGINT, signal.SIGTERM):
-            status, error = "cancelled", {"type": "Cancelled", "message": "cancelled by the user"}
+            status, error = "cancelled", events.Error(error_type="Cancelled", message="cancelled by the user",
+                                                      job_id=job_id)
         else:
             status = "crashed"
-            error = {"type": "RuntimeExited", "message": f"the runtime {description} while the job was running",
-                     "last_lines": last_lines}
-        finished: dict[str, Any] = {"job": self.job_name or "", "status": status, "duration_s": None}
-        closing = [] if error is None else [make_event(events.ERROR, dict(error), job_id=job_id)]
-        return [*closing, make_event(events.JOB_FINISHED, dict(finished), job_id=job_id)]
-
+            error = events.Error(error_type="RuntimeExited", last_lines=last_lines, job_id=job_id,
+                                 message=f"the runtime {description} while the job was running")
+        finished = events.JobFinished(job=self.job_name or "", status=status, duration_s=None, job_id=job_id)
+        return [finished] if error is None else [error, finished]
 
 
 _described: dict[str, tuple[dict[str, Any], list[str]]] = {}
@@ -577,9 +658,9 @@ def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[dict
             raise RuntimeUnavailable(f"the devices were not described within {timeout:.0f} s")
     finally:
         runtime.stop()
-    if runtime.ready_info is None:
+    if runtime.ready is None:
         raise runtime.unavailable()
-    described = (runtime.ready_info, runtime.recent_lines())
+    described = (runtime.ready.payload(), runtime.recent_lines())
     with _described_lock:
         _described[config_key(config)] = described
     return described

@@ -1,0 +1,671 @@
+"""The run lifecycle, Qt-free: one owner for the window and the CLI alike.
+
+A `RunManager` keeps the applied configuration's processes and the run in progress:
+
+- the *spare pool*: with `spares=1` (the window) a process for the applied configuration is always warming or
+  warm, and the next one starts warming the moment a job is handed over; with `spares=0` (the CLI) the run
+  starts its own process and nothing warms ahead.
+- a *describe run* (window only) lists the configuration's devices (forms pick from them); the manager is
+  READY only once the spare is warm and the devices are known.
+- the run record (`JobRun`, written to the run history) of the job handed over;
+- the policies the window used to hold: a job asked for while the spare warms waits and starts by itself when
+  it is ready, and is refused with a reason when the spare fails; a run whose process had to be killed for a
+  cancel leaves a fresh process with the same configuration behind.
+
+Its state moves only through `TRANSITIONS` (an unknown move raises `IllegalTransition`). Processes come from
+an injected factory, so its tests drive it with a fake process in milliseconds. Listeners are plain callbacks,
+called on whichever thread the news came from (a process's reader thread, or the caller's), never with the
+manager's lock held: an event listener that blocks (a terminal that takes no output) slows only that process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import queue
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.run_record import JobOutcome, JobRun
+from tf_device_panel.core.client.runtime import (
+    Lifecycle,
+    RuntimeProcess,
+    RuntimeState,
+    RuntimeUnavailable,
+    cached_devices,
+    remember_devices,
+)
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
+
+CANCEL_GRACE_S = 5.0
+STOP_TIMEOUT_S = 5.0
+
+
+class RunProcess(Protocol):
+    """What the manager needs of a run process (`RuntimeProcess`, or a test's fake)."""
+
+    config: DeviceConfig
+
+    @property
+    def state(self) -> RuntimeState: ...
+    @property
+    def startup_error(self) -> events.StartupError | None: ...
+
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def warm(self) -> events.Warm | None: ...
+    @property
+    def exited(self) -> events.RuntimeExited | None: ...
+    def start(self) -> None: ...
+    def new_job_id(self) -> str: ...
+    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
+               job_id: str | None = None) -> str: ...
+    def describe(self) -> None: ...
+    def cancel(self, grace: float = 5.0) -> None: ...
+    def kill(self, reason: str | None = None) -> None: ...
+    def stop(self, timeout: float = 5.0) -> None: ...
+    def recent_lines(self) -> list[str]: ...
+    def failure_message(self) -> str: ...
+
+
+ProcessFactory = Callable[[DeviceConfig, Callable[[Event], None]], RunProcess]
+
+
+def runtime_process(config: DeviceConfig, on_event: Callable[[Event], None]) -> RunProcess:
+    return RuntimeProcess(config, on_event=on_event)
+
+
+class ProcessStarter:
+    """Starts processes on one long-lived thread, for callers on short-lived ones.
+
+    A run process dies with the *thread* that started it (`die_with_parent`: PR_SET_PDEATHSIG follows the
+    forking thread). A reader thread ends with its own process, so a spare it started (a waiting job handed
+    over, the next spare warmed) would be killed moments later; those starts come here instead."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self, start: Callable[[], None]) -> None:
+        """Runs `start` on the starter's thread and waits for it; its exception is raised here."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="process-starter", daemon=True)
+            self._thread.start()
+        done = threading.Event()
+        failures: list[BaseException] = []
+
+        def job() -> None:
+            try:
+                start()
+            except BaseException as exc:  # handed to the caller, whatever it is
+                failures.append(exc)
+            finally:
+                done.set()
+
+        self._jobs.put(job)
+        done.wait()
+        if failures:
+            raise failures[0]
+
+    def close(self, timeout: float) -> None:
+        """Ends the thread (the processes it started are stopped by then)."""
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+
+class Trigger(str, Enum):
+    APPLY = "apply"                # a configuration applied: a fresh spare warms (a running job ends)
+    NO_SPARE = "no spare"          # none warms: it could not be started, or the pool is empty (the CLI)
+    SPARE_READY = "spare ready"    # the spare is warm and the configuration's devices are known
+    SPARE_EXITED = "spare exited"  # the spare ended before it took a job (start-up error, killed)
+    RUN = "run"                    # a job handed to the spare
+    JOB_ENDED = "job ended"        # the running job's outcome is in
+    SHUTDOWN = "shutdown"
+    STOPPED = "stopped"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+S = RuntimeState
+TRANSITIONS: dict[tuple[RuntimeState, str], RuntimeState] = {
+    (S.NOT_STARTED, Trigger.APPLY): S.STARTING,
+    (S.STARTING, Trigger.APPLY): S.STARTING,
+    (S.READY, Trigger.APPLY): S.STARTING,
+    (S.EXITED, Trigger.APPLY): S.STARTING,
+    (S.BUSY, Trigger.APPLY): S.BUSY,               # the job is killed; its outcome still ends the run
+    (S.STARTING, Trigger.NO_SPARE): S.NOT_STARTED,
+    (S.STARTING, Trigger.SPARE_READY): S.READY,
+    (S.STARTING, Trigger.SPARE_EXITED): S.EXITED,
+    (S.READY, Trigger.SPARE_EXITED): S.EXITED,
+    (S.READY, Trigger.RUN): S.BUSY,
+    (S.BUSY, Trigger.JOB_ENDED): S.STARTING,       # then settles on the spare's state (`_settle`)
+    **{(state, Trigger.SHUTDOWN): S.STOPPING for state in RuntimeState if state is not S.STOPPING},
+    (S.STOPPING, Trigger.STOPPED): S.EXITED,
+}
+
+
+class Submission(str, Enum):
+    STARTED = "started"    # handed to a warm process
+    WAITING = "waiting"    # starts by itself once the process warming for it is ready
+    REFUSED = "refused"    # the reason went to the problem listeners
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SPARE, DESCRIBE = "spare", "describe"
+
+
+@dataclass
+class PendingRun:
+    """A job asked for before a process was warm. With no spare pool the run owns its process from the start,
+    and so its record (`run`) starts then too; with a pool, its record starts when the spare takes it."""
+
+    job: str
+    params: dict[str, Any]
+    run: JobRun | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class Listeners:
+    events: list[Callable[[Event], None]] = field(default_factory=list)          # every event kept, in order
+    state: list[Callable[[RuntimeState], None]] = field(default_factory=list)
+    job_started: list[Callable[[str], None]] = field(default_factory=list)       # a waiting job was handed over
+    job_finished: list[Callable[[JobOutcome], None]] = field(default_factory=list)
+    waiting_refused: list[Callable[[str, str], None]] = field(default_factory=list)  # (job, reason)
+    problem: list[Callable[[str], None]] = field(default_factory=list)
+
+
+class RunManager:
+    """Owns the run lifecycle: the spare pool, the run in progress and its record, the restart policies."""
+
+    def __init__(self, history: RunHistory | None = None, *, spares: int = 1, describe: bool | None = None,
+                 process_factory: ProcessFactory = runtime_process,
+                 cancel_grace_s: float = CANCEL_GRACE_S, stop_timeout_s: float = STOP_TIMEOUT_S):
+        if spares not in (0, 1):
+            raise ValueError(f"spares: a pool of 0 or 1 warm processes, not {spares}")
+        self.history = history
+        self.spares = spares
+        self.describe_devices = spares > 0 if describe is None else describe
+        self.process_factory = process_factory
+        # How long a cancelled job may take to stop before its process is killed, and how long a process may
+        # take to stop; settable so that tests need not wait out the defaults.
+        self.cancel_grace_s = cancel_grace_s
+        self.stop_timeout_s = stop_timeout_s
+        self.listeners = Listeners()
+        self.lifecycle = Lifecycle("run manager", TRANSITIONS)
+        self.spare: RunProcess | None = None       # warm (or warming) for the applied configuration
+        self.current: RunProcess | None = None     # the process of the last job handed over
+        self.describer: RunProcess | None = None
+        self.devices: dict[str, Any] | None = None  # the applied configuration's devices, once known
+        self.device_lines: list[str] = []           # the output of the run that described them
+        self.applied: DeviceConfig | None = None
+        self.job_run: JobRun | None = None
+        self.pending: PendingRun | None = None
+        self.start_problem: str | None = None  # why the last process could not be started at all
+        self._lock = threading.RLock()
+        self._outbox: list[Callable[[], None]] = []  # news gathered under the lock, told once it is released
+        self._retired: list[threading.Thread] = []
+        self._generation = 0
+        self._warm: weakref.WeakSet[RunProcess] = weakref.WeakSet()  # processes whose `warm` event was taken
+        self._home = threading.current_thread()  # its processes live as long as it: started here, or
+        self._starter = ProcessStarter()          # on the starter's thread when asked from a reader thread
+
+    # -- what the window reads -------------------------------------------------------------------
+    @property
+    def state(self) -> RuntimeState:
+        return self.lifecycle.state
+
+    @property
+    def running(self) -> bool:
+        """A job is in progress (its process may outlive its outcome by the kernel's teardown, tens of ms)."""
+        return (self.current is not None and self.current.state == RuntimeState.BUSY
+                and self.job_run is not None and not self.job_run.finished)
+
+    @property
+    def runtime(self) -> RunProcess | None:
+        """The process the window describes: the run in progress, else the spare."""
+        return self.current if self.running else self.spare
+
+    @property
+    def ready_info(self) -> dict[str, Any] | None:
+        """The applied configuration's devices (with the spare's pid once it is warm)."""
+        if self.devices is None:
+            return None
+        warm = self.spare.warm if self.spare is not None else None
+        return {**self.devices, "pid": warm.pid} if warm is not None else self.devices
+
+    def status_text(self) -> str:
+        """The spare's and the run's state in a few words, for the status bar."""
+        if self.running and self.job_run is not None:
+            return f"running {self.job_run.outcome.job} (pid {self.current.pid if self.current else '?'})"
+        spare = self.spare
+        if spare is None:
+            return "no runtime"
+        if spare.state == RuntimeState.STARTING:
+            return "spare warming…"
+        if spare.state == RuntimeState.READY and spare.warm is not None:
+            logical = [d["short_name"] for d in (self.devices or {}).get("logical", [])]
+            count = f"{len(logical)} logical device{'s' if len(logical) != 1 else ''}"
+            devices = f", {count}" if logical else ", devices being listed…"
+            return f"spare ready (TF {spare.warm.tf_version}{devices})"
+        if spare.state == RuntimeState.EXITED and spare.exited is not None:
+            if spare.startup_error is not None:
+                return "spare exited: " + spare.failure_message()
+            return f"spare exited: {spare.exited.description}"
+        return f"spare {spare.state}"
+
+    # -- what the window and the CLI ask ---------------------------------------------------------
+    def apply(self, config: DeviceConfig) -> None:
+        """A fresh spare (and device list) for `config`; the old processes are stopped in the background, a
+        running job is killed. A job waiting for the old spare waits for the new one."""
+        with self._lock:
+            self._generation += 1
+            for old in (self.spare, self.describer):
+                if old is not None:
+                    self._retire(old)
+            replaced_run = self.current if self.running else None
+            self.spare = self.describer = None
+            self.applied = config
+            self.devices, self.device_lines = None, []
+            self._fire(Trigger.APPLY)
+            if self.describe_devices:
+                cached = cached_devices(config)
+                if cached is not None:
+                    self.devices, self.device_lines = cached
+                    self._tell_event(events.from_json({"type": events.READY, "data": cached[0]}))
+                else:
+                    self.describer = self._start(DESCRIBE)
+            if self.spares or (self.pending is not None and self.pending.run is not None):
+                self.spare = self._start(SPARE)
+            self._settle()
+            if replaced_run is not None:
+                replaced_run.kill(reason="replaced by a new configuration")
+        self._flush()
+
+    def run(self, job: str, params: Mapping[str, Any]) -> Submission:
+        """Hand the job to the warm spare, or, while one warms, let it wait for it."""
+        with self._lock:
+            submission = self._run(job, dict(params))
+        self._flush()
+        return submission
+
+    def _run(self, job: str, params: dict[str, Any]) -> Submission:
+        refusal = f"The runtime is {self.state}; wait until it is ready, or press Apply to start one."
+        if self.pending is not None or self.running:
+            return self._refuse(refusal)  # one job at a time: a second is never queued behind the first
+        if self.spares == 0 and self.state == RuntimeState.NOT_STARTED and self.applied is not None:
+            # No pool: the run starts its own process, and its record starts with it.
+            run = JobRun(job, params, self.applied, None, self.history)
+            self.pending = PendingRun(job, params, run)
+            self.job_run = run
+            self._fire(Trigger.APPLY)
+            self.spare = self._start(SPARE)
+            self._settle()
+            if self.pending is not None:
+                return Submission.WAITING
+            return Submission.STARTED if self.running else Submission.REFUSED
+        if self.state == RuntimeState.STARTING:
+            self.pending = PendingRun(job, params)
+            return Submission.WAITING
+        if self.state != RuntimeState.READY:
+            return self._refuse(refusal)
+        return Submission.STARTED if self._hand_over(job, params, None) else Submission.REFUSED
+
+    def cancel_waiting(self, reason: str = "cancelled before the job started") -> bool:
+        """Forget the job waiting for a spare; a run that owns its process (no pool) kills it for `reason`."""
+        with self._lock:
+            pending = self.pending
+            if pending is None:
+                return False
+            if pending.run is None:
+                self.pending = None
+            else:
+                pending.cancelled = True
+                if self.spare is not None:
+                    self.spare.kill(reason=reason)
+        self._flush()
+        return True
+
+    def cancel(self) -> bool:
+        """Ctrl+C for the running job: SIGINT, then SIGTERM, then kill after `cancel_grace_s`."""
+        with self._lock:
+            process = self.current if self.running else None
+        if process is None:
+            return False
+        process.cancel(self.cancel_grace_s)
+        return True
+
+    def kill_runtime(self, reason: str = "Runtime → Kill runtime was chosen") -> None:
+        """The running job's process if there is one, else the spare."""
+        with self._lock:
+            target = self.current if self.running else self.spare
+        if target is not None:
+            target.kill(reason=reason)
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop every process, wait for every helper thread: when the window closes, or the CLI leaves. The
+        running job's last events still come (its record ends); a spare's and a describe run's no longer."""
+        timeout = self.stop_timeout_s if timeout is None else timeout
+        with self._lock:
+            self._generation += 1
+            self._fire(Trigger.SHUTDOWN)
+            processes = [p for p in (self.current, self.spare, self.describer) if p is not None]
+        for process in processes:
+            if process.state == RuntimeState.BUSY:
+                process.kill(reason="the window was closed during a run")
+        for process in processes:
+            process.stop(timeout)
+        for thread in self._retired:
+            thread.join(timeout)
+        self._starter.close(timeout)
+        with self._lock:
+            self.current = self.spare = self.describer = None
+            pending, self.pending = self.pending, None
+            if pending is not None and pending.run is not None and not pending.run.finished:
+                pending.run.fail("Interrupted", "the client stopped before the run ended", status="interrupted")
+            self._fire(Trigger.STOPPED)
+        self._flush()
+
+    # -- listeners -------------------------------------------------------------------------------
+    def subscribe(self, *, events: Callable[[Event], None] | None = None,
+                  state: Callable[[RuntimeState], None] | None = None,
+                  job_started: Callable[[str], None] | None = None,
+                  job_finished: Callable[[JobOutcome], None] | None = None,
+                  waiting_refused: Callable[[str, str], None] | None = None,
+                  problem: Callable[[str], None] | None = None) -> None:
+        for kind, callback in (("events", events), ("state", state), ("job_started", job_started),
+                               ("job_finished", job_finished), ("waiting_refused", waiting_refused),
+                               ("problem", problem)):
+            if callback is not None:
+                getattr(self.listeners, kind).append(callback)
+
+    def _later(self, callbacks: list[Callable[..., None]], *args: Any) -> None:
+        self._outbox.extend(functools.partial(callback, *args) for callback in callbacks)
+
+    def _flush(self) -> None:
+        with self._lock:
+            outbox, self._outbox = self._outbox, []
+        for tell in outbox:
+            tell()
+
+    def _tell_event(self, event: Event) -> None:
+        self._later(self.listeners.events, event)
+
+    def _refuse(self, message: str) -> Submission:
+        self._later(self.listeners.problem, message)
+        return Submission.REFUSED
+
+    # -- the state machine -----------------------------------------------------------------------
+    def _fire(self, trigger: Trigger) -> None:
+        before = self.lifecycle.state
+        after = self.lifecycle.fire(trigger)
+        if after != before:
+            self._later(self.listeners.state, after)
+
+    def _spare_usable(self) -> bool:
+        """Warm as its own event said (taken here, not only its state: the job's events must follow it)."""
+        spare = self.spare
+        return (spare is not None and spare in self._warm and spare.state == RuntimeState.READY
+                and (self.devices is not None or not self.describe_devices))
+
+    def _settle(self) -> None:
+        """Follow the spare: STARTING turns READY once it is usable, EXITED when it ended, NOT STARTED when
+        there is none; then the job waiting for it is handed over, or refused."""
+        spare = self.spare
+        if self.state == RuntimeState.STARTING and spare is None:
+            self._fire(Trigger.NO_SPARE)
+        elif self.state in (RuntimeState.STARTING, RuntimeState.READY) and spare is not None and spare.state in (
+                RuntimeState.EXITED, RuntimeState.STOPPING):
+            self._fire(Trigger.SPARE_EXITED)
+        elif self.state == RuntimeState.STARTING and self._spare_usable():
+            self._fire(Trigger.SPARE_READY)
+        pending = self.pending
+        if pending is None:
+            return
+        if self.state == RuntimeState.READY:
+            self.pending = None
+            if self._hand_over(pending.job, pending.params, pending.run):
+                self._later(self.listeners.job_started, pending.job)
+            else:
+                self._later(self.listeners.waiting_refused, pending.job,
+                            "the runtime could not take it (see the message)")
+        elif self.state in (RuntimeState.EXITED, RuntimeState.NOT_STARTED):
+            self.pending = None
+            self._refuse_waiting(pending)
+
+    def _refuse_waiting(self, pending: PendingRun) -> None:
+        """The process a job waited for is gone: the job is not started, and says why."""
+        reason = f"the runtime is {self.state}"
+        run, process = pending.run, self.spare
+        if run is not None and not run.finished:
+            if process is not None and process.startup_error is not None:
+                run.fail("ConfigRejected", process.failure_message())
+            else:
+                message = process.failure_message() if process is not None else (self.start_problem or reason)
+                run.fail("RuntimeExited", message, status="cancelled" if pending.cancelled else "crashed")
+            self._later(self.listeners.job_finished, run.outcome)
+        self._later(self.listeners.waiting_refused, pending.job, reason)
+
+    # -- processes -------------------------------------------------------------------------------
+    def _start(self, role: str) -> RunProcess | None:
+        assert self.applied is not None
+        generation = self._generation
+        started: list[RunProcess] = []  # its events come only after start(), when this holds it
+        process = self.process_factory(
+            self.applied, lambda event: self._on_event(generation, role, started[0], event))
+        started.append(process)
+        try:
+            if threading.current_thread() is self._home:
+                process.start()
+            else:
+                self._starter.start(process.start)
+        except OSError as exc:
+            self.start_problem = f"Could not start a TensorFlow process: {exc}"
+            self._later(self.listeners.problem, self.start_problem)
+            return None
+        return process
+
+    def _retire(self, process: RunProcess) -> None:
+        thread = threading.Thread(target=process.stop, args=(self.stop_timeout_s,), name="runtime-stop",
+                                  daemon=True)
+        thread.start()
+        self._retired.append(thread)
+
+    def _hand_over(self, job: str, params: dict[str, Any], run: JobRun | None) -> bool:
+        """The spare takes the job; the next spare starts warming at once."""
+        spare = self.spare
+        assert self.applied is not None and spare is not None
+        run = run or JobRun(job, params, self.applied, self.devices, self.history)
+        self.job_run = run
+        previous = self.current
+        leaving = previous.pid if previous is not None and previous.state != RuntimeState.EXITED else None
+        # The run knows its job id before the job is handed over: its events come on the reader thread and may
+        # all be in (a job that fails at once) before submit returns.
+        job_id = spare.new_job_id()
+        run.attach(job_id)
+        self.current = spare
+        try:
+            spare.submit(job, params, after_pid=leaving, job_id=job_id)
+        except RuntimeUnavailable as exc:
+            self.current = previous
+            run.fail("RuntimeUnavailable", str(exc), status="crashed" if self.spares == 0 else "error")
+            self._later(self.listeners.problem, str(exc))
+            self._later(self.listeners.job_finished, run.outcome)
+            return False
+        self._fire(Trigger.RUN)
+        self.spare = self._start(SPARE) if self.spares else None
+        return True
+
+    # -- events (on a process's reader thread) ---------------------------------------------------
+    def _on_event(self, generation: int, role: str, process: RunProcess, event: Event) -> None:
+        with self._lock:
+            self._take(generation, role, process, event)
+        self._flush()
+
+    def _take(self, generation: int, role: str, process: RunProcess, event: Event) -> None:
+        """Events of replaced processes are dropped, except a running job's own, which its record and the
+        window still need."""
+        current = generation == self._generation
+        if isinstance(event, events.Warm):
+            self._warm.add(process)
+        self._record(process, event)
+        if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
+            devices = event.payload()
+            remember_devices(process.config, devices, process.recent_lines())
+            if current:
+                self.devices, self.device_lines = devices, process.recent_lines()
+        if role == DESCRIBE:
+            self._take_description(process, event, current)
+        elif process is self.current:
+            self._take_from_run(process, event)
+        elif current and process is self.spare:
+            waited_for = self.pending is not None and self.pending.run is not None
+            if waited_for or not (isinstance(event, events.RuntimeExited) and event.expected):
+                self._tell_event(event)  # a spare's planned exit (replaced, stopped) is news to no one
+        self._settle()  # also for a replaced run's end: the state follows the new spare then
+
+    def _record(self, process: RunProcess, event: Event) -> None:
+        run = self.job_run
+        if run is None or run.finished:
+            return
+        waiting = self.pending is not None and self.pending.run is run and process is self.spare
+        if waiting and isinstance(event, events.RuntimeExited):
+            return  # its process ended before it took the job: `_refuse_waiting` says why
+        its_own = waiting or (process is self.current and (
+            event.job_id == run.job_id or isinstance(event, events.RuntimeExited)))
+        if its_own and run.feed(event):
+            self._job_ended(run)
+
+    def _job_ended(self, run: JobRun) -> None:
+        self._later(self.listeners.job_finished, run.outcome)
+        if self.state == RuntimeState.BUSY:
+            self._fire(Trigger.JOB_ENDED)
+
+    def _take_description(self, process: RunProcess, event: Event, current: bool) -> None:
+        if isinstance(event, events.Warm):
+            try:
+                process.describe()
+            except RuntimeUnavailable as exc:
+                self._later(self.listeners.problem, f"Could not list the devices: {exc}")
+        if not current:
+            return
+        if isinstance(event, events.RuntimeExited) and self.devices is None and process.startup_error is None:
+            # Without the list, runs still work: their own `ready` brings the devices.
+            self.devices = {**(process.warm.payload() if process.warm is not None else {}), "logical": []}
+            self._later(self.listeners.problem, f"Could not list the devices: {process.failure_message()}")
+        elif isinstance(event, events.Ready):
+            self._tell_event(event)
+
+    def _take_from_run(self, process: RunProcess, event: Event) -> None:
+        if isinstance(event, events.RuntimeExited) and event.killed_for_cancel:
+            # Stop had to kill the run's process: the job's outcome says so. Like a notebook kernel, the
+            # configuration comes back by itself: the spare is already there, else a fresh one starts.
+            event = event.replace(expected=True)
+            if self.spares and self.applied is not None and self.state != RuntimeState.STOPPING and (
+                    self.spare is None or self.spare.state == RuntimeState.EXITED):
+                self._outbox.append(functools.partial(self.apply, self.applied))
+        self._tell_event(event)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
+                 on_event: Callable[[Event], None] | None = None, history: RunHistory | None = None,
+                 cancel: threading.Event | None = None, grace_s: float = CANCEL_GRACE_S,
+                 ready_timeout_s: float = 180.0, process_factory: ProcessFactory = runtime_process) -> JobOutcome:
+    """The CLI's run: a `RunManager` with no spare pool starts a process with `config`, hands it the job once it
+    is warm, and waits for the process to exit.
+
+    Events are handled on the reader thread as they are read (printed, recorded), so a slow consumer
+    slows the job's writes instead of piling them up. Ctrl+C, SIGTERM and SIGHUP (on the main thread) and
+    `cancel` cancel the job; a second one kills it. The run record always ends with a final status.
+    """
+    manager = RunManager(history, spares=0, process_factory=process_factory, cancel_grace_s=grace_s)
+    gone = threading.Event()  # the run's process has exited (its last event is in)
+
+    def told(event: Event) -> None:
+        try:
+            if on_event is not None:
+                on_event(event)
+        finally:
+            if isinstance(event, events.RuntimeExited):
+                gone.set()  # whatever the listener did, the loop below must learn that the run ended
+
+    manager.subscribe(events=told)
+    manager.apply(config)
+    signals: list[int] = []
+    previous = _note_stop_signals(signals)
+    started = time.monotonic()
+    acted_on = 0
+    killed_at: float | None = None
+    try:
+        manager.run(job, params)
+        run = manager.job_run
+        assert run is not None  # with no pool, the run exists from the request
+        while not gone.wait(0.05):
+            if run.finished and manager.current is None and manager.spare is None:
+                break  # its process could not even be started: nothing will exit
+            wanted = len(signals) + (1 if cancel is not None and cancel.is_set() else 0)
+            if wanted > acted_on:
+                acted_on = wanted
+                if _stop(manager, twice=acted_on >= 2):
+                    killed_at = killed_at or time.monotonic()
+            if killed_at is not None and time.monotonic() - killed_at > grace_s:
+                break  # the reader is stuck (e.g. on a terminal that takes no output): never hang on it
+            if manager.pending is not None and time.monotonic() - started > ready_timeout_s:
+                manager.kill_runtime(reason=f"not ready after {ready_timeout_s:.0f} s")
+    finally:
+        if not gone.is_set():
+            manager.kill_runtime(reason="the client is leaving")
+        manager.shutdown()
+        for stop_signal, handler in previous.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(stop_signal, handler)
+        run = manager.job_run
+        if run is not None and not run.finished:
+            run.fail("Interrupted", "the client stopped before the run ended", status="interrupted")
+    assert run is not None
+    return run.outcome
+
+
+def _note_stop_signals(signals: list[int]) -> dict[int, Any]:
+    """On the main thread, Ctrl+C, SIGTERM and SIGHUP are only noted in `signals`: the run's loop acts on
+    them, so no lock is ever held when one lands. Returns the handlers they replaced."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            previous[signum] = signal.signal(signum, lambda signum, _frame: signals.append(signum))
+    return previous
+
+
+def _stop(manager: RunManager, *, twice: bool) -> bool:
+    """A stop request: the first cancels the job (Ctrl+C), a second kills it; a job not yet handed over is
+    never started (its process is killed). True when a process was killed."""
+    reason = "interrupted twice" if twice else "cancelled before the job started"
+    if manager.cancel_waiting(reason):
+        return True
+    if twice:
+        manager.kill_runtime(reason)
+        return True
+    manager.cancel()
+    return False

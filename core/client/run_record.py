@@ -1,0 +1,143 @@
+"""Follow one job from submission to outcome, recording it (the run manager feeds it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tf_device_panel.core.client.history import RunHistory, RunRecorder
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.events import Event
+
+MAX_KEPT_PLACEMENTS = 100_000
+
+
+@dataclass
+class JobOutcome:
+    job: str
+    params: dict[str, Any]
+    config: dict[str, Any]
+    devices: dict[str, Any] | None = None
+    status: str = "running"          # running, ok, error, cancelled, crashed
+    result: Any = None
+    error: dict[str, Any] | None = None
+    placements: list[dict[str, Any]] = field(default_factory=list)
+    placement_counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op_type, device)
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float | None = None
+    run_id: str | None = None
+    job_id: str | None = None
+    returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
+    record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "running"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job, "status": self.status, "result": self.result, "params": self.params,
+            "placements": self.placements, "fallbacks": self.fallbacks, "error": self.error,
+            "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
+            "run_id": self.run_id, "record_problem": self.record_problem,
+        }
+
+
+class JobRun:
+    """Consumes the events of one job (and its process's meanwhile) into a `JobOutcome`.
+
+    A runtime's reader thread feeds it while the window's thread asks whether it has finished: both go
+    through one lock. Once finished, the outcome no longer changes and can be read freely.
+    """
+
+    def __init__(self, job: str, params: Mapping[str, Any], config: DeviceConfig,
+                 devices: dict[str, Any] | None, history: RunHistory | None = None):
+        self.outcome = JobOutcome(job=job, params=dict(params), config=config.to_json(), devices=devices)
+        self.recorder: RunRecorder | None = None
+        self._started = time.monotonic()
+        self._lock = threading.RLock()
+        if history is not None:
+            self.recorder = history.new_run(job, dict(params), config.to_json(), devices)
+            self.outcome.run_id = self.recorder.run_id
+
+    @property
+    def finished(self) -> bool:
+        with self._lock:
+            return self.outcome.finished
+
+    @property
+    def job_id(self) -> str | None:
+        with self._lock:
+            return self.outcome.job_id
+
+    def attach(self, job_id: str) -> None:
+        with self._lock:
+            self.outcome.job_id = job_id
+            if self.recorder is not None:
+                self.recorder.summary["job_id"] = job_id
+
+    def feed(self, event: Event) -> bool:
+        """Take one event; returns True once the job has finished. Other jobs' events are ignored."""
+        with self._lock:
+            return self._feed(event)
+
+    def _feed(self, event: Event) -> bool:
+        outcome = self.outcome
+        if outcome.finished or (event.job_id is not None and event.job_id != outcome.job_id):
+            return outcome.finished
+        if self.recorder is not None:
+            self.recorder.append(event)
+        match event:
+            case events.Ready():
+                outcome.devices = event.payload()
+                if self.recorder is not None:
+                    self.recorder.summary["devices"] = outcome.devices
+            case events.Placement(op=op, op_type=op_type, device=device, short_device=short_device, mode=mode):
+                outcome.placement_counts[(op_type, short_device)] += 1
+                if len(outcome.placements) < MAX_KEPT_PLACEMENTS:
+                    outcome.placements.append({"op": op, "op_type": op_type, "device": device,
+                                               "short_device": short_device, "mode": mode})
+            case events.Fallback():
+                outcome.fallbacks.append(event.payload())
+            case events.Metric():
+                outcome.metrics.append(event.payload())
+            case events.Result(result=result):
+                outcome.result = result
+            case events.Error(error_type=error_type, message=message, traceback=trace) if event.job_id is not None:
+                outcome.error = {"type": error_type or "Error", "message": message}
+                if trace:
+                    outcome.error["traceback"] = trace
+            case events.JobFinished(status=status, returncode=returncode, duration_s=duration_s):
+                outcome.status = status or "error"
+                outcome.returncode = returncode
+                outcome.duration_s = duration_s or (time.monotonic() - self._started)
+                self._finish()
+            case events.RuntimeExited(returncode=returncode, description=description):
+                outcome.status = "crashed"
+                outcome.returncode = returncode
+                outcome.error = outcome.error or {"type": "RuntimeExited", "message": description}
+                self._finish()
+        return outcome.finished
+
+    def fail(self, error_type: str, message: str, status: str = "error") -> None:
+        """End a run that never reached the runtime (e.g. the configuration was rejected)."""
+        with self._lock:
+            self.outcome.status = status
+            self.outcome.error = {"type": error_type, "message": message}
+            self.outcome.duration_s = time.monotonic() - self._started
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.recorder is not None:
+            o = self.outcome
+            self.recorder.finish(status=o.status, result=o.result, error=o.error, duration_s=o.duration_s,
+                                 returncode=o.returncode,
+                                 fallbacks=o.fallbacks,
+                                 placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()])
+            o.record_problem = self.recorder.problem
