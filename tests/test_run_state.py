@@ -97,7 +97,7 @@ def test_the_cli_says_the_runs_placements_from_the_state_its_printer_fed() -> No
     import io
 
     from tf_device_panel.core.cli.output import RunPrinter, run_text
-    from tf_device_panel.core.client.session import JobOutcome
+    from tf_device_panel.core.client.run_record import JobOutcome
 
     printer = RunPrinter(verbose=False, stream=io.StringIO())
     for event in [ready("j"), events.JobStarted(job="matmul", job_id="j"), *[placed("/CPU:0")] * 3, placed("/CPU:1")]:

@@ -167,3 +167,29 @@ def test_a_scripts_line_without_newline_is_bounded_and_its_bytes_kept() -> None:
     assert "bytes of this line not kept" in long_line.text and len(long_line.text) < 2 * cap
     assert odd_line.text == "not utf-8: \ufffd\ufffd" and odd_line.raw.endswith(b"\xff\xfe")
     assert {line.source for line in (long_line, odd_line)} == {"script"}
+
+
+def test_a_scripts_output_comes_exactly_where_it_was_written_among_the_events() -> None:
+    """The script's channel and the events travel on two pipes; each event carries the channel's byte count
+    when it was written (`script_at`), and the demux has the reader feed the script's bytes up to there first.
+    Bytes the script wrote after the event come after it, even when the reader already has them."""
+    from tf_device_panel.core.protocol.streams import SCRIPT, SCRIPT_STDERR_TAG, frame
+
+    delivered: list[Event] = []
+    before = frame(SCRIPT_STDERR_TAG, b"Traceback (most recent call last):\n")
+    after = frame(SCRIPT_STDERR_TAG, b"ValueError: bad\n")
+    channel = before + after  # all in the pipe already when the reader comes to the event
+    fed = [0]
+
+    def script_until(offset: int) -> None:
+        demux.feed(SCRIPT, channel[fed[0]:offset])
+        fed[0] = offset
+
+    demux = StreamDemux(delivered.append, job_id=lambda: "j", script_until=script_until)
+    progress = events.Progress(done=0, total=1, message="running user_script.py", job_id="j")
+    demux.feed(EVENTS, progress.encode(script_at=0))  # written before any output
+    demux.feed(EVENTS, events.Progress(done=0, total=1, message="second", job_id="j").encode(script_at=len(before)))
+    demux.feed(SCRIPT, channel[fed[0]:])
+    said = [e.message if isinstance(e, events.Progress) else e.text for e in delivered
+            if isinstance(e, (events.Progress, events.Log))]
+    assert said == ["running user_script.py", "Traceback (most recent call last):", "second", "ValueError: bad"]

@@ -59,10 +59,12 @@ def test_the_install_hint_puts_the_cuda_build_first_only_where_there_is_an_nvidi
 
 
 def test_a_broken_tensorflow_is_still_reported_as_what_it_is() -> None:
-    from tf_device_panel.core.client.runtime import startup_error_text
+    from tf_device_panel.core.client.wording import startup_error
+    from tf_device_panel.core.protocol.events import StartupError
     from tf_device_panel.core.runproc.runtime_main import import_failure
 
     assert import_failure(ModuleNotFoundError("No module named 'ml_dtypes'", name="ml_dtypes")) == {}
-    error = {"stage": "import tensorflow", "type": "ModuleNotFoundError", "message": "No module named 'ml_dtypes'"}
-    assert startup_error_text(error) == ("TensorFlow rejected the configuration at import tensorflow: "
-                                         "ModuleNotFoundError: No module named 'ml_dtypes'")
+    error = StartupError(stage="import tensorflow", error_type="ModuleNotFoundError",
+                         message="No module named 'ml_dtypes'")
+    assert startup_error(error) == ("TensorFlow rejected the configuration at import tensorflow: "
+                                    "ModuleNotFoundError: No module named 'ml_dtypes'")

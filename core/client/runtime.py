@@ -30,6 +30,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -43,6 +44,7 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
+from tf_device_panel.core.client import wording
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.gpus import created_gpu
 from tf_device_panel.core.logsetup import RepeatedFailureLog
@@ -136,19 +138,6 @@ class TensorFlowMissing(RuntimeUnavailable):
 
 class ConfigurationRejected(RuntimeUnavailable):
     """TensorFlow refused the configuration when the run process applied it (the message says where and why)."""
-
-
-def startup_error_text(error: events.StartupError | Mapping[str, Any]) -> str:
-    """A run's start-up failure in words: TensorFlow missing from its Python, or what TensorFlow refused."""
-    if not isinstance(error, events.StartupError):  # a record's or a consumer's dict (the wire's "data")
-        error = events.StartupError(**{("error_type" if key == "type" else key): value for key, value in error.items()
-                                       if key in _STARTUP_ERROR_FIELDS})
-    if error.not_installed:
-        return error.message
-    return f"TensorFlow rejected the configuration at {error.stage}: {error.error_type}: {error.message}"
-
-
-_STARTUP_ERROR_FIELDS = {"stage", "type", "message", "tf_version", "not_installed", "python"}
 
 
 def describe_exit(returncode: int | None, killed_because: str | None = None) -> str:
@@ -316,7 +305,7 @@ class RuntimeProcess:
 
     def failure_message(self) -> str:
         if self.startup_error is not None:
-            return startup_error_text(self.startup_error)
+            return wording.startup_error(self.startup_error)
         if self.exited is not None:
             tail = "\n".join(self.exited.last_lines[-8:])
             return f"the runtime {self.exited.description}" + (f"; last output:\n{tail}" if tail else "")
@@ -493,40 +482,67 @@ class RuntimeProcess:
     # -- the reader thread -------------------------------------------------------------------
     def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int, script_fd: int) -> None:
         streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_fd: SCRIPT}
-        demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line)
+        script_read = 0  # bytes of the script's channel read so far
+
+        def script_until(offset: int) -> None:
+            """The script's bytes up to `offset` (the run wrote them before the event at hand: they are in the
+            pipe), fed before that event."""
+            while script_read < offset and script_fd in open_fds:
+                read(script_fd, min(offset - script_read, READ_SIZE))
+
+        demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line,
+                            script_until=script_until)
         selector = selectors.DefaultSelector()
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
         open_fds = set(streams)
 
         def read(fd: int, size: int = READ_SIZE) -> None:
+            nonlocal script_read
             try:
                 chunk = os.read(fd, size)
             except OSError:
                 chunk = b""
             if chunk:
+                if fd == script_fd:
+                    script_read += len(chunk)
                 demux.feed(streams[fd], chunk)
             else:
                 selector.unregister(fd)
                 open_fds.discard(fd)
                 demux.close(streams[fd])
 
+        def read_script() -> None:
+            """The script's bytes waiting now, unless an event has come meanwhile: bytes counted before the
+            events pipe is seen empty were all written before any event still to come; an event that came
+            first is read first (next turn), and takes the script's bytes written before it with it."""
+            waiting = _available(script_fd)
+            if select.select([events_fd], [], [], 0)[0] and events_fd in open_fds:
+                return
+            read(script_fd, waiting if waiting > 0 else READ_SIZE)  # nothing waiting: end of file
+
         exited_at: float | None = None
         try:
             while open_fds:
-                for key, _ in selector.select(timeout=0.1):
-                    fd = int(key.fd)
+                ready = [int(key.fd) for key, _ in selector.select(timeout=0.1)]
+                # Events first, alone: each takes the script's output written before it (script_until), and the
+                # output pipes are drained for it; the others are read on the next turn, as they are then (one
+                # read now could block on a pipe that draining emptied).
+                for fd in [events_fd] if events_fd in ready else ready:
                     if fd not in open_fds:
                         continue
                     if fd == events_fd:
-                        # What the process printed before writing this event is already in the output pipes:
+                        # What TensorFlow printed before this event was written is already in the output pipes:
                         # read it first, so every line comes before the events that follow it.
-                        for output_fd in (script_fd, stdout_fd, stderr_fd):
+                        for output_fd in (stdout_fd, stderr_fd):
                             waiting = _available(output_fd) if output_fd in open_fds else 0
                             while waiting > 0 and output_fd in open_fds:
                                 read(output_fd, min(waiting, READ_SIZE))
                                 waiting -= READ_SIZE
-                    read(fd)
+                    if fd == script_fd:
+                        read_script()
+                    else:
+                        read(fd)
                 process = self._process
                 if process is not None and process.poll() is not None:
                     # Every descendant is gone with the supervisor, so the pipes close; never wait for ever.

@@ -158,10 +158,9 @@ class PanelStateReader:
         figures: dict[str, tuple[float, float]] = {}
         with contextlib.suppress(KeyError, OSError):  # the run finished and was removed between the two reads
             for event in self.history.events(run_id):
-                if event.type == events.TF_MEMORY:
-                    data = event.data
-                    with contextlib.suppress(KeyError, TypeError, ValueError):
-                        figures[str(data["device"])] = (float(data["current_mib"]), float(data["peak_mib"]))
+                match event:  # decoded and checked once, by the history
+                    case events.TfMemory(device=device, current_mib=current, peak_mib=peak):
+                        figures[device] = (float(current), float(peak))
         self._seen, self._figures = (run_id, size), figures
         return figures
 

@@ -103,20 +103,16 @@ class Event:
             data[_WIRE_NAMES.get(item.name, item.name)] = _plain(value)
         return data
 
-    # -- TRANSITIONAL (issue 22): the dict view the consumers not yet turned to `match` read; removed with them.
-    @property
-    def data(self) -> dict[str, Any]:
-        data = self.payload()
-        raw = getattr(self, "raw", None)
-        if raw is not None:
-            data["raw"] = raw
-        return data
-
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "job_id": self.job_id, "time": self.time, "data": self.payload()}
 
-    def encode(self) -> bytes:
-        return (json.dumps(self.to_json(), default=str, separators=(",", ":")) + "\n").encode()
+    def encode(self, *, script_at: int | None = None) -> bytes:
+        """One line of the events pipe. `script_at`: the bytes the run had written to its script's channel by
+        then (core.protocol.streams orders the script's output against the events by it)."""
+        envelope = self.to_json()
+        if script_at is not None:
+            envelope["script_at"] = script_at
+        return (json.dumps(envelope, default=str, separators=(",", ":")) + "\n").encode()
 
     def replace(self: _E, **changes: Any) -> _E:
         return dataclasses.replace(self, **changes)
@@ -384,19 +380,6 @@ def from_json(obj: Any) -> Event:
         return cls(job_id=job_id, time=float(at), **values)
     except TypeError as exc:  # a required field missing
         raise EventError(f"{kind}: {exc}") from None
-
-
-def make_event(kind: str, data: Mapping[str, Any] | None = None, job_id: str | None = None,
-               time: float | None = None) -> Event:
-    """TRANSITIONAL (issue 22): an event from a kind and a dict, for producers not yet building their class."""
-    data = dict(data or {})
-    raw = data.pop("raw", None)
-    event = from_json({"type": kind, "data": data, "job_id": job_id,
-                       "time": _now() if time is None else time})
-    return event.replace(raw=raw) if isinstance(raw, bytes) else event
-
-
-_now = time.time
 
 
 def decode(line: bytes | str) -> Event:

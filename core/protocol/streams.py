@@ -12,13 +12,14 @@ streams.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Callable
 
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.events import Event, Log
-from tf_device_panel.core.protocol.events import decode as decode_event
+from tf_device_panel.core.protocol.events import from_json as event_from_json
 
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
 SCRIPT = "script"  # the user's script's own sys.stdout and sys.stderr, in frames (see `frame`)
@@ -142,8 +143,13 @@ class StreamDemux:
     """
 
     def __init__(self, deliver: Callable[[Event], None], *, job_id: Callable[[], str | None] = lambda: None,
-                 on_line: Callable[[str], None] = lambda line: None, line_cap: int | None = LINE_CAP_BYTES):
+                 on_line: Callable[[str], None] = lambda line: None, line_cap: int | None = LINE_CAP_BYTES,
+                 script_until: Callable[[int], None] = lambda offset: None):
+        """`script_until(offset)`: called before an event is delivered with the script channel's byte count when
+        the run wrote it; the reader feeds the script's bytes up to there first, so a script's output comes
+        exactly where it was written among the events."""
         self._deliver = deliver
+        self._script_until = script_until
         self._job_id = job_id
         self._on_line = on_line
         # Event lines are the panel's own and kept whole; output lines are the job's, kept up to line_cap.
@@ -228,7 +234,11 @@ class StreamDemux:
 
     def _event_line(self, raw: bytes) -> None:
         try:
-            event = decode_event(raw)
+            envelope = json.loads(raw)
+            script_at = envelope.get("script_at") if isinstance(envelope, dict) else None
+            if isinstance(script_at, int):
+                self._script_until(script_at)
+            event = event_from_json(envelope)
         except (ValueError, KeyError) as exc:
             event = Log(stream=EVENTS, kind=output_lines.ERROR, text=f"unreadable event ({exc}): {raw[:200]!r}")
         if isinstance(event, events.JOB_CLOSING) and event.job_id:

@@ -58,7 +58,7 @@ class EventWriter:
         self._lock = threading.Lock()
 
     def __call__(self, event: events.Event) -> None:
-        data = event.encode()
+        data = event.encode(script_at=script_job.channel_bytes_written)
         with self._lock:
             view = memoryview(data)
             while view:

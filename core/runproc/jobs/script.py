@@ -142,14 +142,14 @@ class ScriptStream(io.BufferedIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        global interrupt_deferred
+        global interrupt_deferred, channel_bytes_written
         view = memoryview(data).cast("B")
         size = len(view)
         for start in range(0, size, MAX_FRAME_PAYLOAD):
             payload = bytes(view[start:start + MAX_FRAME_PAYLOAD])
             # core.protocol.streams.frame, inlined: a signal handled inside a Python call of its own would not be
             # deferred
-            os.write(self._channel, self._tag + len(payload).to_bytes(4, "big") + payload)
+            channel_bytes_written += os.write(self._channel, self._tag + len(payload).to_bytes(4, "big") + payload)
         # No call from here on: a signal handled after this check would wait for the next write.
         if interrupt_deferred:
             interrupt_deferred = False
@@ -167,6 +167,9 @@ class ScriptStream(io.BufferedIOBase):
 
 
 interrupt_deferred = False  # a SIGINT came while a ScriptStream was writing: raised when the write is done
+# Bytes written to the script's channel so far: every event carries it (`script_at`), so the panel puts the
+# script's output exactly where it was written among the events, though the two travel on different pipes.
+channel_bytes_written = 0
 
 
 def defer_interrupt(frame: types.FrameType | None) -> bool:
