@@ -518,7 +518,7 @@ class MainWindow(QMainWindow):
         manager = self.manager
         state = manager.state
         applied = manager.applied
-        physical = (manager.devices or {}).get("physical")
+        physical = manager.devices.physical if manager.devices is not None else None
         gpus_present = None if physical is None else any(d["device_type"] == "GPU" for d in physical)
         summary = applied.summary(gpus_present) if applied else ""
         stale = self.config_panel.is_stale and state not in (EXITED, NOT_STARTED)
@@ -624,9 +624,9 @@ class MainWindow(QMainWindow):
         return dialog
 
     def show_about(self) -> QMessageBox:
-        info = self.manager.ready_info or {}
+        info = self.manager.ready_info
         box = QMessageBox(QMessageBox.Icon.Information, "About TF Device Panel",
-                          about_html(info.get("tf_version"), shared_nvml().driver_version()),
+                          about_html(info.tf_version if info is not None else None, shared_nvml().driver_version()),
                           QMessageBox.StandardButton.Ok, self)
         box.setObjectName("about")
         box.setTextFormat(Qt.TextFormat.RichText)

@@ -117,7 +117,7 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     panel = window.config_panel
     assert not panel.is_stale and "STALE" not in window.runtime_label.text()
     # The status bar said "all GPUs" on a machine with none (CI has none; a GPU machine checks the other branch).
-    has_gpu = any(d["device_type"] == "GPU" for d in window.manager.devices["physical"])
+    has_gpu = any(d["device_type"] == "GPU" for d in window.manager.devices.physical)
     assert ("all GPUs" in window.runtime_label.text()) == has_gpu
     assert ("no GPU on this machine" in window.runtime_label.text()) == (not has_gpu)
     # A passing message no longer takes the runtime's state out of sight.

@@ -143,7 +143,7 @@ def test_a_run_hands_the_job_to_the_warm_spare_and_warms_the_next() -> None:
     assert describer.described
     describer.ready()
     assert manager.state == RuntimeState.READY and manager.devices is not None
-    assert manager.devices["logical"][0]["short_name"] == "/CPU:0"
+    assert manager.devices.logical[0]["short_name"] == "/CPU:0"
     describer.exit(returncode=0, description="exited with code 0", expected=True)
     assert manager.run("matmul", {"size": 64}) == Submission.STARTED
     assert spare.job is not None and spare.job[:2] == ("matmul", {"size": 64})

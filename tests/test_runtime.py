@@ -59,8 +59,8 @@ def test_a_spare_is_configured_but_not_initialized_and_leaves_quietly(start_runt
 def test_a_describe_run_lists_the_logical_devices_and_is_cached() -> None:
     config = DeviceConfig(cpu_devices=2)
     info, _ = describe_devices(config)
-    assert [d["short_name"] for d in info["logical"]] == ["/CPU:0", "/CPU:1"]
-    assert info["logical"][1]["name"] == "/job:localhost/replica:0/task:0/device:CPU:1"
+    assert [d["short_name"] for d in info.logical] == ["/CPU:0", "/CPU:1"]
+    assert info.logical[1]["name"] == "/job:localhost/replica:0/task:0/device:CPU:1"
     started = time.monotonic()
     assert describe_devices(config)[0] is info and time.monotonic() - started < 1
 

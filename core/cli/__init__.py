@@ -153,7 +153,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         # Printed as it is: which Python and how to install TensorFlow, or what TensorFlow refused and where.
         raise ConfigRejected(str(exc)) from None
     if args.json:
-        _emit_json({**info, "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(lines)})
+        _emit_json({**info.payload(), "nvml": nvml_info, "tf_gpu_messages": tf_gpu_lines(lines)})
         return EXIT_OK
     _print_lines(devices_text(info, config.summary(), nvml_info, tf_gpu_messages(lines)))
     return EXIT_OK

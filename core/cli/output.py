@@ -214,25 +214,25 @@ def error_text(error: Mapping[str, Any], verbose: bool) -> list[str]:
     return lines
 
 
-def devices_text(info: Mapping[str, Any], config_summary: str, nvml_info: Mapping[str, Any],
+def devices_text(info: events.Ready, config_summary: str, nvml_info: Mapping[str, Any],
                  tf_messages: Sequence[str]) -> list[str]:
-    build = info.get("build", {})
+    build = info.build
     cuda = "no CUDA"
     if build.get("is_cuda_build"):
         cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}"
-    lines = [f"TensorFlow {info['tf_version']} ({cuda} build), Python {info['python']}",
+    lines = [f"TensorFlow {info.tf_version} ({cuda} build), Python {info.python}",
              f"Configuration: {config_summary}", "", "Physical devices:"]
-    for device in info["physical"]:
+    for device in info.physical:
         extra = ""
         if device["device_type"] == "GPU":
             extra = f"  {device.get('device_name', '')}  compute {device.get('compute_capability') or '?'}"
             extra += "" if device.get("visible") else "  (hidden by visible_gpus)"
         lines.append(f"  {device['name']}{extra}")
     lines += ["", "Logical devices (created by the runtime):"]
-    for logical in info["logical"]:
+    for logical in info.logical:
         limit = f"  limit {logical['memory_limit_mib']} MiB" if "memory_limit_mib" in logical else ""
         lines.append(f"  {logical['short_name']:<8} {logical['name']}{limit}")
-    if not any(d["device_type"] == "GPU" for d in info["physical"]):
+    if not any(d["device_type"] == "GPU" for d in info.physical):
         lines += ["", "TensorFlow sees no GPU."]
         lines += [f"  TensorFlow said: {message}" for message in tf_messages[-4:]]
     lines.append("")

@@ -215,7 +215,7 @@ class RunManager:
         self.spare: RunProcess | None = None       # warm (or warming) for the applied configuration
         self.current: RunProcess | None = None     # the process of the last job handed over
         self.describer: RunProcess | None = None
-        self.devices: dict[str, Any] | None = None  # the applied configuration's devices, once known
+        self.devices: events.Ready | None = None  # the applied configuration's devices, once known
         self.device_lines: list[str] = []           # the output of the run that described them
         self.applied: DeviceConfig | None = None
         self.job_run: JobRun | None = None
@@ -246,12 +246,12 @@ class RunManager:
         return self.current if self.running else self.spare
 
     @property
-    def ready_info(self) -> dict[str, Any] | None:
+    def ready_info(self) -> events.Ready | None:
         """The applied configuration's devices (with the spare's pid once it is warm)."""
         if self.devices is None:
             return None
         warm = self.spare.warm if self.spare is not None else None
-        return {**self.devices, "pid": warm.pid} if warm is not None else self.devices
+        return self.devices.replace(pid=warm.pid) if warm is not None else self.devices
 
     def status_text(self) -> str:
         """The spare's and the run's state in a few words, for the status bar."""
@@ -263,7 +263,7 @@ class RunManager:
         if spare.state == RuntimeState.STARTING:
             return "spare warming…"
         if spare.state == RuntimeState.READY and spare.warm is not None:
-            logical = [d["short_name"] for d in (self.devices or {}).get("logical", [])]
+            logical = [d["short_name"] for d in (self.devices.logical if self.devices is not None else ())]
             count = f"{len(logical)} logical device{'s' if len(logical) != 1 else ''}"
             devices = f", {count}" if logical else ", devices being listed…"
             return f"spare ready (TF {spare.warm.tf_version}{devices})"
@@ -291,7 +291,7 @@ class RunManager:
                 cached = cached_devices(config)
                 if cached is not None:
                     self.devices, self.device_lines = cached
-                    self._tell_event(events.from_json({"type": events.READY, "data": cached[0]}))
+                    self._tell_event(cached[0])
                 else:
                     self.describer = self._start(DESCRIBE)
             if self.spares or (self.pending is not None and self.pending.run is not None):
@@ -494,7 +494,8 @@ class RunManager:
         """The spare takes the job; the next spare starts warming at once."""
         spare = self.spare
         assert self.applied is not None and spare is not None
-        run = run or JobRun(job, params, self.applied, self.devices, self.history)
+        devices = self.devices.payload() if self.devices is not None else None  # as the run's record keeps them
+        run = run or JobRun(job, params, self.applied, devices, self.history)
         self.job_run = run
         previous = self.current
         leaving = previous.pid if previous is not None and previous.state != RuntimeState.EXITED else None
@@ -529,10 +530,9 @@ class RunManager:
             self._warm.add(process)
         self._record(process, event)
         if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
-            devices = event.payload()
-            remember_devices(process.config, devices, process.recent_lines())
+            remember_devices(process.config, event, process.recent_lines())
             if current:
-                self.devices, self.device_lines = devices, process.recent_lines()
+                self.devices, self.device_lines = event, process.recent_lines()
         if role == DESCRIBE:
             self._take_description(process, event, current)
         elif process is self.current:
@@ -570,7 +570,7 @@ class RunManager:
             return
         if isinstance(event, events.RuntimeExited) and self.devices is None and process.startup_error is None:
             # Without the list, runs still work: their own `ready` brings the devices.
-            self.devices = {**(process.warm.payload() if process.warm is not None else {}), "logical": []}
+            self.devices = process.warm.as_ready() if process.warm is not None else events.Ready()
             self._later(self.listeners.problem, f"Could not list the devices: {process.failure_message()}")
         elif isinstance(event, events.Ready):
             self._tell_event(event)

@@ -646,7 +646,7 @@ class RuntimeProcess:
         return [finished] if error is None else [error, finished]
 
 
-_described: dict[str, tuple[dict[str, Any], list[str]]] = {}
+_described: dict[str, tuple[events.Ready, list[str]]] = {}
 _described_lock = threading.Lock()
 
 
@@ -654,12 +654,12 @@ def config_key(config: DeviceConfig) -> str:
     return json.dumps(config.to_json(), sort_keys=True)
 
 
-def cached_devices(config: DeviceConfig) -> tuple[dict[str, Any], list[str]] | None:
+def cached_devices(config: DeviceConfig) -> tuple[events.Ready, list[str]] | None:
     with _described_lock:
         return _described.get(config_key(config))
 
 
-def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[dict[str, Any], list[str]]:
+def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[events.Ready, list[str]]:
     """The devices TensorFlow makes of `config` (a short describe run, cached per configuration), and the
     run's last output lines (TensorFlow's reasons when it sees no GPU). Raises RuntimeUnavailable."""
     cached = cached_devices(config)
@@ -676,13 +676,13 @@ def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[dict
         runtime.stop()
     if runtime.ready is None:
         raise runtime.unavailable()
-    described = (runtime.ready.payload(), runtime.recent_lines())
+    described = (runtime.ready, runtime.recent_lines())
     with _described_lock:
         _described[config_key(config)] = described
     return described
 
 
-def remember_devices(config: DeviceConfig, info: dict[str, Any], lines: list[str]) -> None:
+def remember_devices(config: DeviceConfig, ready: events.Ready, lines: list[str]) -> None:
     """A run's own `ready` event describes its configuration as well as a describe run would."""
     with _described_lock:
-        _described[config_key(config)] = (info, lines)
+        _described[config_key(config)] = (ready, lines)

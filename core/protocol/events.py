@@ -143,6 +143,10 @@ class Warm(_RuntimeFacts):
 
     TYPE = WARM
 
+    def as_ready(self) -> Ready:
+        """These facts as a ready report that knows no logical devices yet (their listing failed)."""
+        return Ready(**{item.name: getattr(self, item.name) for item in dataclasses.fields(self)})
+
 
 @dataclass(frozen=True, kw_only=True)
 class Ready(_RuntimeFacts):
