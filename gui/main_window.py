@@ -460,8 +460,8 @@ class MainWindow(QMainWindow):
                     self.runs.add_live_loss(int(step or 0), float(value))
                 case events.StartupError():
                     self.devices.show_message(f"<b style='color:#d33'>{html.escape(wording.startup_error(event))}</b>")
-                case events.RuntimeExited(expected=False):
-                    self._runtime_died(event)
+                case events.RuntimeExited(expected=False) | events.RuntimeExited(killed_for_cancel=True):
+                    self._runtime_died(event)  # a kill for a cancel is expected (the run's outcome), yet news
         self.device_map.on_events(batch, self.run_state)  # after _on_ready: a ready report sets its devices
 
     def _show_job_output(self, changes: RunChanges) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from fake_runtime import FakeProcess
+from fake_runtime import FakeProcess, fake_factory
 from tf_device_panel.core.client import runtime
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import (
@@ -464,3 +464,54 @@ def test_run_job_once_whose_process_cannot_start_says_why_and_returns() -> None:
     assert outcome.status == "crashed"
     assert outcome.error["message"].startswith("Could not start a TensorFlow process: [Errno 2]")
     assert RunHistory().summaries()[0]["status"] == "crashed"  # never left "running"
+
+
+def test_a_window_closed_on_a_killed_run_starts_no_fresh_runtime() -> None:
+    """The restart after a cancel had to kill is decided when it is carried out: a shutdown heard of first wins
+    (it once started a spare after the window had collected its processes, and nothing stopped it)."""
+    manager, made, _ = ready_window_manager()
+    manager.run("script", {})
+    running, next_spare = made[1], made[2]
+    next_spare.kill("by the test")  # nothing warm is left: a restart would be due
+    at_shutdown: list[int] = []
+
+    def close_on_the_kill(event: Event) -> None:
+        if isinstance(event, events.RuntimeExited) and event.killed_for_cancel:
+            manager.shutdown(timeout=1.0)
+            at_shutdown.append(len(made))
+
+    manager.subscribe(events=close_on_the_kill)
+    manager.cancel()
+    running.kill(reason="the job did not stop within 5 s of being cancelled")
+    assert at_shutdown and len(made) == at_shutdown[0], "a process was started after the shutdown"
+    assert manager.state == RuntimeState.EXITED
+
+
+def test_a_readers_news_is_told_on_its_own_thread_in_its_order() -> None:
+    """News gathered on a process's reader thread is told by that thread only: another thread's call to the
+    manager (the window's Run, the CLI's Ctrl+C) never tells it, so it can neither overtake the reader's next
+    event nor reach a listener from two threads at once."""
+    told_on: list[tuple[str, str]] = []
+    reader_has_news, go_on = threading.Event(), threading.Event()
+
+    class PausedReader(RunManager):
+        def _flush(self) -> None:
+            if threading.current_thread().name == "reader" and not reader_has_news.is_set():
+                reader_has_news.set()  # its news is gathered and not yet told: another thread acts now
+                assert go_on.wait(10)
+            super()._flush()
+
+    made: list[FakeProcess] = []
+    manager = PausedReader(spares=1, describe=False, process_factory=fake_factory(made))
+    manager.subscribe(events=lambda e: told_on.append((type(e).__name__, threading.current_thread().name)),
+                      problem=lambda m: told_on.append(("problem", threading.current_thread().name)))
+    manager.apply(DeviceConfig())
+    reader = threading.Thread(target=made[-1].warm_up, name="reader")
+    reader.start()
+    assert reader_has_news.wait(10)
+    manager.run("matmul", {})  # the spare is warm now: handed over on this thread
+    manager.run("matmul", {})  # refused: a problem, told here
+    go_on.set()
+    reader.join(10)
+    assert ("Warm", "reader") in told_on and ("problem", "MainThread") in told_on
+    assert all(thread == "reader" for kind, thread in told_on if kind == "Warm"), told_on

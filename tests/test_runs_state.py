@@ -3,6 +3,7 @@ whole; Run may be pressed while the runtime warms (real widgets offscreen, no ru
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ pytest.importorskip("PySide6")
 from fake_runtime import FakeProcess, fake_factory
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.run_record import JobOutcome
@@ -265,5 +266,56 @@ def test_runtime_kill_from_the_menu_says_why(qtbot, tmp_path: Path) -> None:
         (kill,) = [a for a in window.findChildren(QAction) if a.text() == "&Kill runtime"]
         kill.trigger()
         assert made[-1].killed == "Runtime → Kill runtime was chosen" and manager.state == "exited"
+    finally:
+        window.close()
+
+
+def fake_window(qtbot, tmp_path: Path, describe: bool) -> tuple[MainWindow, RunManager, list[FakeProcess]]:
+    made: list[FakeProcess] = []
+    manager = RunManager(RunHistory(), spares=1, describe=describe, process_factory=fake_factory(made))
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False, run_manager=manager)
+    qtbot.addWidget(window)
+    return window, manager, made
+
+
+def test_a_cancel_that_had_to_kill_the_runtime_says_so(qtbot, tmp_path: Path) -> None:
+    """The run's outcome says "cancelled"; the window also says why the runtime went and what comes next (the
+    manager marks such an exit expected, and the window once heard only unexpected ones)."""
+    window, manager, made = fake_window(qtbot, tmp_path, describe=False)
+    try:
+        window.apply(DeviceConfig())
+        made[-1].warm_up()
+        assert manager.run("script", {"path": "stuck.py"}) == "started"
+        running = made[-2]
+        manager.cancel()
+        running.kill(reason="the job did not stop within 5 s of being cancelled")
+        qtbot.waitUntil(lambda: "did not stop in time" in window.devices.note.text())
+        assert "the next run gets a fresh one" in window.current_message()
+    finally:
+        window.close()
+
+
+def test_a_describe_run_that_dies_leaves_the_window_ready(qtbot, tmp_path: Path) -> None:
+    """Without the device list, runs still work: the window says it and shows Run, not "Run when ready"."""
+    window, manager, made = fake_window(qtbot, tmp_path, describe=True)
+    try:
+        window.apply(DeviceConfig())
+        describer, spare = made
+        spare.warm_up()
+        describer.warm_up()
+        qtbot.waitUntil(lambda: "devices being listed" in window.runtime_label.full_text())  # the warm spare is shown
+        assert window.runs.run_button.text() == "Run when ready"
+        # on its reader thread, as a real process's exit comes
+        reader = threading.Thread(target=describer.exit, name="reader",
+                                  kwargs={"returncode": -11, "description": "was killed by SIGSEGV", "expected": False})
+        reader.start()
+        reader.join()
+        assert manager.state == "ready"
+        qtbot.waitUntil(lambda: window.runs.run_button.text() == "Run")  # no refresh by hand: the window is told
+        assert window.runs.run_button.isEnabled()
+        assert any("Could not list the devices" in notice for notice in window.notices)
+        for box in window.findChildren(QMessageBox, "notice"):
+            box.close()  # as a user would
     finally:
         window.close()

@@ -14,12 +14,15 @@ A `RunManager` keeps the applied configuration's processes and the run in progre
 
 Its state moves only through `TRANSITIONS` (an unknown move raises `IllegalTransition`). Processes come from
 an injected factory, so its tests drive it with a fake process in milliseconds. Listeners are plain callbacks,
-called on whichever thread the news came from (a process's reader thread, or the caller's), never with the
-manager's lock held: an event listener that blocks (a terminal that takes no output) slows only that process.
+called on the thread the news came from (a process's reader thread, or the caller's), in the order it came
+there, never with the manager's lock held: an event listener that blocks (a terminal that takes no output) slows
+only that process. Each thread tells only its own news: a reader's events are never told by another thread, so
+they cannot overtake one another, nor reach a listener from two threads at once.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import queue
@@ -222,7 +225,8 @@ class RunManager:
         self.pending: PendingRun | None = None
         self.start_problem: str | None = None  # why the last process could not be started at all
         self._lock = threading.RLock()
-        self._outbox: list[Callable[[], None]] = []  # news gathered under the lock, told once it is released
+        self._outbox = threading.local()  # each thread's news, gathered under the lock, told once it is released
+        self._shut_down = False  # no process starts after `shutdown`, whatever was queued before it
         self._retired: list[threading.Thread] = []
         self._generation = 0
         self._warm: weakref.WeakSet[RunProcess] = weakref.WeakSet()  # processes whose `warm` event was taken
@@ -278,28 +282,31 @@ class RunManager:
         """A fresh spare (and device list) for `config`; the old processes are stopped in the background, a
         running job is killed. A job waiting for the old spare waits for the new one."""
         with self._lock:
-            self._generation += 1
-            for old in (self.spare, self.describer):
-                if old is not None:
-                    self._retire(old)
-            replaced_run = self.current if self.running else None
-            self.spare = self.describer = None
-            self.applied = config
-            self.devices, self.device_lines = None, []
-            self._fire(Trigger.APPLY)
-            if self.describe_devices:
-                cached = cached_devices(config)
-                if cached is not None:
-                    self.devices, self.device_lines = cached
-                    self._tell_event(cached[0])
-                else:
-                    self.describer = self._start(DESCRIBE)
-            if self.spares or (self.pending is not None and self.pending.run is not None):
-                self.spare = self._start(SPARE)
-            self._settle()
-            if replaced_run is not None:
-                replaced_run.kill(reason="replaced by a new configuration")
+            self._apply(config)
         self._flush()
+
+    def _apply(self, config: DeviceConfig) -> None:
+        self._generation += 1
+        for old in (self.spare, self.describer):
+            if old is not None:
+                self._retire(old)
+        replaced_run = self.current if self.running else None
+        self.spare = self.describer = None
+        self.applied = config
+        self.devices, self.device_lines = None, []
+        self._fire(Trigger.APPLY)
+        if self.describe_devices:
+            cached = cached_devices(config)
+            if cached is not None:
+                self.devices, self.device_lines = cached
+                self._tell_event(cached[0])
+            else:
+                self.describer = self._start(DESCRIBE)
+        if self.spares or (self.pending is not None and self.pending.run is not None):
+            self.spare = self._start(SPARE)
+        self._settle()
+        if replaced_run is not None:
+            replaced_run.kill(reason="replaced by a new configuration")
 
     def run(self, job: str, params: Mapping[str, Any]) -> Submission:
         """Hand the job to the warm spare, or, while one warms, let it wait for it."""
@@ -367,6 +374,7 @@ class RunManager:
         timeout = self.stop_timeout_s if timeout is None else timeout
         with self._lock:
             self._generation += 1
+            self._shut_down = True
             self._fire(Trigger.SHUTDOWN)
             processes = [p for p in (self.current, self.spare, self.describer) if p is not None]
         for process in processes:
@@ -398,14 +406,22 @@ class RunManager:
             if callback is not None:
                 getattr(self.listeners, kind).append(callback)
 
+    def _news(self) -> collections.deque[Callable[[], None]]:
+        """This thread's news not yet told."""
+        news = getattr(self._outbox, "news", None)
+        if news is None:
+            news = self._outbox.news = collections.deque()
+        return news
+
     def _later(self, callbacks: list[Callable[..., None]], *args: Any) -> None:
-        self._outbox.extend(functools.partial(callback, *args) for callback in callbacks)
+        self._news().extend(functools.partial(callback, *args) for callback in callbacks)
 
     def _flush(self) -> None:
-        with self._lock:
-            outbox, self._outbox = self._outbox, []
-        for tell in outbox:
-            tell()
+        # One at a time from the front: a listener that asks the manager again (and so flushes) tells the rest in
+        # their order, not after its own news.
+        news = self._news()
+        while news:
+            news.popleft()()
 
     def _tell_event(self, event: Event) -> None:
         self._later(self.listeners.events, event)
@@ -572,18 +588,31 @@ class RunManager:
             # Without the list, runs still work: their own `ready` brings the devices.
             self.devices = process.warm.as_ready() if process.warm is not None else events.Ready()
             self._later(self.listeners.problem, f"Could not list the devices: {process.failure_message()}")
+            self._tell_event(self.devices)  # what is known of them, and with it the state it settles into
         elif isinstance(event, events.Ready):
             self._tell_event(event)
 
     def _take_from_run(self, process: RunProcess, event: Event) -> None:
-        if isinstance(event, events.RuntimeExited) and event.killed_for_cancel:
-            # Stop had to kill the run's process: the job's outcome says so. Like a notebook kernel, the
-            # configuration comes back by itself: the spare is already there, else a fresh one starts.
-            event = event.replace(expected=True)
-            if self.spares and self.applied is not None and self.state != RuntimeState.STOPPING and (
-                    self.spare is None or self.spare.state == RuntimeState.EXITED):
-                self._outbox.append(functools.partial(self.apply, self.applied))
-        self._tell_event(event)
+        if not (isinstance(event, events.RuntimeExited) and event.killed_for_cancel):
+            self._tell_event(event)
+            return
+        # Stop had to kill the run's process: the job's outcome says so. Like a notebook kernel, the
+        # configuration comes back by itself: the spare is already there, else a fresh one starts (after the
+        # listeners heard of the kill, so a window closing on it starts nothing).
+        self._tell_event(event.replace(expected=True))
+        if self.spares and self.applied is not None:
+            self._news().append(functools.partial(self._restart_after_kill, self.applied))
+
+    def _restart_after_kill(self, config: DeviceConfig) -> None:
+        """A fresh spare with `config` if none is warm and nothing changed meanwhile: decided under the lock, so
+        a window closed (or a configuration applied) since the kill wins."""
+        with self._lock:
+            spare = self.spare
+            if self._shut_down or config is not self.applied or (
+                    spare is not None and spare.state != RuntimeState.EXITED):
+                return
+            self._apply(config)
+        self._flush()
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
