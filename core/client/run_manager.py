@@ -219,7 +219,6 @@ class RunManager:
         self.current: RunProcess | None = None     # the process of the last job handed over
         self.describer: RunProcess | None = None
         self.devices: events.Ready | None = None  # the applied configuration's devices, once known
-        self.device_lines: list[str] = []           # the output of the run that described them
         self.applied: DeviceConfig | None = None
         self.job_run: JobRun | None = None
         self.pending: PendingRun | None = None
@@ -293,12 +292,12 @@ class RunManager:
         replaced_run = self.current if self.running else None
         self.spare = self.describer = None
         self.applied = config
-        self.devices, self.device_lines = None, []
+        self.devices = None
         self._fire(Trigger.APPLY)
         if self.describe_devices:
             cached = cached_devices(config)
             if cached is not None:
-                self.devices, self.device_lines = cached
+                self.devices = cached[0]
                 self._tell_event(cached[0])
             else:
                 self.describer = self._start(DESCRIBE)
@@ -548,7 +547,7 @@ class RunManager:
         if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
             remember_devices(process.config, event, process.recent_lines())
             if current:
-                self.devices, self.device_lines = event, process.recent_lines()
+                self.devices = event
         if role == DESCRIBE:
             self._take_description(process, event, current)
         elif process is self.current:

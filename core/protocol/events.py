@@ -92,11 +92,9 @@ class Event:
         """The wire's "data": every field but job_id and time, fields left at None omitted."""
         data: dict[str, Any] = {}
         for item in dataclasses.fields(self):
-            if item.name in ("job_id", "time"):
+            if item.name in ("job_id", "time", "raw"):  # the envelope's own; raw bytes never go on the wire
                 continue
             value = getattr(self, item.name)
-            if item.name == "raw":
-                continue
             unset = value is None or value is False or (isinstance(value, (tuple, Mapping)) and not value)
             if unset and item.name not in _ALWAYS_WRITTEN:
                 continue  # an unset flag or an empty list is left out, as records before these classes had it
