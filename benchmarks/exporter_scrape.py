@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fake_nvml import FakeGpus, process
+from figures import report
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import Nvml
@@ -100,12 +101,11 @@ def main(scrapes: int = 300) -> None:
             bare_server.shutdown()
             bare_server.server_close()
             bare_thread.join(5)
-    verdict = "ok" if ours * 1000 <= TARGET_MS else "OVER TARGET"
-    print(f"exporter scrape, 8 fake GPUs × 2 processes + a run: {ours * 1000:.2f} ms median of {scrapes} "
-          f"({our_size} bytes); bare prometheus-client registry: {reference * 1000:.2f} ms ({reference_size} bytes); "
-          f"ratio {ours / reference:.2f}×; target ≤ {TARGET_MS:g} ms: {verdict}")
-    print(f"200 simultaneous scrapes: slowest answered in {slowest:.2f} s, {failed} failed; target all answered "
-          f"under 1 s: {'ok' if failed == 0 and slowest < 1.0 else 'OVER TARGET'}")
+    report("exporter scrape, 8 fake GPUs × 2 processes + a run", ours * 1000, TARGET_MS, unit="ms",
+           detail=f"median of {scrapes} ({our_size} bytes); a bare prometheus-client registry "
+                  f"{reference * 1000:.2f} ms ({reference_size} bytes), {ours / reference:.2f}×")
+    report("200 simultaneous scrapes: the slowest answer", slowest if failed == 0 else float("inf"), 1.0,
+           unit="s", detail=f"{failed} failed")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import psutil
+from figures import report, spread
 
 SCRIPT = "import sys\nchunk = 'x' * 65536\nfor _ in range({chunks}):\n    sys.stdout.write(chunk)\n"
 
@@ -78,12 +79,12 @@ def main() -> None:
         ratio = statistics.median(own) / base
         print(f"{args.megabytes} MB in one line, bare to /dev/null: median {base:.2f} s  (n={args.repeat})")
         print(f"bare, stdout a pipe to cat:        median {statistics.median(piped):.2f} s")
-        print(f"run script, the run itself: median {statistics.median(own):.2f} s  ratio {ratio:.2f} "
-              f"(target ≤ 2.0) {'OK' if ratio <= 2.0 else 'OVER TARGET'}; "
-              f"{statistics.median(own) / statistics.median(piped):.2f} × the piped bare run")
+        print(f"run script, the run itself: {spread(own, 2)} s, {ratio:.2f} × the bare run to /dev/null")
         print(f"run script, whole CLI:      median {statistics.median(wall):.2f} s (includes the TensorFlow import)")
-        megabytes = max(peak) / 2**20
-        print(f"CLI peak RSS: {megabytes:.0f} MB (target ≤ 150 MB) {'OK' if megabytes <= 150 else 'OVER TARGET'}")
+        report(f"{args.megabytes} MB in one line: the run ÷ the bare script writing into a pipe",
+               statistics.median(own) / statistics.median(piped), 1.25,
+               detail=f"the run {spread(own, 2)} s, piped bare {spread(piped, 2)} s")
+        report(f"CLI peak RSS, {args.megabytes} MB in one line", max(peak) / 2**20, 150, unit="MB")
 
 
 if __name__ == "__main__":

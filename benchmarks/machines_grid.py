@@ -9,6 +9,7 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from figures import report
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
 from tf_device_panel.gui.machines_panel import MachinesPanel
@@ -44,9 +45,8 @@ def main(updates: int = 60) -> None:
         times.append(time.perf_counter() - started)
     panel.stop()
     median = statistics.median(times) * 1000
-    print(f"machines grid: {median:.1f} ms median GUI-thread time per update (max {max(times) * 1000:.1f} ms) "
-          f"for 30 machines × 8 GPUs, {updates} updates; target ≤ {TARGET_MS:g} ms: "
-          f"{'ok' if median <= TARGET_MS else 'OVER TARGET'}")
+    report("machines grid: GUI-thread time per update, 30 machines × 8 GPUs", median, TARGET_MS, unit="ms",
+           detail=f"median of {updates} updates, max {max(times) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

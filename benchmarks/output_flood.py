@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import psutil
+from figures import report, spread
 
 SCRIPT = "for i in range(1_000_000):\n    print(f'line {i}')\n"
 
@@ -78,12 +79,11 @@ def main() -> None:
         print(f"run script, whole CLI:     median {whole:.2f} s  ({whole / base:.2f} × bare; includes the "
               f"TensorFlow import of a cold process; {whole / tf_base:.2f} × a bare script that imports "
               f"TensorFlow first, median {tf_base:.2f} s)")
-        print(f"run script, the run itself: median {statistics.median(own):.2f} s  ratio {ratio:.2f} "
-              f"(target ≤ 2.0) {'OK' if ratio <= 2.0 else 'OVER TARGET'}")
-        megabytes = max(peak) / 2**20
-        print(f"CLI peak RSS: {megabytes:.0f} MB (target ≤ 150 MB) {'OK' if megabytes <= 150 else 'OVER TARGET'}")
+        report("1M short lines: the run ÷ bare", ratio, 1.25,
+               detail=f"the run itself {spread(own, 2)} s, bare {spread(bare, 2)} s")
+        report("CLI peak RSS, 1M short lines", max(peak) / 2**20, 150, unit="MB")
         raw = sum(len(f"line {i}\n") for i in range(1_000_000))  # the bytes the script prints
-        print(f"record output: {record.stat().st_size / raw:.2f} × the raw bytes (target ≤ 1.5)")
+        report("record output ÷ the raw bytes, 1M short lines", record.stat().st_size / raw, 1.5)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from figures import report
 from tf_device_panel.core.protocol.output_lines import parse_line
 
 SAMPLE = [
@@ -29,8 +30,8 @@ def main() -> None:
             parse_line(text, stream)
         rates.append(len(lines) / (time.perf_counter() - started))
     median = statistics.median(rates)
-    print(f"placement parsing: median {median / 1000:.0f}k lines/s over {len(lines)} lines × 5 "
-          f"(target ≥ 300k) {'OK' if median >= 300_000 else 'UNDER TARGET'}")
+    report("placement parsing", median / 1000, 300, unit="k lines/s", at_most=False,
+           detail=f"median over {len(lines)} lines × 5")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+from figures import report, spread
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
 
@@ -52,9 +53,10 @@ def main() -> None:
         bare.append(bare_seconds())
         ours.append(spare_seconds())
     ratio = statistics.median(ours) / statistics.median(bare)
-    print(f"bare `import tensorflow`:        median {statistics.median(bare):.3f} s  (n={args.repeat})")
-    print(f"spare start → warm (configured): median {statistics.median(ours):.3f} s  (n={args.repeat})")
-    print(f"ratio: {ratio:.3f}  (target ≤ 1.10) {'OK' if ratio <= 1.10 else 'OVER TARGET'}")
+    print(f"bare `import tensorflow`:        {spread(bare)} s")
+    print(f"spare start → warm (configured): {spread(ours)} s")
+    report("spare cold start ÷ bare `import tensorflow`", ratio, 1.00,
+           detail=f"medians {statistics.median(ours):.3f} s / {statistics.median(bare):.3f} s, n={args.repeat}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from fake_nvml import FakeGpus
+from figures import report
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import History, Sampler
 
@@ -93,9 +94,9 @@ def main() -> None:
         wall, cpu, count, scrolled = redraw_cost(markers=markers)
         scrolling = (f"{statistics.median(scrolled) * 1000:.1f} ms median wall of the {len(scrolled)} of 31 that "
                      "scrolled the window" if scrolled else "none scrolled the window")
-        print(f"redraw: {wall * 1000:.1f} ms median wall, {cpu * 1000:.1f} ms CPU, for {count} series × 1 h at "
-              f"0.5 s (7200 points each), 8 GPU plots + host, {markers} markers, a new sample each time "
-              f"(target: 16 ms); {scrolling}")
+        report(f"Memory dock redraw, 8 GPUs + host × 1 h, {markers} markers", wall * 1000, 16, unit="ms",
+               detail=f"median wall, {cpu * 1000:.1f} ms CPU, {count} series × 7200 points, a new sample each "
+                      f"time; {scrolling}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from figures import report, spread
+
 TRAIN = """
 import time, sys
 import numpy as np
@@ -84,7 +86,7 @@ def run_panel(script: Path, epochs: int, log_placement: bool, folder: Path) -> f
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5, help="runs per mode, alternating (at least 5 to judge)")
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run; all but the first are timed")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
@@ -93,25 +95,27 @@ def main() -> None:
         script.write_text(TRAIN)
         logged = folder / "train_logged.py"
         logged.write_text(LOG_ON_PRELUDE + TRAIN)
-        figures: dict[str, list[float]] = {"bare": [], "bare, log on": [], "panel, log off": [],
-                                           "panel, log on": []}
+        rates: dict[str, list[float]] = {"bare": [], "bare, log on": [], "panel, log off": [],
+                                         "panel, log on": []}
         for _ in range(args.repeat):
-            figures["bare"].append(run_bare(script, args.epochs))
-            figures["panel, log off"].append(run_panel(script, args.epochs, False, folder))
-            figures["bare, log on"].append(run_bare(logged, args.epochs))
-            figures["panel, log on"].append(run_panel(script, args.epochs, True, folder))
-    median = {mode: statistics.median(values) for mode, values in figures.items()}
+            rates["bare"].append(run_bare(script, args.epochs))
+            rates["panel, log off"].append(run_panel(script, args.epochs, False, folder))
+            rates["bare, log on"].append(run_bare(logged, args.epochs))
+            rates["panel, log on"].append(run_panel(script, args.epochs, True, folder))
     print(f"Keras fit, {args.epochs - 1} timed epochs × 256 steps, {args.repeat} runs per mode, alternating")
-    for mode, values in figures.items():
-        spread = f"{min(values):.0f}–{max(values):.0f}"
-        print(f"  {mode:<16} {median[mode]:8.1f} steps/s  (runs: {spread})")
-    best = {mode: max(values) for mode, values in figures.items()}  # the run least disturbed by other work
-    for name, figure in (("medians", median), ("best runs", best)):
-        off = figure["bare"] / figure["panel, log off"]
-        on = figure["bare"] / figure["panel, log on"]
-        on_vs_logged = figure["bare, log on"] / figure["panel, log on"]
-        print(f"{name}: panel, log off: {off:.3f}× the bare run's time per step (target ≤ 1.05); log on: "
-              f"{on:.3f}× the bare run's, {on_vs_logged:.3f}× a bare run that logs placements too")
+    for mode, values in rates.items():
+        print(f"  {mode:<16} {spread(values, 1)} steps/s")
+    # Each panel run is compared with the bare run made just before it, so a machine that slows down or speeds
+    # up during the benchmark moves both sides of a ratio alike; the spread of those ratios says how much to trust
+    # their median.
+    off = [bare / panel for bare, panel in zip(rates["bare"], rates["panel, log off"], strict=True)]
+    on = [bare / panel for bare, panel in zip(rates["bare, log on"], rates["panel, log on"], strict=True)]
+    print(f"time per step, panel ÷ bare, run by run: log off {spread(off)}; log on (÷ a bare run that logs "
+          f"placements too) {spread(on)}")
+    judged = args.repeat >= 5
+    report("Keras fit, placement log off: time per step ÷ bare", statistics.median(off), 1.05,
+           detail=f"paired runs {min(off):.3f}–{max(off):.3f}, n={len(off)}"
+                  + ("" if judged else "; fewer than 5 runs per mode: too few to judge"))
 
 
 if __name__ == "__main__":
