@@ -46,7 +46,7 @@ class FakeSource:
         self.gate.set()
         self.fetches = 0
 
-    def fetch(self) -> list[MachineStatus]:
+    def fetch(self, stopping: threading.Event | None = None) -> list[MachineStatus]:
         self.threads.add(threading.current_thread().name)
         self.gate.wait(10)
         self.fetches += 1
@@ -54,7 +54,8 @@ class FakeSource:
             raise SourceError(self.error)
         return self.machines
 
-    def history(self, instance: str, seconds: float) -> dict[str, list[tuple[float, float]]]:
+    def history(self, instance: str, seconds: float, *,
+                stopping: threading.Event | None = None) -> dict[str, list[tuple[float, float]]]:
         self.threads.add(threading.current_thread().name)
         now = time.time()
         return {"gpu0": [(now - 20, 1.0 * GIB), (now - 10, 1.5 * GIB)], "gpu0.total": [(now - 20, 16.0 * GIB)],
@@ -168,7 +169,7 @@ def test_opening_a_tile_shows_its_history(qtbot, panel: MachinesPanel) -> None:
     assert dialog.series["gpu0"][-1][1] == 1.5 * GIB
     assert "2 graph(s) from a fake lab" in dialog.status.text()
     assert len(dialog.graphs.ci.items) == 2  # GPU 0 and the host
-    source.history = lambda instance, seconds: {"gpu0": [(time.time(), 3.0 * GIB)]}  # type: ignore[method-assign]
+    source.history = lambda instance, seconds, stopping=None: {"gpu0": [(time.time(), 3.0 * GIB)]}  # type: ignore[method-assign]
     qtbot.mouseClick(dialog.reload_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.series["gpu0"][-1][1] == 3.0 * GIB, timeout=10_000)
     assert len(dialog.graphs.ci.items) == 1
