@@ -96,9 +96,9 @@ def test_prometheus_queries_in_a_row_share_one_deadline() -> None:
      r"data\.activeTargets should be a list, got a number \(7\)"),
 ])
 def test_a_prometheus_answer_with_wrong_json_types_is_named(query: object, targets: object, message: str) -> None:
-    with HostileServer(json_answer(prometheus_answer(query, targets))) as server:
-        with pytest.raises(SourceError, match=message):
-            PrometheusSource(server.url).fetch()
+    with HostileServer(json_answer(prometheus_answer(query, targets))) as server, \
+            pytest.raises(SourceError, match=message):
+        PrometheusSource(server.url).fetch()
 
 
 def test_the_machines_command_names_a_wrong_json_type() -> None:
@@ -178,6 +178,6 @@ def test_fetch_errors_are_one_line_each() -> None:
     def elsewhere(connection: Any) -> None:
         connection.send(b"HTTP/1.1 302 Found\r\nLocation: ftp://example/x\r\nContent-Length: 0\r\n\r\n")
 
-    with HostileServer(elsewhere) as server:
-        with pytest.raises(fetch.FetchError, match="only http:// and https:// are followed"):
-            fetch.get(server.url, fetch.Deadline(5))
+    with HostileServer(elsewhere) as server, \
+            pytest.raises(fetch.FetchError, match="only http:// and https:// are followed"):
+        fetch.get(server.url, fetch.Deadline(5))
