@@ -5,8 +5,8 @@ answer, a deadline per target and per refresh); results arrive through a queued 
 out what came back. Stopping (another source, closing a dialog or the window) cancels a fetch in flight within a
 tenth of a second, so the GUI thread never waits out a misbehaving target's deadline. Tiles are painted by hand,
 not built from widgets per GPU: 30 machines × 8 GPUs would be 240 progress bars, and repainting a few rectangles
-costs far less. Opening a tile shows that machine's memory graphs, with history from Prometheus range queries (or what an exporter source has
-fetched so far). The source and the grid's column count are remembered in QSettings.
+costs far less. Opening a tile shows that machine's memory graphs, with history from Prometheus range queries (or
+what an exporter source has fetched so far). The source and the grid's column count are remembered in QSettings.
 """
 
 from __future__ import annotations
