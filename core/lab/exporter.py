@@ -293,6 +293,16 @@ REQUEST_TIMEOUT_S = 5.0  # a request's line and headers must all have arrived th
 IDLE_TIMEOUT_S = 5.0  # the longest one read or write waits
 
 
+EVICT_AFTER_S = 0.1  # a connection whose request is not in after this long may be closed to make room for another
+
+
+def _hang_up(connection: socket.socket) -> None:
+    """End a connection another thread serves: its read or write returns at once (the plain socket's shutdown,
+    under TLS too: the SSL object stays with the thread that uses it)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(connection, socket.SHUT_RDWR)
+
+
 class _RequestDeadline(io.RawIOBase):
     """A connection's reads, all within REQUEST_TIMEOUT_S of the first: a client that sends a byte every few
     seconds (each read within any per-read timeout) is still closed when the whole request is late."""
@@ -329,6 +339,14 @@ class _QuietHandler(WSGIRequestHandler):
         super().setup()
         self.rfile = io.BufferedReader(_RequestDeadline(self.connection, self.request_timeout,
                                                         self.timeout or IDLE_TIMEOUT_S))
+
+    def parse_request(self) -> bool:
+        parsed = bool(super().parse_request())
+        if parsed:
+            request_read = getattr(self.server, "request_read", None)
+            if request_read is not None:
+                request_read(self.request)
+        return parsed
 
     def log_message(self, format: str, *args: Any) -> None:  # a scrape a second would flood the terminal
         pass
@@ -467,9 +485,11 @@ class Exporter:
         family = infos[0][0]
 
         class Server(ThreadingWSGIServer):
-            """At most MAX_CONNECTIONS connections served at once (past that the accept loop waits, and the kernel's
-            backlog holds the rest); `close_connections()` ends every one at once, so a stop never waits for
-            clients."""
+            """At most MAX_CONNECTIONS connections served at once, one thread each. When all are taken, the
+            oldest whose request has not fully arrived (older than EVICT_AFTER_S) is closed to make room: a flood
+            of slow clients churns through its own connections while a scrape, whose request comes in one packet,
+            gets its turn. When all are busy answering, the accept loop waits and the kernel's backlog holds the
+            rest. `close_connections()` ends every one at once, so a stop never waits for clients."""
 
             address_family = family
             request_queue_size = LISTEN_BACKLOG
@@ -479,20 +499,25 @@ class Exporter:
             def __init__(self, *args: Any, **kwargs: Any):
                 self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
                 self.open: set[Any] = set()
+                self.reading: dict[Any, float] = {}  # connections whose request is not in yet -> when accepted
                 self.open_lock = threading.Lock()
                 self.closing = threading.Event()
+                self.evicted = 0
                 super().__init__(*args, **kwargs)
 
             def process_request(self, request: Any, client_address: Any) -> None:
+                taken = self.slots.acquire(blocking=False)
+                while not taken and not self.closing.is_set():
+                    self._evict_one()
+                    taken = self.slots.acquire(timeout=0.02)
                 if self.closing.is_set():
+                    if taken:
+                        self.slots.release()
                     self.shutdown_request(request)
                     return
-                while not self.slots.acquire(timeout=0.05):
-                    if self.closing.is_set():
-                        self.shutdown_request(request)
-                        return
                 with self.open_lock:
                     self.open.add(request)
+                    self.reading[request] = time.monotonic()
                 try:
                     threading.Thread(target=self.process_request_thread, args=(request, client_address),
                                      name="exporter-request", daemon=True).start()
@@ -500,6 +525,20 @@ class Exporter:
                     self._release(request)
                     self.shutdown_request(request)
                     raise
+
+            def _evict_one(self) -> None:
+                with self.open_lock:
+                    oldest = next(iter(self.reading.items()), None)
+                    if oldest is None or time.monotonic() - oldest[1] < EVICT_AFTER_S:
+                        return
+                    del self.reading[oldest[0]]
+                self.evicted += 1
+                _hang_up(oldest[0])
+
+            def request_read(self, request: Any) -> None:
+                """The handler has the whole request: no longer a candidate to close for room."""
+                with self.open_lock:
+                    self.reading.pop(request, None)
 
             def process_request_thread(self, request: Any, client_address: Any) -> None:
                 try:
@@ -510,6 +549,7 @@ class Exporter:
             def _release(self, request: Any) -> None:
                 with self.open_lock:
                     self.open.discard(request)
+                    self.reading.pop(request, None)
                 self.slots.release()
 
             def close_connections(self) -> None:
@@ -517,8 +557,7 @@ class Exporter:
                 with self.open_lock:
                     found = list(self.open)
                 for request in found:
-                    with contextlib.suppress(OSError):
-                        request.shutdown(socket.SHUT_RDWR)  # its thread's read or write returns at once
+                    _hang_up(request)
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 # A client that went idle past the timeout, hung up or failed its TLS handshake: its connection

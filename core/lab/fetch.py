@@ -202,7 +202,7 @@ def _get_once(url: str, deadline: Deadline, max_bytes: int, accept: str, tls: ss
 
 
 def _size(count: int) -> str:
-    return f"{count / MIB:.3g} MiB" if count >= MIB else f"{count} bytes"
+    return f"{round(count / MIB, 1):g} MiB" if count >= MIB else f"{count} bytes"
 
 
 def _os_reason(exc: OSError) -> str:
