@@ -269,6 +269,13 @@ def test_tls_with_a_certificate_and_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
         assert "tfdp_build_info" in response.read().decode()
     with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP gets no metrics from a TLS exporter
         urllib.request.urlopen(exporter.url.replace("https://", "http://"), timeout=10)
+    # the lab's bounded fetch over TLS: the handshake within the deadline, an untrusted certificate named
+    from tf_device_panel.core.lab import fetch
+
+    assert b"tfdp_build_info" in fetch.get(exporter.url, fetch.Deadline(10), tls=trusted).body
+    with pytest.raises(fetch.FetchError, match="TLS: CERTIFICATE_VERIFY_FAILED") as failed:
+        fetch.get(exporter.url, fetch.Deadline(10))
+    assert failed.value.connecting
 
 
 def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.MonkeyPatch, panel_home: Path) -> None:

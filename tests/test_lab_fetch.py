@@ -181,3 +181,20 @@ def test_fetch_errors_are_one_line_each() -> None:
     with HostileServer(elsewhere) as server, \
             pytest.raises(fetch.FetchError, match="only http:// and https:// are followed"):
         fetch.get(server.url, fetch.Deadline(5))
+
+
+def test_the_first_failed_query_ends_the_refresh() -> None:
+    """One query refused at once while another trickles: the refresh fails with the refusal, not at the deadline."""
+
+    def target(connection: Any) -> None:
+        if connection.path.startswith("/api/v1/targets"):
+            trickle_body(0.2)(connection)
+        else:
+            body = b'{"status":"error","error":"bad query"}'
+            connection.send(b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    with HostileServer(target) as server:
+        started = time.monotonic()
+        with pytest.raises(SourceError, match=r"refused query: HTTP 400 Bad Request bad query"):
+            PrometheusSource(server.url, timeout=20.0).fetch()
+        assert time.monotonic() - started < 2.0

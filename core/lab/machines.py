@@ -420,14 +420,31 @@ class PrometheusSource:
 
     def fetch(self, stopping: threading.Event | None = None) -> list[MachineStatus]:
         names = sorted({metric for found in MAPPING.values() for metric, _ in found} | set(INFO_METRICS))
-        deadline = self._deadline(stopping)
+        refresh = self._deadline(stopping)
+        failed = threading.Event()  # the first query that fails ends the others: the refresh has failed
+        deadline = Deadline(self.timeout, refresh.what, parent=refresh, stopping=failed)
+        errors: list[SourceError] = []
+
+        def ask(call: Any, *args: Any) -> Any:
+            try:
+                return call(*args, deadline)
+            except SourceError as exc:
+                if not failed.is_set():
+                    errors.append(exc)
+                    failed.set()
+                raise
+
         with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="machines-query") as pool:
-            targets_future = pool.submit(self.targets, deadline)
-            cpu_future = pool.submit(self.query, NODE_CPU_QUERY, deadline)
-            batches = [pool.submit(self.query, name, deadline) for name in names]  # every machine in each answer
-            results = [future.result() for future in batches]
-            targets = targets_future.result()
-            cpu = {p.labels.get("instance", ""): p.value for p in cpu_future.result()}
+            targets_future = pool.submit(ask, self.targets)
+            cpu_future = pool.submit(ask, self.query, NODE_CPU_QUERY)
+            batches = [pool.submit(ask, self.query, name) for name in names]  # every machine in each answer
+        if stopping is not None and stopping.is_set():
+            raise SourceError("stopped")
+        if errors:
+            raise errors[0]
+        results = [future.result() for future in batches]
+        targets = targets_future.result()
+        cpu = {p.labels.get("instance", ""): p.value for p in cpu_future.result()}
         points = [p for batch in results for p in batch]
         machines = build_machines(points, targets)
         by_instance = {m.instance: m for m in machines}
