@@ -157,8 +157,10 @@ def _get_once(url: str, deadline: Deadline, max_bytes: int, accept: str, tls: ss
         try:
             response.begin()
             headers = {name.lower(): value for name, value in response.getheaders()}
+            if response.status in REDIRECTS:
+                return Answer(url, response.status, headers)  # its body is not needed: never read
             failed = not 200 <= response.status < 300
-            cap = min(max_bytes, ERROR_BODY_BYTES) if failed or response.status in REDIRECTS else max_bytes
+            cap = min(max_bytes, ERROR_BODY_BYTES) if failed else max_bytes
             encoding = headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("", "identity") and not failed:
                 raise FetchError(f"the answer is {encoding}-encoded, though only identity was accepted")
@@ -172,7 +174,7 @@ def _get_once(url: str, deadline: Deadline, max_bytes: int, accept: str, tls: ss
                     break
                 body += chunk
                 if len(body) > cap:
-                    if failed or response.status in REDIRECTS:
+                    if failed:
                         del body[cap:]  # enough of an error's explanation
                         break
                     raise FetchError(f"the answer is larger than the {_size(cap)} allowed")
