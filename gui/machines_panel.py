@@ -1,10 +1,12 @@
 """The Machines view: a grid of tiles, one per machine of a lab, from a Prometheus server or exporters.
 
-Fetching happens on a background thread (core.lab.machines does the HTTP); results arrive through a queued signal,
-so the GUI thread only lays out what came back. Tiles are painted by hand, not built from widgets per GPU: 30
-machines × 8 GPUs would be 240 progress bars, and repainting a few rectangles costs far less. Opening a tile
-shows that machine's memory graphs, with history from Prometheus range queries (or what an exporter source has
-fetched so far). The source and the grid's column count are remembered in QSettings.
+Fetching happens on a background thread (core.lab.machines does the HTTP, bounded by core.lab.fetch: a byte cap per
+answer, a deadline per target and per refresh); results arrive through a queued signal, so the GUI thread only lays
+out what came back. Stopping (another source, closing a dialog or the window) cancels a fetch in flight within a
+tenth of a second, so the GUI thread never waits out a misbehaving target's deadline. Tiles are painted by hand,
+not built from widgets per GPU: 30 machines × 8 GPUs would be 240 progress bars, and repainting a few rectangles
+costs far less. Opening a tile shows that machine's memory graphs, with history from Prometheus range queries (or
+what an exporter source has fetched so far). The source and the grid's column count are remembered in QSettings.
 """
 
 from __future__ import annotations
@@ -153,8 +155,10 @@ def _fetch_every(source: Source, interval: float, stopping: threading.Event
     while not stopping.is_set():
         started = time.monotonic()
         try:
-            machines = source.fetch()
+            machines = source.fetch(stopping=stopping)
         except SourceError as exc:
+            if stopping.is_set():
+                break
             yield str(exc)
         except Exception as exc:  # a bug in one fetch must not end the view's updates
             log.warning("fetching machines failed: %s: %s", type(exc).__name__, exc)
@@ -192,11 +196,17 @@ class MachineDialog(QDialog):
         if self._worker is not None and self._worker.running:
             return
         self._worker = create_worker(self.source.history, self.machine.instance, HISTORY_S, name="machines-history",
-                                     parent=self, returned=self._show, errored=self._show_failure)
+                                     parent=self, returned=self._show, errored=self._show_failure,
+                                     pass_stopping=True)
 
     def wait(self, timeout: float = 10.0) -> None:
         if self._worker is not None:
             self._worker.wait(timeout)
+
+    def cancel(self) -> None:
+        """Give up a history fetch in flight (it ends within core.lab.fetch.SLICE_S); nothing it got is shown."""
+        if self._worker is not None:
+            self._worker.stop()
 
     def _show_failure(self, exc: BaseException) -> None:
         self._show(str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}")
@@ -221,7 +231,7 @@ class MachineDialog(QDialog):
                             if names else f"{self.machine.instance}: no history yet")
 
     def done(self, result: int) -> None:
-        self.wait()
+        self.cancel()
         super().done(result)
 
 
@@ -351,7 +361,7 @@ class MachinesPanel(QWidget):
             fetcher, self.fetcher = self.fetcher, None
             fetcher.stop()  # nothing it fetched is shown after this
         for dialog in list(self.dialogs):  # closing one removes it from the list
-            dialog.wait()
+            dialog.cancel()
             dialog.close()
         self.dialogs.clear()
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The adversary's cases of issue 24, each bounded and followed by checks: a full disk, a damaged history,
-# output without newlines, the exporter under load, and SIGKILL of the CLI, the supervisor and the run process
-# at random moments. After every case: no process of ours is left, and every run record is final, interrupted
-# or marked incomplete (never "running"). Loopback only; everything stops by itself (ROUNDS kills per target,
-# default 3; each command under `timeout`).
+# output without newlines, the exporter under load, hostile lab targets and slow clients (issue 32), and SIGKILL
+# of the CLI, the supervisor and the run process at random moments. After every case: no process of ours is left,
+# and every run record is final, interrupted or marked incomplete (never "running"). Loopback only; everything
+# stops by itself (ROUNDS kills per target, default 3; each command under `timeout`).
 #
 #   scripts/chaos.sh [ROUNDS]
 #
@@ -168,6 +168,115 @@ print(f"{'ok  ' if good else 'FAIL'} exporter: {answered.count(200)}/200 scrapes
 if not good:
     failures.append("exporter")
 check("exporter", home)
+
+# 4b. issue 32: hostile lab targets for `machines` (1 GiB, a byte every 2 s in the headers, a Prometheus whose
+# queries trickle, wrong JSON types), then 1,000 slow clients against the exporter; all on 127.0.0.1
+def hostile(behave) -> tuple[socket.socket, threading.Event]:
+    """A target answering every connection with `behave(conn, stop)` on a thread of its own, until `stop`."""
+    listener, stop = socket.create_server(("127.0.0.1", 0)), threading.Event()
+    listener.settimeout(0.2)
+
+    def serve(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(5)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(4096) or b"\r\n\r\n"
+            behave(conn, stop)
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                threading.Thread(target=serve, args=(listener.accept()[0],), daemon=True).start()
+        listener.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, stop
+
+
+def gigabyte(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+    for _ in range(1024):
+        if stop.is_set():
+            return
+        conn.sendall(b"x" * 2**20)
+
+
+def trickle(head: bytes, body: bytes = b""):
+    def behave(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(head)
+        for byte in body[:60]:  # a byte every 2 s, two minutes at most
+            if stop.wait(2.0):
+                return
+            conn.sendall(bytes([byte]))
+    return behave
+
+
+def wrong_types(conn: socket.socket, stop: threading.Event) -> None:
+    body = b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": 5}]}}'
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+
+empty = b'{"status": "success", "data": {"resultType": "vector", "result": []}}'
+for case, behave, flag, limit, expect in (
+        ("machines: 1 GiB target", gigabyte, "--exporter", 15, "larger than the 8 MiB allowed"),
+        ("machines: headers a byte every 2 s", trickle(b"HTTP/1.1 200 OK\r\n", b"X-Slow: " + b"y" * 60),
+         "--exporter", 10, "no complete answer within 5 s"),
+        ("machines: Prometheus answers a byte every 2 s",
+         trickle(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(empty), empty), "--prometheus", 15,
+         "no complete answer within 10 s"),
+        ("machines: Prometheus with wrong JSON types", wrong_types, "--prometheus", 10,
+         "data.result[0].value should be")):
+    listener, stop = hostile(behave)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    process = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "machines", flag, url], env=env(work / "lab"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    began, peak = time.monotonic(), 0
+    while process.poll() is None and time.monotonic() - began < 60:
+        with contextlib.suppress(OSError, ValueError, IndexError):  # IndexError: exited, no VmHWM any more
+            peak = max(peak, int(Path(f"/proc/{process.pid}/status").read_text().split("VmHWM:")[1].split()[0]))
+        time.sleep(0.02)
+    if process.poll() is None:
+        process.kill()
+    out, err = process.communicate()
+    stop.set()
+    took = time.monotonic() - began
+    good = expect in out + err and took < limit and peak < 200 * 1024 and "Traceback" not in err
+    print(f"{'ok  ' if good else 'FAIL'} {case}: exit {process.returncode} in {took:.1f} s, VmHWM {peak / 1024:.0f} MB: "
+          f"{(out + err).strip().splitlines()[-1][-90:]}")
+    if not good:
+        failures.append(case)
+
+home = work / "slowloris"
+exporter = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "exporter", "--listen", "127.0.0.1:0"], env=env(home),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+assert exporter.stdout is not None
+port = int(exporter.stdout.readline().split()[1].rsplit(":", 1)[1].split("/")[0])
+slow = []
+for _ in range(1000):
+    client = socket.socket()
+    client.setblocking(False)
+    client.connect_ex(("127.0.0.1", port))
+    slow.append(client)
+time.sleep(1.0)
+for client in slow:
+    with contextlib.suppress(OSError):
+        client.send(b"G")  # the start of a request, never finished
+threads = psutil.Process(exporter.pid).num_threads()
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?name[]=tfdp_build_info", timeout=30) as response:
+    filtered = response.read().decode()
+began = time.monotonic()
+exporter.send_signal(signal.SIGTERM)
+_, err = exporter.communicate(timeout=30)
+stopped = time.monotonic() - began
+for client in slow:
+    client.close()
+good = threads <= 72 and stopped < 2 and "tfdp_build_info{" in filtered and "Traceback" not in err
+print(f"{'ok  ' if good else 'FAIL'} exporter, 1,000 slow clients: {threads} threads, a filtered scrape answered, "
+      f"SIGTERM exit {exporter.returncode} in {stopped:.2f} s")
+if not good:
+    failures.append("exporter slow clients")
+check("exporter slow clients", home)
 
 
 # 5. SIGKILL of the CLI, the supervisor or the run process at a random moment of a flood

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from helpers import ROOT, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.lab import exporter as exporter_module
 from tf_device_panel.core.lab.exporter import Exporter, ExporterError, _QuietHandler, parse_listen
 from tf_device_panel.core.protocol import events
 
@@ -267,6 +269,13 @@ def test_tls_with_a_certificate_and_key(monkeypatch: pytest.MonkeyPatch, tmp_pat
         assert "tfdp_build_info" in response.read().decode()
     with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP gets no metrics from a TLS exporter
         urllib.request.urlopen(exporter.url.replace("https://", "http://"), timeout=10)
+    # the lab's bounded fetch over TLS: the handshake within the deadline, an untrusted certificate named
+    from tf_device_panel.core.lab import fetch
+
+    assert b"tfdp_build_info" in fetch.get(exporter.url, fetch.Deadline(10), tls=trusted).body
+    with pytest.raises(fetch.FetchError, match="TLS: CERTIFICATE_VERIFY_FAILED") as failed:
+        fetch.get(exporter.url, fetch.Deadline(10))
+    assert failed.value.connecting
 
 
 def test_the_event_log_is_parsed_again_only_when_it_grows(monkeypatch: pytest.MonkeyPatch, panel_home: Path) -> None:
@@ -350,3 +359,112 @@ def test_idle_clients_are_closed_quietly_with_one_debug_line_each(monkeypatch: p
     wait_until(lambda: len([r for r in caplog.records if r.getMessage().startswith("closed the connection")]) == 20,
                timeout=30, message="one debug line per idle client")
     assert "Traceback" not in capfd.readouterr().err
+
+
+def request_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "exporter-request")
+
+
+def test_a_client_trickling_its_request_is_closed_at_the_request_deadline(monkeypatch: pytest.MonkeyPatch,
+                                                                         start_exporter: Callable[..., Exporter]
+                                                                         ) -> None:
+    """Issue 32, item 5: each byte comes well within the per-read timeout, the request as a whole is late."""
+    no_library(monkeypatch)
+    monkeypatch.setattr(_QuietHandler, "request_timeout", 1.0)
+    exporter = start_exporter()
+    with socket.create_connection(("127.0.0.1", exporter.port), timeout=10) as client:
+        started = time.monotonic()
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        closed_after = None
+        while time.monotonic() - started < 10:  # bounded: an exporter that never closes fails the test
+            readable, _, _ = select.select([client], [], [], 0.3)
+            if readable:
+                assert client.recv(1) == b""  # closed, nothing answered
+                closed_after = time.monotonic() - started
+                break
+            try:
+                client.sendall(b"y")
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+    assert closed_after is not None and closed_after < 2.5, closed_after
+    assert "tfdp_build_info" in scrape(exporter.url)
+
+
+def test_a_flood_of_slow_clients_costs_at_most_the_cap_in_threads_and_stop_is_prompt(
+        monkeypatch: pytest.MonkeyPatch, start_exporter: Callable[..., Exporter]) -> None:
+    """Issue 32, item 5: 300 clients that each send the start of a request and stop: at most MAX_CONNECTIONS
+    request threads, a scrape is still answered, and stop() ends every connection at once."""
+    no_library(monkeypatch)
+    exporter = start_exporter()
+    baseline = threading.active_count()
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(300):
+            client = socket.create_connection(("127.0.0.1", exporter.port), timeout=10)
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finished
+            clients.append(client)
+        wait_until(lambda: threading.active_count() - baseline >= exporter_module.MAX_CONNECTIONS, 10,
+                   message=lambda: f"{threading.active_count() - baseline} threads")
+        # every client is connected (held by the kernel's backlog when not accepted): the server took what it will
+        assert threading.active_count() - baseline <= exporter_module.MAX_CONNECTIONS
+        # a scrape behind the flood: slow connections are closed to make room for it, and it is answered
+        assert "tfdp_build_info" in scrape(exporter.url)
+        assert threading.active_count() - baseline <= exporter_module.MAX_CONNECTIONS
+        started = time.monotonic()
+        exporter.stop()
+        stopped_in = time.monotonic() - started
+        assert stopped_in < 1.0, f"stop took {stopped_in:.2f} s"
+        wait_until(lambda: request_threads() == 0, 5, message=lambda: f"{request_threads()} request threads left")
+        assert clients[0].recv(1) == b""  # a connection that was served: closed by the stop
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_the_name_filter_keeps_the_metrics_asked(monkeypatch: pytest.MonkeyPatch,
+                                                 start_exporter: Callable[..., Exporter]) -> None:
+    """Issue 32, item 11: prometheus-client's `name[]` filter, by family or by sample name."""
+    no_library(monkeypatch)
+    exporter = start_exporter()
+    everything = parse(scrape(exporter.url))
+    assert len(everything) > 3
+    asked = parse(scrape(f"{exporter.url}?name[]=tfdp_host_memory_total_bytes&name[]=tfdp_build_info"))
+    assert set(asked) == {"tfdp_host_memory_total_bytes", "tfdp_build_info"}
+    assert asked["tfdp_build_info"] == everything["tfdp_build_info"]
+    assert parse(scrape(f"{exporter.url}?name[]=tfdp_nvml_available")) == {
+        "tfdp_nvml_available": everything["tfdp_nvml_available"]}
+    assert parse(scrape(f"{exporter.url}?name[]=no_such_metric")) == {}
+
+
+def test_the_command_stops_at_once_on_sigterm_while_slow_clients_hold_it(tmp_path: Path) -> None:
+    """Issue 32, item 5: 300 connections that each sent one byte of a request; SIGTERM ends the command in well
+    under 2 s (before: every request thread was joined, each waiting out its read timeout)."""
+    child = subprocess.Popen(exporter_command("--listen", "127.0.0.1:0", "--interval", "0.5"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    clients: list[socket.socket] = []
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        port = int(line.split()[1].rsplit(":", 1)[1].split("/")[0])
+        for _ in range(300):
+            client = socket.create_connection(("127.0.0.1", port), timeout=10)
+            client.sendall(b"G")
+            clients.append(client)
+        process = psutil.Process(child.pid)
+        wait_until(lambda: process.num_threads() >= exporter_module.MAX_CONNECTIONS, 10,
+                   message=lambda: f"{process.num_threads()} threads")
+        assert process.num_threads() <= exporter_module.MAX_CONNECTIONS + 8  # the sampler, the accept loop, …
+        started = time.monotonic()
+        child.terminate()
+        assert child.wait(15) == 0
+        assert time.monotonic() - started < 2.0
+    finally:
+        for client in clients:
+            client.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QPoint, QSettings, Qt
-from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus, SourceError
+from hostile_http import HostileServer, huge, trickle_body
+from PySide6.QtCore import QPoint, QSettings, Qt, QTimer
+from tf_device_panel.core.lab.machines import ExporterSource, GpuStatus, MachineStatus, SourceError
 from tf_device_panel.gui.machines_panel import EXPORTERS, PROMETHEUS, MachinesPanel
 
 GIB = 2**30
@@ -46,7 +47,7 @@ class FakeSource:
         self.gate.set()
         self.fetches = 0
 
-    def fetch(self) -> list[MachineStatus]:
+    def fetch(self, stopping: threading.Event | None = None) -> list[MachineStatus]:
         self.threads.add(threading.current_thread().name)
         self.gate.wait(10)
         self.fetches += 1
@@ -54,7 +55,8 @@ class FakeSource:
             raise SourceError(self.error)
         return self.machines
 
-    def history(self, instance: str, seconds: float) -> dict[str, list[tuple[float, float]]]:
+    def history(self, instance: str, seconds: float, *,
+                stopping: threading.Event | None = None) -> dict[str, list[tuple[float, float]]]:
         self.threads.add(threading.current_thread().name)
         now = time.time()
         return {"gpu0": [(now - 20, 1.0 * GIB), (now - 10, 1.5 * GIB)], "gpu0.total": [(now - 20, 16.0 * GIB)],
@@ -168,7 +170,7 @@ def test_opening_a_tile_shows_its_history(qtbot, panel: MachinesPanel) -> None:
     assert dialog.series["gpu0"][-1][1] == 1.5 * GIB
     assert "2 graph(s) from a fake lab" in dialog.status.text()
     assert len(dialog.graphs.ci.items) == 2  # GPU 0 and the host
-    source.history = lambda instance, seconds: {"gpu0": [(time.time(), 3.0 * GIB)]}  # type: ignore[method-assign]
+    source.history = lambda instance, seconds, stopping=None: {"gpu0": [(time.time(), 3.0 * GIB)]}  # type: ignore[method-assign]
     qtbot.mouseClick(dialog.reload_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.series["gpu0"][-1][1] == 3.0 * GIB, timeout=10_000)
     assert len(dialog.graphs.ci.items) == 1
@@ -194,3 +196,37 @@ def test_the_window_docks_the_view_and_stops_it_on_close(qtbot, settings: QSetti
     qtbot.waitUntil(lambda: len(window.machines.tiles) == 2, timeout=10_000)
     window.close()
     assert window.machines.fetcher is None
+
+
+def test_misbehaving_targets_leave_the_grid_responsive_and_a_stop_prompt(qtbot, panel: MachinesPanel) -> None:
+    """Issue 32, item 1: a trickling and a 40 MiB target, real sockets: the GUI thread keeps its pace, each tile
+    says why within the deadline, and stopping with a fetch in flight does not wait for that fetch."""
+    gaps: list[float] = []
+    last = [time.monotonic()]
+
+    def tick() -> None:
+        now = time.monotonic()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(tick)
+    with HostileServer(trickle_body(0.2)) as slow, HostileServer(huge(40 * 2**20)) as big:
+        timer.start()
+        panel.set_source(ExporterSource([slow.url, big.url], timeout=1.0))
+        qtbot.waitUntil(lambda: len(panel.tiles) == 2
+                        and all(lines[-1].startswith("OFFLINE") for lines in panel.tile_lines().values()),
+                        timeout=15_000)
+        timer.stop()
+        lines = {instance: tile_lines[-1] for instance, tile_lines in panel.tile_lines().items()}
+        assert lines[slow.url.removeprefix("http://")] == "OFFLINE: no complete answer within 1 s"
+        assert "larger than the 8 MiB allowed" in lines[big.url.removeprefix("http://")]
+        assert max(gaps) < 0.5, f"the GUI thread stalled {max(gaps):.2f} s"
+
+        panel.set_source(ExporterSource([slow.url], timeout=20.0))  # a long deadline: the fetch is in flight
+        connected = len(slow.connections)
+        qtbot.waitUntil(lambda: len(slow.connections) > connected, timeout=10_000)
+        started = time.monotonic()
+        panel.stop()
+        assert time.monotonic() - started < 1.0

@@ -17,12 +17,15 @@ import contextlib
 import errno
 import importlib
 import importlib.metadata
+import io
 import logging
 import os
 import socket
 import ssl
 import sys
 import threading
+import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,17 +287,93 @@ class PanelCollector(Collector):
 
 LISTEN_BACKLOG = 1024  # connections the kernel holds before accept: a dashboard's and Prometheus' bursts at once
                        # (socketserver's default of 5 dropped most of 200 simultaneous scrapes' SYNs)
+MAX_CONNECTIONS = 64  # connections served at once, one thread each; more wait in the listen backlog (a slowloris
+                      # flood costs at most this many threads, never one per client)
+REQUEST_TIMEOUT_S = 5.0  # a request's line and headers must all have arrived this long after it was accepted
+IDLE_TIMEOUT_S = 5.0  # the longest one read or write waits
+
+
+EVICT_AFTER_S = 0.1  # a connection whose request is not in after this long may be closed to make room for another
+
+
+def _hang_up(connection: socket.socket) -> None:
+    """End a connection another thread serves: its read or write returns at once (the plain socket's shutdown,
+    under TLS too: the SSL object stays with the thread that uses it)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(connection, socket.SHUT_RDWR)
+
+
+class _RequestDeadline(io.RawIOBase):
+    """A connection's reads, all within REQUEST_TIMEOUT_S of the first: a client that sends a byte every few
+    seconds (each read within any per-read timeout) is still closed when the whole request is late."""
+
+    def __init__(self, sock: socket.socket, seconds: float, idle: float):
+        self.sock, self.idle = sock, idle
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no complete request within {self.seconds:g} s")
+        self.sock.settimeout(min(left, self.idle))
+        try:
+            return self.sock.recv_into(buffer)
+        except TimeoutError:
+            if time.monotonic() >= self.end:
+                raise TimeoutError(f"no complete request within {self.seconds:g} s") from None
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                self.sock.settimeout(self.idle)  # the answer's writes get the idle timeout, not what is left
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = 10  # a client that connects and says nothing holds one request thread for this long, not forever
+    timeout = IDLE_TIMEOUT_S  # one read or write; the whole request has REQUEST_TIMEOUT_S (_RequestDeadline)
+    request_timeout = REQUEST_TIMEOUT_S
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile = io.BufferedReader(_RequestDeadline(self.connection, self.request_timeout,
+                                                        self.timeout or IDLE_TIMEOUT_S))
+
+    def parse_request(self) -> bool:
+        parsed = bool(super().parse_request())
+        if parsed:
+            request_read = getattr(self.server, "request_read", None)
+            if request_read is not None:
+                request_read(self.request)
+        return parsed
 
     def log_message(self, format: str, *args: Any) -> None:  # a scrape a second would flood the terminal
         pass
 
 
-def metrics_only(app: Callable[..., Any]) -> Callable[..., Any]:
-    """prometheus-client's app answers any path; this one answers GET /metrics only."""
+class _Only(Collector):
+    """A registry's families restricted to the names asked (prometheus-client's `name[]` filter): a family is
+    kept whole when its name is asked, else the samples whose names are (e.g. tfdp_nvml_read_errors_total)."""
+
+    def __init__(self, registry: Collector, names: list[str]):
+        self.registry, self.names = registry, set(names)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            samples = family.samples if family.name in self.names else \
+                [s for s in family.samples if s.name in self.names]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = list(samples)
+                yield kept
+
+
+def metrics_only(registry: Collector) -> Callable[..., Any]:
+    """prometheus-client's app answers any path; this one answers GET /metrics only. `?name[]=A&name[]=B` keeps
+    the metrics named so (prometheus-client's own filter finds nothing here: the collector describes its families
+    only when it collects them)."""
+    app = make_wsgi_app(registry)
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         if environ.get("PATH_INFO") != METRICS_PATH:
@@ -303,6 +382,12 @@ def metrics_only(app: Callable[..., Any]) -> Callable[..., Any]:
         if environ.get("REQUEST_METHOD") != "GET":
             start_response("405 Method Not Allowed", [("Allow", "GET"), ("Content-Type", "text/plain")])
             return [b"read-only: GET /metrics\n"]
+        query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+        names = query.pop("name[]", None)
+        if names:
+            rest = {**environ, "QUERY_STRING": urllib.parse.urlencode(query, doseq=True)}
+            filtered: list[bytes] = make_wsgi_app(_Only(registry, names))(rest, start_response)
+            return filtered
         result: list[bytes] = app(environ, start_response)
         return result
 
@@ -375,7 +460,8 @@ class Exporter:
             server.server_close()
             raise
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="exporter-http", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="exporter-http", daemon=True)
         self._thread.start()
 
     def _start_sampling(self) -> None:
@@ -399,9 +485,79 @@ class Exporter:
         family = infos[0][0]
 
         class Server(ThreadingWSGIServer):
+            """At most MAX_CONNECTIONS connections served at once, one thread each. When all are taken, the
+            oldest whose request has not fully arrived (older than EVICT_AFTER_S) is closed to make room: a flood
+            of slow clients churns through its own connections while a scrape, whose request comes in one packet,
+            gets its turn. When all are busy answering, the accept loop waits and the kernel's backlog holds the
+            rest. `close_connections()` ends every one at once, so a stop never waits for clients."""
+
             address_family = family
             request_queue_size = LISTEN_BACKLOG
             daemon_threads = True  # a request thread never keeps the process alive
+            block_on_close = False  # nor does server_close() wait for one
+
+            def __init__(self, *args: Any, **kwargs: Any):
+                self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+                self.open: set[Any] = set()
+                self.reading: dict[Any, float] = {}  # connections whose request is not in yet -> when accepted
+                self.open_lock = threading.Lock()
+                self.closing = threading.Event()
+                self.evicted = 0
+                super().__init__(*args, **kwargs)
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                taken = self.slots.acquire(blocking=False)
+                while not taken and not self.closing.is_set():
+                    self._evict_one()
+                    taken = self.slots.acquire(timeout=0.02)
+                if self.closing.is_set():
+                    if taken:
+                        self.slots.release()
+                    self.shutdown_request(request)
+                    return
+                with self.open_lock:
+                    self.open.add(request)
+                    self.reading[request] = time.monotonic()
+                try:
+                    threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                     name="exporter-request", daemon=True).start()
+                except BaseException:
+                    self._release(request)
+                    self.shutdown_request(request)
+                    raise
+
+            def _evict_one(self) -> None:
+                with self.open_lock:
+                    oldest = next(iter(self.reading.items()), None)
+                    if oldest is None or time.monotonic() - oldest[1] < EVICT_AFTER_S:
+                        return
+                    del self.reading[oldest[0]]
+                self.evicted += 1
+                _hang_up(oldest[0])
+
+            def request_read(self, request: Any) -> None:
+                """The handler has the whole request: no longer a candidate to close for room."""
+                with self.open_lock:
+                    self.reading.pop(request, None)
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    self._release(request)
+
+            def _release(self, request: Any) -> None:
+                with self.open_lock:
+                    self.open.discard(request)
+                    self.reading.pop(request, None)
+                self.slots.release()
+
+            def close_connections(self) -> None:
+                self.closing.set()
+                with self.open_lock:
+                    found = list(self.open)
+                for request in found:
+                    _hang_up(request)
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 # A client that went idle past the timeout, hung up or failed its TLS handshake: its connection
@@ -412,7 +568,7 @@ class Exporter:
                 else:
                     log.warning("a request from %s failed: %s: %s", client_address, type(exc).__name__, exc)
 
-        app = metrics_only(make_wsgi_app(self.registry))
+        app = metrics_only(self.registry)
         try:
             server = make_server(self.host, self.port, app, Server, handler_class=_QuietHandler)
         except OSError as exc:
@@ -439,6 +595,7 @@ class Exporter:
         if self._owns_sampler:
             self.sampler.stop()
         if self._server is not None:
+            self._server.close_connections()  # type: ignore[attr-defined]
             self._server.shutdown()
             self._server.server_close()
             self._server = None

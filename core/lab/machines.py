@@ -16,14 +16,11 @@ reason; it never fails the others.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,10 +29,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
+from tf_device_panel.core.lab.fetch import MAX_BYTES, Cancelled, Deadline, FetchError, get
 
 MIB = 2**20
-TIMEOUT_S = 5.0
-FETCH_THREADS = 8
+TIMEOUT_S = 5.0  # one exporter target: lookup, connect, headers and body together (core.lab.fetch)
+REFRESH_TIMEOUT_S = 10.0  # one refresh: every exporter target, or every query of Prometheus's, together
+FETCH_THREADS = 16
+MAX_SAMPLES = 10_000  # samples of known metrics one exporter's answer may hold (known_lines)
 EXPORTER_HISTORY = 3600  # fetches an ExporterSource keeps per machine (an hour at one a second)
 
 # What each figure is read from, in order of preference: (metric, scale to base units). dcgm-exporter reports
@@ -108,11 +108,14 @@ class Point:
 
 
 class Source(Protocol):
+    """`stopping`: set, a fetch in flight gives up within core.lab.fetch.SLICE_S (SourceError 'stopped')."""
+
     description: str
 
-    def fetch(self) -> list[MachineStatus]: ...
+    def fetch(self, stopping: threading.Event | None = None) -> list[MachineStatus]: ...
 
-    def history(self, instance: str, seconds: float) -> dict[str, list[tuple[float, float]]]: ...
+    def history(self, instance: str, seconds: float, *,
+                stopping: threading.Event | None = None) -> dict[str, list[tuple[float, float]]]: ...
 
 
 # -- turning samples into machines -----------------------------------------------------------------------------
@@ -248,20 +251,72 @@ def check_url(url: str, what: str) -> str:
     return text.rstrip("/")
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, urllib.error.URLError):
-        reason = exc.reason
-        return str(reason.strerror if isinstance(reason, OSError) and reason.strerror else reason)
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return str(exc) or type(exc).__name__
+class AnswerError(ValueError):
+    """An answer whose JSON does not have the shape Prometheus's HTTP API gives; str() names where and what."""
 
 
-def _get(url: str, timeout: float) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return bytes(response.read())
+def _describe(value: Any) -> str:
+    kind = ("null" if value is None else "true/false" if isinstance(value, bool) else
+            "a number" if isinstance(value, (int, float)) else "a string" if isinstance(value, str) else
+            "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__)
+    text = json.dumps(value, default=str)
+    return f"{kind} ({text[:60]}{'…' if len(text) > 60 else ''})" if kind != "null" else kind
+
+
+def _need(value: Any, kind: type | tuple[type, ...], where: str, expected: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple)
+                                                                                 else (kind,))):
+        raise AnswerError(f"{where} should be {expected}, got {_describe(value)}")
+    return value
+
+
+def _labels(value: Any, where: str) -> dict[str, str]:
+    labels = _need(value, dict, where, "an object of label names to strings")
+    for name, text in labels.items():
+        _need(text, str, f"{where}.{name}", "a string")
+    return dict(labels)
+
+
+def _sample(value: Any, where: str) -> tuple[float, float]:
+    """Prometheus's [<unix time>, "<value>"]."""
+    pair = _need(value, list, where, '[time, "value"]')
+    if len(pair) != 2:
+        raise AnswerError(f'{where} should be [time, "value"], got {_describe(pair)}')
+    stamp = _need(pair[0], (int, float), f"{where}[0]", "a time in seconds")
+    text = _need(pair[1], str, f"{where}[1]", 'a value as a string, e.g. "0.5"')
+    try:
+        return float(stamp), float(text)
+    except ValueError:
+        raise AnswerError(f"{where}[1] should be a number as a string, got {_describe(text)}") from None
+
+
+def _series(data: Any, where: str, key: str) -> list[tuple[dict[str, str], Any]]:
+    """data.result of a query: each series' labels and its `key` ('value' or 'values'), checked."""
+    result = _need(_need(data, dict, where, "an object").get("result"), list, f"{where}.result", "a list")
+    found = []
+    for number, item in enumerate(result):
+        here = f"{where}.result[{number}]"
+        _need(item, dict, here, "an object with metric and " + key)
+        found.append((_labels(item.get("metric", {}), f"{here}.metric"), item.get(key)))
+    return found
+
+
+def known_lines(body: str, limit: int = MAX_SAMPLES) -> str:
+    """The lines of an exposition text that carry a metric this view reads (KNOWN_METRICS), at most `limit`.
+
+    prometheus-client's parser takes about 0.1 ms a line: a node_exporter's thousands of other series, or a
+    hostile target's megabytes, would cost seconds a scrape; picking the few known lines is a split per line.
+    ValueError past `limit` known samples (a real machine has hundreds: GPUs × a few, node CPUs × 8 modes)."""
+    kept: list[str] = []
+    for line in body.splitlines():
+        if not line or line.startswith("#"):
+            continue  # HELP and TYPE: the parser reads the samples without them (as untyped)
+        name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+        if name in KNOWN_METRICS:
+            if len(kept) == limit:
+                raise ValueError(f"more than {limit} samples of the metrics this view reads")
+            kept.append(line)
+    return "\n".join(kept) + "\n" if kept else ""
 
 
 def _rfc3339(text: str) -> float | None:
@@ -276,69 +331,120 @@ def _rfc3339(text: str) -> float | None:
 
 
 class PrometheusSource:
-    """Machines as a Prometheus server sees them."""
+    """Machines as a Prometheus server sees them. Every query of one refresh (or of one machine's history) shares
+    one deadline, `timeout` s; each answer is capped at `max_bytes` and checked against the API's shapes."""
 
-    def __init__(self, url: str, timeout: float = TIMEOUT_S):
+    def __init__(self, url: str, timeout: float = REFRESH_TIMEOUT_S, max_bytes: int = MAX_BYTES):
         self.url = check_url(url, "--prometheus")
         self.timeout = timeout
+        self.max_bytes = max_bytes
         self.description = f"Prometheus {self.url}"
 
-    def _api(self, path: str, **params: str) -> Any:
+    def _deadline(self, stopping: threading.Event | None) -> Deadline:
+        return Deadline(self.timeout, f"{self.timeout:g} s (one refresh's queries together)", stopping=stopping)
+
+    def _api(self, path: str, deadline: Deadline, **params: str) -> Any:
         address = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        what = f"{path} {params['query']!r}" if "query" in params else path
         try:
-            body = _get(address, self.timeout)
-        except urllib.error.HTTPError as exc:
-            detail = ""
-            with contextlib.suppress(ValueError, OSError, AttributeError):
-                detail = json.loads(exc.read()).get("error", "")
-            raise SourceError(f"Prometheus at {self.url} refused {path}: HTTP {exc.code} {detail}".strip()) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: http.client.InvalidURL
-            raise SourceError(f"cannot reach Prometheus at {self.url}: {_reason(exc)}") from None
+            body = get(address, deadline, max_bytes=self.max_bytes, accept="application/json").body
+        except Cancelled:
+            raise SourceError("stopped") from None
+        except FetchError as exc:
+            if exc.status is not None:
+                detail = ""
+                try:
+                    error = json.loads(exc.body)
+                    detail = str(error.get("error", ""))[:300] if isinstance(error, dict) else ""
+                except ValueError:
+                    pass
+                raise SourceError(f"Prometheus at {self.url} refused {path}: {exc} {detail}".strip()) from None
+            if exc.connecting:
+                raise SourceError(f"cannot reach Prometheus at {self.url}: {exc}") from None
+            raise SourceError(f"Prometheus at {self.url} gave no usable answer to {what}: {exc}") from None
         try:
             answer = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise SourceError(f"{self.url} did not answer as Prometheus's HTTP API (not JSON): is it the server's "
                               f"address, e.g. http://host:9090?") from None
         if not isinstance(answer, dict) or answer.get("status") != "success":
             error = answer.get("error", answer) if isinstance(answer, dict) else answer
-            raise SourceError(f"Prometheus at {self.url}: {path} failed: {error}")
+            raise SourceError(f"Prometheus at {self.url}: {path} failed: {str(error)[:300]}")
         return answer.get("data")
 
-    def query(self, expression: str) -> list[Point]:
+    def _checked(self, what: str, decode: Any) -> Any:
+        try:
+            return decode()
+        except AnswerError as exc:
+            raise SourceError(f"Prometheus at {self.url}: the answer to {what} is not shaped as Prometheus's HTTP "
+                              f"API answers: {exc}") from None
+
+    def query(self, expression: str, deadline: Deadline | None = None) -> list[Point]:
         """One instant query; every series as a Point named after its `__name__` (or the expression)."""
-        data = self._api("query", query=expression)
-        points = []
-        for item in data.get("result", []) if isinstance(data, dict) else []:
-            labels = dict(item.get("metric", {}))
-            stamp, value = item["value"]
-            points.append(Point(labels.pop("__name__", expression), labels, float(value), float(stamp)))
-        return points
+        data = self._api("query", deadline or self._deadline(None), query=expression)
 
-    def targets(self) -> dict[str, MachineStatus]:
-        data = self._api("targets", state="active")
-        found: dict[str, MachineStatus] = {}
-        for target in data.get("activeTargets", []) if isinstance(data, dict) else []:
-            instance = target.get("labels", {}).get("instance", "")
-            health = target.get("health", "unknown")
-            if health == "up":
-                error = ""
-            elif health == "unknown":
-                error = target.get("lastError") or "not scraped yet"
-            else:
-                error = target.get("lastError") or "down"
-            last = _rfc3339(target.get("lastScrape", "")) if health == "up" else None
-            state = MachineStatus(instance, online=health == "up", error=error, last_sample=last)
-            found[instance] = state
-        return found
+        def decode() -> list[Point]:
+            points = []
+            for number, (labels, value) in enumerate(_series(data, "data", "value")):
+                stamp, figure = _sample(value, f"data.result[{number}].value")
+                points.append(Point(labels.pop("__name__", expression), labels, figure, stamp))
+            return points
 
-    def fetch(self) -> list[MachineStatus]:
+        return list(self._checked(f"the query {expression!r}", decode))
+
+    def targets(self, deadline: Deadline | None = None) -> dict[str, MachineStatus]:
+        data = self._api("targets", deadline or self._deadline(None), state="active")
+
+        def decode() -> dict[str, MachineStatus]:
+            found: dict[str, MachineStatus] = {}
+            active = _need(_need(data, dict, "data", "an object").get("activeTargets", []), list,
+                           "data.activeTargets", "a list")
+            for number, target in enumerate(active):
+                here = f"data.activeTargets[{number}]"
+                _need(target, dict, here, "an object")
+                instance = _labels(target.get("labels", {}), f"{here}.labels").get("instance", "")
+                health = _need(target.get("health", "unknown"), str, f"{here}.health", '"up", "down" or "unknown"')
+                last_error = _need(target.get("lastError", "") or "", str, f"{here}.lastError", "a string")
+                last_scrape = _need(target.get("lastScrape", "") or "", str, f"{here}.lastScrape", "a time")
+                if health == "up":
+                    error = ""
+                elif health == "unknown":
+                    error = last_error or "not scraped yet"
+                else:
+                    error = last_error or "down"
+                last = _rfc3339(last_scrape) if health == "up" else None
+                found[instance] = MachineStatus(instance, online=health == "up", error=error, last_sample=last)
+            return found
+
+        return dict(self._checked("targets", decode))
+
+    def fetch(self, stopping: threading.Event | None = None) -> list[MachineStatus]:
         names = sorted({metric for found in MAPPING.values() for metric, _ in found} | set(INFO_METRICS))
+        refresh = self._deadline(stopping)
+        failed = threading.Event()  # the first query that fails ends the others: the refresh has failed
+        deadline = Deadline(self.timeout, refresh.what, parent=refresh, stopping=failed)
+        errors: list[SourceError] = []
+
+        def ask(call: Any, *args: Any) -> Any:
+            try:
+                return call(*args, deadline)
+            except SourceError as exc:
+                if not failed.is_set():
+                    errors.append(exc)
+                    failed.set()
+                raise
+
         with ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="machines-query") as pool:
-            targets_future = pool.submit(self.targets)
-            cpu_future = pool.submit(self.query, NODE_CPU_QUERY)
-            results = list(pool.map(self.query, names))  # one query per metric, every machine in each answer
-            targets = targets_future.result()
-            cpu = {p.labels.get("instance", ""): p.value for p in cpu_future.result()}
+            targets_future = pool.submit(ask, self.targets)
+            cpu_future = pool.submit(ask, self.query, NODE_CPU_QUERY)
+            batches = [pool.submit(ask, self.query, name) for name in names]  # every machine in each answer
+        if stopping is not None and stopping.is_set():
+            raise SourceError("stopped")
+        if errors:
+            raise errors[0]
+        results = [future.result() for future in batches]
+        targets = targets_future.result()
+        cpu = {p.labels.get("instance", ""): p.value for p in cpu_future.result()}
         points = [p for batch in results for p in batch]
         machines = build_machines(points, targets)
         by_instance = {m.instance: m for m in machines}
@@ -348,11 +454,14 @@ class PrometheusSource:
                 machine.host_cpu_utilization_ratio = ratio
         return machines
 
-    def history(self, instance: str, seconds: float, step: float | None = None) -> dict[str, list[tuple[float, float]]]:
+    def history(self, instance: str, seconds: float, step: float | None = None, *,
+                stopping: threading.Event | None = None) -> dict[str, list[tuple[float, float]]]:
         """One machine's memory over the last `seconds`: 'gpu<N>' used and 'gpu<N>.total' bytes, 'host' used and
-        'host.total' bytes (range queries; this panel's metrics, else dcgm-exporter's and node_exporter's)."""
+        'host.total' bytes (range queries, all within one deadline; this panel's metrics, else dcgm-exporter's
+        and node_exporter's)."""
         end = time.time()
         step = step or max(seconds / 300, 1.0)
+        deadline = self._deadline(stopping)
         selector = f'{{instance="{_escape(instance)}"}}'
         host_selector = f'{{instance=~"{_escape(re.escape(host_of(instance)))}(:[0-9]+)?"}}'
         queries = (
@@ -366,13 +475,19 @@ class PrometheusSource:
         series: dict[str, list[tuple[float, float]]] = {}
         for pattern, ours, theirs in queries:
             for expression in (ours, theirs):
-                data = self._api("query_range", query=expression, start=f"{end - seconds:.3f}", end=f"{end:.3f}",
-                                 step=f"{step:g}")
-                result = data.get("result", []) if isinstance(data, dict) else []
-                for item in result:
-                    name = pattern.format(_gpu_key(item.get("metric", {})))
-                    series[name] = [(float(t), float(v)) for t, v in item.get("values", [])]
-                if result:
+                data = self._api("query_range", deadline, query=expression, start=f"{end - seconds:.3f}",
+                                 end=f"{end:.3f}", step=f"{step:g}")
+
+                def decode(data: Any = data, pattern: str = pattern) -> int:
+                    found = _series(data, "data", "values")
+                    for number, (labels, values) in enumerate(found):
+                        here = f"data.result[{number}].values"
+                        samples = _need(values, list, here, "a list of [time, \"value\"]")
+                        series[pattern.format(_gpu_key(labels))] = [_sample(v, f"{here}[{i}]")
+                                                                    for i, v in enumerate(samples)]
+                    return len(found)
+
+                if self._checked(f"the range query {expression!r}", decode):
                     break
         return series
 
@@ -384,11 +499,14 @@ def _escape(text: str) -> str:
 class ExporterSource:
     """Exporters' /metrics fetched directly (the panel's, dcgm-exporter's or node_exporter's)."""
 
-    def __init__(self, urls: Sequence[str], timeout: float = TIMEOUT_S):
+    def __init__(self, urls: Sequence[str], timeout: float = TIMEOUT_S, refresh_timeout: float = REFRESH_TIMEOUT_S,
+                 max_bytes: int = MAX_BYTES):
         if not urls:
             raise SourceError("no exporter URL given")
         self.urls = [self._metrics_url(url) for url in urls]
         self.timeout = timeout
+        self.refresh_timeout = max(refresh_timeout, timeout)
+        self.max_bytes = max_bytes
         self.description = f"{len(self.urls)} exporter(s)"
         self._lock = threading.Lock()
         self._cpu_before: dict[str, tuple[float, float]] = {}  # instance -> (idle seconds, all seconds)
@@ -403,27 +521,36 @@ class ExporterSource:
     def instance_of(url: str) -> str:
         return urllib.parse.urlsplit(url).netloc
 
-    def _scrape(self, url: str) -> tuple[list[Point], MachineStatus]:
+    def _scrape(self, url: str, refresh: Deadline) -> tuple[list[Point], MachineStatus]:
         instance = self.instance_of(url)
         state = MachineStatus(instance)
         now = time.time()
         try:
-            body = _get(url, self.timeout).decode("utf-8", "replace")
-        except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: http.client.InvalidURL
-            state.online, state.error = False, _reason(exc)
+            refresh.check()  # its turn came after the refresh's deadline (more targets than fetch threads)
+            deadline = Deadline(self.timeout, f"{self.timeout:g} s", parent=refresh)
+            body = get(url, deadline, max_bytes=self.max_bytes,
+                       accept="text/plain;version=0.0.4;q=1,*/*;q=0.1").body.decode("utf-8", "replace")
+        except FetchError as exc:
+            state.online, state.error = False, str(exc)
             return [], state
         try:
-            families = list(text_string_to_metric_families(body))
+            known = known_lines(body)
+            families = list(text_string_to_metric_families(known))
         except (ValueError, IndexError, KeyError) as exc:
-            state.online, state.error = False, f"not Prometheus exposition text ({exc})"
+            state.online, state.error = False, f"not Prometheus exposition text ({str(exc)[:200]})"
             return [], state
-        state.last_sample = now
         points = []
         for family in families:
             for sample in family.samples:
                 if sample.name in KNOWN_METRICS:
                     points.append(Point(sample.name, {**sample.labels, "instance": instance}, float(sample.value),
                                         now))
+        if not points:
+            state.online = False
+            state.error = ("no metric this view reads (tfdp_…, DCGM_FI_DEV_…, node_…): is it an exporter's "
+                           "/metrics?")
+            return [], state
+        state.last_sample = now
         return points, state
 
     def _node_cpu(self, instance: str, points: list[Point]) -> float | None:
@@ -438,9 +565,13 @@ class ExporterSource:
             return None
         return min(max(1.0 - (idle - before[0]) / (total - before[1]), 0.0), 1.0)
 
-    def fetch(self) -> list[MachineStatus]:
+    def fetch(self, stopping: threading.Event | None = None) -> list[MachineStatus]:
+        refresh = Deadline(self.refresh_timeout, f"{self.refresh_timeout:g} s (one refresh of every target)",
+                           stopping=stopping)
         with ThreadPoolExecutor(min(FETCH_THREADS, len(self.urls)), thread_name_prefix="machines-scrape") as pool:
-            scraped = list(pool.map(self._scrape, self.urls))
+            scraped = list(pool.map(lambda url: self._scrape(url, refresh), self.urls))
+        if stopping is not None and stopping.is_set():
+            raise SourceError("stopped")
         points = [p for found, _ in scraped for p in found]
         targets = {state.instance: state for _, state in scraped}
         cpu = {}
@@ -470,7 +601,8 @@ class ExporterSource:
                 self._history.setdefault(machine.instance, deque(maxlen=EXPORTER_HISTORY)).append(
                     (machine.last_sample or time.time(), values))
 
-    def history(self, instance: str, seconds: float) -> dict[str, list[tuple[float, float]]]:
+    def history(self, instance: str, seconds: float, *,
+                stopping: threading.Event | None = None) -> dict[str, list[tuple[float, float]]]:
         """What this source fetched from `instance` in the last `seconds` (it has no server to ask)."""
         since = time.time() - seconds
         series: dict[str, list[tuple[float, float]]] = {}
