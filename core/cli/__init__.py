@@ -426,10 +426,10 @@ def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], 
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ProfileError as exc:
-        print(f"error: invalid profile {exc}", file=sys.stderr)
+        _print_lines(problems_text(f"error: invalid profile {exc.path}", exc.problems), sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
-        print("error: invalid configuration:\n" + "\n".join(f"  - {p}" for p in exc.problems), file=sys.stderr)
+        _print_lines(problems_text("error: invalid configuration", exc.problems), sys.stderr)
         return EXIT_USAGE
     except (ConfigRejected, HistoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)

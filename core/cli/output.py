@@ -261,8 +261,16 @@ def jobs_text(specs: Iterable[JobSpec]) -> list[str]:
     return lines
 
 
+MAX_PROBLEMS_SHOWN = 20  # a profile with 100,000 bad entries is answered in a screenful, not 5 MB
+
+
 def problems_text(heading: str, problems: Sequence[object]) -> list[str]:
-    return [f"{heading}: {len(problems)} problem(s)", *(f"  - {problem}" for problem in problems)]
+    """The problems, one a line: the first MAX_PROBLEMS_SHOWN, then how many more."""
+    lines = [f"{heading}: {len(problems)} problem(s)", *(f"  - {p}" for p in problems[:MAX_PROBLEMS_SHOWN])]
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"  … and {len(problems) - MAX_PROBLEMS_SHOWN} more like these (fix these first, then "
+                     "validate again)")
+    return lines
 
 
 def cluster_config_text(tasks: Sequence[Mapping[str, Any]], parameter_server: bool, profile: str | None) -> list[str]:
