@@ -1,6 +1,8 @@
 """`tf-device-panel`: the command line over the same engine the window uses.
 
-Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration.
+Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration; a run stopped by Ctrl+C, SIGTERM
+or SIGHUP 130, 143 or 129 (128 + the signal's number, as shells and python report it); `run script` otherwise
+exits with the script's own status.
 """
 
 from __future__ import annotations
@@ -210,9 +212,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.record_problem:
         # The run went on; only its record is short. One line, whatever the output mode.
         print(f"warning: this run's record is incomplete: {outcome.record_problem}", file=sys.stderr)
+    signum = (outcome.cancel or {}).get("signal")
+    if signum and outcome.status != "ok":
+        return 128 + int(signum)  # stopped by Ctrl+C, SIGTERM or SIGHUP: 130, 143, 129, as shells and python say
     if script:
         if outcome.status == "cancelled":
-            return EXIT_INTERRUPTED  # Ctrl+C (or SIGTERM, SIGHUP: the CLI cancels alike), as a bare run ends
+            return EXIT_INTERRUPTED  # its stdout closed (`run … | head`): the run was cancelled
         if outcome.returncode is not None:
             return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED

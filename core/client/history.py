@@ -569,6 +569,8 @@ _FIELDS: dict[str, tuple[Any, str]] = {
               "null or an object with a string 'message'"),
     "job_id": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "incomplete": (lambda v: isinstance(v, str), "a string"),
+    "cancel": (lambda v: isinstance(v, dict) and all(isinstance(v.get(k, ""), str) for k in ("by", "how")),
+               "an object with strings 'by' and 'how'"),
     "fallbacks": (lambda v: isinstance(v, list), "a list"),
     "placement_counts": (lambda v: isinstance(v, list), "a list"),
     "output": (lambda v: v is None or _output_ok(v), "null or the output's sizes and tail segments"),
