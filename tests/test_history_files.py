@@ -120,7 +120,7 @@ def test_a_run_whose_first_summary_hit_a_full_disk_is_incomplete(panel_home: Pat
     assert recorder.problem is not None and "No space left on device" in recorder.problem
     (summary,) = RunHistory().summaries()
     assert summary["status"] == "incomplete" and summary["job"] == "fit" and summary["error"] is None
-    assert "run.json was never written (was the disk full when the run started?)" == summary["incomplete"]
+    assert summary["incomplete"] == "run.json was never written (was the disk full when the run started?)"
     (line,) = runs_text([summary])
     assert "incomplete" in line and "unreadable" not in line
     assert RunHistory().get(recorder.run_id)["status"] == "incomplete"

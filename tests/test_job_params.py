@@ -32,7 +32,8 @@ def test_a_parameter_given_twice_is_refused_naming_it(panel_home: Path) -> None:
     assert not (panel_home / "runs").exists()  # nothing started, nothing recorded
 
 
-@pytest.mark.parametrize(("devices", "named"), [("/GPU:99", "'/GPU:99' is"), ("/CPU:0,/CPU:2,cpu:5", "'/CPU:2', 'cpu:5' are")])
+@pytest.mark.parametrize(("devices", "named"), [("/GPU:99", "'/GPU:99' is"),
+                                               ("/CPU:0,/CPU:2,cpu:5", "'/CPU:2', 'cpu:5' are")])
 def test_devices_not_in_the_profile_are_exit_2_at_once(tmp_path: Path, panel_home: Path, devices: str,
                                                        named: str) -> None:
     profile = tmp_path / "two.json"

@@ -61,7 +61,8 @@ def test_a_long_list_of_problems_is_answered_in_a_screenful(tmp_path: Path,
     assert cli.main(["validate", str(path)]) == 2
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{path}: {many} problem(s)"
-    assert len(lines) == 22 and lines[-1] == f"  … and {many - 20} more like these (fix these first, then validate again)"
+    assert len(lines) == 22
+    assert lines[-1] == f"  … and {many - 20} more like these (fix these first, then validate again)"
     assert cli.main(["snippet", "--config", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"error: invalid profile {path}: {many} problem(s)" and len(err) == 22

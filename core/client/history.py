@@ -127,6 +127,21 @@ def _private_opener(path: str, flags: int) -> int:
     return os.open(path, flags, PRIVATE_FILE)
 
 
+def _open_private(path: Path, mode: str, **kwargs: Any) -> Any:
+    """`path` opened to append (`mode` "a" or "ab"), created 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _make_run_folder(folder: Path) -> None:
+    make_private_folders(folder.parent)
+    folder.mkdir(mode=PRIVATE_FOLDER)  # exists already: an error (two runs never share a folder)
+
+
 def make_private_folders(folder: Path) -> None:
     """`folder` and each missing folder above it, created 0700; existing ones are left as they are."""
     missing = []
@@ -231,16 +246,15 @@ class RunRecorder:
         self._segments = 0
         self._closed = False
         self._summary_written = False
-        self._guarded(folder, lambda: (make_private_folders(folder.parent), folder.mkdir(mode=PRIVATE_FOLDER)))
+        self._guarded(folder, lambda: _make_run_folder(folder))
         self._guarded(folder / "run.json",
                       lambda: _write_json_atomic(folder / "run.json", summary, reserve=RESERVED_BYTES))
         self._summary_written = self.problem is None
         self._events = self._guarded(folder / "events.jsonl",
-                                     lambda: open(folder / "events.jsonl", "a", encoding="utf-8", buffering=1,
-                                                  opener=_private_opener))
+                                     lambda: _open_private(folder / "events.jsonl", "a", encoding="utf-8",
+                                                           buffering=1))
         self._output = self._guarded(folder / "output.txt",
-                                     lambda: open(folder / "output.txt", "ab", buffering=1024 * 1024,
-                                                  opener=_private_opener))
+                                     lambda: _open_private(folder / "output.txt", "ab", buffering=1024 * 1024))
 
     @property
     def failed(self) -> bool:
@@ -317,8 +331,8 @@ class RunRecorder:
         self._segments += 1
         name = f"output.tail.{self._segments}"
         self._tail.append({"file": name, "start": self._offset, "lines": 0, "bytes": 0})
-        self._output = self._guarded(self.folder / name, lambda: open(self.folder / name, "ab", buffering=1024 * 1024,
-                                                                      opener=_private_opener))
+        self._output = self._guarded(self.folder / name, lambda: _open_private(self.folder / name, "ab",
+                                                                               buffering=1024 * 1024))
         while len(self._tail) > TAIL_SEGMENTS:
             oldest = self._tail.popleft()
             self._dropped_lines += oldest["lines"]
@@ -398,9 +412,8 @@ class RunHistory:
             return  # not there yet (it will be made private) or not readable (the recorder says why)
         if not all(mode & 0o077 for _, mode in modes) or (root / LOOSE_NOTICE).exists():
             return
-        with contextlib.suppress(OSError):
-            with open(root / LOOSE_NOTICE, "w", encoding="utf-8", opener=_private_opener) as handle:
-                handle.write("tf-device-panel said once that this history can be read by other users.\n")
+        with contextlib.suppress(OSError), _open_private(root / LOOSE_NOTICE, "a", encoding="utf-8") as handle:
+            handle.write("tf-device-panel said once that this history can be read by other users.\n")
         log.warning("the run history can be read by other users of this machine (%s), and records hold what "
                     "scripts print; it was left as it is: `chmod -R go= %s` makes it private (said once)",
                     ", ".join(f"{path} {mode:o}" for path, mode in modes), root.parent)

@@ -699,8 +699,9 @@ def _note_stop_signals(signals: list[int]) -> dict[int, Any]:
     return previous
 
 
-STOP_BY_SIGNAL = {signal.SIGINT: "Ctrl+C (SIGINT) to the command line", signal.SIGTERM: "SIGTERM to the command line",
-                  signal.SIGHUP: "SIGHUP to the command line (its terminal or session ended)"}
+STOP_BY_SIGNAL: dict[int, str] = {
+    signal.SIGINT: "Ctrl+C (SIGINT) to the command line", signal.SIGTERM: "SIGTERM to the command line",
+    signal.SIGHUP: "SIGHUP to the command line (its terminal or session ended)"}
 STOP_BY_CANCEL = "the command line's own cancel (its stdout was closed, e.g. `run … | head`)"
 
 

@@ -23,13 +23,13 @@ from typing import Any
 
 from tf_device_panel.core.config import steps
 from tf_device_panel.core.config.schema import (
+    SHORT_LIST_ITEMS,
     ConfigError,
     Field,
     Kind,
     Problem,
     config_fields,
     setting,
-    SHORT_LIST_ITEMS,
     short_list,
     split_field,
     type_name,
