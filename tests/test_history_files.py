@@ -2,8 +2,9 @@
 block a reader, a run whose summary could not even be written is `incomplete`, and the history is private.
 
 Every reader of the history goes through RunHistory (`runs`, the window's History, the exporter's panel state);
-these tests drive each of them against real FIFOs (os.mkfifo) and real permission bits. The full disk is an
-injected OSError(ENOSPC) at the recorder's write of its first summary (`history._write_json_atomic`)."""
+these tests drive each of them against real FIFOs (os.mkfifo) and real permission bits. The full disk is a real
+1 MB tmpfs filled before the run (in a private mount namespace, where `unshare` allows it), and an injected
+OSError(ENOSPC) at the recorder's write of its first summary (`history._write_json_atomic`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import errno
 import json
 import logging
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -190,3 +193,32 @@ def test_an_open_history_is_left_as_it_is_and_said_once(panel_home: Path, caplog
     assert stat.S_IMODE((panel_home / "runs").stat().st_mode) == 0o755  # left as it was
     assert stat.S_IMODE(first.folder.stat().st_mode) == 0o700          # a new run's folder is private
     assert {run["status"] for run in RunHistory().summaries()} == {"ok"}
+
+
+needs_tmpfs = pytest.mark.skipif(shutil.which("unshare") is None or subprocess.run(
+    ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode != 0,
+    reason="needs `unshare` to mount a small tmpfs in a private mount namespace")
+
+
+@needs_tmpfs
+def test_a_disk_full_before_the_run_starts_lists_the_run_as_incomplete(tmp_path: Path) -> None:
+    """A real full disk: a 1 MB tmpfs filled up before `run`, in a mount namespace of this test's own."""
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    home = disk / "home"
+    inner = textwrap.dedent(f"""
+        mount -t tmpfs -o size=1m tmpfs {disk} || exit 99
+        head -c 2000000 /dev/zero > {disk}/fill 2>/dev/null
+        TF_DEVICE_PANEL_HOME={home} {sys.executable} -m tf_device_panel run script -p path={script} > /dev/null
+        echo "exit=$?" >&2
+        TF_DEVICE_PANEL_HOME={home} {sys.executable} -m tf_device_panel runs --json
+    """)
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", inner], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "exit=0" in done.stderr, done.stderr  # the run itself went on
+    (summary,) = json.loads(done.stdout)
+    assert summary["status"] == "incomplete" and summary["job"] == "script", summary  # was 'unreadable'
+    assert "was the disk full" in summary["incomplete"]
