@@ -122,3 +122,22 @@ def test_ctrl_c_while_the_command_line_is_importing_is_quiet(after: str) -> None
     assert process.returncode in (130, -signal.SIGINT), "".join(said)
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_the_windows_stop_is_on_record_as_such_and_how_it_ended() -> None:
+    from test_run_manager import ready_window_manager
+    from tf_device_panel.core.cli.output import runs_text
+
+    manager, made, told = ready_window_manager()
+    manager.cancel_grace_s = 1.0
+    manager.run("script", {"path": "stuck.py"})
+    running = made[1]
+    assert manager.cancel()  # what the window's Stop calls
+    running.kill(reason="the job did not stop within 1 s of being cancelled")
+    outcome = told.finished[-1]
+    assert outcome.status == "cancelled" and outcome.cancel is not None
+    assert outcome.cancel["by"] == "Stop in the window" and "signal" not in outcome.cancel
+    assert outcome.cancel["how"].startswith("killed: ") and "did not stop within 1 s" in outcome.cancel["how"]
+    (line,) = runs_text([{"run_id": "r", "status": "cancelled", "started": 0, "cancel": outcome.cancel}])
+    assert "stopped by Stop in the window; killed: " in line
+    manager.shutdown()

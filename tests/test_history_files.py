@@ -222,3 +222,25 @@ def test_a_disk_full_before_the_run_starts_lists_the_run_as_incomplete(tmp_path:
     (summary,) = json.loads(done.stdout)
     assert summary["status"] == "incomplete" and summary["job"] == "script", summary  # was 'unreadable'
     assert "was the disk full" in summary["incomplete"]
+
+
+def test_the_windows_history_lists_a_fifo_run_and_opens_one_with_a_fifo_event_log(panel_home: Path,
+                                                                                  qtbot: Any) -> None:
+    from tf_device_panel.gui.history_panel import HistoryPanel, RunDialog
+
+    good_run(panel_home)
+    special = panel_home / "runs" / SPECIAL_ID
+    special.mkdir()
+    os.mkfifo(special / "run.json")
+    events_fifo = good_run(panel_home.parent / "other")  # a good summary whose event log is a FIFO
+    (events_fifo / "events.jsonl").unlink()
+    os.mkfifo(events_fifo / "events.jsonl")
+    events_fifo.rename(panel_home / "runs" / "20260101-000003-matmul-cccccc")
+    panel = HistoryPanel(RunHistory())
+    qtbot.addWidget(panel)
+    panel.refresh()
+    statuses = {panel.table.item(row, 0).data(256): panel.table.item(row, 2).text()
+                for row in range(panel.table.rowCount())}
+    assert statuses == {GOOD_ID: "ok", SPECIAL_ID: "unreadable", "20260101-000003-matmul-cccccc": "ok"}
+    dialog = RunDialog(RunHistory(), "20260101-000003-matmul-cccccc")  # used to block in open()
+    qtbot.addWidget(dialog)

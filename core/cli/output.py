@@ -301,6 +301,9 @@ def runs_text(runs: Sequence[Mapping[str, Any]]) -> list[str]:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
         duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), int | float) else ""
         error = one_line(str((run.get("error") or {}).get("message", "")))
+        cancel = run.get("cancel")
+        if isinstance(cancel, Mapping) and run.get("status") == "cancelled":  # who stopped it, and how
+            error = one_line(f"stopped by {cancel.get('by', '?')}; {cancel.get('how', '')}")
         if run.get("incomplete"):
             error = one_line(f"record incomplete: {run['incomplete']}") + (f"; {error}" if error else "")
         lines.append(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error}".rstrip())
