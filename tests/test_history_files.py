@@ -110,6 +110,16 @@ def test_an_endless_line_in_the_event_log_is_skipped_within_the_cap(panel_home: 
     assert "after" in [e.text for e in recorded if isinstance(e, events.Log)]
 
 
+def test_an_event_log_past_its_cap_is_read_up_to_it(panel_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history, "MAX_EVENTS_FILE_BYTES", 5000)
+    folder = good_run(panel_home)
+    line = b'{"type": "log", "data": {"stream": "panel", "text": "more"}}\n'
+    (folder / "events.jsonl").write_bytes(line * 1000)
+    recorded = RunHistory().events(GOOD_ID)
+    assert "larger than 0 MB: the rest was not read" in recorded[0].text
+    assert 0 < len([e for e in recorded if isinstance(e, events.Log) and e.text == "more"]) < 200
+
+
 # -- item 9: a full disk before the run starts ----------------------------------------------------------------
 def test_a_run_whose_first_summary_hit_a_full_disk_is_incomplete(panel_home: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:

@@ -67,6 +67,7 @@ _TAIL_FILE = re.compile(r"output\.tail\.\d+")
 
 MAX_EVENT_LINE_BYTES = 16 * 1024 * 1024   # one events.jsonl line longer than this is damage, skipped
 MAX_OUTPUT_FILE_BYTES = 1024 * 1024 * 1024  # an output file is read up to this (the recorder writes far less)
+MAX_EVENTS_FILE_BYTES = 1024 * 1024 * 1024  # events.jsonl likewise (a million placements take about 40 MB)
 
 
 class NotARegularFile(OSError):
@@ -481,6 +482,9 @@ class RunHistory:
         try:
             with open_regular(folder / "events.jsonl") as handle:
                 for number, line in enumerate(_lines(handle), 1):
+                    if handle.tell() > MAX_EVENTS_FILE_BYTES:
+                        damaged.append(f"larger than {MAX_EVENTS_FILE_BYTES >> 20} MB: the rest was not read")
+                        break
                     entry, reason = _entry(line) if line is not None else (None, "longer than "
                                                                              f"{MAX_EVENT_LINE_BYTES >> 20} MB")
                     if entry is not None:
