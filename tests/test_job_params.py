@@ -83,3 +83,22 @@ def test_a_benchmark_of_10000_sizes_is_refused_before_it_starts(panel_home: Path
     done = cli("run", "benchmark", "-p", "sizes=" + ",".join(["8"] * 10_000))
     assert done.returncode == 2 and "sizes: 10000 items given, at most 16 allowed" in done.stderr
     assert not (panel_home / "runs").exists()
+
+
+@pytest.mark.parametrize(("profile", "accepted", "refused"), [
+    ({}, "/GPU:0,/GPU:1", "/GPU:2"),                                   # two GPUs, one logical GPU each
+    ({"visible_gpus": [1]}, "/GPU:0", "/GPU:1"),                       # TensorFlow renumbers the visible ones
+    ({"virtual_gpus": {"0": [1024, 1024, 1024]}}, "/GPU:3", "/GPU:4"),  # 3 logical on GPU 0, 1 on GPU 1
+    ({"memory_fraction": 0.5, "cpu_devices": 3}, "/CPU:2,/GPU:1", "/CPU:3"),
+])
+def test_the_profiles_logical_gpus_are_counted_as_tensorflow_will_make_them(
+        monkeypatch: pytest.MonkeyPatch, profile: dict[str, object], accepted: str, refused: str) -> None:
+    from tf_device_panel.core import cli
+    from tf_device_panel.core.config import DeviceConfig, GpuInfo
+
+    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: [GpuInfo(0, "A", 81_079), GpuInfo(1, "B", 81_079)])
+    config = DeviceConfig.from_json({"version": 1, **profile})
+    fit = get_job("fit")
+    cli.check_devices(fit, fit.resolve(texts={"devices": accepted}), config)
+    with pytest.raises(ParamError, match=f"'{refused}' is not among this run's devices"):
+        cli.check_devices(fit, fit.resolve(texts={"devices": refused}), config)
