@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The adversary's cases of issue 24, each bounded and followed by checks: a full disk, a damaged history,
-# output without newlines, the exporter under load, hostile lab targets and slow clients (issue 32), and SIGKILL
-# of the CLI, the supervisor and the run process at random moments. After every case: no process of ours is left,
-# and every run record is final, interrupted or marked incomplete (never "running"). Loopback only; everything
-# stops by itself (ROUNDS kills per target, default 3; each command under `timeout`).
+# The adversary's cases of issues 24 and 32, each bounded and followed by checks: a full disk, a damaged history,
+# special files in the history, output without newlines, the exporter under load, hostile lab targets and slow
+# clients, and SIGKILL of the CLI, the supervisor and the run process at random moments. After every case: no
+# process of ours is left, and every run record is final, interrupted or marked incomplete (never "running").
+# Loopback only; everything stops by itself (ROUNDS kills per target, default 3; each command under `timeout`).
 #
 #   scripts/chaos.sh [ROUNDS]
 #
@@ -108,6 +108,125 @@ good = listed.returncode == 0 and statuses == ["ok"] + ["unreadable"] * 5 and cl
 print(f"{'ok  ' if good else 'FAIL'} damaged history: {statuses}")
 if not good:
     failures.append("damaged history")
+
+# 2b. (issue 32) a FIFO, a device and a folder where a record's files should be: `runs` answers at once
+home = work / "special"
+cli(home, "run", "script", "-p", f"path={script('ok2.py', 'print(1)')}")
+for name, make in [("fifo", lambda p: os.mkfifo(p)), ("device", lambda p: p.symlink_to("/dev/zero")),
+                   ("folder", lambda p: p.mkdir())]:
+    folder = home / "runs" / f"20000101-000000-special-{name}"
+    folder.mkdir(parents=True)
+    make(folder / "run.json")
+started = time.monotonic()
+try:
+    listed = cli(home, "runs", "--json", timeout=30)
+    statuses = sorted(r["status"] for r in json.loads(listed.stdout or "[]"))
+except subprocess.TimeoutExpired:
+    statuses = ["hung"]
+good = statuses == ["ok"] + ["unreadable"] * 3
+print(f"{'ok  ' if good else 'FAIL'} special files in the history: {statuses} in {time.monotonic() - started:.1f} s")
+if not good:
+    failures.append("special files in the history")
+
+# 2c. (issue 32) 32,000 and 100,000 GPU indices: validate and snippet answer in seconds, in a line of sane length
+for count in (32_000, 100_000):
+    profile = work / f"gpus-{count}.json"
+    profile.write_text(json.dumps({"version": 1, "visible_gpus": list(range(count))}))
+    for command in (["validate", str(profile)], ["snippet", "--config", str(profile)]):
+        started = time.monotonic()
+        try:
+            done = cli(work / "gpus", *command, timeout=60)
+            took, code = time.monotonic() - started, done.returncode
+            longest = max(map(len, done.stdout.splitlines() or [""])) if command[0] == "validate" else 0
+        except subprocess.TimeoutExpired:
+            took, code, longest = 60.0, None, 0
+        good = code == 0 and took < 20 and longest < 1000
+        print(f"{'ok  ' if good else 'FAIL'} {count} GPUs, {command[0]}: exit {code} in {took:.1f} s"
+              + (f", longest line {longest} characters" if command[0] == "validate" else ""))
+        if not good:
+            failures.append(f"{count} GPUs {command[0]}")
+
+# 2d. (issue 32) job parameters: a repeated name, a device the profile lacks, 10,000 sizes: exit 2 at once
+for args in (["fit", "-p", "epochs=1", "-p", "epochs=2"], ["fit", "-p", "devices=/GPU:99"],
+             ["benchmark", "-p", "sizes=" + ",".join(["8"] * 10_000)]):
+    home = work / "params"
+    started = time.monotonic()
+    done = cli(home, "run", *args, timeout=60)
+    good = done.returncode == 2 and time.monotonic() - started < 20 and not (home / "runs").exists()
+    print(f"{'ok  ' if good else 'FAIL'} run {args[0]} {args[1]} {args[2][:30]}: exit {done.returncode} in "
+          f"{time.monotonic() - started:.1f} s: {done.stderr.strip()[:100]}")
+    if not good:
+        failures.append(f"parameters {args[2][:20]}")
+
+# 2e. (issue 32) exit codes of a stopped run: Ctrl+C 130, SIGTERM 143, SIGHUP 129, and who stopped it on record
+TICK = script("tick.py", "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)\n")
+for signum, wanted in ((signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+    for job in (["script", "-p", f"path={TICK}"], ["fit", "-p", "epochs=10000"]):
+        home = work / f"stop-{signum.name}-{job[0]}"
+        process = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "run", *job], env=env(home),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        started = time.monotonic()
+        for line in process.stdout:  # its first line of output: the job is running
+            if "tick" in line or "epoch" in line.lower() or time.monotonic() - started > 120:
+                break
+        process.send_signal(signum)
+        try:
+            _, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+        record = json.loads(cli(home, "runs", "--json").stdout or "[{}]")[0]
+        by = (record.get("cancel") or {}).get("by", "")
+        good = process.returncode == wanted and signum.name in by and "Traceback" not in err
+        print(f"{'ok  ' if good else 'FAIL'} {signum.name} to run {job[0]}: exit {process.returncode} (want {wanted}),"
+              f" record {record.get('status')}, stopped by: {by}")
+        if not good:
+            failures.append(f"{signum.name} run {job[0]}")
+        check(f"{signum.name} run {job[0]}", home)
+
+# 2f. (issue 32) Ctrl+C in the command line's first half second: no traceback
+tracebacks = []
+for delay in (0.15, 0.2, 0.3, 0.4, 0.5, 0.6):
+    home = work / "early"
+    process = subprocess.Popen([PYTHON, "-m", "tf_device_panel", "run", "matmul"], env=env(home),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)  # the moment is the case: a signal at this age of the process
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    if "Traceback" in err:
+        tracebacks.append(f"{delay} s")
+good = not tracebacks
+print(f"{'ok  ' if good else 'FAIL'} early Ctrl+C: tracebacks at {tracebacks or 'none of 0.15-0.6 s'}")
+if not good:
+    failures.append("early Ctrl+C")
+check("early Ctrl+C", work / "early")
+
+# 2g. (issue 32) a disk full before the run starts: the record is `incomplete`, not `unreadable`; the history
+# is private (0700 folders, 0600 files)
+if shutil.which("unshare") and subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
+                                              capture_output=True).returncode == 0:
+    disk = work / "full-before"
+    disk.mkdir()
+    inner = (f"mount -t tmpfs -o size=1m tmpfs {disk} && (head -c 2000000 /dev/zero > {disk}/fill 2>/dev/null; "
+             f"true) && TF_DEVICE_PANEL_HOME={disk}/home timeout 120 {PYTHON} -m tf_device_panel run script "
+             f"-p path={script('hello.py', 'print(1)')} >/dev/null 2>&1; TF_DEVICE_PANEL_HOME={disk}/home "
+             f"{PYTHON} -m tf_device_panel runs --json")
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", inner],
+                          env={**os.environ, "CHAOS_MARK": MARK}, capture_output=True, text=True, timeout=240)
+    record = json.loads(done.stdout or "[{}]")[0]
+    good = record.get("status") == "incomplete"
+    print(f"{'ok  ' if good else 'FAIL'} disk full before the run: record {record.get('status')}: "
+          f"{record.get('incomplete')}")
+    if not good:
+        failures.append("disk full before the run")
+home = work / "damaged"  # made by case 2 through a run
+modes = {oct(p.stat().st_mode & 0o777) for p in (home / "runs").rglob("*")
+         if not p.relative_to(home / "runs").parts[0].startswith("2000")}  # not the damaged ones made above
+good = modes <= {"0o700", "0o600"} and oct((home / "runs").stat().st_mode & 0o777) == "0o700"
+print(f"{'ok  ' if good else 'FAIL'} a private history: modes {sorted(modes)}")
+if not good:
+    failures.append("private history")
 
 # 3. 200 MB without a newline
 home = work / "one-line"

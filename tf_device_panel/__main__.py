@@ -2,6 +2,9 @@
 
 import sys
 
-from tf_device_panel.launcher import main
+try:
+    from tf_device_panel.launcher import main
+except KeyboardInterrupt:  # Ctrl+C in the first instant: quiet, as later (launcher.main)
+    sys.exit(130)
 
 sys.exit(main())

@@ -15,10 +15,18 @@ def open_window(profile: str | None) -> int:
     return int(window_main(profile))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from tf_device_panel.core import cli
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl+C
 
-    return cli.main(sys.argv[1:] if argv is None else argv, open_window=open_window)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        # Ctrl+C while the command line is still being imported (its first half second) ends it quietly, as
+        # a Ctrl+C anywhere later does, never with a traceback of whatever module was loading.
+        from tf_device_panel.core import cli
+
+        return cli.main(sys.argv[1:] if argv is None else argv, open_window=open_window)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """`tf-device-panel`: the command line over the same engine the window uses.
 
-Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration.
+Exit codes: 0 success, 1 the job failed, 2 bad usage or invalid configuration; a run stopped by Ctrl+C, SIGTERM
+or SIGHUP 130, 143 or 129 (128 + the signal's number, as shells and python report it); `run script` otherwise
+exits with the script's own status.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from tf_device_panel.core.devices.gpus import tf_gpu_inventory, tf_gpu_lines, tf
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.logsetup import configure_logging
 from tf_device_panel.core.runproc.cluster import cluster_commands
-from tf_device_panel.core.runproc.jobs import JOBS, ParamError, get_job
+from tf_device_panel.core.runproc.jobs import DEVICES, JOBS, JobSpec, ParamError, device_key, get_job, split_devices
 from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -166,6 +168,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise UsageError(f"--param {quote(item)}: expected NAME=VALUE, e.g. --param device=/GPU:0")
+        if name.strip() in texts:  # last-wins would run with a value the user may not have meant
+            raise UsageError(f"--param {quote(name.strip())} is given twice ({quote(texts[name.strip()])} and "
+                             f"{quote(value)}); give each parameter once")
         texts[name.strip()] = value
     script = spec.name == "script"
     if script:
@@ -174,6 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return rejected
     params = spec.resolve(texts=texts)
     config = load_config(args.config)
+    check_devices(spec, params, config)  # exit 2 now, not after TensorFlow has started
     # A closed stdout (`run … | head`) cancels the run, as it would end a bare `python file.py`.
     stop = threading.Event()
     printer = None
@@ -206,12 +212,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.record_problem:
         # The run went on; only its record is short. One line, whatever the output mode.
         print(f"warning: this run's record is incomplete: {outcome.record_problem}", file=sys.stderr)
+    signum = (outcome.cancel or {}).get("signal")
+    if signum and outcome.status != "ok":
+        return 128 + int(signum)  # stopped by Ctrl+C, SIGTERM or SIGHUP: 130, 143, 129, as shells and python say
     if script:
         if outcome.status == "cancelled":
-            return EXIT_INTERRUPTED  # Ctrl+C (or SIGTERM, SIGHUP: the CLI cancels alike), as a bare run ends
+            return EXIT_INTERRUPTED  # its stdout closed (`run … | head`): the run was cancelled
         if outcome.returncode is not None:
             return shell_status(outcome.returncode)  # the script's own status, as a bare run gives it
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
+
+
+def profile_devices(config: DeviceConfig) -> tuple[dict[str, int], str]:
+    """How many logical devices of each type (CPU, GPU) a run with `config` has on this machine, known before
+    it starts, and those devices in words."""
+    from tf_device_panel.core.config.plan import logical_gpu_owners
+
+    gpus = nvml_gpu_inventory()
+    known = sorted(g.index for g in gpus or ())
+    visible = known if config.visible_gpus is None else [i for i in config.visible_gpus if i in known]
+    counts = {"CPU": config.cpu_devices, "GPU": len(logical_gpu_owners(config, visible))}
+    words = [f"/CPU:0 … /CPU:{counts['CPU'] - 1}" if counts["CPU"] > 1 else "/CPU:0"]
+    if counts["GPU"]:
+        words.append(f"/GPU:0 … /GPU:{counts['GPU'] - 1}" if counts["GPU"] > 1 else "/GPU:0")
+    else:
+        words.append("no GPU" + (f" ({no_gpu_reason()})" if gpus is None else ""))
+    return counts, " and ".join(words)
+
+
+def check_devices(spec: JobSpec, params: dict[str, Any], config: DeviceConfig) -> None:
+    """The devices a job's DEVICES parameters name must be among the profile's (ParamError, exit 2); a single
+    DEVICE may be missing on purpose (it shows soft placement). Other machines' devices (/job:worker) and
+    types other than CPU and GPU are TensorFlow's to judge."""
+    lists = [p for p in spec.params if p.type == DEVICES and str(params.get(p.name, "")).strip()]
+    if not lists:
+        return
+    counts, words = profile_devices(config)
+    problems = []
+    for param in lists:
+        missing = [item for item in split_devices(str(params[param.name]))
+                   if (key := device_key(item))[0] == "" and key[1] in counts and key[2] >= counts[key[1]]]
+        if missing:
+            problems.append((param.name, f"{', '.join(quote(m) for m in missing[:8])} "
+                             f"{'is' if len(missing) == 1 else 'are'} not among this run's devices: the profile "
+                             f"gives {words}; list devices from those (or leave it empty for the default)"))
+    if problems:
+        raise ParamError(spec.name, problems)
 
 
 def script_rejected(texts: dict[str, str]) -> int | None:
@@ -428,10 +474,10 @@ def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], 
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ProfileError as exc:
-        print(f"error: invalid profile {exc}", file=sys.stderr)
+        _print_lines(problems_text(f"error: invalid profile {exc.path}", exc.problems), sys.stderr)
         return EXIT_USAGE
     except ConfigError as exc:
-        print("error: invalid configuration:\n" + "\n".join(f"  - {p}" for p in exc.problems), file=sys.stderr)
+        _print_lines(problems_text("error: invalid configuration", exc.problems), sys.stderr)
         return EXIT_USAGE
     except (ConfigRejected, HistoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -261,8 +261,16 @@ def jobs_text(specs: Iterable[JobSpec]) -> list[str]:
     return lines
 
 
+MAX_PROBLEMS_SHOWN = 20  # a profile with 100,000 bad entries is answered in a screenful, not 5 MB
+
+
 def problems_text(heading: str, problems: Sequence[object]) -> list[str]:
-    return [f"{heading}: {len(problems)} problem(s)", *(f"  - {problem}" for problem in problems)]
+    """The problems, one a line: the first MAX_PROBLEMS_SHOWN, then how many more."""
+    lines = [f"{heading}: {len(problems)} problem(s)", *(f"  - {p}" for p in problems[:MAX_PROBLEMS_SHOWN])]
+    if len(problems) > MAX_PROBLEMS_SHOWN:
+        lines.append(f"  … and {len(problems) - MAX_PROBLEMS_SHOWN} more like these (fix these first, then "
+                     "validate again)")
+    return lines
 
 
 def cluster_config_text(tasks: Sequence[Mapping[str, Any]], parameter_server: bool, profile: str | None) -> list[str]:
@@ -293,6 +301,9 @@ def runs_text(runs: Sequence[Mapping[str, Any]]) -> list[str]:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
         duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), int | float) else ""
         error = one_line(str((run.get("error") or {}).get("message", "")))
+        cancel = run.get("cancel")
+        if isinstance(cancel, Mapping) and run.get("status") == "cancelled":  # who stopped it, and how
+            error = one_line(f"stopped by {cancel.get('by', '?')}; {cancel.get('how', '')}")
         if run.get("incomplete"):
             error = one_line(f"record incomplete: {run['incomplete']}") + (f"; {error}" if error else "")
         lines.append(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error}".rstrip())

@@ -18,7 +18,12 @@ run.json is created padded with RESERVED_BYTES of spaces, so the final summary c
 over them when the disk is full.
 
 Reading is total: a damaged run.json (not JSON, not UTF-8, wrong types) lists that run as `unreadable` with
-the reason; damaged lines of events.jsonl are skipped and counted in a warning in the run's log.
+the reason; damaged lines of events.jsonl are skipped and counted in a warning in the run's log. Files are
+opened only through `open_regular` (never blocking: a FIFO, device or folder in their place is named, not
+read) and read up to a cap. A run.json never written (a full disk as the run started) lists as `incomplete`.
+
+Folders are created 0700 and files 0600 (records hold what scripts print); an older, open history is left
+as it is and said so once (a marker file, LOOSE_NOTICE, in the runs folder).
 """
 
 from __future__ import annotations
@@ -26,14 +31,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import math
 import os
 import re
 import secrets
+import stat
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import platformdirs
 import psutil
@@ -41,6 +49,8 @@ from tf_device_panel.core.protocol.events import Event, EventError, Log, Placeme
 from tf_device_panel.core.protocol.events import from_json as event_from_json
 from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
 from tf_device_panel.core.text import clip, object_without_duplicates
+
+log = logging.getLogger(__name__)
 
 HOME_ENV = "TF_DEVICE_PANEL_HOME"
 RECORD_CAP_ENV = "TF_DEVICE_PANEL_RECORD_CAP_MB"
@@ -51,7 +61,46 @@ RESERVED_BYTES = 16384     # spaces after run.json's first version: room for the
 MAX_SUMMARY_BYTES = 64 * 1024 * 1024  # a run.json larger than this is not a summary this panel wrote
 MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
 UNREADABLE = "unreadable"
+INCOMPLETE = "incomplete"  # a run whose summary was never written (a full disk as it started)
 _TAIL_FILE = re.compile(r"output\.tail\.\d+")
+
+
+MAX_EVENT_LINE_BYTES = 16 * 1024 * 1024   # one events.jsonl line longer than this is damage, skipped
+MAX_OUTPUT_FILE_BYTES = 1024 * 1024 * 1024  # an output file is read up to this (the recorder writes far less)
+MAX_EVENTS_FILE_BYTES = 1024 * 1024 * 1024  # events.jsonl likewise (a million placements take about 40 MB)
+
+
+class NotARegularFile(OSError):
+    """A record's file is a FIFO, a device, a socket or a folder: never opened for reading (a FIFO's open
+    would wait forever for a writer)."""
+
+
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                  (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a regular file (a link to one is fine). The open never blocks
+    (O_NONBLOCK: a FIFO with no writer would hold it forever); anything else raises NotARegularFile naming
+    what stands there. The one way the history's files are opened for reading."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _SPECIAL_KINDS if test(mode)), "not a regular file")
+            raise NotARegularFile(errno.EINVAL, f"{path.name} is {kind}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path, cap: int) -> tuple[bytes, bool]:
+    """At most `cap` bytes of a regular file (`open_regular`), and whether there was more."""
+    with open_regular(path) as handle:
+        data = handle.read(cap + 1)
+    return data[:cap], len(data) > cap
 
 
 class HistoryError(Exception):
@@ -70,11 +119,48 @@ def home() -> Path:
                            "set it to an existing folder") from None
 
 
+PRIVATE_FOLDER, PRIVATE_FILE = 0o700, 0o600  # records hold scripts' output: only their owner reads them
+LOOSE_NOTICE = ".loose-permissions-noted"     # in the runs folder: the notice below was given once
+
+
+def _private_opener(path: str, flags: int) -> int:
+    """open()'s opener for the history's files: created 0600 (existing ones keep their mode)."""
+    return os.open(path, flags, PRIVATE_FILE)
+
+
+def _open_private(path: Path, mode: str, **kwargs: Any) -> Any:
+    """`path` opened to append (`mode` "a" or "ab"), created 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, PRIVATE_FILE)
+    try:
+        return os.fdopen(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _make_run_folder(folder: Path) -> None:
+    make_private_folders(folder.parent)
+    folder.mkdir(mode=PRIVATE_FOLDER)  # exists already: an error (two runs never share a folder)
+
+
+def make_private_folders(folder: Path) -> None:
+    """`folder` and each missing folder above it, created 0700; existing ones are left as they are."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.is_dir():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another run
+            path.mkdir(mode=PRIVATE_FOLDER)
+
+
 def _write_json_atomic(path: Path, data: Any, reserve: int = 0) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         text = json.dumps(data, indent=2, default=str) + "\n"
-        tmp.write_text(text + " " * reserve, encoding="utf-8")
+        with open(tmp, "w", encoding="utf-8", opener=_private_opener) as handle:
+            handle.write(text + " " * reserve)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -161,14 +247,15 @@ class RunRecorder:
         self._segments = 0
         self._closed = False
         self._summary_written = False
-        self._guarded(folder, lambda: folder.mkdir(parents=True, exist_ok=False))
+        self._guarded(folder, lambda: _make_run_folder(folder))
         self._guarded(folder / "run.json",
                       lambda: _write_json_atomic(folder / "run.json", summary, reserve=RESERVED_BYTES))
         self._summary_written = self.problem is None
         self._events = self._guarded(folder / "events.jsonl",
-                                     lambda: (folder / "events.jsonl").open("a", encoding="utf-8", buffering=1))
+                                     lambda: _open_private(folder / "events.jsonl", "a", encoding="utf-8",
+                                                           buffering=1))
         self._output = self._guarded(folder / "output.txt",
-                                     lambda: (folder / "output.txt").open("ab", buffering=1024 * 1024))
+                                     lambda: _open_private(folder / "output.txt", "ab", buffering=1024 * 1024))
 
     @property
     def failed(self) -> bool:
@@ -245,7 +332,8 @@ class RunRecorder:
         self._segments += 1
         name = f"output.tail.{self._segments}"
         self._tail.append({"file": name, "start": self._offset, "lines": 0, "bytes": 0})
-        self._output = self._guarded(self.folder / name, lambda: (self.folder / name).open("ab", buffering=1024 * 1024))
+        self._output = self._guarded(self.folder / name, lambda: _open_private(self.folder / name, "ab",
+                                                                               buffering=1024 * 1024))
         while len(self._tail) > TAIL_SEGMENTS:
             oldest = self._tail.popleft()
             self._dropped_lines += oldest["lines"]
@@ -280,7 +368,12 @@ class RunRecorder:
             self.summary["incomplete"] = self.problem
         self._close_files()
         if not self._summary_written:
-            return  # no folder or no run.json to update: `problem` says why
+            # The first summary could not be written: once more now (space may have been freed), else the
+            # folder alone lists the run as `incomplete`.
+            with contextlib.suppress(OSError):
+                if self.folder.is_dir():
+                    _write_json_atomic(self.folder / "run.json", self.summary)
+            return
         path = self.folder / "run.json"
         try:
             _write_json_atomic(path, self.summary)
@@ -307,7 +400,24 @@ class RunHistory:
         run_id = f"{stamp}-{job}-{secrets.token_hex(3)}"
         summary = {"run_id": run_id, "job": job, "params": params, "config": config, "devices": devices,
                    "status": "running", "started": time.time(), "client_pid": os.getpid()}
+        self._note_loose_permissions()
         return RunRecorder(self.root / run_id, summary, self.cap_bytes)
+
+    def _note_loose_permissions(self) -> None:
+        """A history made before it was private (0755 folders) is left as it is, and said so once: a warning
+        the first time a run is recorded there, then a marker file in the runs folder."""
+        root = self.root
+        try:  # either folder closed to others keeps the records private
+            modes = [(path, stat.S_IMODE(path.stat().st_mode)) for path in (root.parent, root)]
+        except OSError:
+            return  # not there yet (it will be made private) or not readable (the recorder says why)
+        if not all(mode & 0o077 for _, mode in modes) or (root / LOOSE_NOTICE).exists():
+            return
+        with contextlib.suppress(OSError), _open_private(root / LOOSE_NOTICE, "a", encoding="utf-8") as handle:
+            handle.write("tf-device-panel said once that this history can be read by other users.\n")
+        log.warning("the run history can be read by other users of this machine (%s), and records hold what "
+                    "scripts print; it was left as it is: `chmod -R go= %s` makes it private (said once)",
+                    ", ".join(f"{path} {mode:o}" for path, mode in modes), root.parent)
 
     def summaries(self, limit: int | None = None) -> list[dict[str, Any]]:
         """At most `limit` summaries (all with None), newest first; a run whose client died mid-run shows as
@@ -348,6 +458,8 @@ class RunHistory:
     def _summary(self, folder: Path) -> dict[str, Any]:
         try:
             summary = read_summary(folder / "run.json")
+        except NeverWritten as exc:
+            return never_written_summary(folder, str(exc))
         except SummaryError as exc:
             return unreadable_summary(folder, str(exc))
         summary["run_id"] = folder.name  # the folder is what get() and events() find it by
@@ -368,12 +480,16 @@ class RunHistory:
         entries: list[dict[str, Any]] = []
         damaged: list[str] = []
         try:
-            with (folder / "events.jsonl").open("rb") as handle:
-                for number, line in enumerate(handle, 1):
-                    entry, reason = _entry(line)
+            with open_regular(folder / "events.jsonl") as handle:
+                for number, line in enumerate(_lines(handle), 1):
+                    if handle.tell() > MAX_EVENTS_FILE_BYTES:
+                        damaged.append(f"larger than {MAX_EVENTS_FILE_BYTES >> 20} MB: the rest was not read")
+                        break
+                    entry, reason = _entry(line) if line is not None else (None, "longer than "
+                                                                             f"{MAX_EVENT_LINE_BYTES >> 20} MB")
                     if entry is not None:
                         entries.append(entry)
-                    elif reason and line.endswith(b"\n"):  # the last line cut short by a crash is no damage
+                    elif reason and (line is None or line.endswith(b"\n")):  # cut short by a crash: no damage
                         damaged.append(f"line {number}: {reason}")
         except OSError as exc:
             damaged.append(f"cannot read it: {exc.strerror or exc}")
@@ -403,14 +519,22 @@ class SummaryError(ValueError):
     """Why a run.json cannot be used: one line, for the 'unreadable' row."""
 
 
+class NeverWritten(SummaryError):
+    """No run.json, or one with nothing in it: the run's folder was made but its summary could not be written
+    (a full disk when the run started). Not damage: the row says `incomplete`."""
+
+
 def read_summary(path: Path) -> dict[str, Any]:
     """A run.json read and checked field by field; SummaryError says what is wrong."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SUMMARY_BYTES + 1)
+        data, larger = read_regular(path, MAX_SUMMARY_BYTES)
+    except FileNotFoundError:
+        raise NeverWritten("run.json was never written (was the disk full when the run started?)") from None
     except OSError as exc:
         raise SummaryError(f"run.json: {exc.strerror or exc}") from None
-    if len(data) > MAX_SUMMARY_BYTES:
+    if not data.strip():
+        raise NeverWritten("run.json is empty (was the disk full when the run started?)")
+    if larger:
         raise SummaryError(f"run.json is larger than {MAX_SUMMARY_BYTES // (1024 * 1024)} MB")
     try:
         text = data.decode("utf-8")
@@ -462,6 +586,8 @@ _FIELDS: dict[str, tuple[Any, str]] = {
               "null or an object with a string 'message'"),
     "job_id": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "incomplete": (lambda v: isinstance(v, str), "a string"),
+    "cancel": (lambda v: isinstance(v, dict) and all(isinstance(v.get(k, ""), str) for k in ("by", "how")),
+               "an object with strings 'by' and 'how'"),
     "fallbacks": (lambda v: isinstance(v, list), "a list"),
     "placement_counts": (lambda v: isinstance(v, list), "a list"),
     "output": (lambda v: v is None or _output_ok(v), "null or the output's sizes and tail segments"),
@@ -500,6 +626,18 @@ def unreadable_summary(folder: Path, reason: str) -> dict[str, Any]:
             "error": {"type": "Unreadable", "message": reason}}
 
 
+_RUN_ID = re.compile(r"\d{8}-\d{6}-(?P<job>.+)-[0-9a-f]{6}")
+
+
+def never_written_summary(folder: Path, reason: str) -> dict[str, Any]:
+    """The row of a run whose summary was never written: what its folder's name tells (the job), when the
+    folder last changed, and why the record is incomplete."""
+    row = unreadable_summary(folder, reason)
+    match = _RUN_ID.fullmatch(folder.name)
+    row.update(status=INCOMPLETE, error=None, incomplete=reason, job=match.group("job") if match else "?")
+    return row
+
+
 def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
     """One events.jsonl line as a checked entry, or (None, why not); a blank line is (None, "")."""
     if not line.strip():
@@ -531,12 +669,28 @@ def _event_or_none(entry: dict[str, Any]) -> Event | None:
         return None
 
 
+def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
+    """The lines of a record's file, each at most MAX_EVENT_LINE_BYTES; None for a longer one (skipped, so
+    one endless line cannot fill the memory)."""
+    while True:
+        line = handle.readline(MAX_EVENT_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_EVENT_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):  # the rest of the long line
+            line = handle.readline(MAX_EVENT_LINE_BYTES)
+        yield None
+
+
 def _output_chunks(folder: Path, output: dict[str, Any]) -> list[tuple[int, bytes]]:
-    """(start offset, bytes) of each kept piece of output: the head, then the tail segments."""
-    chunks = [(0, (folder / "output.txt").read_bytes())]
+    """(start offset, bytes) of each kept piece of output: the head, then the tail segments. Each is read up
+    to MAX_OUTPUT_FILE_BYTES; OSError (NotARegularFile among them) when the head cannot be read."""
+    chunks = [(0, read_regular(folder / "output.txt", MAX_OUTPUT_FILE_BYTES)[0])]
     for segment in output.get("tail", []):  # names and starts checked by read_summary
         with contextlib.suppress(OSError):
-            chunks.append((int(segment["start"]), (folder / segment["file"]).read_bytes()))
+            chunks.append((int(segment["start"]), read_regular(folder / segment["file"], MAX_OUTPUT_FILE_BYTES)[0]))
     return chunks
 
 

@@ -176,6 +176,9 @@ class Submission(str, Enum):
 SPARE, DESCRIBE = "spare", "describe"
 
 
+STOP_BY_WINDOW = "Stop in the window"  # who cancels when the caller does not say (the window's Stop)
+
+
 @dataclass
 class PendingRun:
     """A job asked for before a process was warm. With no spare pool the run owns its process from the start,
@@ -336,8 +339,10 @@ class RunManager:
             return self._refuse(refusal)
         return Submission.STARTED if self._hand_over(job, params, None) else Submission.REFUSED
 
-    def cancel_waiting(self, reason: str = "cancelled before the job started") -> bool:
-        """Forget the job waiting for a spare; a run that owns its process (no pool) kills it for `reason`."""
+    def cancel_waiting(self, reason: str = "cancelled before the job started", *, by: str = STOP_BY_WINDOW,
+                       signum: int | None = None) -> bool:
+        """Forget the job waiting for a spare; a run that owns its process (no pool) kills it for `reason`.
+        `by` (and `signum`): who asked, for the run's record."""
         with self._lock:
             pending = self.pending
             if pending is None:
@@ -346,17 +351,23 @@ class RunManager:
                 self.pending = None
             else:
                 pending.cancelled = True
+                pending.run.note_cancel(by, f"killed before the job started ({reason})", signum)
                 if self.spare is not None:
                     self.spare.kill(reason=reason)
         self._flush()
         return True
 
-    def cancel(self) -> bool:
-        """Ctrl+C for the running job: SIGINT, then SIGTERM, then kill after `cancel_grace_s`."""
+    def cancel(self, *, by: str = STOP_BY_WINDOW, signum: int | None = None) -> bool:
+        """Ctrl+C for the running job: SIGINT, then SIGTERM, then kill after `cancel_grace_s`. `by` (and
+        `signum`): who asked, for the run's record."""
         with self._lock:
             process = self.current if self.running else None
+            run = self.job_run
         if process is None:
             return False
+        if run is not None:
+            run.note_cancel(by, f"cancelled: SIGINT to the job, SIGTERM after {self.cancel_grace_s / 2:g} s and a "
+                                f"kill after {self.cancel_grace_s:g} s if it had not stopped", signum)
         process.cancel(self.cancel_grace_s)
         return True
 
@@ -640,13 +651,13 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
                 gone.set()  # whatever the listener did, the loop below must learn that the run ended
 
     manager.subscribe(events=told)
-    manager.apply(config)
     signals: list[int] = []
-    previous = _note_stop_signals(signals)
+    previous = _note_stop_signals(signals)  # before the process starts: a stop from now on is acted on
     started = time.monotonic()
     acted_on = 0
     killed_at: float | None = None
     try:
+        manager.apply(config)
         manager.run(job, params)
         run = manager.job_run
         assert run is not None  # with no pool, the run exists from the request
@@ -656,7 +667,9 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
             wanted = len(signals) + (1 if cancel is not None and cancel.is_set() else 0)
             if wanted > acted_on:
                 acted_on = wanted
-                if _stop(manager, twice=acted_on >= 2):
+                signum = signals[0] if signals else None  # the first to ask is who stopped the run
+                by = STOP_BY_SIGNAL.get(signum or 0, STOP_BY_CANCEL)
+                if _stop(manager, twice=acted_on >= 2, by=by, signum=signum):
                     killed_at = killed_at or time.monotonic()
             if killed_at is not None and time.monotonic() - killed_at > grace_s:
                 break  # the reader is stuck (e.g. on a terminal that takes no output): never hang on it
@@ -686,14 +699,24 @@ def _note_stop_signals(signals: list[int]) -> dict[int, Any]:
     return previous
 
 
-def _stop(manager: RunManager, *, twice: bool) -> bool:
+STOP_BY_SIGNAL: dict[int, str] = {
+    signal.SIGINT: "Ctrl+C (SIGINT) to the command line", signal.SIGTERM: "SIGTERM to the command line",
+    signal.SIGHUP: "SIGHUP to the command line (its terminal or session ended)"}
+STOP_BY_CANCEL = "the command line's own cancel (its stdout was closed, e.g. `run … | head`)"
+
+
+def _stop(manager: RunManager, *, twice: bool, by: str, signum: int | None) -> bool:
     """A stop request: the first cancels the job (Ctrl+C), a second kills it; a job not yet handed over is
-    never started (its process is killed). True when a process was killed."""
+    never started (its process is killed). `by`, `signum`: who asked, for the record. True when a process
+    was killed."""
     reason = "interrupted twice" if twice else "cancelled before the job started"
-    if manager.cancel_waiting(reason):
+    if manager.cancel_waiting(reason, by=by, signum=signum):
         return True
     if twice:
+        run = manager.job_run
+        if run is not None:
+            run.note_cancel(by, "killed: stopped a second time", signum)
         manager.kill_runtime(reason)
         return True
-    manager.cancel()
+    manager.cancel(by=by, signum=signum)
     return False

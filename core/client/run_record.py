@@ -35,6 +35,7 @@ class JobOutcome:
     job_id: str | None = None
     returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
     record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
+    cancel: dict[str, Any] | None = None  # who stopped the job and how: {"by", "how"[, "signal"]} (`note_cancel`)
 
     @property
     def finished(self) -> bool:
@@ -45,7 +46,7 @@ class JobOutcome:
             "job": self.job, "status": self.status, "result": self.result, "params": self.params,
             "placements": self.placements, "fallbacks": self.fallbacks, "error": self.error,
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
-            "run_id": self.run_id, "record_problem": self.record_problem,
+            "run_id": self.run_id, "record_problem": self.record_problem, "cancel": self.cancel,
         }
 
 
@@ -125,6 +126,18 @@ class JobRun:
                 self._finish()
         return outcome.finished
 
+    def note_cancel(self, by: str, how: str, signum: int | None = None) -> None:
+        """Who asked the job to stop (`by`: the first to ask) and how it was stopped (`how`: the latest step,
+        e.g. cancelled, then killed); `signum`, the signal that asked, if one did. The record keeps it."""
+        with self._lock:
+            if self.outcome.finished:
+                return
+            cancel = self.outcome.cancel
+            if cancel is None:
+                self.outcome.cancel = {"by": by, "how": how, **({"signal": signum} if signum is not None else {})}
+            else:
+                cancel["how"] = how
+
     def fail(self, error_type: str, message: str, status: str = "error") -> None:
         """End a run that never reached the runtime (e.g. the configuration was rejected)."""
         with self._lock:
@@ -134,10 +147,17 @@ class JobRun:
             self._finish()
 
     def _finish(self) -> None:
+        o = self.outcome
+        if o.cancel is not None:  # how the stop ended
+            message = str((o.error or {}).get("message", ""))
+            if o.status == "ok":
+                o.cancel["how"] = "the job had finished before the stop took effect"
+            elif "was killed" in message:
+                o.cancel["how"] = f"killed: {message}"
         if self.recorder is not None:
-            o = self.outcome
             self.recorder.finish(status=o.status, result=o.result, error=o.error, duration_s=o.duration_s,
                                  returncode=o.returncode,
                                  fallbacks=o.fallbacks,
-                                 placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()])
+                                 placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()],
+                                 **({"cancel": o.cancel} if o.cancel is not None else {}))
             o.record_problem = self.recorder.problem

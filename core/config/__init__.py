@@ -23,12 +23,14 @@ from typing import Any
 
 from tf_device_panel.core.config import steps
 from tf_device_panel.core.config.schema import (
+    SHORT_LIST_ITEMS,
     ConfigError,
     Field,
     Kind,
     Problem,
     config_fields,
     setting,
+    short_list,
     split_field,
     type_name,
 )
@@ -60,7 +62,7 @@ class DeviceConfig:
     visible_gpus: tuple[int, ...] | None = setting(
         None, kind=Kind.GPU_INDICES, example="e.g. [0, 1]",
         describe=lambda visible: "all GPUs" if visible is None else (
-            "GPU " + ",".join(map(str, visible)) if visible else "no GPU"),
+            "GPU " + short_list(visible).replace(", ", ",") if visible else "no GPU"),
         plan=steps.visible_steps, stage=Stage.DEVICES)
     memory_growth: bool = setting(
         False, kind=Kind.TOGGLE, label="Memory growth (all visible GPUs)",
@@ -79,8 +81,9 @@ class DeviceConfig:
     virtual_gpus: Mapping[int, tuple[int, ...]] = setting(
         default_factory=dict, kind=Kind.GPU_SPLITS, unit="MiB", example='e.g. {"0": [2048, 2048]}',
         help="Memory limit of this logical GPU (required by TensorFlow for virtual GPUs)",
-        describe=lambda splits: ", ".join(f"GPU {index} split {'+'.join(map(str, limits))} MiB"
-                                          for index, limits in sorted(splits.items())),
+        describe=lambda splits: short_list([f"GPU {index} split {'+'.join(map(str, limits[:SHORT_LIST_ITEMS]))}"
+                                            f"{'+…' if len(limits) > SHORT_LIST_ITEMS else ''} MiB"
+                                            for index, limits in sorted(splits.items())]),
         plan=steps.virtual_steps, stage=Stage.MEMORY)
     cpu_devices: int = setting(
         1, kind=Kind.COUNT, label="Logical CPU devices", minimum=1, maximum=MAX_CPU_DEVICES,
@@ -225,8 +228,9 @@ def _combination_problems(config: DeviceConfig) -> list[Problem]:
             "memory_fraction", "a memory fraction cannot be combined with virtual GPUs",
             "both set the logical GPUs' memory limits: remove virtual_gpus, or memory_fraction"))
     if config.visible_gpus is not None:
+        visible = set(config.visible_gpus)  # a set: both lists may be long
         for index in sorted(config.virtual_gpus):
-            if index not in config.visible_gpus:
+            if index not in visible:
                 problems.append(Problem(split_field(index), f"GPU {index} is not visible",
                                         f"add {index} to visible_gpus or remove its split"))
     fraction = config.memory_fraction
@@ -245,7 +249,8 @@ def _machine_problems(config: DeviceConfig, gpus: Sequence[GpuInfo],
     problems: list[Problem] = []
     fraction = config.memory_fraction
     if fraction is not None and int(LARGEST_GPU_MIB * fraction) >= 1:
-        visible = [g for g in gpus if config.visible_gpus is None or g.index in config.visible_gpus]
+        chosen = None if config.visible_gpus is None else set(config.visible_gpus)
+        visible = [g for g in gpus if chosen is None or g.index in chosen]
         for limited in visible:
             if limited.total_mib is not None and int(limited.total_mib * fraction) < 1:
                 problems.append(Problem("memory_fraction", f"{fraction:g} × GPU {limited.index}'s "
@@ -265,9 +270,10 @@ def _machine_problems(config: DeviceConfig, gpus: Sequence[GpuInfo],
                         "TensorFlow (it numbers them from 0)")
         missing_hint = (f"available GPU indices: {available}" + (f" ({mapping})" if mapping else "")
                         + "; use one of those, or change CUDA_VISIBLE_DEVICES (unset it to see every GPU)")
-    for index in config.visible_gpus or ():
-        if index not in known:
-            problems.append(Problem("visible_gpus", f"GPU {index} {missing_text}", missing_hint))
+    missing = [index for index in config.visible_gpus or () if index not in known]
+    if missing:  # one problem, however many: a profile may list 100,000 indices
+        verb = missing_text if len(missing) == 1 else missing_text.replace("does not exist", "do not exist", 1)
+        problems.append(Problem("visible_gpus", f"GPU {short_list(missing)} {verb}", missing_hint))
     for index, limits in sorted(config.virtual_gpus.items()):
         where = split_field(index)
         gpu = known.get(index)
@@ -389,7 +395,7 @@ def unchecked_gpus_warning(config: DeviceConfig, why: str) -> Problem | None:
     indices = named_gpus(config)
     if not indices:
         return None
-    listed = ", ".join(map(str, indices))
+    listed = short_list(indices)
     return Problem("visible_gpus" if config.visible_gpus else "virtual_gpus",
                    f"names GPU {listed}, which could not be checked: {why}",
                    "on this machine TensorFlow will refuse this profile; it is meant for a machine with those "

@@ -128,10 +128,14 @@ class Field:
             problems.append(Problem(self.key, f"GPU indices must be integers ≥ 0, got {quote(bad)}",
                                     "use the indices shown by `tf-device-panel devices`"))
             return None
-        dupes = sorted({v for v in raw if raw.count(v) > 1})
+        seen: set[int] = set()
+        dupes: set[int] = set()
+        for value in raw:  # one pass: a profile may list 100,000 indices (list.count here was quadratic)
+            (dupes if value in seen else seen).add(value)
         if dupes:
-            problems.append(Problem(self.key, f"GPU {dupes} listed more than once", "list each GPU once"))
-        return tuple(sorted(set(raw)))
+            problems.append(Problem(self.key, f"GPU {short_list(sorted(dupes))} listed more than once",
+                                    "list each GPU once"))
+        return tuple(sorted(seen))
 
     def _decode_splits(self, raw: Any, problems: list[Problem]) -> dict[int, tuple[int, ...]]:
         if raw is None:
@@ -270,6 +274,16 @@ def config_fields(config_type: type) -> tuple[Field, ...]:
 
 
 _FIELDS: dict[type, tuple[Field, ...]] = {}  # each class's settings, read once: every DeviceConfig() checks them
+
+
+SHORT_LIST_ITEMS = 8  # a long list in a message: its first items and how many in all
+
+
+def short_list(values: Sequence[Any], limit: int = SHORT_LIST_ITEMS) -> str:
+    """Values joined with ", ", the first `limit` of a longer list followed by how many there are in all, so
+    that an answer about 100,000 GPUs stays one short line."""
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown if len(values) <= limit else f"{shown}, … ({len(values)} in all)"
 
 
 def _is_int(value: Any) -> bool:

@@ -27,6 +27,9 @@ INT, FLOAT, BOOL, CHOICE, DEVICE, DEVICES, PATH, ARGS, INTS, MULTI = (
 _DEVICE_SPEC = re.compile(r"^(?:/job:[A-Za-z0-9_-]+(?:/replica:[0-9]+)?(?:/task:[0-9]+)?)?"
                           r"(?:/?(?P<short>cpu|gpu|tpu)|/device:(?P<full>cpu|gpu|tpu|xla_cpu|xla_gpu)):(?P<index>[0-9]+)$",
                           re.IGNORECASE | re.ASCII)
+LIST_KINDS = (DEVICES, INTS, MULTI)  # comma-separated lists: each bounded by its Param's max_items
+MAX_LIST_ITEMS = 64                 # default bound of a list (64 logical devices: the most cpu_devices gives)
+MAX_BENCHMARK_SIZES = 16            # each size runs on every device and dtype: 16 keep a benchmark to minutes
 MAX_DEVICE_INDEX = 2**31 - 1
 MAX_NUMBER_CHARS = 30
 
@@ -99,12 +102,19 @@ class Param:
     unit: str = ""                             # shown after the value: "MiB", "s"
     empty_means: str = ""                      # what an empty value does ("all GPUs, else all CPUs")
     shown_when: tuple[str, str] | None = None  # (parameter, value): it only matters then (image size: cnn)
+    max_items: int = MAX_LIST_ITEMS            # a list's (DEVICES, INTS, MULTI) most items, said when passed
+
+    @property
+    def item_limit(self) -> int:
+        """The most items a list parameter takes (a MULTI: no more than its choices)."""
+        return min(self.max_items, len(self.choices)) if self.type == MULTI else self.max_items
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "default": self.default, "help": self.help,
                 "choices": list(self.choices), "minimum": self.minimum, "maximum": self.maximum,
                 "label": self.label, "unit": self.unit, "empty_means": self.empty_means,
-                "shown_when": list(self.shown_when) if self.shown_when else None}
+                "shown_when": list(self.shown_when) if self.shown_when else None,
+                "max_items": self.item_limit if self.type in LIST_KINDS else None}
 
     def from_text(self, text: str) -> Any:
         """Convert a command-line value; raises ValueError with a message naming what was expected."""
@@ -157,6 +167,9 @@ class Param:
                 raise ValueError(f"{quote(value)} is below the minimum {self.minimum:g}")
             if self.maximum is not None and value > self.maximum:
                 raise ValueError(f"{quote(value)} is above the maximum {self.maximum:g}")
+        if kind in LIST_KINDS and len(items := split_devices(value)) > self.item_limit:
+            raise ValueError(f"{len(items)} items given, at most {self.item_limit} allowed "
+                             f"(a bound that keeps one run to minutes); give fewer")
         if kind == CHOICE and value not in self.choices:
             raise ValueError(f"{quote(value)} is not one of: {', '.join(self.choices)}")
         if kind == DEVICE and value.strip():
@@ -401,8 +414,9 @@ JOBS: dict[str, JobSpec] = {
             "Matrix-multiply throughput (GFLOP/s) on each logical device over sizes and dtypes, with warm-up "
             "and synchronisation, and NumPy's matmul on the same CPU as a reference row.",
             "tf_device_panel.core.runproc.jobs.benchmark:benchmark",
-            (Param("sizes", INTS, "256,512,1024", "Comma-separated matrix sizes (n for n×n).", maximum=16_384,
-                   label="Matrix sizes", unit="n (n×n)"),
+            (Param("sizes", INTS, "256,512,1024", f"Comma-separated matrix sizes (n for n×n), at most "
+                   f"{MAX_BENCHMARK_SIZES}.", maximum=16_384, label="Matrix sizes", unit="n (n×n)",
+                   max_items=MAX_BENCHMARK_SIZES),
              Param("dtypes", MULTI, "float32,float16,bfloat16", "Comma-separated dtypes; a device that lacks "
                    "one shows it as unsupported.", choices=("float32", "float16", "bfloat16", "float64"),
                    label="Data types"),
