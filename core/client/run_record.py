@@ -126,6 +126,8 @@ class JobRun:
                 outcome.duration_s = duration_s or (time.monotonic() - self._started)
                 self._finish()
             case events.RuntimeExited(returncode=returncode, description=description):
+                if outcome.oom is None and self._dumps.lines:  # TensorFlow can die of an OOM (a oneDNN kernel's
+                    self._explain_oom(None)                    # SIGSEGV after its dump) instead of raising it
                 outcome.status = "crashed"
                 outcome.returncode = returncode
                 outcome.error = outcome.error or {"type": "RuntimeExited", "message": description}
@@ -136,6 +138,8 @@ class JobRun:
         """An error that is an out-of-memory one (by its message, or after an allocator's dump) explained."""
         if not (oom_parser.is_oom_message(message) or self._dumps.lines):
             return
+        if not message:  # the error TensorFlow logged before it died, e.g. "OP_REQUIRES failed … RESOURCE_EXHAUSTED"
+            message = next((line for line in reversed(self._dumps.lines) if "OOM when allocating" in line), None)
         params = self.outcome.params
         batch = params.get("batch_size") or params.get("batch_per_replica")
         self.outcome.oom = oom_parser.explain(self._dumps.lines, message, growth=self._growth,

@@ -207,6 +207,7 @@ class Run:
         self.name = name
         self.params = params
         self.context = JobContext(job_id, emit, config)
+        self.at_end: list[Any] = []  # called once the job is over, before its closing events (memory's last figures)
 
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check."""
@@ -245,6 +246,9 @@ class Run:
         # The job is over: a late Ctrl+C must not cut its closing events short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.context.finish()
+        for last in self.at_end:
+            with contextlib.suppress(Exception):  # the job's outcome is told whatever a last reading does
+                last()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
@@ -355,6 +359,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         return EXIT_OK
     memory = MemoryReporter(tf, allocator_devices(info["logical"], config), emit, str(job_id))
     memory.start()
+    run.at_end.append(memory.sample)  # the run's final peak, whatever its length
     try:
         return run.execute()
     finally:
@@ -375,6 +380,7 @@ def run_script(tf: Any, run: Run, info: dict[str, Any]) -> int:
             memory.append(MemoryReporter(tf, allocator_devices(info["logical"], run.config), run.emit,
                                          run.context.job_id))
             memory[0].start()
+            run.at_end.append(memory[0].sample)
         except Exception as exc:
             run.emit(events.Log(stream="panel", kind="warning", job_id=run.context.job_id,
                                 text=f"could not list the logical devices: {type(exc).__name__}: {exc}"))
