@@ -3,15 +3,23 @@ then checked from outside: the fit job at that batch fits the same budget, and a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
+from helpers import collect_job, of_type, wait_until
+from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import present
-from tf_device_panel.core.runproc.jobs.fit_batch import MARGIN, MAX_BATCH, fit_line, predict
+from tf_device_panel.core.runproc.jobs import JOBS, ParamError
+from tf_device_panel.core.runproc.jobs.fit_batch import MARGIN, MAX_BATCH, PROBE_MODULE, fit_line, predict
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
@@ -66,3 +74,32 @@ def test_the_predicted_batch_fits_the_budget_and_four_times_it_does_not(tmp_path
     outcome = json.loads(four.stdout)
     assert outcome["status"] in ("error", "crashed")
     assert outcome["oom"] is not None and outcome["oom"]["limit_bytes"] == 256 * MIB  # explained, died or not
+
+
+def probe_processes() -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if PROBE_MODULE in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+    return found
+
+
+def test_cancelling_fit_batch_ends_its_probe(start_runtime: Callable[..., RuntimeProcess]) -> None:
+    runtime = start_runtime(DeviceConfig())
+    runtime.wait_ready()
+    job_id = runtime.submit("fit-batch", {"model": "cnn", "budget_mib": 256})
+    wait_until(probe_processes, timeout=60, message="no probe process started")
+    runtime.cancel(grace=20)
+    seen = collect_job(runtime, job_id)
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
+    wait_until(lambda: not probe_processes(), timeout=20, message=lambda: f"probes left: {probe_processes()}")
+
+
+@pytest.mark.parametrize(("params", "problem"), [
+    ({"budget_mib": 8}, "budget_mib"), ({"model": "resnet"}, "model"), ({"budget_mib": "lots"}, "budget_mib"),
+])
+def test_fit_batch_parameters_are_checked_before_it_starts(params: dict, problem: str) -> None:
+    with pytest.raises(ParamError) as caught:
+        JOBS["fit-batch"].resolve(params)
+    assert [name for name, _ in caught.value.problems] == [problem]
