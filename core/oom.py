@@ -87,6 +87,7 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
     oom: dict[str, Any] = {}
     chunks: list[tuple[bool, int, str | None]] = []   # (in use, bytes, op) in address order, region by region
     regions: list[int] = []
+    region_starts: set[int] = set()  # the chunks that begin a region: runs never merge across one
     by_size: list[tuple[int, int]] = []
     stats: dict[str, int] = {}
     for line in dump_lines:
@@ -113,6 +114,7 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
             continue
         if "region of size" in line and (region := _REGION.search(line)) is not None:
             regions.append(int(region.group(1)))
+            region_starts.add(len(chunks))
         elif (ran := RAN_OUT.search(line)) is not None:
             oom["allocator"] = ran.group("allocator")
             oom["request_bytes"] = (int(ran.group("rounded")) if ran.group("rounded")
@@ -172,7 +174,7 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
         oom["largest_free_bytes"] = max(oom["largest_free_chunk_bytes"], unallocated or 0)
     elif "limit_bytes" in oom and "in_use_bytes" in oom:
         oom["free_bytes"] = max(oom["limit_bytes"] - oom["in_use_bytes"], 0)
-    oom["bar"] = _bar(chunks, oom.get("unallocated_bytes") or 0)
+    oom["bar"] = _bar(chunks, oom.get("unallocated_bytes") or 0, region_starts)
     device = str(oom.get("device") or "")
     if on_gpu is None:
         on_gpu = "GPU" in device.upper() or "gpu" in str(oom.get("allocator") or "").lower().replace("_for_gpu", "")
@@ -182,15 +184,18 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
     return oom
 
 
-def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int) -> list[list[Any]]:
-    """The device's memory as the window draws it: runs of in-use and free chunks in address order, then what
-    the allocator has not taken yet; [state, bytes] each. Past MAX_BAR_SEGMENTS runs (a fragmented pool of
+def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int,
+         region_starts: set[int] | frozenset[int] = frozenset()) -> list[list[Any]]:
+    """The device's memory as the window draws it: runs of in-use and free chunks in address order (free ones
+    only within a region), then what the allocator has not taken yet; [state, bytes] each. Past MAX_BAR_SEGMENTS runs (a fragmented pool of
     thousands of chunks, narrower than a pixel each), neighbouring small runs are drawn as one
     ["mixed", bytes, free bytes among them]; every byte stays in the bar, in its place."""
     runs: list[list[Any]] = []
-    for used, size, _ in chunks:
+    for index, (used, size, _) in enumerate(chunks):
         state = "in_use" if used else "free"
-        if runs and runs[-1][0] == state:
+        # Free chunks of two regions are two blocks (BFC never merges across regions): drawn apart, so the
+        # largest free block is a segment of its own.
+        if runs and runs[-1][0] == state and (used or index not in region_starts):
             runs[-1][1] += size
         else:
             runs.append([state, size])

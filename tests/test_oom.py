@@ -68,6 +68,8 @@ def test_fragmentation_is_told_from_a_shortage() -> None:
     assert not any(tip.startswith("a smaller batch") for tip in oom["advice"])
     states = [state for state, _ in oom["bar"]]
     assert states.count("free") >= 20  # the holes, each drawn
+    # Free chunks of two regions are never one block: the largest free block is a segment of its own.
+    assert ["free", oom["largest_free_bytes"]] in oom["bar"]
 
 
 def test_on_a_gpu_the_advice_names_the_gpus_remedies() -> None:
