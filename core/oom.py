@@ -187,9 +187,10 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
 def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int,
          region_starts: set[int] | frozenset[int] = frozenset()) -> list[list[Any]]:
     """The device's memory as the window draws it: runs of in-use and free chunks in address order (free ones
-    only within a region), then what the allocator has not taken yet; [state, bytes] each. Past MAX_BAR_SEGMENTS runs (a fragmented pool of
-    thousands of chunks, narrower than a pixel each), neighbouring small runs are drawn as one
-    ["mixed", bytes, free bytes among them]; every byte stays in the bar, in its place."""
+    only within a region), then what the allocator has not taken yet; [state, bytes] each. Past
+    MAX_BAR_SEGMENTS runs (a fragmented pool of thousands of chunks, narrower than a pixel each), neighbouring
+    small runs are drawn as one ["mixed", bytes, free bytes among them]; every byte stays in the bar, in its
+    place."""
     runs: list[list[Any]] = []
     for index, (used, size, _) in enumerate(chunks):
         state = "in_use" if used else "free"
