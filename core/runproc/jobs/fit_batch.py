@@ -74,7 +74,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
 
     def run(batch: int, role: str) -> dict[str, Any]:
         ctx.check_cancelled()
-        ctx.progress(len(rows), total_steps, f"{role}: batch {batch} under {budget_mib} MiB")
+        ctx.progress(len(rows), max(total_steps, len(rows) + 1), f"{role}: batch {batch} under {budget_mib} MiB")
         if role != "probe" and short.startswith("/CPU:"):
             row = panel_fit(ctx, model, batch, budget_mib, image_size)  # verified as a user runs fit
         else:
