@@ -389,7 +389,9 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
     predicted = result.get("predicted_max_batch")
     title = (f"largest {result['model']} batch that fits {result['budget_mib']} MiB on {result['device']}: "
              + (f"{predicted} (verified)" if predicted is not None else f"{result['prediction']} did NOT verify"))
-    lines = [f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {fit['bytes_per_sample'] / 1024:.1f} KiB × batch "
+    per_sample = fit["bytes_per_sample"]
+    per_sample_text = f"{per_sample / 1024:.1f} KiB" if per_sample >= 1024 else f"{per_sample:.0f} B"
+    lines = [f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {per_sample_text} × batch "
              f"(least squares over the probes); predicted under {fit['margin']:.0%} of the budget"]
     step = result.get("step_up")
     if step:

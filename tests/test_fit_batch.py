@@ -103,3 +103,22 @@ def test_fit_batch_parameters_are_checked_before_it_starts(params: dict, problem
     with pytest.raises(ParamError) as caught:
         JOBS["fit-batch"].resolve(params)
     assert [name for name, _ in caught.value.problems] == [problem]
+
+
+def test_the_result_reads_for_a_peak_that_hardly_grows() -> None:
+    result = {"kind": "fit_batch", "model": "dense", "device": "/CPU:0", "budget_mib": 64,
+              "predicted_max_batch": MAX_BATCH, "prediction": MAX_BATCH, "verified": True,
+              "fit": {"fixed_bytes": 30_000, "bytes_per_sample": 19.2, "margin": MARGIN},
+              "probes": [{"role": "probe", "batch": 256, "fits": True, "peak_bytes": 33_000, "seconds": 2.0,
+                          "predicted_peak_bytes": 31_000},
+                         {"role": "verify", "batch": MAX_BATCH, "fits": True, "peak_bytes": 16 * MIB,
+                          "seconds": 13.0, "predicted_peak_bytes": 18 * MIB}],
+              "step_up": None, "probe_s": 7.0, "verify_s": 13.0, "probe_cost_ratio": 0.5,
+              "flags": ["capped at 1,000,000, the fit job's largest batch: the budget holds more"]}
+    presentation = present(result)
+    assert presentation is not None
+    assert presentation.title.endswith(f"{MAX_BATCH} (verified)")
+    assert "+ 19 B × batch" in presentation.lines[0]  # not "0.0 KiB"
+    assert presentation.warnings == tuple(result["flags"])
+    (table,) = presentation.tables
+    assert [row[0] for row in table.rows] == ["probe", "verify"]

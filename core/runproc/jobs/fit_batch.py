@@ -120,6 +120,8 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
                          "line, and it varies from run to run); tried a fifth less")
             predicted = max(1, predicted * 4 // 5)
     verified = bool(verify["fits"]) and verify["peak_bytes"] <= budget
+    if predicted >= MAX_BATCH:
+        flags.append(f"capped at {MAX_BATCH:,}, the fit job's largest batch: the budget holds more")
     up = min(MAX_BATCH, predicted + max(1, round(predicted * STEP_UP)))
     step_up = run(up, "step up") if up > predicted else None
     if step_up is not None and step_up["fits"]:
