@@ -362,6 +362,59 @@ def _memory(result: MemoryResult) -> Presentation:
                         plots=(Plot("step", "MiB", tuple(series)),))
 
 
+class FitBatchResult(TypedDict, total=False):
+    """fit-batch: the probes, the fit of peak against batch, the prediction and its verification."""
+
+    kind: Literal["fit_batch"]
+    model: str
+    device: str
+    budget_mib: int
+    predicted_max_batch: int | None   # None: the prediction did not verify
+    prediction: int
+    verified: bool
+    fit: dict[str, float]             # fixed_bytes, bytes_per_sample, margin
+    probes: list[dict[str, Any]]      # role (probe, verify, step up), batch, fits, peak_bytes, seconds, ...
+    step_up: dict[str, Any] | None
+    probe_s: float
+    verify_s: float
+    probe_cost_ratio: float | None
+    flags: list[str]
+
+
+@presenter("fit_batch")
+def _fit_batch(result: FitBatchResult) -> Presentation:
+    mib = 1024 * 1024
+    fit = result["fit"]
+    rows = result["probes"]
+    predicted = result.get("predicted_max_batch")
+    title = (f"largest {result['model']} batch that fits {result['budget_mib']} MiB on {result['device']}: "
+             + (f"{predicted} (verified)" if predicted is not None else f"{result['prediction']} did NOT verify"))
+    per_sample = fit["bytes_per_sample"]
+    per_sample_text = f"{per_sample / 1024:.1f} KiB" if per_sample >= 1024 else f"{per_sample:.0f} B"
+    lines = [f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {per_sample_text} × batch "
+             f"(least squares over the probes); predicted under {fit['margin']:.0%} of the budget"]
+    step = result.get("step_up")
+    if step:
+        lines.append(f"next step up, batch {step['batch']}: " + ("fits too" if step["fits"] else "out of memory, as "
+                                                                 "predicted"))
+    if result.get("probe_cost_ratio") is not None:
+        lines.append(f"probes took {result['probe_s']:.1f} s, {result['probe_cost_ratio']:.1f}× the verifying run "
+                     f"({result['verify_s']:.1f} s)")
+    columns = (Column("Run"), Column("Batch", "right"), Column("Fits"), Column("Peak (MiB)", "right", "number"),
+               Column("Predicted peak (MiB)", "right", "number"), Column("Seconds", "right", "number"))
+    table = Table(columns, tuple((r["role"], r["batch"], "yes" if r["fits"] else "out of memory",
+                                  r["peak_bytes"] / mib if r["fits"] else None,
+                                  r.get("predicted_peak_bytes", 0) / mib, r["seconds"]) for r in rows))
+    fitted = [r for r in rows if r["fits"]]
+    top = max(r["batch"] for r in rows)
+    line_x = [0.0, float(top)]
+    series = (_series("measured peak", [r["peak_bytes"] / mib for r in fitted], [r["batch"] for r in fitted]),
+              _series("fit", [(fit["fixed_bytes"] + fit["bytes_per_sample"] * x) / mib for x in line_x], line_x),
+              _series("budget", [float(result["budget_mib"])] * 2, line_x))
+    return Presentation(title, tuple(lines), tuple(result.get("flags", [])), (table,),
+                        (Plot("batch", "peak MiB", series),))
+
+
 @presenter("table")
 def _table(result: TableResult) -> Presentation:
     rows = result["rows"]

@@ -111,6 +111,8 @@ def _input_for(setting: Field) -> QWidget:
             widget = QSpinBox()
             low, high = setting.form_range or (setting.minimum or 0, setting.maximum or 0)
             widget.setRange(int(low), int(high))
+            if setting.form_zero_text:
+                widget.setSpecialValueText(setting.form_zero_text)
         case Kind.FRACTION:
             widget = QDoubleSpinBox()
             widget.setRange(setting.minimum or 0.0, setting.maximum or 1.0)

@@ -620,11 +620,12 @@ class MemoryPanel(QWidget):
         if f"tf{device}.current_mib" in self.curves:
             return
         index = self.logical_gpus.get(device, {}).get("nvml_index")
-        plot = self.plots.get(f"gpu{index}")
+        # The CPU's allocator (BFC under cpu_memory_limit_mib) is drawn with the host's memory.
+        key = "host" if "CPU" in device else f"gpu{index}"
+        plot = self.plots.get(key)
         if plot is None:
             return
         color = device_color(device)
-        key = f"gpu{index}"
         self._add_curve(key, f"tf{device}.current_mib", f"TF {device} current", f"TensorFlow {device} in use",
                         pg.mkPen(color, width=1, style=Qt.PenStyle.DotLine))
         self._add_curve(key, f"tf{device}.peak_mib", f"TF {device} peak", f"TensorFlow {device} peak",

@@ -35,6 +35,7 @@ from tf_device_panel.core.results import Column, Plot, Presentation, Series, Tab
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
+from tf_device_panel.gui.oom_view import OomView
 from tf_device_panel.gui.view_settings import series_style
 from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
 
@@ -335,6 +336,8 @@ class ResultView(QStackedWidget):
         message_layout = QVBoxLayout(message_body)
         message_layout.setContentsMargins(0, 0, 0, 0)
         message_layout.addWidget(self.message)
+        self.oom = OomView()  # an out-of-memory failure explained (the run's `oom`), above the error's text
+        message_layout.addWidget(self.oom)
         message_layout.addWidget(self.error, 1)
         message_layout.addStretch(0)
         # A long message scrolls down within the result area, never sideways, never widening the window.
@@ -384,6 +387,7 @@ class ResultView(QStackedWidget):
     def show_message(self, html_text: str) -> None:
         self.message.setText(html_text)
         self.error.hide()
+        self.oom.set_oom(None)
         self._live_curve = None
         self.setCurrentIndex(0)
 
@@ -394,6 +398,7 @@ class ResultView(QStackedWidget):
         self.error.set_content(short_devices(error_summary(outcome)) or outcome_summary(outcome),
                                error_details(outcome))
         self.error.show()
+        self.oom.set_oom(outcome.oom)
         self._live_curve = None
         self.setCurrentIndex(0)
 

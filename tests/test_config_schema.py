@@ -100,7 +100,7 @@ def test_the_form_has_a_widget_for_every_labelled_setting_and_nothing_else(qtbot
     labelled = [f.key for f in config_fields(DeviceConfig) if f.label]
     assert list(panel.inputs) == labelled  # in the schema's order
     assert set(labelled) == {"memory_growth", "memory_fraction", "cpu_devices", "soft_placement", "log_placement",
-                             "gpu_allocator"}
+                             "gpu_allocator", "cpu_memory_limit_mib"}
     for declared in config_fields(DeviceConfig):
         if declared.label:
             assert panel.inputs[declared.key].toolTip() == declared.help

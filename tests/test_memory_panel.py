@@ -244,3 +244,21 @@ def test_a_live_redraw_redoes_only_what_moved(qtbot, monkeypatch: pytest.MonkeyP
     live_redraw(0.05)
     assert plot.viewRange()[0] == window
     assert panel.curves["gpu0.memory_used_mib"].getData()[1][-1] == 1003.0
+
+
+def test_the_cpus_allocator_figures_are_drawn_with_the_host_memory(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under cpu_memory_limit_mib the CPU's allocator reports current/peak (tf_memory for /CPU:0), as a GPU's
+    does: on a machine without GPUs they are drawn on the host plot."""
+    no_library(monkeypatch)
+    panel = MemoryPanel(Nvml(), interval_s=0.1)
+    qtbot.addWidget(panel)
+    panel.show()
+    try:
+        now = time.time()
+        panel.on_events([events.TfMemory(device="/CPU:0", current_mib=40.0, peak_mib=60.0, job_id="j1",
+                                         time=now)])
+        assert panel.curve_plots["tf/CPU:0.current_mib"] == "host"
+        assert panel.curve_plots["tf/CPU:0.peak_mib"] == "host"
+        assert panel.history.series["tf/CPU:0.peak_mib"].last() == 60.0
+    finally:
+        panel.stop()

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunState
+from tf_device_panel.core.oom import oom_text
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.results import Presentation, Table, present
@@ -204,6 +205,7 @@ def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
     """What stdout gets at the end of a run (the error goes to stderr: `error_text`); `state`: the printer's."""
     duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
     return [*format_result(outcome), *placement_summary(outcome, state),
+            *(oom_text(outcome.oom) if outcome.oom else ()),
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 

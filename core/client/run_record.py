@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tf_device_panel.core import oom as oom_parser
 from tf_device_panel.core.client.history import RunHistory, RunRecorder
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
@@ -36,6 +37,7 @@ class JobOutcome:
     returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
     record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
     cancel: dict[str, Any] | None = None  # who stopped the job and how: {"by", "how"[, "signal"]} (`note_cancel`)
+    oom: dict[str, Any] | None = None  # an out-of-memory error explained (core.oom), when the run ended in one
 
     @property
     def finished(self) -> bool:
@@ -47,6 +49,7 @@ class JobOutcome:
             "placements": self.placements, "fallbacks": self.fallbacks, "error": self.error,
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
             "run_id": self.run_id, "record_problem": self.record_problem, "cancel": self.cancel,
+            "oom": self.oom,
         }
 
 
@@ -63,6 +66,8 @@ class JobRun:
         self.recorder: RunRecorder | None = None
         self._started = time.monotonic()
         self._lock = threading.RLock()
+        self._dumps = oom_parser.DumpCollector()  # the allocator's dumps on stderr, for an OOM's explanation
+        self._growth = config.memory_growth
         if history is not None:
             self.recorder = history.new_run(job, dict(params), config.to_json(), devices)
             self.outcome.run_id = self.recorder.run_id
@@ -110,16 +115,21 @@ class JobRun:
                 outcome.metrics.append(event.payload())
             case events.Result(result=result):
                 outcome.result = result
+            case events.Log(stream="stderr", text=text):
+                self._dumps.feed(text)
             case events.Error(error_type=error_type, message=message, traceback=trace) if event.job_id is not None:
                 outcome.error = {"type": error_type or "Error", "message": message}
                 if trace:
                     outcome.error["traceback"] = trace
+                self._explain_oom(message)
             case events.JobFinished(status=status, returncode=returncode, duration_s=duration_s):
                 outcome.status = status or "error"
                 outcome.returncode = returncode
                 outcome.duration_s = duration_s or (time.monotonic() - self._started)
                 self._finish()
             case events.RuntimeExited(returncode=returncode, description=description):
+                if outcome.oom is None and self._dumps.lines:  # TensorFlow can die of an OOM (a oneDNN kernel's
+                    self._explain_oom(None)                    # SIGSEGV after its dump) instead of raising it
                 outcome.status = "crashed"
                 outcome.returncode = returncode
                 outcome.error = outcome.error or {"type": "RuntimeExited", "message": description}
@@ -137,6 +147,17 @@ class JobRun:
                 self.outcome.cancel = {"by": by, "how": how, **({"signal": signum} if signum is not None else {})}
             else:
                 cancel["how"] = how
+
+    def _explain_oom(self, message: str | None) -> None:
+        """An error that is an out-of-memory one (by its message, or after an allocator's dump) explained."""
+        if not (oom_parser.is_oom_message(message) or self._dumps.lines):
+            return
+        if not message:  # the error TensorFlow logged before it died, e.g. "OP_REQUIRES failed … RESOURCE_EXHAUSTED"
+            message = next((line for line in reversed(self._dumps.lines) if "OOM when allocating" in line), None)
+        params = self.outcome.params
+        batch = params.get("batch_size") or params.get("batch_per_replica")
+        self.outcome.oom = oom_parser.explain(self._dumps.lines, message, growth=self._growth,
+                                              batch_size=batch if isinstance(batch, int) else None)
 
     def fail(self, error_type: str, message: str, status: str = "error") -> None:
         """End a run that never reached the runtime (e.g. the configuration was rejected)."""
@@ -156,7 +177,7 @@ class JobRun:
                 o.cancel["how"] = f"killed: {message}"
         if self.recorder is not None:
             self.recorder.finish(status=o.status, result=o.result, error=o.error, duration_s=o.duration_s,
-                                 returncode=o.returncode,
+                                 returncode=o.returncode, oom=o.oom,
                                  fallbacks=o.fallbacks,
                                  placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()],
                                  **({"cancel": o.cancel} if o.cancel is not None else {}))

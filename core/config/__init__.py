@@ -48,6 +48,7 @@ MAX_PROFILE_BYTES = 1024 * 1024  # a real profile is a few hundred bytes
 MAX_NUMBER_CHARS = 30            # longer numbers in a profile are typos or attacks, never settings
 MAX_CPU_DEVICES = 64
 ALLOCATORS = ("default", "cuda_malloc_async")
+MAX_CPU_LIMIT_MIB = 64 * 1024 * 1024  # 64 TiB: above any machine's RAM; a larger number is a typo
 LARGEST_GPU_MIB = 1024 * 1024  # 1 TiB: above any GPU made (the B200 has 180 GiB), for checks with no GPU known
 _FROM_ENVIRONMENT = "\0from the environment"
 
@@ -108,6 +109,17 @@ class DeviceConfig:
         help="TF_GPU_ALLOCATOR; cuda_malloc_async can reduce fragmentation",
         describe=lambda allocator: "" if allocator == "default" else allocator,
         plan=steps.allocator_steps, stage=Stage.ENVIRONMENT)
+    # The CPU's allocator as the GPUs' (BFC) with a cap: a real limit for CPU runs, and what lets every memory
+    # feature (allocator figures, an OOM explained) run on a machine without a GPU. 0: TensorFlow's own allocator.
+    cpu_memory_limit_mib: int = setting(
+        0, kind=Kind.COUNT, label="CPU memory cap", unit="MiB", minimum=0, maximum=MAX_CPU_LIMIT_MIB,
+        help="TF_CPU_ALLOCATOR_USE_BFC=true and TF_CPU_BFC_MEM_LIMIT_IN_MB=N: the CPU allocates through TensorFlow's\n"
+             "BFC allocator (the GPUs'), capped at N MiB, and reports current/peak memory. 0: no cap.",
+        low_hint="use 0 for no cap, or a cap in MiB such as 2048",
+        high_hint="the cap is in MiB (2048 is 2 GiB)", form_zero_text="no cap", omit_default=True,
+        form_range=(0, 2_000_000_000),
+        describe=lambda limit: f"CPU memory cap {limit} MiB" if limit else "",
+        plan=steps.cpu_memory_steps, stage=Stage.ENVIRONMENT)
 
     def __post_init__(self) -> None:
         wrong = [p for f in config_fields(type(self)) if (p := f.type_problem(getattr(self, f.key))) is not None]
@@ -118,7 +130,8 @@ class DeviceConfig:
         data: dict[str, Any] = {}
         for setting_field in config_fields(type(self)):
             value = getattr(self, setting_field.key)
-            if setting_field.optional and value is None:
+            if (setting_field.optional and value is None) or (setting_field.omit_default
+                                                               and value == setting_field.default):
                 continue  # written only when set: older profiles round-trip unchanged
             data[setting_field.key] = setting_field.to_json(value)
         return data
@@ -157,6 +170,9 @@ class DeviceConfig:
         }
         if self.gpu_allocator == "cuda_malloc_async":
             env["TF_GPU_ALLOCATOR"] = "cuda_malloc_async"
+        if self.cpu_memory_limit_mib:
+            env[steps.CPU_BFC_ENV] = "true"
+            env[steps.CPU_LIMIT_ENV] = str(self.cpu_memory_limit_mib)
         return env
 
     def summary(self, gpus_present: bool | None = None) -> str:

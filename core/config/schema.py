@@ -69,6 +69,8 @@ class Field:
     form_range: tuple[float, float] | None = None  # the widget's own range, when wider than the value's
     form_step: float = 1
     form_decimals: int = 2
+    form_zero_text: str = ""          # what the form's spin box says at 0, when 0 means "off"
+    omit_default: bool = False        # a profile carries the key only when it is not the default
     describe: Callable[[Any], str] | None = None  # the value in a few words for a summary ("" says nothing)
     plan: StepBuilder | None = None   # the steps this setting takes (core.config.steps)
     stage: Stage = Stage.PLACEMENT    # where they go in TensorFlow's order
@@ -195,9 +197,9 @@ class Field:
         match self.kind:
             case Kind.COUNT if self.minimum is not None and self.maximum is not None:
                 if not self.minimum <= value <= self.maximum:
-                    hint = self.low_hint if value < self.minimum else f"use at most {self.maximum:g}; {self.high_hint}"
-                    return [Problem(self.key, f"{quote(value)} is not between {self.minimum:g} and "
-                                              f"{self.maximum:g}", hint)]
+                    low, high = _whole(self.minimum), _whole(self.maximum)
+                    hint = self.low_hint if value < self.minimum else f"use at most {high}; {self.high_hint}"
+                    return [Problem(self.key, f"{quote(value)} is not between {low} and {high}", hint)]
             case Kind.FRACTION if value is not None:
                 if not math.isfinite(value) or not 0 < value <= 1:
                     return [Problem(self.key, f"{quote(value)} is not above 0 and at most 1",
@@ -284,6 +286,11 @@ def short_list(values: Sequence[Any], limit: int = SHORT_LIST_ITEMS) -> str:
     that an answer about 100,000 GPUs stays one short line."""
     shown = ", ".join(str(v) for v in values[:limit])
     return shown if len(values) <= limit else f"{shown}, … ({len(values)} in all)"
+
+
+def _whole(bound: float) -> str:
+    """A COUNT's bound as written: 64, 67,108,864 (never 6.71089e+07)."""
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
 
 
 def _is_int(value: Any) -> bool:

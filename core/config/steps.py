@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the settings name their builders, so the builders cannot im
     from tf_device_panel.core.config import DeviceConfig
 
 ALLOCATOR_ENV = "TF_GPU_ALLOCATOR"
+CPU_BFC_ENV = "TF_CPU_ALLOCATOR_USE_BFC"         # the CPU's allocator becomes the GPUs' BFC allocator...
+CPU_LIMIT_ENV = "TF_CPU_BFC_MEM_LIMIT_IN_MB"     # ... with this limit (TensorFlow's default: 64 GB)
 DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
 
 
@@ -92,6 +94,28 @@ def allocator_steps(config: DeviceConfig, gpus: Sequence[GpuInfo] | None) -> lis
 
     return [Step(f"{ALLOCATOR_ENV}={allocator}", f"os.environ[{ALLOCATOR_ENV!r}] = {allocator!r}",
                  set_allocator, before_import=True)]
+
+
+def cpu_memory_steps(config: DeviceConfig, gpus: Sequence[GpuInfo] | None) -> list[Step]:
+    """cpu_memory_limit_mib: the CPU's allocator becomes BFC (the GPUs' own allocator, with current/peak figures
+    and a dump when it runs out) capped at N MiB. TensorFlow reads both variables when it makes the allocator,
+    at initialization: set before the import, as the snippet does, or at least before the first op."""
+    limit = config.cpu_memory_limit_mib
+    if not limit:
+        return []
+
+    def cap(tf: Any) -> Applied:
+        os.environ[CPU_BFC_ENV] = "true"
+        os.environ[CPU_LIMIT_ENV] = str(limit)
+        return Applied(f"{CPU_BFC_ENV}=true, {CPU_LIMIT_ENV}={limit}")
+
+    code = (f"# cpu_memory_limit_mib {limit}: the CPU allocates through TensorFlow's BFC allocator (the GPUs'), "
+            f"capped at {limit} MiB;\n"
+            "# tf.config.experimental.get_memory_info('CPU:0') then reports current/peak.\n"
+            f"os.environ[{CPU_BFC_ENV!r}] = 'true'\n"
+            f"os.environ[{CPU_LIMIT_ENV!r}] = {str(limit)!r}")
+    return [Step(f"{CPU_BFC_ENV}=true, {CPU_LIMIT_ENV}={limit}: the CPU's allocator is BFC, capped at {limit} MiB",
+                 code, cap, before_import=True)]
 
 
 def _physical_gpus(tf: Any) -> list[Any]:

@@ -118,8 +118,18 @@ def describe_logical(tf: Any, config: DeviceConfig) -> list[dict[str, Any]]:
     return logical
 
 
+def allocator_devices(logical: list[dict[str, Any]], config: DeviceConfig) -> list[str]:
+    """The devices whose allocator keeps figures: each logical GPU, and the CPU when its allocator is BFC
+    (cpu_memory_limit_mib; logical CPUs share one allocator, so CPU:0 stands for them all)."""
+    names = [d["short_name"].lstrip("/") for d in logical if d["device_type"] == "GPU"]
+    if config.cpu_memory_limit_mib and any(d["short_name"] == "/CPU:0" for d in logical):
+        names.append("CPU:0")
+    return names
+
+
 class MemoryReporter:
-    """While the job runs, TensorFlow's allocator figures (current, peak) for each logical GPU."""
+    """While the job runs, TensorFlow's allocator figures (current, peak) for each logical GPU, and for the CPU
+    under cpu_memory_limit_mib."""
 
     def __init__(self, tf: Any, gpus: list[str], emit: EventWriter, job_id: str):
         self.tf, self.gpus, self.emit, self.job_id = tf, gpus, emit, job_id
@@ -127,19 +137,23 @@ class MemoryReporter:
 
     def start(self) -> None:
         if self.gpus:
+            self.sample()  # the figures as the job starts, whatever its length (even one under a period)
             threading.Thread(target=self.report, name="tf-memory", daemon=True).start()
 
     def report(self) -> None:
         while not self.stopped.wait(MEMORY_REPORT_S):
-            for name in self.gpus:
-                try:
-                    info = self.tf.config.experimental.get_memory_info(name)
-                except Exception:  # a device without allocator stats is simply not reported
-                    continue
-                figures = events.TfMemory(device=f"/{name}", current_mib=info["current"] / MIB,
-                                          peak_mib=info["peak"] / MIB, job_id=self.job_id)
-                if not self.stopped.is_set():
-                    self.emit(figures)
+            self.sample()
+
+    def sample(self) -> None:
+        for name in self.gpus:
+            try:
+                info = self.tf.config.experimental.get_memory_info(name)
+            except Exception:  # a device without allocator stats is simply not reported
+                continue
+            figures = events.TfMemory(device=f"/{name}", current_mib=info["current"] / MIB,
+                                      peak_mib=info["peak"] / MIB, job_id=self.job_id)
+            if not self.stopped.is_set():
+                self.emit(figures)
 
 
 WAIT_NOTICE_S = 0.5        # a wait for the previous run's exit this long is said in the log
@@ -193,6 +207,7 @@ class Run:
         self.name = name
         self.params = params
         self.context = JobContext(job_id, emit, config)
+        self.at_end: list[Any] = []  # called once the job is over, before its closing events (memory's last figures)
 
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check."""
@@ -231,6 +246,9 @@ class Run:
         # The job is over: a late Ctrl+C must not cut its closing events short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.context.finish()
+        for last in self.at_end:
+            with contextlib.suppress(Exception):  # the job's outcome is told whatever a last reading does
+                last()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
@@ -339,9 +357,9 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     emit(facts_event(events.READY, info, job_id))
     if run is None:
         return EXIT_OK
-    gpus = [d["short_name"].lstrip("/") for d in info["logical"] if d["device_type"] == "GPU"]
-    memory = MemoryReporter(tf, gpus, emit, str(job_id))
+    memory = MemoryReporter(tf, allocator_devices(info["logical"], config), emit, str(job_id))
     memory.start()
+    run.at_end.append(memory.sample)  # the run's final peak, whatever its length
     try:
         return run.execute()
     finally:
@@ -359,9 +377,10 @@ def run_script(tf: Any, run: Run, info: dict[str, Any]) -> int:
         try:
             info["logical"] = describe_logical(tf, run.config)  # initialized already: this only reads
             run.emit(facts_event(events.READY, info, run.context.job_id))
-            gpus = [d["short_name"].lstrip("/") for d in info["logical"] if d["device_type"] == "GPU"]
-            memory.append(MemoryReporter(tf, gpus, run.emit, run.context.job_id))
+            memory.append(MemoryReporter(tf, allocator_devices(info["logical"], run.config), run.emit,
+                                         run.context.job_id))
             memory[0].start()
+            run.at_end.append(memory[0].sample)
         except Exception as exc:
             run.emit(events.Log(stream="panel", kind="warning", job_id=run.context.job_id,
                                 text=f"could not list the logical devices: {type(exc).__name__}: {exc}"))

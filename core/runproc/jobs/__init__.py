@@ -410,6 +410,23 @@ JOBS: dict[str, JobSpec] = {
                    label="Release at the end")),
         ),
         JobSpec(
+            "fit-batch", "Batch that fits",
+            "Predicts the largest batch the fit job's training fits in a memory budget: probes in fresh processes "
+            "capped at the budget (the CPU's BFC allocator, or a logical GPU of that size) at growing batches, "
+            "fits their allocator peaks against the batch, predicts, then verifies at the prediction (it must "
+            "fit) and a quarter above it (it must not, or is flagged).",
+            "tf_device_panel.core.runproc.jobs.fit_batch:fit_batch",
+            (Param("model", CHOICE, "cnn", "The fit job's model: dense (one unit) or cnn (the seeds' small CNN).",
+                   choices=("dense", "cnn"), label="Model"),
+             Param("budget_mib", INT, 256, "The memory budget in MiB each run gets (its allocator's limit).",
+                   minimum=16, maximum=1_048_576, label="Budget", unit="MiB"),
+             Param("image_size", INT, 32, "Image side in pixels for the cnn model.", minimum=8, maximum=512,
+                   label="Image size", unit="px", shown_when=("model", "cnn")),
+             Param("device", DEVICE, "", "The device the budget is on: /CPU:0 (capped through the CPU's BFC "
+                   "allocator) or /GPU:N (a logical GPU of the budget's size). Empty: /CPU:0.",
+                   label="Device", empty_means="/CPU:0")),
+        ),
+        JobSpec(
             "benchmark", "Matmul benchmark",
             "Matrix-multiply throughput (GFLOP/s) on each logical device over sizes and dtypes, with warm-up "
             "and synchronisation, and NumPy's matmul on the same CPU as a reference row.",

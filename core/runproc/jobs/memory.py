@@ -15,13 +15,21 @@ HOST_RESERVE = 0.15  # never take the host below this share of free memory
 
 
 def device_memory(tf: Any, device: str) -> dict[str, float | None]:
-    """TF's allocator figures for a GPU (MiB), or this process's resident memory for a CPU."""
+    """TF's allocator figures (MiB) for a GPU, and for the CPU when its allocator keeps them (BFC, under
+    cpu_memory_limit_mib); otherwise this process's resident memory."""
     import psutil
 
     short = short_device_name(device)
     if short.startswith("/GPU:"):
         info = tf.config.experimental.get_memory_info(short.lstrip("/"))
         return {"current_mib": info["current"] / MIB, "peak_mib": info["peak"] / MIB, "rss_mib": None}
+    if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() in ("true", "1"):
+        try:  # logical CPUs share the one CPU allocator
+            info = tf.config.experimental.get_memory_info("CPU:0")
+        except ValueError:  # "Allocator stats not available": the variable came too late for this process
+            pass
+        else:
+            return {"current_mib": info["current"] / MIB, "peak_mib": info["peak"] / MIB, "rss_mib": None}
     return {"current_mib": None, "peak_mib": None, "rss_mib": psutil.Process(os.getpid()).memory_info().rss / MIB}
 
 
@@ -37,8 +45,9 @@ def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8
     held: list[Any] = []
     rows: list[MemoryRow] = []
     baseline = device_memory(tf, full)
+    allocator = baseline["current_mib"] is not None  # TF's allocator figures: a GPU's, or the capped CPU's
     print(f"Allocating {steps} × {step_mib} MiB on {short}"
-          + (" (TF allocator figures)" if on_gpu else " (process resident memory)"), flush=True)
+          + (" (TF allocator figures)" if allocator else " (process resident memory)"), flush=True)
 
     def record(step: int, label: str) -> MemoryRow:
         measured = device_memory(tf, full)
@@ -46,11 +55,11 @@ def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8
                           "current_mib": measured["current_mib"], "peak_mib": measured["peak_mib"],
                           "rss_mib": measured["rss_mib"]}
         rows.append(row)
-        value = row["current_mib"] if on_gpu else row["rss_mib"]
+        value = row["current_mib"] if allocator else row["rss_mib"]
         ctx.metric("memory", float(value or 0.0), step=step, device=short,
                    **{k: v for k, v in row.items() if k != "step"})
-        figures = (f"TF current {row['current_mib']:.0f} MiB, peak {row['peak_mib']:.0f} MiB" if on_gpu
-                   else f"process RSS {row['rss_mib']:.0f} MiB")
+        figures = (f"TF current {row['current_mib']:.0f} MiB, peak {row['peak_mib']:.0f} MiB"
+                   if allocator else f"process RSS {row['rss_mib']:.0f} MiB")
         print(f"step {step} ({label}): {row['allocated_mib']} MiB held — {figures}", flush=True)
         return row
 
@@ -71,8 +80,9 @@ def memory(ctx: JobContext, device: str = "", step_mib: int = 64, steps: int = 8
             held.clear()
             raise JobError(
                 f"out of memory on {short} at step {step}, with {(step - 1) * step_mib} MiB already held: "
-                f"{first_line}. The device's memory limit (from memory_limit or the GPU's size) was "
-                "reached. TensorFlow raised a clean ResourceExhaustedError: a script can catch it and go on "
+                f"{first_line}. The device's memory limit (memory_limit or the GPU's size; cpu_memory_limit_mib "
+                "on the CPU) was reached. TensorFlow raised a clean ResourceExhaustedError: a script can catch it "
+                "and go on "
                 "(this run's process ends with the job).") from None
         ctx.progress(step, steps + 1, f"step {step}/{steps}: {len(held) * step_mib} MiB held on {short}")
         record(step, "allocated")

@@ -1,0 +1,141 @@
+"""An out-of-memory error explained, drawn: the device's memory as the allocator held it when it failed.
+
+Fed one run's `oom` (core.oom.explain: a plain dict, from the run's outcome or record). The bar is the
+allocator's chunks in address order, to scale: in use, free, not yet taken from the device; the largest free
+block is outlined, and under it the failed request is drawn at the same scale, so "it did not fit anywhere"
+and "it would fit in all, but not in one piece" read at a glance. The figures and what to try are the same
+lines the command line prints. Self-contained: the window only calls `set_oom`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPaintEvent, QPen
+from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
+from tf_device_panel.core.oom import mib, oom_text
+
+COLORS = {"in_use": "#d9534f", "mixed": "#c9a04a", "free": "#5cb85c", "unallocated": "#b0bec5"}
+WORDS = {"in_use": "in use", "mixed": "in use and free in pieces too small to draw", "free": "free",
+         "unallocated": "not yet taken"}
+REQUEST_COLOR = "#f0ad4e"
+ROW_GAP = 4.0
+
+
+class OomBar(QWidget):
+    """Two rows at one scale: the device's memory (chunks by state, the largest free block outlined), and the
+    request that failed."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.segments: list[tuple[str, int]] = []
+        self.request = 0
+        self.largest_free = 0
+        self.painted: list[tuple[str, QRectF]] = []  # (what, rectangle) of the last paint, for tests
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(math.ceil(2 * self._row() + ROW_GAP) + 2)
+
+    def _row(self) -> float:
+        return QFontMetricsF(self.font()).height() + 4
+
+    def sizeHint(self) -> QSize:
+        return QSize(300, self.height())
+
+    def set_figures(self, segments: list[tuple[str, int]], request: int, largest_free: int) -> None:
+        self.segments = [(state, int(size)) for state, size in segments if size > 0]
+        self.request, self.largest_free = int(request), int(largest_free)
+        total = sum(size for _, size in self.segments)
+        tip = [f"{WORDS.get(state, state)}: {mib(size)}" for state, size in self._totals().items()]
+        if total:
+            tip.append(f"the request: {mib(self.request)} ({self.request / total:.1%} of the device's memory)")
+        self.setToolTip("\n".join(tip))
+        self.update()
+
+    def _totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for state, size in self.segments:
+            totals[state] = totals.get(state, 0) + size
+        return totals
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        self.painted = []
+        total = sum(size for _, size in self.segments)
+        if total <= 0:
+            return
+        painter = QPainter(self)
+        try:
+            width = max(self.width() - 2.0, 1.0)
+            row = self._row()
+            scale = width / max(total, self.request)
+            x = 1.0
+            largest_at: QRectF | None = None
+            for state, size in self.segments:
+                rect = QRectF(x, 1.0, size * scale, row)
+                painter.fillRect(rect, QColor(COLORS.get(state, "#888")))
+                self.painted.append((state, rect))
+                if state in ("free", "unallocated") and size == self.largest_free and largest_at is None:
+                    largest_at = rect
+                x += size * scale
+            if largest_at is not None:
+                painter.setPen(QPen(QColor("#222"), 2))
+                painter.drawRect(largest_at)
+                self.painted.append(("largest_free", largest_at))
+            request = QRectF(1.0, row + ROW_GAP, max(self.request * scale, 2.0), row)
+            painter.fillRect(request, QBrush(QColor(REQUEST_COLOR), Qt.BrushStyle.BDiagPattern))
+            painter.setPen(QPen(QColor(REQUEST_COLOR).darker(140), 1))
+            painter.drawRect(request)
+            self.painted.append(("request", request))
+            painter.setPen(self.palette().color(self.foregroundRole()))
+            label = f"request {mib(self.request)}"
+            text_rect = QRectF(request.right() + 6, request.top(), width - request.right() - 6, row)
+            painter.drawText(text_rect, int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), label)
+        finally:
+            painter.end()
+
+
+class OomView(QWidget):
+    """The explanation of one OOM: its verdict, the bar, the figures and what to try; hidden without one."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.headline = QLabel()
+        self.headline.setWordWrap(True)
+        self.headline.setStyleSheet("font-weight: bold;")
+        self.bar = OomBar()
+        self.legend = QLabel()
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        for label in (self.headline, self.legend, self.details):
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        layout.addWidget(self.headline)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.details)
+        self.oom: dict[str, Any] | None = None
+        self.hide()
+
+    def set_oom(self, oom: dict[str, Any] | None) -> None:
+        self.oom = oom
+        if not oom:
+            self.hide()
+            return
+        lines = oom_text(oom)
+        self.headline.setText(f"{lines[0]}. {oom.get('explanation', '')}")
+        bar = [(str(segment[0]), int(segment[1])) for segment in oom.get("bar") or []]
+        self.bar.set_figures(bar, int(oom.get("request_bytes") or 0), int(oom.get("largest_free_bytes") or 0))
+        self.bar.setVisible(bool(bar))
+        totals = self.bar._totals()
+        self.legend.setText(" ".join(
+            f'<span style="color:{COLORS[state]}">■</span> {WORDS[state]} {html.escape(mib(totals[state]))}'
+            for state in COLORS if state in totals)
+            + (f' <span style="color:{REQUEST_COLOR}">▨</span> request' if bar else "")
+            + (" (the largest free block outlined)" if bar and oom.get("largest_free_bytes") else ""))
+        self.details.setText("\n".join(line.strip() for line in lines[1:] if line.strip()
+                                       and not line.strip().startswith(oom.get("explanation", "\0"))))
+        self.show()
