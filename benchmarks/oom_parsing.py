@@ -11,6 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
+from figures import report
 from tf_device_panel.core.oom import DumpCollector, explain
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
@@ -46,10 +47,10 @@ def main() -> None:
     assert oom is not None and len(collector.lines) >= LINES - 10  # less what follows the dump
     # The CPU time is the parser's own cost; the wall time also counts what else the machine runs meanwhile.
     cpu = statistics.median(cpu_times)
-    print(f"OOM dump parsing: {len(text.splitlines())} lines ({oom['chunks']} chunks): CPU time median "
-          f"{cpu * 1000:.1f} ms; wall best {min(times) * 1000:.1f} ms, median {statistics.median(times) * 1000:.1f} "
-          f"ms, worst {max(times) * 1000:.1f} ms over {len(times)} runs (target: under {TARGET_S * 1000:.0f} ms) "
-          f"{'OK' if cpu < TARGET_S else 'OVER TARGET'}")
+    report(f"OOM dump parsing, {len(text.splitlines())} lines ({oom['chunks']} chunks), CPU time", cpu * 1000,
+           TARGET_S * 1000, unit="ms", detail=f"median of {len(times)}; wall best {min(times) * 1000:.1f} ms, "
+                                              f"median {statistics.median(times) * 1000:.1f} ms")
+
 
 if __name__ == "__main__":
     main()

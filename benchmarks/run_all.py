@@ -26,7 +26,7 @@ from figures import MARKER
 HERE = Path(__file__).resolve().parent
 
 # In the order they run: the quick, in-process ones first, so a mistake shows in seconds.
-BENCHMARKS = ("placement_parsing", "telemetry", "machines_grid", "exporter_scrape", "runtime_cold_start",
+BENCHMARKS = ("placement_parsing", "oom_parsing", "telemetry", "machines_grid", "exporter_scrape", "runtime_cold_start",
               "matmul_round_trip", "output_flood", "long_line", "training_overhead")
 # --quick: fewer repeats, for checking that every benchmark still runs, not for judging.
 QUICK_ARGS = {"runtime_cold_start": ["--repeat", "2"], "matmul_round_trip": ["--repeat", "1"],
