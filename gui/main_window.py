@@ -66,7 +66,7 @@ READING_DOCK_LEAST = 390  # px they keep even where the job's form then takes on
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
-PRESENTATION_BOTTOM_SHARE = 0.25 # the device map's share of the height in presentation mode
+PRESENTATION_BOTTOM_SHARE = 0.2  # the device map's share of the height in presentation mode (the result keeps 300 px plots at 720)
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
@@ -275,7 +275,9 @@ class MainWindow(QMainWindow):
         self.settings.setValue(PRESENTATION_KEY, on)
         self.apply_view()
         if on:
-            for name in SIDE_DOCKS:
+            # The log and memory tabs too: their least heights held the map's tab group taller than the result
+            # could spare (a 300 px plot at 1280×720); leaving the mode brings them back.
+            for name in (*SIDE_DOCKS, "log", "memory"):
                 self.docks[name].hide()
             self.docks["map"].show()
             self.docks["map"].raise_()

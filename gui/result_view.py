@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -41,10 +41,19 @@ from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
            "dashdot": Qt.PenStyle.DashDotLine}
-MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
+MIN_PLOT_WIDTH = 260   # px the plot keeps beside a wide table (whose columns then elide, whole on hover)
 MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
-MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
+# px each result plot keeps in sight: at 1024×768 and 1280×720 (the form folds to one line while a result is
+# shown), and in presentation mode, where the result and the device map take the screen
+MIN_PLOT_HEIGHT, PRESENTATION_PLOT_HEIGHT = 200, 300
+MIN_COLUMN_WIDTH = 48  # px an elided column keeps: a few letters and the ellipsis
+CAPTION_LEAST_LINES = 2  # the caption's lines always in sight; longer, it scrolls within its own strip
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
+
+
+def plot_min_height() -> int:
+    """The height each result plot keeps in sight, as the window is drawn now (presentation mode: more)."""
+    return PRESENTATION_PLOT_HEIGHT if view_settings.current().presentation else MIN_PLOT_HEIGHT
 
 
 def short_devices(text: str) -> str:
@@ -142,7 +151,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         for name in ("left", "bottom"):
             self.plot_item.getAxis(name).enableAutoSIPrefix(False)  # a loss reads 0.6, not 600 (x0.001)
         self.plot_item.showGrid(x=True, y=True, alpha=0.3)
-        self.setMinimumHeight(MIN_PLOT_HEIGHT)
+        self.setMinimumHeight(plot_min_height())
         self.legend: pg.LegendItem | None = None
         settings = view_settings.current()
         if settings.scale != 1.0:
@@ -150,6 +159,10 @@ class ResultPlot(pg.GraphicsLayoutWidget):
             font.setPointSizeF(font.pointSizeF() * settings.scale if font.pointSizeF() > 0 else 9 * settings.scale)
             for name in ("left", "bottom"):
                 self.plot_item.getAxis(name).setStyle(tickFont=font)
+            # the axis titles too ("epoch" stayed small beside large ticks)
+            title_size = {"font-size": f"{9 * settings.scale:.0f}pt"}
+            self.plot_item.setLabel("bottom", plot.x_label, **title_size)
+            self.plot_item.setLabel("left", plot.y_label, **title_size)
         if len(plot.series) > 1:
             self.legend = pg.LegendItem(labelTextColor=palette_colors()[1],
                                         labelTextSize=f"{9 * settings.scale:.0f}pt")
@@ -234,8 +247,55 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
 
+class ResultTable(QTableWidget):
+    """A result's table: never a sideways scroll bar. Its columns take their contents' width when the room
+    allows; with less, the widest ones give way and elide (each cell's whole text on hover)."""
+
+    def __init__(self, rows: int, columns: int):
+        super().__init__(rows, columns)
+        self.natural: list[int] = []
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "/job:ps/…/CPU:0" keeps both ends
+        self.setWordWrap(False)
+
+    def measure(self) -> None:
+        self.resizeColumnsToContents()
+        self.natural = [self.columnWidth(c) for c in range(self.columnCount())]
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        if not self.natural:
+            return
+        widths = fitted_widths(self.natural, self.viewport().width())
+        for column, width in enumerate(widths):
+            if self.columnWidth(column) != width:
+                self.setColumnWidth(column, width)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_columns()
+        QTimer.singleShot(0, self, self.fit_columns)  # once a vertical scroll bar has come or gone
+
+
+def fitted_widths(natural: list[int], room: int) -> list[int]:
+    """Column widths that fit `room` px: each its natural width when all fit; otherwise the widest ones cut to
+    one common width (never below MIN_COLUMN_WIDTH), the narrow ones kept whole."""
+    if sum(natural) <= room or not natural:
+        return list(natural)
+    ordered = sorted(natural)
+    cap, spent = ordered[-1], 0
+    for index, width in enumerate(ordered):
+        left = len(ordered) - index
+        if spent + width * left >= room:
+            cap = (room - spent) // left
+            break
+        spent += width
+    cap = max(cap, MIN_COLUMN_WIDTH)
+    return [min(width, cap) for width in natural]
+
+
 def _table_widget(table: Table) -> QTableWidget:
-    widget = QTableWidget(len(table.rows), len(table.columns))
+    widget = ResultTable(len(table.rows), len(table.columns))
     widget.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     if table.matrix:
         widget.horizontalHeader().setVisible(False)
@@ -246,8 +306,7 @@ def _table_widget(table: Table) -> QTableWidget:
         for c, (text, column) in enumerate(zip(texts, table.columns, strict=True)):
             shown = short_devices(text)
             item = QTableWidgetItem(shown)
-            if shown != text:
-                item.setToolTip(text)  # the full device name, as exports keep it
+            item.setToolTip(text)  # the whole text where the column elides; the full device name, as exports keep it
             if column.align == "right":
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if shown.startswith("/"):
@@ -263,7 +322,10 @@ def size_table(widget: QTableWidget, matrix: bool) -> None:
     """Columns and rows to their contents, in the font the table is drawn with (call again once it is in the
     window: the window's zoom reaches it through the style sheet only then)."""
     widget.ensurePolished()
-    widget.resizeColumnsToContents()
+    if isinstance(widget, ResultTable):
+        widget.measure()
+    else:
+        widget.resizeColumnsToContents()
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
@@ -275,7 +337,9 @@ def size_table(widget: QTableWidget, matrix: bool) -> None:
 def table_content_width(widget: QTableWidget) -> int:
     """The width that shows every column whole, a vertical scroll bar included in case the rows overflow."""
     vertical_header = widget.verticalHeader().sizeHint().width() if widget.verticalHeader().isVisible() else 0
-    return (widget.horizontalHeader().length() + vertical_header + 2 * widget.frameWidth()
+    natural = widget.natural if isinstance(widget, ResultTable) and widget.natural else None
+    columns = sum(natural) if natural else widget.horizontalHeader().length()
+    return (columns + vertical_header + 2 * widget.frameWidth()
             + widget.verticalScrollBar().sizeHint().width() + TABLE_SLACK)
 
 
@@ -300,8 +364,8 @@ class _MessageScroll(QScrollArea):
 
 
 class _ResultPage(QWidget):
-    """Caption above tables and plots. Its height for a width is the caption's whole text and the least the
-    tables and plots need (their preferred heights made the page scroll in an area that could show it)."""
+    """Caption above tables and plots. Its height for a width is the caption's strip and the least the tables
+    and plots need (their preferred heights made the page scroll in an area that could show it)."""
 
     def __init__(self, view: ResultView):
         super().__init__()
@@ -313,12 +377,14 @@ class _ResultPage(QWidget):
     def heightForWidth(self, width: int) -> int:
         layout = self.layout()
         spacing = layout.spacing() if layout is not None else 0
-        return (self._view.caption.heightForWidth(width) + spacing
+        return (self._view.caption_scroll.minimumHeight() + spacing
                 + self._view.body.minimumSizeHint().height())
 
 
 class ResultView(QStackedWidget):
     """Page 0: a message (running, failed, with its details). Page 1: a presentation: caption, tables, plots."""
+
+    shown = Signal()  # another message or result is shown: the panel around it gives it its room again
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -361,7 +427,15 @@ class ResultView(QStackedWidget):
         page_body = _ResultPage(self)
         layout = QVBoxLayout(page_body)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.caption)
+        # The caption in a strip of its own: whole where the room allows, else its first lines with the rest a
+        # scroll away, so a long caption never pushes the plots out of sight.
+        self.caption_scroll = QScrollArea()
+        self.caption_scroll.setObjectName("result-caption")
+        self.caption_scroll.setWidgetResizable(True)
+        self.caption_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.caption_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.caption_scroll.setWidget(self.caption)
+        layout.addWidget(self.caption_scroll)
         layout.addWidget(self.body, 1)
         # Where the result area is shorter than the caption and a readable plot (a dock beside the Runs panel
         # at 1280×720), the result scrolls down instead of cutting the caption's last lines.
@@ -386,6 +460,7 @@ class ResultView(QStackedWidget):
         self.error.hide()
         self._live_curve = None
         self.setCurrentIndex(0)
+        self.shown.emit()
 
     def show_error(self, outcome: JobOutcome) -> None:
         """The failure once, whole: the status line above says only how the run ended and when."""
@@ -396,6 +471,7 @@ class ResultView(QStackedWidget):
         self.error.show()
         self._live_curve = None
         self.setCurrentIndex(0)
+        self.shown.emit()
 
     def show_outcome(self, outcome: JobOutcome) -> None:
         presentation = present(outcome.result)
@@ -452,7 +528,9 @@ class ResultView(QStackedWidget):
         self._plots_box.setVisible(bool(self.plots))
         self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
+        self._fit_caption()
         self._fit_tables()
+        self.shown.emit()
 
     def redraw(self) -> None:
         """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines)."""
@@ -470,8 +548,41 @@ class ResultView(QStackedWidget):
         table_width = min(self._tables_width, max(total - MIN_PLOT_WIDTH, total // 2))
         self.body.setSizes([table_width, max(total - table_width, 1)])
 
+    def least_body_height(self) -> int:
+        """What the tables and plots need in sight: each plot its least height; tables alone a few rows."""
+        if self.plots:
+            return plot_min_height() * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
+        if self.tables:
+            return min(sum(table.maximumHeight() for table in self.tables), 4 * self.fontMetrics().height() + 40)
+        return 0
+
+    def wanted_height(self) -> int:
+        """The height that shows the whole result: the message, or the caption, tables and plots (plots at their
+        least). The console under it gets the rest (a script's one-line result left 250 px empty above it)."""
+        if self.currentIndex() == 0:
+            body = self.message.parentWidget()
+            return body.sizeHint().height() if body is not None else 0
+        tables = self._tables_box.sizeHint().height() if self.tables else 0
+        caption = self.caption.heightForWidth(max(self.caption_scroll.viewport().width(), 200))
+        return caption + 6 + max(tables, self.least_body_height())
+
+    def _fit_caption(self) -> None:
+        """The caption whole while the plots keep their least height beside it; else its first lines, scrolling."""
+        width = self.caption_scroll.viewport().width() or self.width()
+        needed = max(self.caption.heightForWidth(width), 0)
+        least = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4
+        page_layout = self.caption_scroll.parentWidget().layout() if self.caption_scroll.parentWidget() else None
+        spacing = page_layout.spacing() if page_layout is not None else 6
+        room = self.height() - self.least_body_height() - spacing
+        height = max(min(needed, room), min(needed, least))
+        if self.caption_scroll.height() != height or self.caption_scroll.minimumHeight() != height:
+            self.caption_scroll.setFixedHeight(height)
+        self.caption_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if needed > height
+                                                       else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        self._fit_caption()
         self._fit_tables()
 
     def add_live_loss(self, step: int, value: float) -> None:
