@@ -66,7 +66,8 @@ READING_DOCK_LEAST = 390  # px they keep even where the job's form then takes on
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
-PRESENTATION_BOTTOM_SHARE = 0.2  # the device map's share of the height in presentation mode (the result keeps 300 px plots at 720)
+# the device map's share of the height in presentation mode (the result keeps its 300 px plots at 1280×720)
+PRESENTATION_BOTTOM_SHARE = 0.2
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result

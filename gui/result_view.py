@@ -571,7 +571,8 @@ class ResultView(QStackedWidget):
         width = self.caption_scroll.viewport().width() or self.width()
         needed = max(self.caption.heightForWidth(width), 0)
         least = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4
-        page_layout = self.caption_scroll.parentWidget().layout() if self.caption_scroll.parentWidget() else None
+        page = self.caption_scroll.parentWidget()
+        page_layout = page.layout() if page is not None else None
         spacing = page_layout.spacing() if page_layout is not None else 6
         room = self.height() - self.least_body_height() - spacing
         height = max(min(needed, room), min(needed, least))
