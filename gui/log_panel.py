@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections import Counter, deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -368,6 +369,11 @@ class LogPanel(QWidget):
             f"⚠ Soft placement: <b>{fallback.op}</b> was pinned to <b>{fallback.requested}</b>, which does not "
             f"exist here, and ran on <b>{fallback.actual_short}</b> instead.")
         self.fallback_banner.show()
+
+    def no_placements_because(self, reason: str) -> None:
+        """A finished run logged no placement: say why where its placements would be."""
+        if not self.model.rows:
+            self.summary.setText(html.escape(f"No placements: {reason}"))
 
     def _update_summary(self) -> None:
         totals = self.model.per_device()

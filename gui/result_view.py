@@ -15,7 +15,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QResizeEvent
+from PySide6.QtGui import QColor, QFont, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -67,7 +67,9 @@ def rich_text(text: str) -> str:
     for match in _DEVICE.finditer(text):
         short = short_device_name(match.group())
         parts.append(html.escape(text[last:match.start()]))
-        parts.append(f"<span style='color:{device_color(short).name()}'>{html.escape(short)}</span>")
+        # never split across lines ("not over /" then "CPU:0")
+        parts.append(f"<span style='color:{device_color(short).name()}; white-space:nowrap'>"
+                     f"{html.escape(short)}</span>")
         last = match.end()
     parts.append(html.escape(text[last:]))
     return f"<span style='white-space:pre-wrap'>{''.join(parts)}</span>"
@@ -454,6 +456,12 @@ class ResultView(QStackedWidget):
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
         self._tables_width = 0
+        self._stale = False  # drawn at another zoom than the window's: drawn again when shown
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self.redraw(now=True)
 
     def show_message(self, html_text: str) -> None:
         self.message.setText(html_text)
@@ -532,8 +540,13 @@ class ResultView(QStackedWidget):
         self._fit_tables()
         self.shown.emit()
 
-    def redraw(self) -> None:
-        """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines)."""
+    def redraw(self, now: bool = False) -> None:
+        """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines); a view
+        out of sight only notes it, and is drawn again when shown (`now`)."""
+        if not (now or self.isVisible()):
+            self._stale = True
+            return
+        self._stale = False
         if self.presentation is not None and self.currentIndex() == 1 and self._live_curve is None:
             logs = [box.isChecked() for box in self.log_boxes]
             self.show_presentation(self.presentation)

@@ -399,6 +399,19 @@ class RunsPanel(QWidget):
             console = max(total - wanted, console_least)
         console = min(console, total - 1)
         self.output_split.setSizes([total - console, console])
+        QTimer.singleShot(0, self, lambda: self._unscroll_result(console_least))
+
+    def _unscroll_result(self, console_least: int, attempt: int = 0) -> None:
+        """A result that still scrolls down by a few px (its caption wrapped once laid out) takes them from the
+        console, down to the console's least."""
+        view = self.results[self.current_job]
+        hidden = view.presentation_page.verticalScrollBar().maximum() if view.currentIndex() == 1 else 0
+        result, console = self.output_split.sizes()
+        spare = console - console_least
+        if hidden > 0 and spare > 0 and attempt < 3:
+            moved = min(hidden, spare)
+            self.output_split.setSizes([result + moved, console - moved])
+            QTimer.singleShot(0, self, lambda: self._unscroll_result(console_least, attempt + 1))
 
     def show_code(self) -> QDialog:
         """A read-only view of the job's source, for teaching (the same text as `jobs --code`)."""

@@ -82,7 +82,7 @@ def test_zoom_is_remembered(qtbot, tmp_path: Path) -> None:
     zoom_in.trigger()
     zoom_in.trigger()
     assert first.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
-    assert first.runs.status.fontInfo().pointSizeF() > 1.25 * base
+    qtbot.waitUntil(lambda: first.runs.status.fontInfo().pointSizeF() > 1.25 * base, timeout=2000)
     first.close()
     again = make(tmp_path)
     qtbot.addWidget(again)

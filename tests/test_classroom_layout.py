@@ -1,0 +1,159 @@
+"""Issue 33: every job's result readable on a classroom's projector. Each job runs for real in the window
+(offscreen, 2 logical CPUs, small parameters); after each, at 1024×768 and 1280×720, with and without
+presentation mode, every result plot keeps its least height in sight and no scroll area scrolls sideways. A
+result reopened from History keeps its plot in sight too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QWidget
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.gui.history_panel import RunDialog
+from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.result_view import MIN_PLOT_HEIGHT, PRESENTATION_PLOT_HEIGHT, ResultView
+
+READY_TIMEOUT_MS = 180_000
+SIZES = ((1280, 720), (1024, 768))
+# Each job with parameters small enough to end in seconds, yet tables and plots of a real run's shape (the
+# benchmark's seven series and 21 rows, a fit's eight epochs on a log scale).
+JOB_RUNS: list[tuple[str, dict[str, Any]]] = [
+    ("benchmark", {"sizes": "64,128,256", "repeats": 1}),
+    ("fit", {"epochs": 8, "samples": 40}),
+    ("fit", {"model": "cnn", "epochs": 2, "samples": 16, "image_size": 8}),
+    ("memory", {"steps": 3, "step_mib": 8}),
+    ("matmul", {}),
+    ("replicate", {}),
+    ("session", {}),
+    ("custom-loop", {"steps": 4}),
+    ("multi-worker", {"steps": 2}),
+    ("parameter-server", {"steps": 3}),
+    ("script", {}),
+]
+
+
+def sideways(win: QWidget) -> list[str]:
+    """Every horizontal scroll bar a person can see and move in `win`."""
+    found = []
+    for area in win.findChildren(QAbstractScrollArea):
+        bar = area.horizontalScrollBar()
+        if area.isVisible() and not area.visibleRegion().isEmpty() and bar.isVisible() and bar.maximum() > 0:
+            found.append(f"{type(area).__name__} {area.objectName() or area.accessibleName()} scrolls sideways "
+                         f"({bar.maximum()} px)")
+    return found
+
+
+def result_problems(view: ResultView, least: int) -> list[str]:
+    """What keeps the result from being read: a plot with fewer than `least` px in sight, a result that must be
+    scrolled to be seen."""
+    problems = []
+    for number, plot in enumerate(view.plots):
+        shown = plot.viewport().visibleRegion().boundingRect().height()
+        if shown < least:
+            problems.append(f"plot {number + 1} of {len(view.plots)}: {shown} px in sight (at least {least})")
+    page_bar = view.presentation_page.verticalScrollBar()
+    if view.currentIndex() == 1 and page_bar.maximum() > 0:
+        problems.append(f"the result scrolls down ({page_bar.maximum()} px out of sight)")
+    return problems
+
+
+def settle(qtbot) -> None:
+    for _ in range(3):
+        QApplication.processEvents()
+        qtbot.wait(20)  # posted layout requests and single-shot fits run on later passes of the loop
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.resize(*SIZES[0])
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    if not win.closing:
+        win.close()
+
+
+@pytest.mark.slow
+def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, window: MainWindow,
+                                                                       tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('epoch 1: loss 0.5')\nprint('done')\n", encoding="utf-8")
+    window.config_panel.set_config(window.config_panel.config().with_changes(cpu_devices=2))
+    qtbot.mouseClick(window.config_panel.apply_button, Qt.MouseButton.LeftButton)
+    runs = window.runs
+    problems: list[str] = []
+    run_ids: dict[str, str] = {}
+    for job, params in JOB_RUNS:
+        if job == "script":
+            params = {"path": str(script)}
+        window.resize(*SIZES[0])
+        runs.select_job(job)
+        for name, value in params.items():
+            runs.form().set_value(name, value)
+        qtbot.waitUntil(runs.run_button.isEnabled, timeout=READY_TIMEOUT_MS)
+        with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
+            qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        outcome = finished.args[0]
+        label = f"{job} {params}" if params else job
+        assert outcome.status == "ok", f"{label}: {outcome.status} {outcome.error}"
+        run_ids[job] = next(summary["run_id"] for summary in window.history.summaries() if summary["job"] == job)
+        for presentation in (False, True):
+            window.set_presentation(presentation)
+            least = PRESENTATION_PLOT_HEIGHT if presentation else MIN_PLOT_HEIGHT
+            for size in SIZES:
+                window.resize(*size)
+                settle(qtbot)
+                view = runs.result
+                assert view.currentIndex() == 1 or job == "script", f"{label}: no result shown"
+                assert not runs.form_scroll.isVisible(), f"{label}: the form did not fold under its result"
+                where = f"{label} at {size[0]}×{size[1]}{' in presentation mode' if presentation else ''}"
+                problems += [f"{where}: {problem}" for problem in result_problems(view, least) + sideways(window)]
+        window.set_presentation(False)
+    assert not problems, "\n".join(problems)
+
+    # The benchmark reopened from History: its plot in sight too, its table not sideways.
+    window.resize(*SIZES[0])
+    dialog = RunDialog(window.history, run_ids["benchmark"], window)
+    qtbot.addWidget(dialog)
+    for size in SIZES:
+        dialog.resize(*size)
+        dialog.show()
+        settle(qtbot)
+        assert dialog.result_view.plots, "the reopened benchmark shows no plot"
+        assert not result_problems(dialog.result_view, MIN_PLOT_HEIGHT) + sideways(dialog), size
+    dialog.close()
+
+
+def test_the_form_folds_to_one_line_under_a_result_and_opens_to_edit(qtbot, window: MainWindow) -> None:
+    from tf_device_panel.core.client.run_record import JobOutcome
+
+    runs = window.runs
+    runs.select_job("fit")
+    runs.form().set_value("epochs", 8)
+    assert runs.form_scroll.isVisible() and not runs.fold_button.isVisible()  # no result yet: the form is open
+    runs.job_started("fit")
+    runs.job_finished(JobOutcome("fit", {}, {}, status="ok", result={
+        "kind": "training", "devices": ["/CPU:0"], "replicas_in_sync": 1, "global_batch_size": 5,
+        "batch_per_replica": 5, "loss": [0.9, 0.5, 0.3], "model": "dense", "parameters": 2}))
+    settle(qtbot)
+    assert not runs.form_scroll.isVisible()
+    assert runs.description.full_text().startswith("Keras fit: Epochs 8 · ")  # the values it ran with
+    assert runs.fold_button.isVisible() and "Edit" in runs.fold_button.text()
+    qtbot.mouseClick(runs.fold_button, Qt.MouseButton.LeftButton)
+    settle(qtbot)
+    assert runs.form_scroll.isVisible() and "Fold" in runs.fold_button.text()
+    runs.select_job("matmul")  # another job, without a result: its form is open
+    assert runs.form_scroll.isVisible() and not runs.fold_button.isVisible()
+    runs.select_job("fit")  # opened stays opened until its next result
+    assert runs.form_scroll.isVisible()
+    qtbot.mouseClick(runs.fold_button, Qt.MouseButton.LeftButton)
+    assert not runs.form_scroll.isVisible()
