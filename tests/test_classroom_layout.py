@@ -5,6 +5,7 @@ result reopened from History keeps its plot in sight too."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,17 @@ import pytest
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QWidget
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QTabBar, QWidget
+from test_window_layout import RESULTS
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.gui.history_panel import RunDialog
 from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.result_view import MIN_PLOT_HEIGHT, PRESENTATION_PLOT_HEIGHT, ResultView
+from tf_device_panel.gui.result_view import ResultView
 
 READY_TIMEOUT_MS = 180_000
+MIN_PLOT_HEIGHT, PRESENTATION_PLOT_HEIGHT = 200, 300  # px of each plot in sight: the issue's figures
 SIZES = ((1280, 720), (1024, 768))
 # Each job with parameters small enough to end in seconds, yet tables and plots of a real run's shape (the
 # benchmark's seven series and 21 rows, a fit's eight epochs on a log scale).
@@ -134,8 +139,6 @@ def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, wi
 
 
 def test_the_form_folds_to_one_line_under_a_result_and_opens_to_edit(qtbot, window: MainWindow) -> None:
-    from tf_device_panel.core.client.run_record import JobOutcome
-
     runs = window.runs
     runs.select_job("fit")
     runs.form().set_value("epochs", 8)
@@ -157,3 +160,113 @@ def test_the_form_folds_to_one_line_under_a_result_and_opens_to_edit(qtbot, wind
     assert runs.form_scroll.isVisible()
     qtbot.mouseClick(runs.fold_button, Qt.MouseButton.LeftButton)
     assert not runs.form_scroll.isVisible()
+
+
+# -- the same rule, fast: every result kind as a real run returns it, no runtime -----------------------------
+
+
+@pytest.mark.parametrize("presentation", [False, True], ids=["normal", "presentation"])
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
+def test_every_result_kind_reads_at_classroom_sizes(qtbot, window: MainWindow, size, presentation) -> None:
+    window.resize(*size)
+    window.set_presentation(presentation)
+    least = PRESENTATION_PLOT_HEIGHT if presentation else MIN_PLOT_HEIGHT
+    problems = []
+    for job, result in {**RESULTS, "benchmark": BENCHMARK}.items():
+        window.runs.select_job(job)
+        window.runs.job_started(job)
+        window.runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=result))
+        settle(qtbot)
+        problems += [f"{job}: {problem}" for problem in result_problems(window.runs.result, least) + sideways(window)]
+    assert not problems, "\n".join(problems)
+
+
+# The benchmark as a real run on 2 logical CPUs returns it: 21 rows, seven series, six lines of caption.
+BENCHMARK = {
+    "kind": "table", "title": "Matmul throughput (GFLOP/s)", "repeats": 5,
+    "columns": ["device", "dtype", "size", "gflops", "seconds"],
+    "column_titles": {"device": "Device", "dtype": "Dtype", "size": "Size", "gflops": "GFLOP/s", "seconds": "Seconds"},
+    "plot": {"x": "size", "y": "gflops", "series": ["device", "dtype"]},
+    "notes": ["float16 on /CPU:0 is emulated: slower than float32 here, as on any CPU",
+              "bfloat16 on /CPU:0, /CPU:1 runs through oneDNN where the CPU has AVX-512 BF16, else emulated",
+              "NumPy (CPU) is the same matmul outside TensorFlow, for comparison",
+              "TF32: not applicable (no NVIDIA GPU)"],
+    "rows": [{"device": device, "dtype": dtype, "size": size, "gflops": 12.345 * size / 256, "seconds": 0.00123}
+             for device in ("/job:localhost/replica:0/task:0/device:CPU:0",
+                            "/job:localhost/replica:0/task:0/device:CPU:1", "NumPy (CPU)")
+             for dtype in (("float32",) if device == "NumPy (CPU)" else ("float32", "float16", "bfloat16"))
+             for size in (256, 512, 1024)],
+}
+
+
+def test_zoom_steps_answer_at_once_and_keep_the_result_in_sight(qtbot, window: MainWindow) -> None:
+    """Ctrl+= three times at 1280×720 with every job's result drawn: each press is answered within 100 ms (each
+    took seconds: presses queued, a later click opened the wrong menu), and the result stays in sight."""
+
+    for job, result in {**RESULTS, "benchmark": BENCHMARK}.items():
+        window.runs.select_job(job)
+        window.runs.job_started(job)
+        window.runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=result))
+    window.runs.select_job("benchmark")
+    settle(qtbot)
+    base = window.runs.status.fontInfo().pointSizeF()
+    answers = []
+    for _ in range(3):
+        start = time.perf_counter()
+        QTest.keyClick(window, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)
+        answers.append(time.perf_counter() - start)
+        assert f"Zoom {window.view.zoom * 100:.0f} %" in window.current_message()
+    assert window.view.zoom == pytest.approx(1.15 ** 3, rel=0.01)
+    assert max(answers) < 0.1, f"zoom steps took {[round(a * 1000) for a in answers]} ms"
+    qtbot.waitUntil(lambda: window.runs.status.fontInfo().pointSizeF() >= 1.4 * base, timeout=5000)
+    settle(qtbot)
+    assert not result_problems(window.runs.result, MIN_PLOT_HEIGHT) + sideways(window)
+    window.runs.select_job("fit")  # a result drawn at the old zoom is drawn again when shown
+    settle(qtbot)
+    (plot,) = window.runs.result.plots
+    assert plot.listDataItems()[0].opts["pen"].widthF() >= 2.0 * window.view.zoom - 0.01
+
+
+# -- cosmetics ---------------------------------------------------------------------------------------------
+
+
+def test_side_dock_tabs_read_whole(qtbot, window: MainWindow) -> None:
+    """Devices, Configuration, History and Doctor as tabs in one side dock at 1280×720: every title whole (they
+    read "De…", "H…")."""
+    window.docks["history"].show()
+    window.open_doctor()
+    qtbot.waitUntil(lambda: window.dockWidgetArea(window.docks["doctor"]) == Qt.DockWidgetArea.LeftDockWidgetArea
+                    and window.docks["doctor"].isVisible(), timeout=3000)
+    settle(qtbot)
+    seen = {}
+    for bar in window.findChildren(QTabBar):
+        if not bar.isVisible():
+            continue
+        for index in range(bar.count()):
+            text = bar.tabText(index)
+            seen[text] = bar.tabRect(index).width() >= bar.fontMetrics().horizontalAdvance(text) + 8
+    assert {"Devices", "Configuration", "History", "Doctor"} <= set(seen), seen
+    assert all(seen.values()), f"cut tab titles: {[text for text, whole in seen.items() if not whole]}"
+    assert window.docks["config"].toggleViewAction().text() == "Configuration (before TF initializes)"
+
+
+def test_copy_as_python_reads_without_a_sideways_scroll_bar(qtbot, window: MainWindow) -> None:
+    window.resize(1024, 768)
+    dialog = window.show_snippet()
+    qtbot.waitExposed(dialog)
+    settle(qtbot)
+    assert not sideways(dialog)
+    dialog.close()
+
+
+def test_a_run_without_placements_says_why_where_they_would_be(qtbot, window: MainWindow) -> None:
+    result = {"kind": "cluster", "strategy": "ParameterServerStrategy", "workers": 2, "loss": [0.5, 0.4],
+              "steps": 2, "steps_per_s": 9.0, "addresses": {}, "variables": {}, "values": {}}
+    window.runs.job_started("parameter-server")
+    window._on_job_finished(JobOutcome("parameter-server", {"log_placement": False}, {"log_placement": True},
+                                       status="ok", result=result))
+    assert "own “Log placement” switch was off" in window.log.summary.text()
+    window.runs.job_started("matmul")
+    window._on_job_finished(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
+                                       result={"matrix": [[1.0]], "device": "/CPU:0"}))
+    assert "“Log device placement” is off in the Configuration" in window.log.summary.text()
