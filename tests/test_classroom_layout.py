@@ -270,3 +270,15 @@ def test_a_run_without_placements_says_why_where_they_would_be(qtbot, window: Ma
     window._on_job_finished(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
                                        result={"matrix": [[1.0]], "device": "/CPU:0"}))
     assert "“Log device placement” is off in the Configuration" in window.log.summary.text()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
+def test_the_placement_log_keeps_several_lines_and_rows(qtbot, window: MainWindow, size) -> None:
+    """The bottom dock's least: the log five lines, the placement table three rows (4 lines and 1-2 rows)."""
+    window.resize(*size)
+    window.docks["log"].raise_()
+    settle(qtbot)
+    log = window.log
+    assert log.view.viewport().height() // log.view.fontMetrics().lineSpacing() >= 5
+    assert log.table.viewport().height() // log.table.verticalHeader().defaultSectionSize() >= 3
+    assert not result_problems(window.runs.result, MIN_PLOT_HEIGHT)
