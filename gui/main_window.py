@@ -68,7 +68,7 @@ READING_DOCK_LEAST = 390  # px they keep even where the job's form then takes on
 LAYOUT_VERSION = 2
 ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
 # the device map's share of the height in presentation mode (the result keeps its 300 px plots at 1280×720)
-PRESENTATION_BOTTOM_SHARE = 0.2
+PRESENTATION_BOTTOM_SHARE, PRESENTATION_BOTTOM_SHARE_LARGE = 0.2, 0.25  # from LARGE_SCREEN_HEIGHT: the larger
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
@@ -291,8 +291,9 @@ class MainWindow(QMainWindow):
                 self.docks[name].hide()
             self.docks["map"].show()
             self.docks["map"].raise_()
-            self.resizeDocks([self.docks["map"]], [int(self.height() * PRESENTATION_BOTTOM_SHARE)],
-                             Qt.Orientation.Vertical)
+            share = PRESENTATION_BOTTOM_SHARE_LARGE if self.height() >= LARGE_SCREEN_HEIGHT else \
+                PRESENTATION_BOTTOM_SHARE
+            self.resizeDocks([self.docks["map"]], [int(self.height() * share)], Qt.Orientation.Vertical)
         elif self._layout_before_presentation is not None:
             self.restoreState(self._layout_before_presentation, LAYOUT_VERSION)
             self._layout_before_presentation = None

@@ -41,14 +41,16 @@ from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
            "dashdot": Qt.PenStyle.DashDotLine}
-MIN_PLOT_WIDTH = 260   # px the plot keeps beside a wide table (whose columns then elide, whole on hover)
 MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
+MIN_CURVES_HEIGHT = 120  # px of curves a plot keeps above a legend below them; shorter, the legend stays beside
 # px each result plot keeps in sight: at 1024×768 and 1280×720 (the form folds to one line while a result is
 # shown), and in presentation mode, where the result and the device map take the screen
 MIN_PLOT_HEIGHT, PRESENTATION_PLOT_HEIGHT = 200, 300
 MIN_COLUMN_WIDTH = 48  # px an elided column keeps: a few letters and the ellipsis
 CAPTION_LEAST_LINES = 2  # the caption's lines always in sight; longer, it scrolls within its own strip
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
+PLOT_AXIS_ROOM = 60    # px of a plot's width its value axis and margins take
+STACKED_TABLE_ROWS = 4  # rows of a table shown above its plot (the rest scroll)
 
 
 def plot_min_height() -> int:
@@ -185,6 +187,14 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         for number, series in enumerate(plot.series):
             self.draw(series, number)
 
+    def legend_width(self) -> float:
+        """The legend's width beside the curves (0 without one), measured before it went below them."""
+        if self.legend is None:
+            return 0.0
+        if self.legend_below:
+            return self._legend_width
+        return max(self.legend.boundingRect().width(), self.legend.preferredWidth())
+
     @staticmethod
     def _device(series: Series) -> str:
         return short_device_name(series.name.split()[0]) if series.name else ""
@@ -232,19 +242,23 @@ class ResultPlot(pg.GraphicsLayoutWidget):
 
     def _place_legend(self) -> None:
         """The legend beside the curves while they keep MIN_CURVES_WIDTH px; below them, in columns, when the
-        plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px)."""
+        plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px) and tall enough
+        that the curves keep MIN_CURVES_HEIGHT px under it (below a short plot, it left them 30 px high)."""
         legend = getattr(self, "legend", None)  # resized while it is being built
         if legend is None or not hasattr(self, "legend_below"):
             return
         width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
-        beside = self.width() - width >= MIN_CURVES_WIDTH
-        below = not beside
+        beside = self.width() - width - PLOT_AXIS_ROOM >= MIN_CURVES_WIDTH - 2  # 2: a rounding of the legend
+        columns = max(1, min(len(legend.items), int(self.width() // 170)))
+        row = max((label.boundingRect().height() for _, label in legend.items), default=20) + 4
+        tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT
+        below = not beside and tall
         if below == self.legend_below:
             return
         if not self.legend_below:
             self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
         self.legend_below = below
-        legend.setColumnCount(max(1, min(len(legend.items), int(self.width() // 170))) if below else 1)
+        legend.setColumnCount(columns if below else 1)
         move_in_layout(self.ci, legend, *((1, 0) if below else (0, 1)))
         self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
@@ -553,18 +567,63 @@ class ResultView(QStackedWidget):
             for box, checked in zip(self.log_boxes, logs, strict=False):
                 box.setChecked(checked)
 
+    def _legend_room(self) -> int:
+        """The width the plots' legends take beside their curves (0 without a legend)."""
+        widths = [plot.legend_width() for plot in self.plots]
+        return int(max(widths, default=0))
+
+    def _plot_room(self) -> int:
+        """The width a plot needs for its curves, value axis and legend beside them."""
+        return MIN_CURVES_WIDTH + PLOT_AXIS_ROOM + self._legend_room()
+
+    def stacked(self) -> bool:
+        """Tables above the plots: beside them, the plot would keep less than its curves' width and legend (at
+        1024×768 the benchmark's seven-series legend went below the curves and left them 40 px high), and the
+        height allows a few of the table's rows above the plots' least height."""
+        if not (self.tables and self.plots):
+            return False
+        room = self.body.width() - self.body.handleWidth() - self._tables_width
+        if room >= self._plot_room():
+            return False
+        caption = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4 + 6
+        return self.height() >= caption + self.stacked_table_height() + self.body.handleWidth() + self._plots_least()
+
+    def stacked_table_height(self) -> int:
+        """The tables' height above the plots: their rows, at most STACKED_TABLE_ROWS of them (then they scroll)."""
+        rows = STACKED_TABLE_ROWS * max((table.rowHeight(0) for table in self.tables if table.rowCount()), default=24)
+        most = sum(min(table.maximumHeight(), table.horizontalHeader().sizeHint().height() + rows
+                       + 2 * table.frameWidth()) for table in self.tables)
+        return most + (len(self._tables_box.findChildren(QCheckBox)) * (self.fontMetrics().height() + 10))
+
     def _fit_tables(self) -> None:
-        """Give the tables their columns' width, the plots the rest (at least MIN_PLOT_WIDTH when they can)."""
+        """Tables beside the plots, with their columns' width and the plots the rest; or, where the plot would
+        be too narrow beside them, above the plots, full width, a few rows high."""
         if not (self.tables and self.plots):
             return
+        stacked = self.stacked()
+        orientation = Qt.Orientation.Vertical if stacked else Qt.Orientation.Horizontal
+        if self.body.orientation() != orientation:
+            self.body.setOrientation(orientation)
+            self._fit_caption()
+        if stacked:
+            total = self.body.height() - self.body.handleWidth()
+            table_height = min(self.stacked_table_height(), max(total - self._plots_least(), 0))
+            self.body.setSizes([table_height, max(total - table_height, 1)])
+            return
         total = self.body.width() - self.body.handleWidth()
-        table_width = min(self._tables_width, max(total - MIN_PLOT_WIDTH, total // 2))
+        # the plot its curves and legend where the table can give way (its columns elide), the table a third at least
+        table_width = min(self._tables_width, max(total - self._plot_room(), total // 3))
         self.body.setSizes([table_width, max(total - table_width, 1)])
 
+    def _plots_least(self) -> int:
+        return plot_min_height() * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
+
     def least_body_height(self) -> int:
-        """What the tables and plots need in sight: each plot its least height; tables alone a few rows."""
+        """What the tables and plots need in sight: each plot its least height (stacked, the tables' few rows
+        above them); tables alone a few rows."""
         if self.plots:
-            return plot_min_height() * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
+            stacked = self.stacked_table_height() + self.body.handleWidth() if self.stacked() else 0
+            return self._plots_least() + stacked
         if self.tables:
             return min(sum(table.maximumHeight() for table in self.tables), 4 * self.fontMetrics().height() + 40)
         return 0

@@ -387,10 +387,10 @@ class RunsPanel(QWidget):
         if total <= 0 or not self._console_sized:
             return
         view = self.results[self.current_job]
+        # three lines; two in presentation mode or zoomed in, where the result needs the room
+        view_now = view_settings.current()
         line = self.console.view.fontMetrics().lineSpacing()
-        # three lines; two in presentation mode, where the result and the device map take the screen
-        console_least = self.console.minimumSizeHint().height() + (0 if view_settings.current().presentation
-                                                                   else line)
+        console_least = self.console.minimumSizeHint().height() + (0 if view_now.scale > 1.2 else line)
         console_most = self.console.sizeHint().height()
         wanted = view.wanted_height()
         if view.plots:
