@@ -283,6 +283,10 @@ class MainWindow(QMainWindow):
         self._view_timer.stop()  # a zoom step waiting to be drawn is drawn now, with the mode
         self.presentation_action.setChecked(on)
         self.settings.setValue(PRESENTATION_KEY, on)
+        # The map's explanation is the presenter's to say: its two large lines cut the boxes' op counts at 720 px.
+        self.device_map.note.setVisible(not on)
+        # Its title bar too: the map is alone at the bottom, and its boxes need the 25 px.
+        self.docks["map"].setTitleBarWidget(QWidget() if on else None)  # type: ignore[arg-type]  # None: the default
         self.apply_view()
         if on:
             # The log and memory tabs too: their least heights held the map's tab group taller than the result
@@ -294,9 +298,22 @@ class MainWindow(QMainWindow):
             share = PRESENTATION_BOTTOM_SHARE_LARGE if self.height() >= LARGE_SCREEN_HEIGHT else \
                 PRESENTATION_BOTTOM_SHARE
             self.resizeDocks([self.docks["map"]], [int(self.height() * share)], Qt.Orientation.Vertical)
+            QTimer.singleShot(0, self, self._fit_presentation_map)  # once the map has its larger font
         elif self._layout_before_presentation is not None:
             self.restoreState(self._layout_before_presentation, LAYOUT_VERSION)
             self._layout_before_presentation = None
+
+    def _fit_presentation_map(self) -> None:
+        """The device map's boxes whole in presentation mode (at 1280×720 a fifth of the height cut them)."""
+        dock = self.docks["map"]
+        if self.closing or not self.view.presentation or dock.isFloating() or not dock.isVisible():
+            return
+        body = self.device_map
+        layout = body.layout()
+        margins = layout.contentsMargins() if layout is not None else None
+        need = self.device_map.canvas.height() + (margins.top() + margins.bottom() if margins is not None else 8) + 2
+        if dock.height() < need:
+            self.resizeDocks([dock], [need], Qt.Orientation.Vertical)
 
     def apply_view(self) -> None:
         """Fonts scaled by the zoom (widgets with a font of their own, the monospace views, scale too), plot

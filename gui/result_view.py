@@ -642,7 +642,8 @@ class ResultView(QStackedWidget):
         """The caption whole while the plots keep their least height beside it; else its first lines, scrolling."""
         width = self.caption_scroll.viewport().width() or self.width()
         needed = max(self.caption.heightForWidth(width), 0)
-        least = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4
+        lines = 1 if view_settings.current().presentation else CAPTION_LEAST_LINES  # the room is the plots' there
+        least = lines * self.caption.fontMetrics().lineSpacing() + 4
         page = self.caption_scroll.parentWidget()
         page_layout = page.layout() if page is not None else None
         spacing = page_layout.spacing() if page_layout is not None else 6

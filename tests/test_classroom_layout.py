@@ -127,6 +127,10 @@ def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, wi
                 assert not runs.form_scroll.isVisible(), f"{label}: the form did not fold under its result"
                 where = f"{label} at {size[0]}×{size[1]}{' in presentation mode' if presentation else ''}"
                 problems += [f"{where}: {problem}" for problem in result_problems(view, least) + sideways(window)]
+                canvas = window.device_map.canvas  # presentation mode: the device map whole beside the result
+                if presentation and canvas.visibleRegion().boundingRect().height() < canvas.height():
+                    problems.append(f"{where}: the device map shows {canvas.visibleRegion().boundingRect().height()}"
+                                    f" of its {canvas.height()} px")
         window.set_presentation(False)
     assert not problems, "\n".join(problems)
 
@@ -289,3 +293,26 @@ def test_the_placement_log_keeps_several_lines_and_rows(qtbot, window: MainWindo
     assert log.view.viewport().height() // log.view.fontMetrics().lineSpacing() >= 5
     assert log.table.viewport().height() // log.table.verticalHeader().defaultSectionSize() >= 3
     assert not result_problems(window.runs.result, MIN_PLOT_HEIGHT)
+
+
+def test_presentation_mode_at_1280x720_shows_the_result_and_the_whole_device_map(qtbot, window: MainWindow) -> None:
+    from tf_device_panel.core.protocol import events
+
+    def cpu(index: int) -> events.LogicalDevice:
+        return {"name": f"/job:localhost/replica:0/task:0/device:CPU:{index}", "short_name": f"/CPU:{index}",
+                "device_type": "CPU"}
+
+    window._on_events([events.Ready(
+        tf_version="2.21.0", python="3.12.3", pid=4242, build={"is_cuda_build": True},
+        physical=({"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0, "visible": True},),
+        logical=(cpu(0), cpu(1)), config={"cpu_devices": 2})])
+    window.presentation_action.trigger()
+    window.runs.select_job("benchmark")
+    window.runs.job_started("benchmark")
+    window.runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
+    canvas = window.device_map.canvas
+    qtbot.waitUntil(lambda: canvas.visibleRegion().boundingRect().height() >= canvas.height() > 50, timeout=3000)
+    settle(qtbot)
+    assert not result_problems(window.runs.result, PRESENTATION_PLOT_HEIGHT) + sideways(window)
+    window.presentation_action.trigger()
+    assert window.device_map.note.isVisible() and window.docks["log"].isVisible()
