@@ -316,3 +316,17 @@ def test_presentation_mode_at_1280x720_shows_the_result_and_the_whole_device_map
     assert not result_problems(window.runs.result, PRESENTATION_PLOT_HEIGHT) + sideways(window)
     window.presentation_action.trigger()
     assert window.device_map.note.isVisible() and window.docks["log"].isVisible()
+
+
+def test_memory_legend_swatches_sit_level_with_their_labels(qtbot, window: MainWindow) -> None:
+    """The host-memory legend's swatches sat 25 px below and 50 px left of their labels (the legend stretched to
+    the plot's height)."""
+    window.docks["memory"].raise_()
+    qtbot.waitUntil(lambda: bool(window.memory.legends) and all(legend.items for legend in
+                                                                 window.memory.legends.values()), timeout=5000)
+    settle(qtbot)
+    for name, legend in window.memory.legends.items():
+        for sample, label in legend.items:
+            sample_box, text_box = sample.sceneBoundingRect(), label.item.sceneBoundingRect()
+            assert abs(sample_box.center().y() - text_box.center().y()) <= 3, (name, label.text)
+            assert 0 <= text_box.left() - sample_box.right() <= 20, (name, label.text)
