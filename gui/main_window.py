@@ -284,7 +284,7 @@ class MainWindow(QMainWindow):
         self.presentation_action.setChecked(on)
         self.settings.setValue(PRESENTATION_KEY, on)
         # The map's explanation is the presenter's to say: its two large lines cut the boxes' op counts at 720 px.
-        self.device_map.note.setVisible(not on)
+        self.device_map.set_presenting(on)
         # Its title bar too: the map is alone at the bottom, and its boxes need the 25 px.
         self.docks["map"].setTitleBarWidget(QWidget() if on else None)  # type: ignore[arg-type]  # None: the default
         self.apply_view()
@@ -308,10 +308,7 @@ class MainWindow(QMainWindow):
         dock = self.docks["map"]
         if self.closing or not self.view.presentation or dock.isFloating() or not dock.isVisible():
             return
-        body = self.device_map
-        layout = body.layout()
-        margins = layout.contentsMargins() if layout is not None else None
-        need = self.device_map.canvas.height() + (margins.top() + margins.bottom() if margins is not None else 8) + 2
+        need = self.device_map.least_height()
         if dock.height() < need:
             self.resizeDocks([dock], [need], Qt.Orientation.Vertical)
 
