@@ -96,7 +96,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         try:
             load_profile(args.config)
         except ProfileError as exc:
-            parser.error(f"--config {args.config}: " + "; ".join(exc.problems))
+            parser.error(f"--config {args.config}: " + "; ".join(str(problem) for problem in exc.problems))
     known = {param.name: param for param in JOBS[args.job].params}
     for item in args.param:
         name, equals, value = item.partition("=")
@@ -106,8 +106,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         try:
             typed(known[name].default, value)
         except ValueError:
-            parser.error(f"--param {item}: {value!r} is not a {type(known[name].default).__name__} "
-                         f"({args.job}'s {name} is one)")
+            kind = {int: "whole number", float: "number"}.get(type(known[name].default), "value")
+            parser.error(f"--param {item}: {value!r} is not a {kind} ({args.job}'s {name} takes one)")
     return args
 
 
