@@ -330,3 +330,17 @@ def test_memory_legend_swatches_sit_level_with_their_labels(qtbot, window: MainW
             sample_box, text_box = sample.sceneBoundingRect(), label.item.sceneBoundingRect()
             assert abs(sample_box.center().y() - text_box.center().y()) <= 3, (name, label.text)
             assert 0 <= text_box.left() - sample_box.right() <= 20, (name, label.text)
+
+
+def test_a_result_without_plots_leaves_the_console_the_room(qtbot, window: MainWindow) -> None:
+    """Your script's one-line result sat above ~250 px of nothing and a 3-line console."""
+    runs = window.runs
+    runs.select_job("script")
+    runs.job_started("script")
+    runs.add_output("script", [(f"epoch {n}: loss {1 / n:.3f}", False) for n in range(1, 40)])
+    runs.job_finished(JobOutcome("script", {}, {}, status="ok", result=RESULTS["script"]))
+    settle(qtbot)
+    view = runs.result
+    assert view.height() <= view.wanted_height() + 12, (view.height(), view.wanted_height())
+    assert runs.console.height() >= 8 * runs.console.view.fontMetrics().lineSpacing()
+    assert not result_problems(view, MIN_PLOT_HEIGHT)
