@@ -268,6 +268,19 @@ class DeviceMapPanel(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(scroll, 1)
 
+    def set_presenting(self, on: bool) -> None:
+        """Presentation mode: the explanation line is the presenter's to say (its two large lines cut the
+        boxes' op counts at 1280×720); back again when it ends."""
+        self.note.setVisible(not on)
+
+    def least_height(self) -> int:
+        """The height that shows every box whole: the canvas (in the font drawn), the note if shown, margins."""
+        layout = self.layout()
+        margins = layout.contentsMargins() if layout is not None else None
+        spacing = layout.spacing() if layout is not None else 6
+        note = self.note.heightForWidth(max(self.width(), 200)) + spacing if self.note.isVisibleTo(self) else 0
+        return self.canvas.height() + note + (margins.top() + margins.bottom() if margins is not None else 8) + 2
+
     def set_devices(self, ready: events.Ready, config: dict[str, Any] | None, inventory: DeviceInventory) -> None:
         """A ready runtime's devices: `config` the applied profile's JSON (else the one the report carries),
         `inventory` its GPUs matched to NVML's (by bus id), for each GPU's memory and NVML index. The report's

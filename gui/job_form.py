@@ -297,6 +297,21 @@ class ParamForm(QWidget):
     def values(self) -> dict[str, Any]:
         return {name: getter() for name, getter in self.getters.items()}
 
+    def summary(self) -> str:
+        """The shown rows on one line, as the form's labels say them: "Epochs 8 · Model dense · Devices all"."""
+        parts = []
+        for name in self.shown_rows():
+            value = self.getters[name]()
+            param = self._params[name]
+            if isinstance(value, bool):
+                text = "on" if value else "off"
+            elif value == "" and param.empty_means:
+                text = param.empty_means
+            else:
+                text = str(value)
+            parts.append(f"{param.label or name} {text}")
+        return " · ".join(parts) if parts else "no parameters"
+
     def set_value(self, name: str, value: Any) -> None:
         widget = self.widgets[name]
         if isinstance(widget, QComboBox):

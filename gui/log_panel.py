@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import html
 from collections import Counter, deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QEvent,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -173,6 +181,9 @@ class PlacementProxy(QSortFilterProxyModel):
         return bool(super().lessThan(left, right))
 
 
+LOG_LEAST_LINES, TABLE_LEAST_ROWS = 5, 3
+
+
 class LogPanel(QWidget):
     """Bounded, batched raw log with filters, and the placement table.
 
@@ -221,7 +232,6 @@ class LogPanel(QWidget):
         mono = QFont("monospace")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.view.setFont(mono)
-        self.view.setMinimumHeight(60)  # a short bottom dock keeps the job's result in sight at 1280×720
         self.live_line = QLabel()
         self.live_line.setFont(mono)
         self.live_line.setTextFormat(Qt.TextFormat.PlainText)
@@ -279,6 +289,21 @@ class LogPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(filters)
         layout.addWidget(splitter, 1)
+        self._fit_minimums()
+
+    def _fit_minimums(self) -> None:
+        """A useful least: the log LOG_LEAST_LINES lines, the table its header and TABLE_LEAST_ROWS rows, in the
+        font they are drawn with (the window's zoom). The bottom dock gave them 4 lines and 1-2 rows at 1280×720."""
+        lines = LOG_LEAST_LINES * self.view.fontMetrics().lineSpacing() + 2 * self.view.frameWidth() + 8
+        self.view.setMinimumHeight(lines)
+        rows = (self.table.horizontalHeader().sizeHint().height() + 2 * self.table.frameWidth()
+                + TABLE_LEAST_ROWS * self.table.verticalHeader().defaultSectionSize())
+        self.table.setMinimumHeight(rows)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):
+            self._fit_minimums()
 
     # -- feeding -------------------------------------------------------------------------------
     def add_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
@@ -368,6 +393,11 @@ class LogPanel(QWidget):
             f"⚠ Soft placement: <b>{fallback.op}</b> was pinned to <b>{fallback.requested}</b>, which does not "
             f"exist here, and ran on <b>{fallback.actual_short}</b> instead.")
         self.fallback_banner.show()
+
+    def no_placements_because(self, reason: str) -> None:
+        """A finished run logged no placement: say why where its placements would be."""
+        if not self.model.rows:
+            self.summary.setText(html.escape(f"No placements: {reason}"))
 
     def _update_summary(self) -> None:
         totals = self.model.per_device()

@@ -40,6 +40,7 @@ from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
 from tf_device_panel.gui.controller import BUSY, EXITED, NOT_STARTED, READY, STARTING, RuntimeController
@@ -66,13 +67,15 @@ READING_DOCK_LEAST = 390  # px they keep even where the job's form then takes on
 # Saved layouts from another version of the window are not restored: their docks may no longer exist or fit.
 LAYOUT_VERSION = 2
 ZOOM_KEY, PRESENTATION_KEY = "view/zoom", "view/presentation"
-PRESENTATION_BOTTOM_SHARE = 0.25 # the device map's share of the height in presentation mode
+# the device map's share of the height in presentation mode (the result keeps its 300 px plots at 1280×720)
+PRESENTATION_BOTTOM_SHARE, PRESENTATION_BOTTOM_SHARE_LARGE = 0.2, 0.25  # from LARGE_SCREEN_HEIGHT: the larger
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 SIDE_DOCKS = ("devices", "config", "history", "doctor")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
 MEMORY_PLOT_SMALL, MEMORY_PLOT_LARGE = 150, 200  # px per memory plot when that dock is raised
 LARGE_SCREEN_HEIGHT = 950  # px of window from which memory plots get MEMORY_PLOT_LARGE
 SCREEN_SHARE = 0.9
+ZOOM_SETTLE_MS = 60  # zoom steps this close together are drawn once, at the last step's size
 
 
 class MainWindow(QMainWindow):
@@ -100,6 +103,12 @@ class MainWindow(QMainWindow):
         self._base_font = QFont(self.font())
         self._base_palette = QPalette(self.palette())
         self._layout_before_presentation: QByteArray | None = None
+        # A zoom step answers at once (its level in the status bar); the window is restyled once a burst of
+        # steps ends: each restyle took seconds while every result was drawn again, so presses queued up.
+        self._view_timer = QTimer(self)
+        self._view_timer.setSingleShot(True)
+        self._view_timer.setInterval(ZOOM_SETTLE_MS)
+        self._view_timer.timeout.connect(self.apply_view)
         # The window's state without Qt: the configuration, the device inventory and the one telemetry sampler
         # (the memory graphs and the device map read it); started here, after the log handler, so the first
         # sampler or NVML warning is shown too.
@@ -145,11 +154,11 @@ class MainWindow(QMainWindow):
         config_column.addLayout(config_buttons)
         self.docks = {
             "devices": self._dock("Devices", self.devices, Qt.DockWidgetArea.LeftDockWidgetArea),
-            "config": self._dock("Configuration (before TF initializes)", config_dock_body,
-                                 Qt.DockWidgetArea.LeftDockWidgetArea),
+            "config": self._dock("Configuration", config_dock_body, Qt.DockWidgetArea.LeftDockWidgetArea,
+                                 "Configuration (before TF initializes)"),
             "log": self._dock("Placement log", self.log, Qt.DockWidgetArea.BottomDockWidgetArea),
             "history": self._dock("History", self.history_panel, Qt.DockWidgetArea.RightDockWidgetArea),
-            "doctor": self._dock("Doctor (why no GPU?)", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea),
+            "doctor": self._dock("Doctor", self.doctor, Qt.DockWidgetArea.RightDockWidgetArea, "Doctor (why no GPU?)"),
             "memory": self._dock("Memory (live)", self.memory, Qt.DockWidgetArea.BottomDockWidgetArea),
             "machines": self._dock("Machines (lab)", self.machines, Qt.DockWidgetArea.RightDockWidgetArea),
             "map": self._dock("Device map", self.device_map, Qt.DockWidgetArea.BottomDockWidgetArea),
@@ -257,7 +266,7 @@ class MainWindow(QMainWindow):
 
     def _view_changed(self) -> None:
         self.settings.setValue(ZOOM_KEY, self.view.zoom)
-        self.apply_view()
+        self._view_timer.start()  # apply_view, once the steps pause
         self.flash(f"Zoom {self.view.zoom * 100:.0f} %" + (" (presentation mode)" if self.view.presentation else ""),
                    3000)
 
@@ -271,19 +280,37 @@ class MainWindow(QMainWindow):
         if on:
             self._layout_before_presentation = self.saveState(LAYOUT_VERSION)
         self.view.presentation = on
+        self._view_timer.stop()  # a zoom step waiting to be drawn is drawn now, with the mode
         self.presentation_action.setChecked(on)
         self.settings.setValue(PRESENTATION_KEY, on)
+        # The map's explanation is the presenter's to say: its two large lines cut the boxes' op counts at 720 px.
+        self.device_map.set_presenting(on)
+        # Its title bar too: the map is alone at the bottom, and its boxes need the 25 px.
+        self.docks["map"].setTitleBarWidget(QWidget() if on else None)  # type: ignore[arg-type]  # None: the default
         self.apply_view()
         if on:
-            for name in SIDE_DOCKS:
+            # The log and memory tabs too: their least heights held the map's tab group taller than the result
+            # could spare (a 300 px plot at 1280×720); leaving the mode brings them back.
+            for name in (*SIDE_DOCKS, "log", "memory"):
                 self.docks[name].hide()
             self.docks["map"].show()
             self.docks["map"].raise_()
-            self.resizeDocks([self.docks["map"]], [int(self.height() * PRESENTATION_BOTTOM_SHARE)],
-                             Qt.Orientation.Vertical)
+            share = PRESENTATION_BOTTOM_SHARE_LARGE if self.height() >= LARGE_SCREEN_HEIGHT else \
+                PRESENTATION_BOTTOM_SHARE
+            self.resizeDocks([self.docks["map"]], [int(self.height() * share)], Qt.Orientation.Vertical)
+            QTimer.singleShot(0, self, self._fit_presentation_map)  # once the map has its larger font
         elif self._layout_before_presentation is not None:
             self.restoreState(self._layout_before_presentation, LAYOUT_VERSION)
             self._layout_before_presentation = None
+
+    def _fit_presentation_map(self) -> None:
+        """The device map's boxes whole in presentation mode (at 1280×720 a fifth of the height cut them)."""
+        dock = self.docks["map"]
+        if self.closing or not self.view.presentation or dock.isFloating() or not dock.isVisible():
+            return
+        need = self.device_map.least_height()
+        if dock.height() < need:
+            self.resizeDocks([dock], [need], Qt.Orientation.Vertical)
 
     def apply_view(self) -> None:
         """Fonts scaled by the zoom (widgets with a font of their own, the monospace views, scale too), plot
@@ -324,10 +351,15 @@ class MainWindow(QMainWindow):
         if not self.doctor.checks and not self.doctor.running:
             self.doctor.run()
 
-    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+    def _dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea, long_title: str = "") -> QDockWidget:
+        """A dock titled `title`: a tab's text when docks share a place, so short enough that four tabs read
+        whole in a 390 px side dock ("De…", "H…" before); `long_title` says more in the View menu and on hover."""
         dock = QDockWidget(title, self)
         dock.setObjectName(title.split()[0].lower() + "-dock")
         dock.setWidget(widget)
+        if long_title:
+            dock.toggleViewAction().setText(long_title)
+            dock.setToolTip(long_title)
         self.addDockWidget(area, dock)
         return dock
 
@@ -508,6 +540,7 @@ class MainWindow(QMainWindow):
 
     def _on_job_finished(self, outcome: JobOutcome) -> None:
         self.runs.job_finished(outcome)
+        self.log.no_placements_because(placement_silence(outcome))
         self.history_panel.refresh()
         self._refresh_status()
 
@@ -757,6 +790,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.closing = True
         self.message_timer.stop()
+        self._view_timer.stop()
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self._layout_before_presentation
@@ -770,6 +804,20 @@ class MainWindow(QMainWindow):
         self.machines.stop()
         self.doctor.wait(30)
         super().closeEvent(event)
+
+
+def placement_silence(outcome: JobOutcome) -> str:
+    """Why a finished run logged no placement, as the person can change it."""
+    spec = JOBS.get(outcome.job)
+    own = next((param for param in spec.params if param.name == "log_placement"), None) if spec else None
+    if own is not None and outcome.params.get("log_placement") is False:
+        return (f"{spec.title if spec else outcome.job}'s own “{own.label}” switch was off for this run; tick it in "
+                "the job's form to see where its ops run.")
+    if outcome.config.get("log_placement") is False:
+        return "“Log device placement” is off in the Configuration; tick it and Apply to see where ops run."
+    if outcome.status != "ok":
+        return f"the run ended ({outcome.status}) before any op was placed."
+    return "this run placed no TensorFlow op."
 
 
 def about_html(tf_version: str | None, driver: str | None) -> str:

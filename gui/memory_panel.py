@@ -405,6 +405,8 @@ class MemoryPanel(QWidget):
             # No grid: its translucent lines cost ~15 ms per plot per redraw; limits and totals are the guides.
             # No pyqtgraph downsampling either: redraw hands each curve no more than the pixels can show.
             legend = pg.LegendItem(labelTextSize="8pt", labelTextColor=palette_colors()[1])
+            # Rows as tall as their text: stretched to the plot's height, each swatch sat 25 px below its label.
+            legend.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
             self.legends[key] = legend
             plot.setMouseEnabled(x=False, y=False)
             plot.getViewBox().enableAutoRange(axis="y", enable=False)
@@ -470,6 +472,7 @@ class MemoryPanel(QWidget):
             else:  # moved within the layout, never out of the scene (see move_in_layout)
                 move_in_layout(layout, plot, row, col, 1, span)
                 move_in_layout(layout, self.legends[key], row, col + span)
+            layout.layout.setAlignment(self.legends[key], Qt.AlignmentFlag.AlignTop)  # at the top of its cell
             # X is linked: one time axis under each bottom plot is enough and paints fast
             plot.showAxis("bottom", row == bottom_row)
         self.graphs.setMinimumHeight(PLOT_MIN_HEIGHT * self.plot_rows)
@@ -492,6 +495,9 @@ class MemoryPanel(QWidget):
         curve = Curve(pen=pen, connect="finite", skipFiniteCheck=True)
         self.plots[plot].addItem(curve)
         self.legends[plot].addItem(curve, legend)
+        sample, label = self.legends[plot].items[-1]
+        for part in (sample, label):  # the swatch level with its label
+            self.legends[plot].layout.setAlignment(part, Qt.AlignmentFlag.AlignVCenter)
         self.curves[key] = curve
         self.curve_names[key] = human
         self.curve_plots[key] = plot

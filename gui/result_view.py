@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, QTimer
-from PySide6.QtGui import QColor, QFont, QResizeEvent
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -42,10 +42,21 @@ from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
            "dashdot": Qt.PenStyle.DashDotLine}
-MIN_PLOT_WIDTH = 220   # px the plot keeps beside a wide table
 MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
-MIN_PLOT_HEIGHT = 120  # px: a loss curve still reads; more of 720 px goes to the job's form and caption
+MIN_CURVES_HEIGHT = 120  # px of curves a plot keeps above a legend below them; shorter, the legend stays beside
+# px each result plot keeps in sight: at 1024×768 and 1280×720 (the form folds to one line while a result is
+# shown), and in presentation mode, where the result and the device map take the screen
+MIN_PLOT_HEIGHT, PRESENTATION_PLOT_HEIGHT = 200, 300
+MIN_COLUMN_WIDTH = 48  # px an elided column keeps: a few letters and the ellipsis
+CAPTION_LEAST_LINES = 2  # the caption's lines always in sight; longer, it scrolls within its own strip
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
+PLOT_AXIS_ROOM = 60    # px of a plot's width its value axis and margins take
+STACKED_TABLE_ROWS = 4  # rows of a table shown above its plot (the rest scroll)
+
+
+def plot_min_height() -> int:
+    """The height each result plot keeps in sight, as the window is drawn now (presentation mode: more)."""
+    return PRESENTATION_PLOT_HEIGHT if view_settings.current().presentation else MIN_PLOT_HEIGHT
 
 
 def short_devices(text: str) -> str:
@@ -59,7 +70,9 @@ def rich_text(text: str) -> str:
     for match in _DEVICE.finditer(text):
         short = short_device_name(match.group())
         parts.append(html.escape(text[last:match.start()]))
-        parts.append(f"<span style='color:{device_color(short).name()}'>{html.escape(short)}</span>")
+        # never split across lines ("not over /" then "CPU:0")
+        parts.append(f"<span style='color:{device_color(short).name()}; white-space:nowrap'>"
+                     f"{html.escape(short)}</span>")
         last = match.end()
     parts.append(html.escape(text[last:]))
     return f"<span style='white-space:pre-wrap'>{''.join(parts)}</span>"
@@ -143,7 +156,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         for name in ("left", "bottom"):
             self.plot_item.getAxis(name).enableAutoSIPrefix(False)  # a loss reads 0.6, not 600 (x0.001)
         self.plot_item.showGrid(x=True, y=True, alpha=0.3)
-        self.setMinimumHeight(MIN_PLOT_HEIGHT)
+        self.setMinimumHeight(plot_min_height())
         self.legend: pg.LegendItem | None = None
         settings = view_settings.current()
         if settings.scale != 1.0:
@@ -151,6 +164,10 @@ class ResultPlot(pg.GraphicsLayoutWidget):
             font.setPointSizeF(font.pointSizeF() * settings.scale if font.pointSizeF() > 0 else 9 * settings.scale)
             for name in ("left", "bottom"):
                 self.plot_item.getAxis(name).setStyle(tickFont=font)
+            # the axis titles too ("epoch" stayed small beside large ticks)
+            title_size = {"font-size": f"{9 * settings.scale:.0f}pt"}
+            self.plot_item.setLabel("bottom", plot.x_label, **title_size)
+            self.plot_item.setLabel("left", plot.y_label, **title_size)
         if len(plot.series) > 1:
             self.legend = pg.LegendItem(labelTextColor=palette_colors()[1],
                                         labelTextSize=f"{9 * settings.scale:.0f}pt")
@@ -170,6 +187,14 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
+
+    def legend_width(self) -> float:
+        """The legend's width beside the curves (0 without one), measured before it went below them."""
+        if self.legend is None:
+            return 0.0
+        if self.legend_below:
+            return self._legend_width
+        return max(self.legend.boundingRect().width(), self.legend.preferredWidth())
 
     @staticmethod
     def _device(series: Series) -> str:
@@ -218,25 +243,76 @@ class ResultPlot(pg.GraphicsLayoutWidget):
 
     def _place_legend(self) -> None:
         """The legend beside the curves while they keep MIN_CURVES_WIDTH px; below them, in columns, when the
-        plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px)."""
+        plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px) and tall enough
+        that the curves keep MIN_CURVES_HEIGHT px under it (below a short plot, it left them 30 px high)."""
         legend = getattr(self, "legend", None)  # resized while it is being built
         if legend is None or not hasattr(self, "legend_below"):
             return
         width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
-        beside = self.width() - width >= MIN_CURVES_WIDTH
-        below = not beside
+        beside = self.width() - width - PLOT_AXIS_ROOM >= MIN_CURVES_WIDTH - 2  # 2: a rounding of the legend
+        columns = max(1, min(len(legend.items), int(self.width() // 170)))
+        row = max((label.boundingRect().height() for _, label in legend.items), default=20) + 4
+        tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT
+        below = not beside and tall
         if below == self.legend_below:
             return
         if not self.legend_below:
             self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
         self.legend_below = below
-        legend.setColumnCount(max(1, min(len(legend.items), int(self.width() // 170))) if below else 1)
+        legend.setColumnCount(columns if below else 1)
         move_in_layout(self.ci, legend, *((1, 0) if below else (0, 1)))
         self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
 
+class ResultTable(QTableWidget):
+    """A result's table: never a sideways scroll bar. Its columns take their contents' width when the room
+    allows; with less, the widest ones give way and elide (each cell's whole text on hover)."""
+
+    def __init__(self, rows: int, columns: int):
+        super().__init__(rows, columns)
+        self.natural: list[int] = []
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "/job:ps/…/CPU:0" keeps both ends
+        self.setWordWrap(False)
+
+    def measure(self) -> None:
+        self.resizeColumnsToContents()
+        self.natural = [self.columnWidth(c) for c in range(self.columnCount())]
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        if not self.natural:
+            return
+        widths = fitted_widths(self.natural, self.viewport().width())
+        for column, width in enumerate(widths):
+            if self.columnWidth(column) != width:
+                self.setColumnWidth(column, width)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_columns()
+        QTimer.singleShot(0, self, self.fit_columns)  # once a vertical scroll bar has come or gone
+
+
+def fitted_widths(natural: list[int], room: int) -> list[int]:
+    """Column widths that fit `room` px: each its natural width when all fit; otherwise the widest ones cut to
+    one common width (never below MIN_COLUMN_WIDTH), the narrow ones kept whole."""
+    if sum(natural) <= room or not natural:
+        return list(natural)
+    ordered = sorted(natural)
+    cap, spent = ordered[-1], 0
+    for index, width in enumerate(ordered):
+        left = len(ordered) - index
+        if spent + width * left >= room:
+            cap = (room - spent) // left
+            break
+        spent += width
+    cap = max(cap, MIN_COLUMN_WIDTH)
+    return [min(width, cap) for width in natural]
+
+
 def _table_widget(table: Table) -> QTableWidget:
-    widget = QTableWidget(len(table.rows), len(table.columns))
+    widget = ResultTable(len(table.rows), len(table.columns))
     widget.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     if table.matrix:
         widget.horizontalHeader().setVisible(False)
@@ -247,8 +323,7 @@ def _table_widget(table: Table) -> QTableWidget:
         for c, (text, column) in enumerate(zip(texts, table.columns, strict=True)):
             shown = short_devices(text)
             item = QTableWidgetItem(shown)
-            if shown != text:
-                item.setToolTip(text)  # the full device name, as exports keep it
+            item.setToolTip(text)  # the whole text where the column elides; the full device name, as exports keep it
             if column.align == "right":
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             if shown.startswith("/"):
@@ -264,7 +339,10 @@ def size_table(widget: QTableWidget, matrix: bool) -> None:
     """Columns and rows to their contents, in the font the table is drawn with (call again once it is in the
     window: the window's zoom reaches it through the style sheet only then)."""
     widget.ensurePolished()
-    widget.resizeColumnsToContents()
+    if isinstance(widget, ResultTable):
+        widget.measure()
+    else:
+        widget.resizeColumnsToContents()
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
@@ -276,7 +354,9 @@ def size_table(widget: QTableWidget, matrix: bool) -> None:
 def table_content_width(widget: QTableWidget) -> int:
     """The width that shows every column whole, a vertical scroll bar included in case the rows overflow."""
     vertical_header = widget.verticalHeader().sizeHint().width() if widget.verticalHeader().isVisible() else 0
-    return (widget.horizontalHeader().length() + vertical_header + 2 * widget.frameWidth()
+    natural = widget.natural if isinstance(widget, ResultTable) and widget.natural else None
+    columns = sum(natural) if natural else widget.horizontalHeader().length()
+    return (columns + vertical_header + 2 * widget.frameWidth()
             + widget.verticalScrollBar().sizeHint().width() + TABLE_SLACK)
 
 
@@ -301,8 +381,8 @@ class _MessageScroll(QScrollArea):
 
 
 class _ResultPage(QWidget):
-    """Caption above tables and plots. Its height for a width is the caption's whole text and the least the
-    tables and plots need (their preferred heights made the page scroll in an area that could show it)."""
+    """Caption above tables and plots. Its height for a width is the caption's strip and the least the tables
+    and plots need (their preferred heights made the page scroll in an area that could show it)."""
 
     def __init__(self, view: ResultView):
         super().__init__()
@@ -314,12 +394,14 @@ class _ResultPage(QWidget):
     def heightForWidth(self, width: int) -> int:
         layout = self.layout()
         spacing = layout.spacing() if layout is not None else 0
-        return (self._view.caption.heightForWidth(width) + spacing
+        return (self._view.caption_scroll.minimumHeight() + spacing
                 + self._view.body.minimumSizeHint().height())
 
 
 class ResultView(QStackedWidget):
     """Page 0: a message (running, failed, with its details). Page 1: a presentation: caption, tables, plots."""
+
+    shown = Signal()  # another message or result is shown: the panel around it gives it its room again
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -364,7 +446,15 @@ class ResultView(QStackedWidget):
         page_body = _ResultPage(self)
         layout = QVBoxLayout(page_body)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.caption)
+        # The caption in a strip of its own: whole where the room allows, else its first lines with the rest a
+        # scroll away, so a long caption never pushes the plots out of sight.
+        self.caption_scroll = QScrollArea()
+        self.caption_scroll.setObjectName("result-caption")
+        self.caption_scroll.setWidgetResizable(True)
+        self.caption_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.caption_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.caption_scroll.setWidget(self.caption)
+        layout.addWidget(self.caption_scroll)
         layout.addWidget(self.body, 1)
         # Where the result area is shorter than the caption and a readable plot (a dock beside the Runs panel
         # at 1280×720), the result scrolls down instead of cutting the caption's last lines.
@@ -383,6 +473,12 @@ class ResultView(QStackedWidget):
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
         self._tables_width = 0
+        self._stale = False  # drawn at another zoom than the window's: drawn again when shown
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._stale:
+            self.redraw(now=True)
 
     def show_message(self, html_text: str) -> None:
         self.message.setText(html_text)
@@ -390,6 +486,7 @@ class ResultView(QStackedWidget):
         self.oom.set_oom(None)
         self._live_curve = None
         self.setCurrentIndex(0)
+        self.shown.emit()
 
     def show_error(self, outcome: JobOutcome) -> None:
         """The failure once, whole: the status line above says only how the run ended and when."""
@@ -401,6 +498,7 @@ class ResultView(QStackedWidget):
         self.oom.set_oom(outcome.oom)
         self._live_curve = None
         self.setCurrentIndex(0)
+        self.shown.emit()
 
     def show_outcome(self, outcome: JobOutcome) -> None:
         presentation = present(outcome.result)
@@ -457,26 +555,113 @@ class ResultView(QStackedWidget):
         self._plots_box.setVisible(bool(self.plots))
         self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
+        self._fit_caption()
         self._fit_tables()
+        self.shown.emit()
 
-    def redraw(self) -> None:
-        """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines)."""
+    def redraw(self, now: bool = False) -> None:
+        """Draw the shown presentation again (the zoom or presentation mode changed its fonts and lines); a view
+        out of sight only notes it, and is drawn again when shown (`now`)."""
+        if not (now or self.isVisible()):
+            self._stale = True
+            return
+        self._stale = False
         if self.presentation is not None and self.currentIndex() == 1 and self._live_curve is None:
             logs = [box.isChecked() for box in self.log_boxes]
             self.show_presentation(self.presentation)
             for box, checked in zip(self.log_boxes, logs, strict=False):
                 box.setChecked(checked)
 
+    def _legend_room(self) -> int:
+        """The width the plots' legends take beside their curves (0 without a legend)."""
+        widths = [plot.legend_width() for plot in self.plots]
+        return int(max(widths, default=0))
+
+    def _plot_room(self) -> int:
+        """The width a plot needs for its curves, value axis and legend beside them."""
+        return MIN_CURVES_WIDTH + PLOT_AXIS_ROOM + self._legend_room()
+
+    def stacked(self) -> bool:
+        """Tables above the plots: beside them, the plot would keep less than its curves' width and legend (at
+        1024×768 the benchmark's seven-series legend went below the curves and left them 40 px high), and the
+        height allows a few of the table's rows above the plots' least height."""
+        if not (self.tables and self.plots):
+            return False
+        room = self.body.width() - self.body.handleWidth() - self._tables_width
+        if room >= self._plot_room():
+            return False
+        caption = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4 + 6
+        return self.height() >= caption + self.stacked_table_height() + self.body.handleWidth() + self._plots_least()
+
+    def stacked_table_height(self) -> int:
+        """The tables' height above the plots: their rows, at most STACKED_TABLE_ROWS of them (then they scroll)."""
+        rows = STACKED_TABLE_ROWS * max((table.rowHeight(0) for table in self.tables if table.rowCount()), default=24)
+        most = sum(min(table.maximumHeight(), table.horizontalHeader().sizeHint().height() + rows
+                       + 2 * table.frameWidth()) for table in self.tables)
+        return most + (len(self._tables_box.findChildren(QCheckBox)) * (self.fontMetrics().height() + 10))
+
     def _fit_tables(self) -> None:
-        """Give the tables their columns' width, the plots the rest (at least MIN_PLOT_WIDTH when they can)."""
+        """Tables beside the plots, with their columns' width and the plots the rest; or, where the plot would
+        be too narrow beside them, above the plots, full width, a few rows high."""
         if not (self.tables and self.plots):
             return
+        stacked = self.stacked()
+        orientation = Qt.Orientation.Vertical if stacked else Qt.Orientation.Horizontal
+        if self.body.orientation() != orientation:
+            self.body.setOrientation(orientation)
+            self._fit_caption()
+        if stacked:
+            total = self.body.height() - self.body.handleWidth()
+            table_height = min(self.stacked_table_height(), max(total - self._plots_least(), 0))
+            self.body.setSizes([table_height, max(total - table_height, 1)])
+            return
         total = self.body.width() - self.body.handleWidth()
-        table_width = min(self._tables_width, max(total - MIN_PLOT_WIDTH, total // 2))
+        # the plot its curves and legend where the table can give way (its columns elide), the table a third at least
+        table_width = min(self._tables_width, max(total - self._plot_room(), total // 3))
         self.body.setSizes([table_width, max(total - table_width, 1)])
+
+    def _plots_least(self) -> int:
+        return plot_min_height() * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
+
+    def least_body_height(self) -> int:
+        """What the tables and plots need in sight: each plot its least height (stacked, the tables' few rows
+        above them); tables alone a few rows."""
+        if self.plots:
+            stacked = self.stacked_table_height() + self.body.handleWidth() if self.stacked() else 0
+            return self._plots_least() + stacked
+        if self.tables:
+            return min(sum(table.maximumHeight() for table in self.tables), 4 * self.fontMetrics().height() + 40)
+        return 0
+
+    def wanted_height(self) -> int:
+        """The height that shows the whole result: the message, or the caption, tables and plots (plots at their
+        least). The console under it gets the rest (a script's one-line result left 250 px empty above it)."""
+        if self.currentIndex() == 0:
+            body = self.message.parentWidget()
+            return body.sizeHint().height() if body is not None else 0
+        tables = self._tables_box.sizeHint().height() if self.tables else 0
+        caption = self.caption.heightForWidth(max(self.caption_scroll.viewport().width(), 200))
+        return caption + 6 + max(tables, self.least_body_height())
+
+    def _fit_caption(self) -> None:
+        """The caption whole while the plots keep their least height beside it; else its first lines, scrolling."""
+        width = self.caption_scroll.viewport().width() or self.width()
+        needed = max(self.caption.heightForWidth(width), 0)
+        lines = 1 if view_settings.current().presentation else CAPTION_LEAST_LINES  # the room is the plots' there
+        least = lines * self.caption.fontMetrics().lineSpacing() + 4
+        page = self.caption_scroll.parentWidget()
+        page_layout = page.layout() if page is not None else None
+        spacing = page_layout.spacing() if page_layout is not None else 6
+        room = self.height() - self.least_body_height() - spacing
+        height = max(min(needed, room), min(needed, least))
+        if self.caption_scroll.height() != height or self.caption_scroll.minimumHeight() != height:
+            self.caption_scroll.setFixedHeight(height)
+        self.caption_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if needed > height
+                                                       else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
+        self._fit_caption()
         self._fit_tables()
 
     def add_live_loss(self, step: int, value: float) -> None:

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runproc.jobs import JOBS, ParamError
+from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.job_state import JobState
@@ -150,6 +151,14 @@ class RunsPanel(QWidget):
         self.code_button = QPushButton("Show code…")
         self.code_button.setToolTip("The code this job runs inside the TensorFlow runtime")
         self.code_button.clicked.connect(self.show_code)
+        # While the selected job's result is shown its form folds to the one line above (the values it ran
+        # with); this opens it again to edit them.
+        self.fold_button = QPushButton("Edit parameters ▾")
+        self.fold_button.setObjectName("form-fold")
+        self.fold_button.setToolTip("Show the job's parameters (folded while its result is shown)")
+        self.fold_button.clicked.connect(self._toggle_form)
+        self.fold_button.hide()
+        self._opened_forms: set[str] = set()  # jobs whose form the person opened over their result
         self.code_dialogs: list[QDialog] = []
         # Every form in one column, only the selected one shown: a column sizes to its shown widgets, while a
         # QStackedWidget's height-for-width is its tallest page's, which made short forms scroll.
@@ -177,6 +186,7 @@ class RunsPanel(QWidget):
         self.result_stack = QStackedWidget()
         for view in self.results.values():
             self.result_stack.addWidget(view)
+            view.shown.connect(self._result_shown)
         self.states: dict[str, JobState] = {name: JobState() for name in JOBS}
         self.running_job: str | None = None
         self.waiting_job: str | None = None   # pressed Run while the runtime warmed; starts when it is ready
@@ -196,6 +206,7 @@ class RunsPanel(QWidget):
         # One line (the whole description on hover and in the job list's tooltip): its rows go to the result.
         heading = QHBoxLayout()
         heading.addWidget(self.description, 1)
+        heading.addWidget(self.fold_button)
         heading.addWidget(self.code_button)
         form_layout.addLayout(heading)
         self.form_scroll = FormScroll()  # a long form scrolls instead of being squeezed
@@ -318,6 +329,7 @@ class RunsPanel(QWidget):
             total = sum(self.output_split.sizes())
             console = min(self.console.sizeHint().height(), total // 3)
             self.output_split.setSizes([total - console, console])
+            QTimer.singleShot(0, self, self.fit_output)
         # The style's real sizes (fonts, combo boxes) are known once shown: give the form its room again.
         self._show_form(self.job_list.currentRow())
 
@@ -327,11 +339,79 @@ class RunsPanel(QWidget):
             for name, form in self.forms.items():
                 form.setVisible(name == spec.name)
             self.form_scroll.updateGeometry()  # room for the whole form (FormScroll)
-            self.description.setText(f"{spec.title} — {spec.description}")
             self.result_stack.setCurrentWidget(self.results[spec.name])
             self.console.show_state(self.states[spec.name])
             self._render_state()
         self.form_error.hide()
+        self.fold_form()
+
+    def form_folded(self) -> bool:
+        """Whether the selected job's form is folded to one line: its result is shown, and the person has not
+        opened the form since."""
+        job = self.current_job
+        return self.results[job].currentIndex() == 1 and job not in self._opened_forms
+
+    def fold_form(self) -> None:
+        """Fold or open the selected job's form as its result asks (see form_folded), and give the result the
+        height it needs, the console the rest."""
+        spec = JOBS[self.current_job]
+        folded = self.form_folded() and self.form_error.isHidden()
+        self.form_scroll.setVisible(not folded)
+        has_result = self.results[spec.name].currentIndex() == 1
+        self.fold_button.setVisible(has_result)
+        self.fold_button.setText("Edit parameters ▾" if folded else "Fold parameters ▴")
+        if folded and spec.name in self.forms:
+            summary = self.forms[spec.name].summary()
+            self.description.setText(f"{spec.title}: {summary}")
+            self.description.setToolTip(f"{spec.title} ran with: {summary}\n\n{spec.description}")
+        else:
+            self.description.setText(f"{spec.title} — {spec.description}")
+        QTimer.singleShot(0, self, self.fit_output)  # once the form's fold has been laid out
+
+    def _result_shown(self) -> None:
+        if self.sender() is self.results.get(self.current_job) and hasattr(self, "form_scroll"):
+            self.fold_form()
+
+    def _toggle_form(self) -> None:
+        job = self.current_job
+        if self.form_folded():
+            self._opened_forms.add(job)
+        else:
+            self._opened_forms.discard(job)
+        self.fold_form()
+
+    def fit_output(self) -> None:
+        """The result above the console: as tall as it needs (each plot its least height in sight), the console
+        the rest but a few lines at least; a result with plots takes what the console can spare."""
+        total = sum(self.output_split.sizes())
+        if total <= 0 or not self._console_sized:
+            return
+        view = self.results[self.current_job]
+        # three lines; two in presentation mode or zoomed in, where the result needs the room
+        view_now = view_settings.current()
+        line = self.console.view.fontMetrics().lineSpacing()
+        console_least = self.console.minimumSizeHint().height() + (0 if view_now.scale > 1.2 else line)
+        console_most = self.console.sizeHint().height()
+        wanted = view.wanted_height()
+        if view.plots:
+            console = min(console_most, max(total - wanted, console_least))
+        else:
+            console = max(total - wanted, console_least)
+        console = min(console, total - 1)
+        self.output_split.setSizes([total - console, console])
+        QTimer.singleShot(0, self, lambda: self._unscroll_result(console_least))
+
+    def _unscroll_result(self, console_least: int, attempt: int = 0) -> None:
+        """A result that still scrolls down by a few px (its caption wrapped once laid out) takes them from the
+        console, down to the console's least."""
+        view = self.results[self.current_job]
+        hidden = view.presentation_page.verticalScrollBar().maximum() if view.currentIndex() == 1 else 0
+        result, console = self.output_split.sizes()
+        spare = console - console_least
+        if hidden > 0 and spare > 0 and attempt < 3:
+            moved = min(hidden, spare)
+            self.output_split.setSizes([result + moved, console - moved])
+            QTimer.singleShot(0, self, lambda: self._unscroll_result(console_least, attempt + 1))
 
     def show_code(self) -> QDialog:
         """A read-only view of the job's source, for teaching (the same text as `jobs --code`)."""
@@ -362,6 +442,7 @@ class RunsPanel(QWidget):
         if refused:
             self.form_error.setText("\n".join(f"{label}: {message}" for label, message in refused))
             self.form_error.show()
+            self.fold_form()  # the fields named are in sight
             return
         try:
             params = spec.resolve(self.form().values())
@@ -370,6 +451,7 @@ class RunsPanel(QWidget):
             self.form_error.setText("\n".join(f"{labels.get(name, name)}: {message}"
                                               for name, message in exc.problems))
             self.form_error.show()
+            self.fold_form()
             return
         self.form_error.hide()
         self.runRequested.emit(spec.name, params)
@@ -444,6 +526,7 @@ class RunsPanel(QWidget):
         self.result.live_losses = []
         self.result.show_message(f"<b>{html.escape(job)}</b>'s result appears here when it ends; "
                                  "its own output is below.")
+        self._opened_forms.discard(job)  # its result, when it comes, folds the form again
         if job == self.current_job:
             self.console.show_state(self.states[job])
         self._update_buttons()
@@ -460,7 +543,7 @@ class RunsPanel(QWidget):
 
     def add_live_loss(self, step: int, value: float) -> None:
         """A running fit's loss at `step`, drawn on its result while it runs."""
-        self.result.add_live_loss(step, value)
+        self.result.add_live_loss(step, value)  # its first point shows the live curve: the form folds
 
     def redraw_results(self) -> None:
         """Every job's result drawn again (the zoom or presentation mode changed its fonts and lines)."""
@@ -486,6 +569,7 @@ class RunsPanel(QWidget):
         if state is not None:
             state.finish(outcome)
         view = self.results.get(outcome.job, self.result)
+        self._opened_forms.discard(outcome.job)
         view.show_outcome(outcome)
         self.running_job = None
         if not any(s.running for s in self.states.values()):

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSize, Qt
-from PySide6.QtGui import QFont, QFontDatabase, QFontInfo, QGuiApplication, QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtGui import (
+    QFont,
+    QFontDatabase,
+    QFontInfo,
+    QGuiApplication,
+    QPainter,
+    QPaintEvent,
+    QResizeEvent,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
@@ -173,9 +182,18 @@ def code_dialog(parent: QWidget, title: str, heading: str, code: str, *, object_
     dialog.setObjectName(object_name)
     view = QPlainTextEdit(code)
     view.setReadOnly(True)
-    view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
     view.setFont(monospace_font())
-    view.setMinimumSize(640, 360)
+    # As wide as the longest line where the screen allows; a longer line wraps (a comment of the snippet was cut
+    # by a sideways scroll bar), never scrolls sideways.
+    view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+    view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+    view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    longest = max((view.fontMetrics().horizontalAdvance(line) for line in code.splitlines()), default=0)
+    screen = parent.screen() if parent is not None else QGuiApplication.primaryScreen()
+    room = int(screen.availableGeometry().width() * 0.9) - 40 if screen is not None else 1200
+    wide = longest + 2 * view.frameWidth() + int(2 * view.document().documentMargin()) \
+        + view.verticalScrollBar().sizeHint().width() + 4
+    view.setMinimumSize(max(640, min(wide, room)), 360)
     copy = QPushButton("Copy")
     copy.setToolTip("Copy the whole text to the clipboard")
 
