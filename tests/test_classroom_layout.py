@@ -40,6 +40,7 @@ JOB_RUNS: list[tuple[str, dict[str, Any]]] = [
     ("custom-loop", {"steps": 4}),
     ("multi-worker", {"steps": 2}),
     ("parameter-server", {"steps": 3}),
+    ("fit-batch", {"model": "dense", "budget_mib": 64}),
     ("script", {}),
 ]
 

@@ -230,6 +230,20 @@ RESULTS = {
                          "steps": 20, "steps_per_s": 9.0,
                          "timings": {"coordinator": {"connect_s": 0.1, "train_s": 0.2}}},
     "script": {"kind": "script", "path": "/tmp/train.py", "argv": ["train.py", "--lr", "0.1"], "exit_code": 0},
+    # `run fit-batch -p model=dense -p budget_mib=64 --json` on 2 logical CPUs, as it answered
+    "fit-batch": {"kind": "fit_batch", "model": "dense", "device": "/CPU:0", "budget_mib": 64,
+                  "predicted_max_batch": 1000000, "prediction": 1000000, "verified": True,
+                  "fit": {"fixed_bytes": 25685, "bytes_per_sample": 18.904761904761905, "margin": 0.8},
+                  "probes": [{"batch": 256, "fits": True, "peak_bytes": 32768, "seconds": 1.09, "error": None,
+                              "role": "probe", "predicted_peak_bytes": 30524},
+                             {"batch": 1024, "fits": True, "peak_bytes": 42240, "seconds": 0.87, "error": None,
+                              "role": "probe", "predicted_peak_bytes": 45043},
+                             {"batch": 4096, "fits": True, "peak_bytes": 103680, "seconds": 0.91, "error": None,
+                              "role": "probe", "predicted_peak_bytes": 103119},
+                             {"batch": 1000000, "fits": True, "peak_bytes": 16599040, "seconds": 6.77,
+                              "error": None, "run": "fit", "role": "verify", "predicted_peak_bytes": 18930447}],
+                  "step_up": None, "probe_s": 2.88, "verify_s": 6.77, "probe_cost_ratio": 0.42,
+                  "flags": ["capped at 1,000,000, the fit job's largest batch: the budget holds more"]},
 }
 
 
