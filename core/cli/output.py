@@ -31,6 +31,17 @@ def _is_terminal(stream: TextIO) -> bool:
         return False
 
 
+def write_bytes(stream: TextIO, data: bytes) -> None:
+    """`data` onto `stream` as they are (through its byte buffer, after what its text layer holds)."""
+    stream.flush()
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(data.decode("utf-8", errors="surrogateescape"))
+    else:
+        buffer.write(data)
+        buffer.flush()
+
+
 class RunPrinter:
     """Streams a run to the terminal: progress, placements, fallbacks, the job's own output.
 
@@ -39,11 +50,11 @@ class RunPrinter:
     printed). When the reader of our output goes away (`run … | head`), printing stops and
     `on_broken_pipe` is called once.
 
-    With `job_output` (a user's script: its stdout and its stderr), the job's output is written as it is, its
-    stdout to the first, its stderr to the second, so `> out.txt` and `2>/dev/null` work as on a bare run;
-    what the process printed on its fd 1 (C++ code, child processes) goes to stdout too, as it would bare.
-    TensorFlow's own log lines on fd 2 (C++ `I0000 …`, `INFO:tensorflow:`) show only with `verbose`, since
-    the panel prints what they say (`placed …`). The panel's own lines go to `stream`.
+    With `job_output` (a user's script: its stdout and its stderr), the job's output is written byte for byte as
+    it wrote it (no decoding, `\r` and line ends kept, no line end added), its stdout to the first, its stderr
+    to the second, so `> out.txt` and `2>/dev/null` work as on a bare run;
+    TensorFlow's C++ log lines (`I0000 …`) and its placement echo, which the run keeps off the script's fds,
+    show only with `verbose`, since the panel prints what they say (`placed …`). The panel's own lines go to `stream`.
     """
 
     def __init__(self, verbose: bool, stream: TextIO, *, on_broken_pipe: Callable[[], None] = lambda: None,
@@ -118,10 +129,14 @@ class RunPrinter:
                 target.flush()
                 self.live_output = target
             return
-        ours = log.kind == "output" or log.stream == "stdout"
-        if not (ours or self.verbose):
+        # TensorFlow's C++ output (its log, its echo of placements on C's stdout) is on the panel's pipes, apart
+        # from the script's: shown only with --verbose. Other C-level output there goes where it was printed.
+        if not (log.kind == "output" or self.verbose):
             return
         self._leave_live_output(target)
+        if log.source == "script" and log.raw is not None:
+            write_bytes(target, log.raw)  # the script's bytes exactly as it wrote them
+            return
         target.write(log.text + "\n")
         target.flush()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
 import io
 import os
 import shlex
@@ -38,7 +39,6 @@ from typing import Any
 
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
-from tf_device_panel.core.protocol.streams import MAX_FRAME_PAYLOAD, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG
 from tf_device_panel.core.results import ScriptResult
 from tf_device_panel.core.runproc.jobs import path_problem
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
@@ -106,10 +106,17 @@ def compile_script(path: str) -> types.CodeType:
         line = source.count(b"\n", 0, source.index(b"\0")) + 1
         raise ScriptProblem(f"{shown}, line {line}: the file holds a NUL byte; is it really a Python file?")
     try:
-        return compile(source, os.path.abspath(file), "exec", dont_inherit=True)
+        return compile(source, script_filename(path), "exec", dont_inherit=True)
     except SyntaxError as exc:
         where = f", line {exc.lineno}" if exc.lineno else ""
         raise ScriptProblem(f"{shown}{where}: {type(exc).__name__}: {exc.msg}") from None
+
+
+def script_filename(path: str) -> str:
+    """The script's `__file__` as `python PATH` makes it: PATH joined to the working folder when relative, and
+    not normalised (a `..` or `./` stays, as in a bare run's tracebacks and warnings)."""
+    given = os.path.expanduser(path.strip())
+    return given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
 
 
 def script_problem(path: str) -> str | None:
@@ -122,80 +129,50 @@ def script_problem(path: str) -> str | None:
 
 
 # -- its output -----------------------------------------------------------------------------------
-class ScriptStream(io.BufferedIOBase):
-    """The byte stream under the script's sys.stdout or sys.stderr (its `.buffer`): each write goes out at once
-    as tagged frames of at most PIPE_BUF bytes on the script's channel, each with one `os.write` (atomic for a
-    pipe, so even a forked child's writes never tear a frame). `fileno()` is the process's own fd 1 or 2, as a
-    bare run's would be.
-
-    Ctrl+C in the middle of a write (the panel's SIGINT handler defers it while this frame runs) is raised
-    once the write is complete: the text layer above has already let go of those bytes, so a line is never
-    lost nor written twice."""
-
-    def __init__(self, channel_fd: int, tag: bytes, fileno: int):
-        super().__init__()
-        self._channel = channel_fd
-        self._tag = tag
-        self._fileno = fileno
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        global interrupt_deferred, channel_bytes_written
-        view = memoryview(data).cast("B")
-        size = len(view)
-        for start in range(0, size, MAX_FRAME_PAYLOAD):
-            payload = bytes(view[start:start + MAX_FRAME_PAYLOAD])
-            # core.protocol.streams.frame, inlined: a signal handled inside a Python call of its own would not be
-            # deferred
-            channel_bytes_written += os.write(self._channel, self._tag + len(payload).to_bytes(4, "big") + payload)
-        # No call from here on: a signal handled after this check would wait for the next write.
-        if interrupt_deferred:
-            interrupt_deferred = False
-            raise KeyboardInterrupt
-        return size
-
-    def flush(self) -> None:
-        pass  # nothing is held here
-
-    def fileno(self) -> int:
-        return self._fileno
-
-    def isatty(self) -> bool:
-        return False
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fdopen.restype = ctypes.c_void_p
+_libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+_libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
+_libc.fflush.argtypes = [ctypes.c_void_p]
+_IOLBF, _IONBF = 1, 2
 
 
-interrupt_deferred = False  # a SIGINT came while a ScriptStream was writing: raised when the write is done
-# Bytes written to the script's channel so far: every event carries it (`script_at`), so the panel puts the
-# script's output exactly where it was written among the events, though the two travel on different pipes.
-channel_bytes_written = 0
+# The copies of the panel's output pipes that C's `stdout` and `stderr` write to once a script has its fds: the
+# run closes them at its end, with fds 1 and 2, so the panel sees end of file before the process is torn down.
+panel_fds: list[int] = []
 
 
-def defer_interrupt(frame: types.FrameType | None) -> bool:
-    """Called by the run's SIGINT handler: True (and the KeyboardInterrupt deferred) if `frame`, the frame the
-    signal interrupted, is a ScriptStream's write."""
-    global interrupt_deferred
-    if frame is not None and frame.f_code is ScriptStream.write.__code__:
-        interrupt_deferred = True
-        return True
-    return False
+def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
+    """The script's fds 1 and 2 become its own channels (`stdout_fd`, `stderr_fd`: pipes the panel copies byte
+    for byte): `print`, `os.write(1, …)`, a child process's output and C code writing to fd 1 or 2 all reach
+    them in the order they were written, as in a bare run.
 
-
-def give_script_its_streams(channel_fd: int) -> None:
-    """sys.stdout and sys.stderr (and their __stdout__/__stderr__) write to the script's channel from now on,
-    line by line as on a terminal, in the encodings and error handlers the interpreter chose."""
-    made = []
-    for name, tag, fileno in (("stdout", SCRIPT_STDOUT_TAG, 1), ("stderr", SCRIPT_STDERR_TAG, 2)):
-        current = getattr(sys, name)
+    TensorFlow's C++ logging and its placement echo (written through C's `stderr` and `stdout` FILE*s) stay on
+    the panel's own pipes, where fds 1 and 2 were: C's `stdout` and `stderr` are pointed at copies of those
+    fds, so the panel's placement log never reaches the script's streams. `sys.stdout` and `sys.stderr` keep
+    their objects (a logging handler made earlier still writes to them) and are buffered as a bare run's into a
+    pipe: stdout by blocks, stderr by lines."""
+    for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            current.flush()
-        stream = io.TextIOWrapper(ScriptStream(channel_fd, tag, fileno),  # type: ignore[type-var]
-                                  encoding=getattr(current, "encoding", None) or "utf-8",
-                                  errors=getattr(current, "errors", None) or "strict", line_buffering=True)
-        made.append(stream)
-    sys.stdout = sys.__stdout__ = made[0]  # type: ignore[misc, assignment]
-    sys.stderr = sys.__stderr__ = made[1]  # type: ignore[misc, assignment]
+            stream.flush()
+    _libc.fflush(None)
+    for name, fd, mode, buffering in (("stdout", 1, b"w", _IOLBF), ("stderr", 2, b"w", _IONBF)):
+        panel_copy = os.dup(fd)
+        handle = _libc.fdopen(panel_copy, mode)
+        if not handle:
+            os.close(panel_copy)
+            continue
+        _libc.setvbuf(handle, None, buffering, 0)
+        ctypes.c_void_p.in_dll(_libc, name).value = handle
+        panel_fds.append(panel_copy)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    for fd in {stdout_fd, stderr_fd} - {1, 2}:
+        os.close(fd)
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=False)  # type: ignore[union-attr]
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
 # -- its tracebacks -------------------------------------------------------------------------------
@@ -366,12 +343,15 @@ def watch_device_scopes(ctx: JobContext) -> None:
 def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     code = compile_script(path)
     file = Path(path.strip()).expanduser()
-    argv = [str(file), *shlex.split(args)]
+    argv = [os.path.expanduser(path.strip()), *shlex.split(args)]
     absolute = code.co_filename
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=absolute, __cached__=None, __builtins__=builtins, __annotations__={},
                          __loader__=SourceFileLoader("__main__", absolute))
-    sys.modules["__main__"] = main  # kept until the process exits, as a bare run's
+    # Kept until the process exits, as a bare run's. `__mp_main__` too: multiprocessing made it an alias of the
+    # `__main__` of its import (the panel's), and a pool's result thread finds the script's classes there; a
+    # spawned or forkserver child re-runs the script from `__file__`, as it does bare.
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = main
     sys.argv = argv
     sys.path.insert(0, os.path.dirname(os.path.realpath(file)))  # as `python file.py` puts the script's folder
     ctx.progress(0, 1, f"running {file.name}")
