@@ -201,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = run_text(outcome, printer.run_state if printer is not None else None)
         _print_lines(lines[:-1], panel)
         if outcome.error:
-            _print_lines(error_text(outcome.error, args.verbose and not script), sys.stderr)
+            _print_lines(error_text(outcome.error, args.verbose and not script, first_line=script), sys.stderr)
         _print_lines(lines[-1:], panel)
     if outcome.record_problem:
         # The run went on; only its record is short. One line, whatever the output mode.

@@ -67,6 +67,7 @@ class RunPrinter:
         self.live_line = False
         self.job_output = job_output
         self.live_output: TextIO | None = None  # the job's stream whose last line is still being drawn
+        self.open_piece: TextIO | None = None   # the job's stream whose last bytes ended without a line end
         self.terminal = _is_terminal(stream)
         self.writing = stream  # the stream being written to, the one that broke if a write fails
         self.run_state = RunState()  # the run as the window's views have it: the end's placement summary reads it
@@ -89,6 +90,7 @@ class RunPrinter:
 
     def end_live_line(self) -> None:
         """Finish a line left half-drawn by a progress bar, so what follows starts on a line of its own."""
+        self._end_open_piece(self.out)
         if self.live_line and not self.broken:
             self.live_line = False
             with contextlib.suppress(OSError, ValueError):
@@ -109,7 +111,17 @@ class RunPrinter:
             live.write("\n")
             live.flush()
 
+    def _end_open_piece(self, target: TextIO) -> None:
+        """The panel's own line comes after a script's last piece without a line end on the same stream (its
+        stderr): that piece gets one first, on the panel's stream only (the script's stdout is never touched)."""
+        if self.open_piece is target and not self.broken:
+            self.open_piece = None
+            with contextlib.suppress(OSError, ValueError):
+                target.write("\n")
+                target.flush()
+
     def _line(self, text: str) -> None:
+        self._end_open_piece(self.out)
         if self.live_line:
             self.out.write("\r\x1b[K")
             self.live_line = False
@@ -136,6 +148,7 @@ class RunPrinter:
         self._leave_live_output(target)
         if log.source == "script" and log.raw is not None:
             write_bytes(target, log.raw)  # the script's bytes exactly as it wrote them
+            self.open_piece = target if log.raw and not log.raw.endswith(b"\n") else None
             return
         target.write(log.text + "\n")
         target.flush()
@@ -166,7 +179,8 @@ class RunPrinter:
             case events.RuntimeExited(expected=expected, last_lines=last_lines):
                 if not expected:
                     self._line(wording.runtime_exited(event))
-                    for line in last_lines[-10:]:
+                    # A script's own output is all there already (its streams are its own): nothing repeated.
+                    for line in last_lines[-10:] if self.job_output is None else []:
                         self._line(f"  last output | {line}")
                 self.out.flush()
 
@@ -222,8 +236,10 @@ def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 
-def error_text(error: Mapping[str, Any], verbose: bool) -> list[str]:
-    lines = [f"error: {wording.error(error['type'], error['message'])}"]
+def error_text(error: Mapping[str, Any], verbose: bool, first_line: bool = False) -> list[str]:
+    """`first_line`: only the message's first line (a script's traceback, printed by it, has the rest)."""
+    message = str(error["message"]).split("\n", 1)[0] if first_line else error["message"]
+    lines = [f"error: {wording.error(error['type'], message)}"]
     if verbose and error.get("traceback"):
         lines.append(str(error["traceback"]))
     return lines

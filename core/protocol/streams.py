@@ -44,7 +44,15 @@ def split_lines(event: Event) -> list[Event]:
     """A log event of several lines (a block of plain output) as one event per line, for line-wise views."""
     if not isinstance(event, Log) or "\n" not in event.text:
         return [event]
-    return [event.replace(text=line) for line in event.text.split("\n")]
+    lines = event.text.split("\n")
+    if event.raw is not None and event.source == SCRIPT:  # each line with its own bytes, its line end included
+        raw_lines = [line + b"\n" for line in event.raw.split(b"\n")]
+        raw_lines[-1] = raw_lines[-1][:-1]
+        if not raw_lines[-1]:
+            raw_lines.pop()
+        if len(raw_lines) == len(lines):
+            return [event.replace(text=line, raw=raw) for line, raw in zip(lines, raw_lines, strict=True)]
+    return [event.replace(text=line) for line in lines]
 
 
 def visible_text(raw: bytes) -> bytes:

@@ -247,7 +247,9 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     die_with_parent()
     # Line by line, as on a terminal: every line the job prints reaches the panel when it is printed
     # (PYTHONUNBUFFERED would also pass to the job's own children and write each print in two pieces).
-    for stream in (sys.stdout, sys.stderr):
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        script_job.bare_buffering[name] = (bool(getattr(stream, "line_buffering", False)),
+                                           bool(getattr(stream, "write_through", False)))
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     parser = argparse.ArgumentParser(prog="tf-device-panel-runtime")

@@ -137,6 +137,11 @@ _libc.fflush.argtypes = [ctypes.c_void_p]
 _IOLBF, _IONBF = 1, 2
 
 
+# How the interpreter buffered sys.stdout and sys.stderr when it started, as it does for a bare run (by blocks
+# into a pipe, by lines on a terminal, unbuffered with PYTHONUNBUFFERED): (line_buffering, write_through). The
+# run process's own start (runtime_main.main) keeps it here before it makes them line-buffered for itself.
+bare_buffering: dict[str, tuple[bool, bool]] = {}
+
 # The copies of the panel's output pipes that C's `stdout` and `stderr` write to once a script has its fds: the
 # run closes them at its end, with fds 1 and 2, so the panel sees end of file before the process is torn down.
 panel_fds: list[int] = []
@@ -150,8 +155,8 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
     TensorFlow's C++ logging and its placement echo (written through C's `stderr` and `stdout` FILE*s) stay on
     the panel's own pipes, where fds 1 and 2 were: C's `stdout` and `stderr` are pointed at copies of those
     fds, so the panel's placement log never reaches the script's streams. `sys.stdout` and `sys.stderr` keep
-    their objects (a logging handler made earlier still writes to them) and are buffered as a bare run's into a
-    pipe: stdout by blocks, stderr by lines."""
+    their objects (a logging handler made earlier still writes to them) and are buffered as the interpreter
+    buffered them at its start, as a bare run's (`bare_buffering`)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
@@ -169,10 +174,10 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
     os.dup2(stderr_fd, 2)
     for fd in {stdout_fd, stderr_fd} - {1, 2}:
         os.close(fd)
-    with contextlib.suppress(AttributeError, ValueError):
-        sys.stdout.reconfigure(line_buffering=False)  # type: ignore[union-attr]
-    with contextlib.suppress(AttributeError, ValueError):
-        sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        line_buffering, write_through = bare_buffering.get(name, (False, False))
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=line_buffering, write_through=write_through)  # type: ignore[union-attr]
 
 
 # -- its tracebacks -------------------------------------------------------------------------------
@@ -339,6 +344,45 @@ def watch_device_scopes(ctx: JobContext) -> None:
     cls.__enter__ = __enter__
 
 
+def without_panel_frames_in_tensorflows_stacks() -> Any:
+    """A context in which the stacks TensorFlow records on this thread (where an op was defined: a graph error's
+    "defined at") leave out the panel's frames below the script: TensorFlow's own stack filter, given the files
+    of every frame on the stack now (the interpreter's `-c` and runpy, the supervisor, this run, this job)."""
+    from tensorflow.python.util import tf_stack
+
+    below = set()
+    frame: types.FrameType | None = sys._getframe()
+    while frame is not None:
+        below.add(frame.f_code.co_filename)
+        frame = frame.f_back
+    panel_files = frozenset(below)
+
+    class PanelFrames(tf_stack.StackTraceFilter):  # type: ignore[misc]
+        def get_filtered_filenames(self) -> frozenset[str]:
+            return panel_files
+
+    return PanelFrames()
+
+
+def signalled(wakeup_r: int) -> bool:
+    """Whether SIGINT was handled since the last look (the interpreter wrote its number to the wakeup fd)."""
+    seen = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(wakeup_r, 512):
+            seen += chunk
+    return signal.SIGINT in seen
+
+
+def python_as_typed(executable: str) -> str:
+    """`sys.executable` as `python file.py` gives it: the `python` beside the panel's interpreter (`python3`,
+    `python3.11` in the same folder), when that is the same program."""
+    beside = os.path.join(os.path.dirname(executable), "python")
+    with contextlib.suppress(OSError):
+        if beside != executable and os.path.samefile(beside, executable):
+            return beside
+    return executable
+
+
 # -- the job --------------------------------------------------------------------------------------
 def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     code = compile_script(path)
@@ -353,10 +397,18 @@ def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     # spawned or forkserver child re-runs the script from `__file__`, as it does bare.
     sys.modules["__main__"] = sys.modules["__mp_main__"] = main
     sys.argv = argv
+    sys.executable = python_as_typed(sys.executable)
+    sys.orig_argv = [sys.executable, *argv]
     sys.path.insert(0, os.path.dirname(os.path.realpath(file)))  # as `python file.py` puts the script's folder
     ctx.progress(0, 1, f"running {file.name}")
+    # Ctrl+C as bare: Python's own handler. The panel learns that a KeyboardInterrupt came from a signal (Stop)
+    # through the interpreter's wakeup fd, which every handled signal writes to.
+    wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
+    panel_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        exec(code, main.__dict__)
+        with without_panel_frames_in_tensorflows_stacks():
+            exec(code, main.__dict__)
     except SystemExit as exc:
         status = exit_status(exc.code)
         if status != 0:
@@ -364,10 +416,19 @@ def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     except JobCancelled:
         raise
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and ctx.cancel_requested.is_set():
+        if isinstance(exc, KeyboardInterrupt) and (ctx.cancel_requested.is_set() or signalled(wakeup_r)):
+            ctx.cancel_requested.set()
             raise  # the user's Ctrl+C (Stop): the run is cancelled
         text = report_uncaught(exc)
         status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
         raise ScriptExit(status, type(exc).__name__, str(exc).strip() or type(exc).__name__, text) from None
+    finally:
+        signal.signal(signal.SIGINT, panel_handler)
+        if signalled(wakeup_r):  # a Ctrl+C the script caught: the run's own handler has it from here on
+            ctx.cancel_requested.set()
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
+        os.close(wakeup_r)
+        os.close(wakeup_w)
     ctx.progress(1, 1, "done", force=True)
     return {"kind": "script", "path": absolute, "argv": argv, "exit_code": 0}
