@@ -25,9 +25,9 @@ from tf_device_panel.core.protocol.events import Log
 
 CORPUS = Path(__file__).parent / "scripts_corpus"
 PYTHON = os.path.join(os.path.dirname(sys.executable), "python")  # as a user types it: `python script.py`
-CPP_LOG = re.compile(rb"^(?:[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ \S+:\d+\] .*\n(?:\t.*\n)*|WARNING: All log messages before absl::"
-                     rb"InitializeLog\(\) is called are written to STDERR\n|To enable the following instructions: .*\n)",
-                     re.M)
+CPP_LOG = re.compile(rb"^(?:[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ \S+:\d+\] .*\n(?:\t.*\n)*"  # and its continuation
+                     rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\n"
+                     rb"|To enable the following instructions: .*\n)", re.M)
 # The panel's own lines on the CLI's stderr (progress, readiness, placements, fallbacks, the end).
 PANEL_LINE = re.compile(rb"^(?:\xe2\x80\xa6 .*|runtime ready: .*|  placed .*|  \xe2\x9a\xa0 .*|result: .*|"
                         rb"placements: .*|status: .*|error: .*|runtime exited .*)\n", re.M)

@@ -23,6 +23,7 @@ from tf_device_panel.core.cli.output import (
     problems_text,
     run_text,
     runs_text,
+    script_process_factory,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
@@ -184,7 +185,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         printer = RunPrinter(args.verbose, sys.stdout, on_broken_pipe=stop.set)
     elif args.verbose:
         printer = RunPrinter(True, sys.stderr)
-    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop)
+    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop,
+                           process_factory=script_process_factory(sys.stdout, sys.stderr, script and not args.json))
     if printer is not None:
         printer.end_live_line()
     if outcome.error and outcome.error.get("type") == "ConfigRejected":

@@ -14,8 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_manager import ProcessFactory, RunProcess, runtime_process
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunState
+from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.results import Presentation, Table, present
@@ -29,6 +32,27 @@ def _is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def same_file(first: TextIO, second: TextIO) -> bool:
+    """Whether two streams write to one file, pipe or terminal (`2>&1`, a terminal for both)."""
+    try:
+        return os.path.samestat(os.fstat(first.fileno()), os.fstat(second.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def script_process_factory(stdout: TextIO, stderr: TextIO, script: bool) -> ProcessFactory:
+    """How the CLI's run process is made: for a script printed to one file or terminal for both streams,
+    with one pipe as the script's fds 1 and 2, so its stdout and stderr keep the order it wrote them in, as a
+    bare run's in that file do."""
+    if not (script and same_file(stdout, stderr)):
+        return runtime_process
+
+    def together(config: DeviceConfig, on_event: Callable[[Event], None]) -> RunProcess:
+        return RuntimeProcess(config, on_event=on_event, script_streams_together=True)
+
+    return together
 
 
 def write_bytes(stream: TextIO, data: bytes) -> None:

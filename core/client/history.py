@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import math
 import os
@@ -594,7 +595,7 @@ def _lines_of(data: bytes) -> list[bytes]:
 
 def _cut(data: bytes, offsets: list[int]) -> list[bytes]:
     bounds = [0, *offsets, len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _take(entry: dict[str, Any], merged: list[Event], time_now: list[float]) -> str | None:

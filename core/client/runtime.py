@@ -180,8 +180,12 @@ class RuntimeProcess:
     _ids = itertools.count(1)
 
     def __init__(self, config: DeviceConfig, *, on_event: Callable[[Event], None] | None = None,
-                 python: str | None = None, env: Mapping[str, str] | None = None):
+                 python: str | None = None, env: Mapping[str, str] | None = None,
+                 script_streams_together: bool = False):
+        """`script_streams_together`: a user's script gets one pipe as both its fd 1 and its fd 2 (read as its
+        stdout), as a bare run into one file or terminal has them: its writes to either keep their order."""
         self.config = config
+        self.script_streams_together = script_streams_together
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.lifecycle = Lifecycle(f"run process of {config.summary()}", PROCESS_TRANSITIONS)
@@ -237,15 +241,16 @@ class RuntimeProcess:
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
         script_out_r, script_out_w = os.pipe()  # a user's script's own fd 1 (core.protocol.streams.SCRIPT_STDOUT)
-        script_err_r, script_err_w = os.pipe()  # and its fd 2
+        script_err_r, script_err_w = (script_out_r, script_out_w) if self.script_streams_together else os.pipe()
+        script_fds = sorted({script_out_w, script_err_w})
         env = {**self.config.environment(),
                "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
-               "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r},{script_out_w},{script_err_w}",
+               "TF_DEVICE_PANEL_PASS_FDS": ",".join(str(fd) for fd in (events_w, commands_r, *script_fds)),
                # What the panel changed in the environment, so a script sees the user's own (runtime_main).
                USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
                **self.extra_env}
-        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r), "--script-stdout-fd", str(script_out_w),
-                    "--script-stderr-fd", str(script_err_w),
+        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r),
+                    "--script-stdout-fd", str(script_out_w), "--script-stderr-fd", str(script_err_w),
                     "--config", json.dumps(self.config.to_json())]
         self._fire("start")
         try:
@@ -254,17 +259,17 @@ class RuntimeProcess:
                 "tf_device_panel.core.runproc.supervisor", "--module", "tf_device_panel.core.runproc.runtime_main",
                 *run_args,
                 python=self.python, env=env, die_with_parent=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, script_out_w, script_err_w))
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, *script_fds))
         except OSError:
-            for fd in (events_r, commands_w, script_out_r, script_err_r):
+            for fd in {events_r, commands_w, script_out_r, script_err_r}:
                 os.close(fd)
             self._fire("exit")
             raise
         finally:
             os.close(events_w)
             os.close(commands_r)
-            os.close(script_out_w)
-            os.close(script_err_w)
+            for fd in script_fds:
+                os.close(fd)
         self._commands_fd = commands_w
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
@@ -484,8 +489,8 @@ class RuntimeProcess:
     # -- the reader thread -------------------------------------------------------------------
     def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int, script_out_fd: int,
                    script_err_fd: int) -> None:
-        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_out_fd: SCRIPT_STDOUT,
-                   script_err_fd: SCRIPT_STDERR}
+        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_err_fd: SCRIPT_STDERR,
+                   script_out_fd: SCRIPT_STDOUT}  # one pipe for both (streams together): the script's stdout
         demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line)
         selector = selectors.DefaultSelector()
         for fd in streams:
@@ -514,9 +519,10 @@ class RuntimeProcess:
                     if fd not in open_fds:
                         continue
                     if fd == events_fd:
-                        # What was printed before this event was written is already in the output pipes: read it
-                        # first, so every line comes before the events that follow it.
-                        for output_fd in (stdout_fd, stderr_fd, script_out_fd, script_err_fd):
+                        # What TensorFlow printed before this event was written is already in the output pipes:
+                        # read it first, so every line comes before the events that follow it. (A script's own
+                        # pipes need not: the run writes an event only once they have been read.)
+                        for output_fd in (stdout_fd, stderr_fd):
                             waiting = _available(output_fd) if output_fd in open_fds else 0
                             while waiting > 0 and output_fd in open_fds:
                                 read(output_fd, min(waiting, READ_SIZE))
@@ -533,7 +539,7 @@ class RuntimeProcess:
                 selector.unregister(fd)
                 demux.close(streams[fd])
             selector.close()
-            for fd in (events_fd, script_out_fd, script_err_fd):
+            for fd in {events_fd, script_out_fd, script_err_fd}:
                 os.close(fd)
             self._finish(demux.closing)
 

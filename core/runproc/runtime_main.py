@@ -60,6 +60,7 @@ class EventWriter:
 
     def __call__(self, event: events.Event) -> None:
         data = event.encode()
+        script_job.wait_until_read()  # what a script wrote before this event is read before it
         with self._lock:
             view = memoryview(data)
             while view:
@@ -423,7 +424,7 @@ def exit_with(status: int, events_fd: int | None) -> None:
         with contextlib.suppress(OSError):
             EventWriter(events_fd)(events.Exiting(status=status))
         close_script_channel()
-        for fd in (events_fd, 1, 2, *script_job.panel_fds):
+        for fd in (events_fd, 1, 2, *script_job.panel_fds, *script_job.script_pipes):
             with contextlib.suppress(OSError):
                 os.close(fd)
     if status < 0:

@@ -21,15 +21,19 @@ and the working folder behave as in a bare run. What the script gets, and how it
 
 from __future__ import annotations
 
+import array
 import builtins
 import contextlib
 import ctypes
+import fcntl
 import io
 import os
 import shlex
 import signal
 import sys
+import termios
 import threading
+import time
 import tokenize
 import types
 from collections.abc import Callable
@@ -137,6 +141,30 @@ _libc.fflush.argtypes = [ctypes.c_void_p]
 _IOLBF, _IONBF = 1, 2
 
 
+# The script's pipes (write ends, the run's own copies): an event waits until what the script wrote before it
+# has been read (`wait_until_read`), so the panel has the script's output and its events in one order.
+script_pipes: list[int] = []
+READ_WAIT_S = 0.5  # at most this long per event: a reader held up (a slow terminal) only blurs the order
+
+
+def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
+    """Until the panel has read every byte written so far to the script's fds 1 and 2 (by the script, `os.write`,
+    a child), or `limit_s` has passed. The pipes' fill level is the kernel's (FIONREAD, on the write end)."""
+    if not script_pipes:
+        return
+    deadline = time.monotonic() + limit_s
+    level = array.array("i", [0])
+    for fd in script_pipes:
+        while True:
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, level, True)
+            except OSError:
+                break
+            if level[0] <= 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.0002)
+
+
 # How the interpreter buffered sys.stdout and sys.stderr when it started, as it does for a bare run (by blocks
 # into a pipe, by lines on a terminal, unbuffered with PYTHONUNBUFFERED): (line_buffering, write_through). The
 # run process's own start (runtime_main.main) keeps it here before it makes them line-buffered for itself.
@@ -173,7 +201,7 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
     for fd in {stdout_fd, stderr_fd} - {1, 2}:
-        os.close(fd)
+        script_pipes.append(fd)  # kept, not inherited: the run's own look at what is still unread there
     for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
         line_buffering, write_through = bare_buffering.get(name, (False, False))
         with contextlib.suppress(AttributeError, ValueError):
@@ -357,7 +385,7 @@ def without_panel_frames_in_tensorflows_stacks() -> Any:
         frame = frame.f_back
     panel_files = frozenset(below)
 
-    class PanelFrames(tf_stack.StackTraceFilter):  # type: ignore[misc]
+    class PanelFrames(tf_stack.StackTraceFilter):
         def get_filtered_filenames(self) -> frozenset[str]:
             return panel_files
 
