@@ -28,6 +28,11 @@ PYTHON = os.path.join(os.path.dirname(sys.executable), "python")  # as a user ty
 CPP_LOG = re.compile(rb"^(?:[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ \S+:\d+\] .*\n(?:\t.*\n)*"  # and its continuation
                      rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\n"
                      rb"|To enable the following instructions: .*\n)", re.M)
+# What TensorFlow's import and its first look at the devices print (through the panel, both happen before the
+# script starts: the profile lists the physical devices).
+IMPORT_LOG = re.compile(rb"^(?:[IWEF]\d{4} [\d:. ]+ \d+ (?:port|cudart_stub|cpu_feature_guard|cuda_platform)\.cc:\d+\] .*\n"
+                        rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\n"
+                        rb"|To enable the following instructions: .*\n)", re.M)
 # The panel's own lines on the CLI's stderr (progress, readiness, placements, fallbacks, the end).
 PANEL_LINE = re.compile(rb"^(?:\xe2\x80\xa6 .*|runtime ready: .*|  placed .*|  \xe2\x9a\xa0 .*|result: .*|"
                         rb"placements: .*|status: .*|error: .*|runtime exited .*)\n", re.M)
@@ -38,10 +43,11 @@ def user_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
 
 
-def bare(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+def bare(args: list[str], cwd: Path, cpp_log: bool = False) -> tuple[int, bytes, bytes]:
+    """`cpp_log`: the script's TensorFlow C++ log is kept, but for what TensorFlow's import printed."""
     done = subprocess.run([PYTHON, *args], cwd=cwd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
                           env=user_environment())
-    return done.returncode, done.stdout, CPP_LOG.sub(b"", done.stderr)
+    return done.returncode, done.stdout, (IMPORT_LOG if cpp_log else CPP_LOG).sub(b"", done.stderr)
 
 
 def through_panel(args: list[str], cwd: Path, config: Path | None) -> tuple[int, bytes, bytes, bytes, bytes]:
@@ -69,8 +75,9 @@ def two_cpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def compare(args: list[str], cwd: Path, config: Path | None, normalise=lambda data: data) -> None:
-    status, out, err = bare(args, cwd)
+def compare(args: list[str], cwd: Path, config: Path | None, normalise=lambda data: data,
+            cpp_log: bool = False) -> None:
+    status, out, err = bare(args, cwd, cpp_log)
     panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config)
     assert panel_status == status, panel_err.decode(errors="replace")
     assert normalise(panel_out) == normalise(out)
@@ -109,3 +116,10 @@ def test_file_argv_handler_and_buffering_as_bare_with_dots_in_the_path(tmp_path:
     folder = tmp_path / "work"
     shutil.copytree(CORPUS, folder / "corpus")
     compare(["./corpus/sub/../sub/where.py", "a b", "--flag"], folder, None)
+
+
+def test_a_script_that_turns_placement_logging_on_sees_tensorflows_lines_as_bare() -> None:
+    def normalise(data: bytes) -> bytes:  # the time and thread id of each C++ log line
+        return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
+
+    compare(["own_placement_log.py"], CORPUS, None, normalise, cpp_log=True)

@@ -373,6 +373,7 @@ def run_script(tf: Any, run: Run, info: dict[str, Any]) -> int:
 
     script_job.watch_initialization(initialized)
     script_job.watch_device_scopes(run.context)
+    script_job.watch_placement_logging()
     user_environment()
     global script_channel
     if script_channel is not None:

@@ -165,6 +165,37 @@ def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
             time.sleep(0.0002)
 
 
+# C's own `stdout` and `stderr` FILE*s (on fds 1 and 2, the script's), while TensorFlow's output is moved off them.
+script_c_streams: dict[str, int | None] = {}
+
+
+def give_tensorflows_output_to_the_script() -> None:
+    """C's `stdout` and `stderr` back on the script's fds 1 and 2: TensorFlow's C++ log and placement echo then
+    print there, as in a bare run (the panel no longer sees them)."""
+    _libc.fflush(None)
+    for name, handle in script_c_streams.items():
+        if handle:
+            ctypes.c_void_p.in_dll(_libc, name).value = handle
+    script_c_streams.clear()
+
+
+def watch_placement_logging() -> None:
+    """A script that turns TensorFlow's placement log on itself (`tf.debugging.set_log_device_placement(True)`)
+    sees it as bare, on its own stdout and stderr: TensorFlow's setter, wrapped, hands TensorFlow's output back
+    to the script's fds (`give_tensorflows_output_to_the_script`)."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    original = cls.log_device_placement
+
+    def set_log_device_placement(self: Any, enable: Any) -> None:
+        original.fset(self, enable)
+        if enable:
+            give_tensorflows_output_to_the_script()
+
+    cls.log_device_placement = property(original.fget, set_log_device_placement, doc=original.__doc__)
+
+
 # How the interpreter buffered sys.stdout and sys.stderr when it started, as it does for a bare run (by blocks
 # into a pipe, by lines on a terminal, unbuffered with PYTHONUNBUFFERED): (line_buffering, write_through). The
 # run process's own start (runtime_main.main) keeps it here before it makes them line-buffered for itself.
@@ -196,7 +227,9 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
             os.close(panel_copy)
             continue
         _libc.setvbuf(handle, None, buffering, 0)
-        ctypes.c_void_p.in_dll(_libc, name).value = handle
+        c_stream = ctypes.c_void_p.in_dll(_libc, name)
+        script_c_streams[name] = c_stream.value
+        c_stream.value = handle
         panel_fds.append(panel_copy)
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
