@@ -30,7 +30,8 @@ CPP_LOG = re.compile(rb"^(?:[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ \S+:\d+\] .*\n(?:\
                      rb"|To enable the following instructions: .*\n)", re.M)
 # What TensorFlow's import and its first look at the devices print (through the panel, both happen before the
 # script starts: the profile lists the physical devices).
-IMPORT_LOG = re.compile(rb"^(?:[IWEF]\d{4} [\d:. ]+ \d+ (?:port|cudart_stub|cpu_feature_guard|cuda_platform)\.cc:\d+\] .*\n"
+IMPORT_LOG = re.compile(rb"^(?:[IWEF]\d{4} [\d:. ]+ \d+ (?:port|cudart_stub|cpu_feature_guard|cuda_platform)"
+                        rb"\.cc:\d+\] .*\n"
                         rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR\n"
                         rb"|To enable the following instructions: .*\n)", re.M)
 # The panel's own lines on the CLI's stderr (progress, readiness, placements, fallbacks, the end).

@@ -421,6 +421,7 @@ def exit_with(status: int, events_fd: int | None) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     _libc.fflush(None)
+    script_job.finish_tee()
     if events_fd is not None:
         with contextlib.suppress(OSError):
             EventWriter(events_fd)(events.Exiting(status=status))

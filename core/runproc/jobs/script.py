@@ -21,6 +21,7 @@ and the working folder behave as in a bare run. What the script gets, and how it
 
 from __future__ import annotations
 
+import _thread
 import array
 import builtins
 import contextlib
@@ -138,7 +139,7 @@ _libc.fdopen.restype = ctypes.c_void_p
 _libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
 _libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
 _libc.fflush.argtypes = [ctypes.c_void_p]
-_IOLBF, _IONBF = 1, 2
+_IOFBF, _IOLBF, _IONBF = 0, 1, 2
 
 
 # The script's pipes (write ends, the run's own copies): an event waits until what the script wrote before it
@@ -165,24 +166,70 @@ def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
             time.sleep(0.0002)
 
 
-# C's own `stdout` and `stderr` FILE*s (on fds 1 and 2, the script's), while TensorFlow's output is moved off them.
-script_c_streams: dict[str, int | None] = {}
+# The panel's copies of fds 1 and 2 that C's `stdout` and `stderr` write to, by name, while the script's own
+# output is apart; and, once the script turned placement logging on, the pipes teeing them to it too.
+panel_c_fds: dict[str, int] = {}
+tee_pipes: list[int] = []
+tee_done: list[threading.Event] = []
+
+
+def _tee(read_fd: int, script_fd: int, panel_fd: int, done: threading.Event) -> None:
+    """Copy what C writes to both the script's fd (1 or 2, whatever it is now, as C's own stream would) and the
+    panel's pipe, until end of file."""
+    try:
+        while chunk := os.read(read_fd, 65536):
+            for fd in (script_fd, panel_fd):
+                view = memoryview(chunk)
+                with contextlib.suppress(OSError):
+                    while view:
+                        view = view[os.write(fd, view):]
+    except OSError:
+        pass
+    finally:
+        os.close(read_fd)
+        done.set()
 
 
 def give_tensorflows_output_to_the_script() -> None:
-    """C's `stdout` and `stderr` back on the script's fds 1 and 2: TensorFlow's C++ log and placement echo then
-    print there, as in a bare run (the panel no longer sees them)."""
+    """TensorFlow's C++ log and placement echo go to the script's fds 1 and 2, as in a bare run, and still to
+    the panel (its placements): C's `stdout` and `stderr` write into pipes a thread of the run copies to both
+    (not a `threading` thread: the script's `threading.enumerate()` does not list it)."""
+    if not panel_c_fds or tee_pipes:
+        return
     _libc.fflush(None)
-    for name, handle in script_c_streams.items():
-        if handle:
-            ctypes.c_void_p.in_dll(_libc, name).value = handle
-    script_c_streams.clear()
+    for name, script_fd in (("stdout", 1), ("stderr", 2)):
+        panel_fd = panel_c_fds.get(name)
+        if panel_fd is None:
+            continue
+        read_fd, write_fd = os.pipe()
+        handle = _libc.fdopen(write_fd, b"w")
+        if not handle:
+            os.close(read_fd)
+            os.close(write_fd)
+            continue
+        # Buffered as C buffers them for a bare run into a pipe: stdout by blocks, stderr not at all.
+        _libc.setvbuf(handle, None, _IOFBF if name == "stdout" else _IONBF, 0)
+        done = threading.Event()
+        _thread.start_new_thread(_tee, (read_fd, script_fd, panel_fd, done))
+        tee_pipes.append(write_fd)
+        tee_done.append(done)
+        ctypes.c_void_p.in_dll(_libc, name).value = handle
+
+
+def finish_tee(limit_s: float = 2.0) -> None:
+    """At the run's end (C's buffers flushed): the tee pipes closed, and what they held copied on."""
+    for fd in tee_pipes:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    deadline = time.monotonic() + limit_s
+    for done in tee_done:
+        done.wait(max(0.0, deadline - time.monotonic()))
 
 
 def watch_placement_logging() -> None:
     """A script that turns TensorFlow's placement log on itself (`tf.debugging.set_log_device_placement(True)`)
-    sees it as bare, on its own stdout and stderr: TensorFlow's setter, wrapped, hands TensorFlow's output back
-    to the script's fds (`give_tensorflows_output_to_the_script`)."""
+    sees it as bare, on its own stdout and stderr: TensorFlow's setter, wrapped, has TensorFlow's output copied
+    to the script's fds too (`give_tensorflows_output_to_the_script`)."""
     from tensorflow.python.eager import context
 
     cls = context.Context
@@ -227,9 +274,8 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
             os.close(panel_copy)
             continue
         _libc.setvbuf(handle, None, buffering, 0)
-        c_stream = ctypes.c_void_p.in_dll(_libc, name)
-        script_c_streams[name] = c_stream.value
-        c_stream.value = handle
+        ctypes.c_void_p.in_dll(_libc, name).value = handle
+        panel_c_fds[name] = panel_copy
         panel_fds.append(panel_copy)
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
