@@ -8,15 +8,16 @@ and the working folder behave as in a bare run. What the script gets, and how it
   logical devices and start memory reporting then) and for `tf.device` scopes naming a device that does not
   exist (a soft-placement fallback, reported with the script's file and line); it makes no `tf.config` or
   `tf.debugging` call of its own once the script has started.
-- `__main__` as bare: a fresh module named `__main__`, absolute `__file__`, `__package__` None, kept in
-  `sys.modules` until the process exits (a thread may still pickle the script's classes after its body ends).
-- `sys.stdout` and `sys.stderr` write to a channel of their own (frames tagged stdout/stderr in one pipe, so
-  their order is kept exactly), apart from fds 1 and 2, where TensorFlow's C++ logging writes: the panel tells
-  the script's lines from TensorFlow's by where they come from, never by their shape. `fileno()` still gives
-  1 and 2, so a child process or `os.write` writes where a bare run's would.
+- `__main__` (and `__mp_main__`) as bare: a fresh module, `__file__` the path as given joined to the working
+  folder, `__package__` None, kept in `sys.modules` until the process exits (a thread may still pickle the
+  script's classes after its body ends); `sys.argv`, `sys.orig_argv`, `sys.executable`, the SIGINT handler
+  and the streams' buffering as bare.
+- Its fds 1 and 2 are pipes of its own, copied byte for byte, so Python's writes, `os.write` and children keep
+  one order; TensorFlow's C++ log and placement echo go to the panel's pipes through C's `stdout`/`stderr`
+  FILE*s (`give_script_its_fds`), and to the script's too once it turns placement logging on itself.
 - An uncaught exception goes to `sys.excepthook` (Python's own printing: `Did you mean`, notes, chained
-  exceptions, groups) with the panel's frames taken out; its status is 1, or death by SIGINT for a
-  KeyboardInterrupt the script raised itself.
+  exceptions, groups) with the panel's frames taken out, as are they from the stacks TensorFlow records
+  (a graph error's "defined at"); its status is 1, or death by SIGINT for a KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -280,7 +281,8 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
     for fd in {stdout_fd, stderr_fd} - {1, 2}:
-        script_pipes.append(fd)  # kept, not inherited: the run's own look at what is still unread there
+        os.set_inheritable(fd, False)  # kept, not inherited: the run's own look at what is still unread there
+        script_pipes.append(fd)
     for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
         line_buffering, write_through = bare_buffering.get(name, (False, False))
         with contextlib.suppress(AttributeError, ValueError):
