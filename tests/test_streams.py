@@ -132,64 +132,68 @@ def test_the_record_keeps_a_line_longer_than_its_cap_as_head_and_tail(tmp_path: 
     assert kept <= cap // 2 + 1024, kept
 
 
-def test_a_scripts_own_lines_are_never_classified_and_keep_their_order() -> None:
-    from tf_device_panel.core.protocol.streams import SCRIPT, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG, frame
+def test_a_scripts_own_lines_are_never_classified_and_keep_their_bytes_exactly() -> None:
+    """A script's fds 1 and 2 come on streams of their own: their lines are never taken for TensorFlow's, and
+    each event's `raw` is the bytes as written, line ends included: `\r` redraws, CRLF, bytes that are not
+    UTF-8 and a last piece without a newline all kept; `text` is what a terminal shows."""
+    from tf_device_panel.core.protocol.streams import SCRIPT_STDERR, SCRIPT_STDOUT
 
     demux, delivered, _ = make()
-    channel = (frame(SCRIPT_STDOUT_TAG, EAGER.encode() + b"\n") + frame(SCRIPT_STDERR_TAG, b"Traceback (most")
-               + frame(SCRIPT_STDERR_TAG, b" recent call last):\n") + frame(SCRIPT_STDOUT_TAG, b"after\n"))
-    demux.feed(SCRIPT, channel[:7])  # a frame cut anywhere waits for the rest
-    assert delivered == []
-    demux.feed(SCRIPT, channel[7:] + frame(SCRIPT_STDOUT_TAG, b"no newline"))
-    demux.close(SCRIPT)
-    assert [(e.type, e.stream, e.kind, e.text) for e in delivered] == [
-        (events.LOG, STDOUT, output_lines.OUTPUT, EAGER),
-        (events.LOG, STDERR, output_lines.OUTPUT, "Traceback (most recent call last):"),
-        (events.LOG, STDOUT, output_lines.OUTPUT, "after"), (events.LOG, STDOUT, output_lines.OUTPUT, "no newline")]
-    assert all(e.source == "script" for e in delivered)
+    written = {SCRIPT_STDOUT: [EAGER.encode() + b"\n", b"1/3\r2/3", b"\r3/3\r\n", b"crlf\r\nnot utf-8: \xff\n",
+                               b"no newline"],
+               SCRIPT_STDERR: [b"Traceback (most", b" recent call last):\n", b"\x1b[31mred\x1b[0m\n"]}
+    for stdout_piece, stderr_piece in zip(written[SCRIPT_STDOUT], written[SCRIPT_STDERR], strict=False):
+        demux.feed(SCRIPT_STDOUT, stdout_piece)
+        demux.feed(SCRIPT_STDERR, stderr_piece)
+    for piece in written[SCRIPT_STDOUT][len(written[SCRIPT_STDERR]):]:
+        demux.feed(SCRIPT_STDOUT, piece)
+    demux.close(SCRIPT_STDOUT)
+    demux.close(SCRIPT_STDERR)
+    whole = [e for e in delivered if isinstance(e, events.Log) and not e.partial]
+    assert all(e.source == "script" and e.kind == output_lines.OUTPUT for e in whole)
+    for stream, key in ((STDOUT, SCRIPT_STDOUT), (STDERR, SCRIPT_STDERR)):
+        assert b"".join(e.raw for e in whole if e.stream == stream) == b"".join(written[key])
+    shown = [line.text for e in whole if e.stream == STDOUT for line in split_lines(e)]
+    assert shown == [EAGER, "3/3", "crlf", "not utf-8: \ufffd", "no newline"]
+    assert [e.text for e in delivered if isinstance(e, events.Log) and e.partial] == ["2/3"]  # the live state
 
 
 def test_a_scripts_line_without_newline_is_bounded_and_its_bytes_kept() -> None:
-    """The script's own channel holds an open line like stdout does: bounded by the cap, linear in the bytes
+    """The script's own streams hold an open line like stdout does: bounded by the cap, linear in the bytes
     read; a line that is not UTF-8 keeps its printed bytes for the record."""
-    from tf_device_panel.core.protocol.streams import SCRIPT, SCRIPT_STDOUT_TAG, frame
+    from tf_device_panel.core.protocol.streams import SCRIPT_STDOUT
 
     delivered: list[Event] = []
     cap = 64 * 1024
     demux = StreamDemux(delivered.append, line_cap=cap)
     payload = b"s" * 4000
     for _ in range(2_000):  # 8 MB in one line of the script's stdout
-        demux.feed(SCRIPT, frame(SCRIPT_STDOUT_TAG, payload))
-        assert demux.buffered_bytes("script-stdout") <= cap
-    demux.feed(SCRIPT, frame(SCRIPT_STDOUT_TAG, b"\nnot utf-8: \xff\xfe\n"))
-    demux.close(SCRIPT)
+        demux.feed(SCRIPT_STDOUT, payload)
+        assert demux.buffered_bytes(SCRIPT_STDOUT) <= cap
+    demux.feed(SCRIPT_STDOUT, b"\nnot utf-8: \xff\xfe\n")
+    demux.close(SCRIPT_STDOUT)
     long_line, odd_line = [one for event in delivered for one in split_lines(event)]
     assert "bytes of this line not kept" in long_line.text and len(long_line.text) < 2 * cap
-    assert odd_line.text == "not utf-8: \ufffd\ufffd" and odd_line.raw.endswith(b"\xff\xfe")
+    assert odd_line.text == "not utf-8: \ufffd\ufffd" and odd_line.raw == b"not utf-8: \xff\xfe\n"
     assert {line.source for line in (long_line, odd_line)} == {"script"}
 
 
-def test_a_scripts_output_comes_exactly_where_it_was_written_among_the_events() -> None:
-    """The script's channel and the events travel on two pipes; each event carries the channel's byte count
-    when it was written (`script_at`), and the demux has the reader feed the script's bytes up to there first.
-    Bytes the script wrote after the event come after it, even when the reader already has them."""
-    from tf_device_panel.core.protocol.streams import SCRIPT, SCRIPT_STDERR_TAG, frame
+def test_the_record_gives_back_a_scripts_bytes_exactly(tmp_path: Path) -> None:
+    """Recorded and read back, a script's streams are the bytes it wrote: no line end added after a last piece
+    (even when the other stream follows it in the record), `\r` and bytes that are not UTF-8 kept."""
+    from tf_device_panel.core.client.history import RunHistory
+    from tf_device_panel.core.protocol.streams import SCRIPT_STDERR, SCRIPT_STDOUT
 
-    delivered: list[Event] = []
-    before = frame(SCRIPT_STDERR_TAG, b"Traceback (most recent call last):\n")
-    after = frame(SCRIPT_STDERR_TAG, b"ValueError: bad\n")
-    channel = before + after  # all in the pipe already when the reader comes to the event
-    fed = [0]
-
-    def script_until(offset: int) -> None:
-        demux.feed(SCRIPT, channel[fed[0]:offset])
-        fed[0] = offset
-
-    demux = StreamDemux(delivered.append, job_id=lambda: "j", script_until=script_until)
-    progress = events.Progress(done=0, total=1, message="running user_script.py", job_id="j")
-    demux.feed(EVENTS, progress.encode(script_at=0))  # written before any output
-    demux.feed(EVENTS, events.Progress(done=0, total=1, message="second", job_id="j").encode(script_at=len(before)))
-    demux.feed(SCRIPT, channel[fed[0]:])
-    said = [e.message if isinstance(e, events.Progress) else e.text for e in delivered
-            if isinstance(e, (events.Progress, events.Log))]
-    assert said == ["running user_script.py", "Traceback (most recent call last):", "second", "ValueError: bad"]
+    history = RunHistory(tmp_path / "home")
+    recorder = history.new_run("script", {}, {}, None)
+    demux = StreamDemux(recorder.append, job_id=lambda: None)
+    demux.feed(SCRIPT_STDOUT, b"1/2\r2/2\r\nbad \xff\r\nend")
+    demux.feed(SCRIPT_STDERR, b"warning\n")
+    demux.feed(STDERR, b"I0000 00:00:1.0 1 placer.cc:162] a: (_Arg): /job:localhost/replica:0/task:0/device:CPU:0\n")
+    demux.close(SCRIPT_STDOUT)
+    demux.feed(SCRIPT_STDERR, b"last without newline")
+    demux.close(SCRIPT_STDERR)
+    recorder.finish(status="ok")
+    replayed = [e for e in history.events(recorder.run_id) if isinstance(e, events.Log) and e.source == "script"]
+    assert b"".join(e.raw for e in replayed if e.stream == STDOUT) == b"1/2\r2/2\r\nbad \xff\r\nend"
+    assert b"".join(e.raw for e in replayed if e.stream == STDERR) == b"warning\nlast without newline"

@@ -25,6 +25,7 @@ from tf_device_panel.core.cli.output import (
     problems_text,
     run_text,
     runs_text,
+    script_process_factory,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
@@ -190,7 +191,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         printer = RunPrinter(args.verbose, sys.stdout, on_broken_pipe=stop.set)
     elif args.verbose:
         printer = RunPrinter(True, sys.stderr)
-    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop)
+    outcome = run_job_once(config, spec.name, params, on_event=printer, history=RunHistory(), cancel=stop,
+                           process_factory=script_process_factory(sys.stdout, sys.stderr, script and not args.json))
     if printer is not None:
         printer.end_live_line()
     if outcome.error and outcome.error.get("type") == "ConfigRejected":
@@ -207,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         lines = run_text(outcome, printer.run_state if printer is not None else None)
         _print_lines(lines[:-1], panel)
         if outcome.error:
-            _print_lines(error_text(outcome.error, args.verbose and not script), sys.stderr)
+            _print_lines(error_text(outcome.error, args.verbose and not script, first_line=script), sys.stderr)
         _print_lines(lines[-1:], panel)
     if outcome.record_problem:
         # The run went on; only its record is short. One line, whatever the output mode.

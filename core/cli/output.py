@@ -14,8 +14,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_manager import ProcessFactory, RunProcess, runtime_process
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunState
+from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.oom import oom_text
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -32,6 +35,38 @@ def _is_terminal(stream: TextIO) -> bool:
         return False
 
 
+def same_file(first: TextIO, second: TextIO) -> bool:
+    """Whether two streams write to one file, pipe or terminal (`2>&1`, a terminal for both)."""
+    try:
+        return os.path.samestat(os.fstat(first.fileno()), os.fstat(second.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def script_process_factory(stdout: TextIO, stderr: TextIO, script: bool) -> ProcessFactory:
+    """How the CLI's run process is made: for a script printed to one file or terminal for both streams,
+    with one pipe as the script's fds 1 and 2, so its stdout and stderr keep the order it wrote them in, as a
+    bare run's in that file do."""
+    if not (script and same_file(stdout, stderr)):
+        return runtime_process
+
+    def together(config: DeviceConfig, on_event: Callable[[Event], None]) -> RunProcess:
+        return RuntimeProcess(config, on_event=on_event, script_streams_together=True)
+
+    return together
+
+
+def write_bytes(stream: TextIO, data: bytes) -> None:
+    """`data` onto `stream` as they are (through its byte buffer, after what its text layer holds)."""
+    stream.flush()
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(data.decode("utf-8", errors="surrogateescape"))
+    else:
+        buffer.write(data)
+        buffer.flush()
+
+
 class RunPrinter:
     """Streams a run to the terminal: progress, placements, fallbacks, the job's own output.
 
@@ -40,11 +75,11 @@ class RunPrinter:
     printed). When the reader of our output goes away (`run … | head`), printing stops and
     `on_broken_pipe` is called once.
 
-    With `job_output` (a user's script: its stdout and its stderr), the job's output is written as it is, its
-    stdout to the first, its stderr to the second, so `> out.txt` and `2>/dev/null` work as on a bare run;
-    what the process printed on its fd 1 (C++ code, child processes) goes to stdout too, as it would bare.
-    TensorFlow's own log lines on fd 2 (C++ `I0000 …`, `INFO:tensorflow:`) show only with `verbose`, since
-    the panel prints what they say (`placed …`). The panel's own lines go to `stream`.
+    With `job_output` (a user's script: its stdout and its stderr), the job's output is written byte for byte as
+    it wrote it (no decoding, `\r` and line ends kept, no line end added), its stdout to the first, its stderr
+    to the second, so `> out.txt` and `2>/dev/null` work as on a bare run;
+    TensorFlow's C++ log lines (`I0000 …`) and its placement echo, which the run keeps off the script's fds,
+    show only with `verbose`, since the panel prints what they say (`placed …`). The panel's own lines go to `stream`.
     """
 
     def __init__(self, verbose: bool, stream: TextIO, *, on_broken_pipe: Callable[[], None] = lambda: None,
@@ -57,6 +92,7 @@ class RunPrinter:
         self.live_line = False
         self.job_output = job_output
         self.live_output: TextIO | None = None  # the job's stream whose last line is still being drawn
+        self.open_piece: TextIO | None = None   # the job's stream whose last bytes ended without a line end
         self.terminal = _is_terminal(stream)
         self.writing = stream  # the stream being written to, the one that broke if a write fails
         self.run_state = RunState()  # the run as the window's views have it: the end's placement summary reads it
@@ -79,6 +115,7 @@ class RunPrinter:
 
     def end_live_line(self) -> None:
         """Finish a line left half-drawn by a progress bar, so what follows starts on a line of its own."""
+        self._end_open_piece(self.out)
         if self.live_line and not self.broken:
             self.live_line = False
             with contextlib.suppress(OSError, ValueError):
@@ -99,7 +136,17 @@ class RunPrinter:
             live.write("\n")
             live.flush()
 
+    def _end_open_piece(self, target: TextIO) -> None:
+        """The panel's own line comes after a script's last piece without a line end on the same stream (its
+        stderr): that piece gets one first, on the panel's stream only (the script's stdout is never touched)."""
+        if self.open_piece is target and not self.broken:
+            self.open_piece = None
+            with contextlib.suppress(OSError, ValueError):
+                target.write("\n")
+                target.flush()
+
     def _line(self, text: str) -> None:
+        self._end_open_piece(self.out)
         if self.live_line:
             self.out.write("\r\x1b[K")
             self.live_line = False
@@ -119,10 +166,15 @@ class RunPrinter:
                 target.flush()
                 self.live_output = target
             return
-        ours = log.kind == "output" or log.stream == "stdout"
-        if not (ours or self.verbose):
+        # TensorFlow's C++ output (its log, its echo of placements on C's stdout) is on the panel's pipes, apart
+        # from the script's: shown only with --verbose. Other C-level output there goes where it was printed.
+        if not (log.kind == "output" or self.verbose):
             return
         self._leave_live_output(target)
+        if log.source == "script" and log.raw is not None:
+            write_bytes(target, log.raw)  # the script's bytes exactly as it wrote them
+            self.open_piece = target if log.raw and not log.raw.endswith(b"\n") else None
+            return
         target.write(log.text + "\n")
         target.flush()
 
@@ -152,7 +204,8 @@ class RunPrinter:
             case events.RuntimeExited(expected=expected, last_lines=last_lines):
                 if not expected:
                     self._line(wording.runtime_exited(event))
-                    for line in last_lines[-10:]:
+                    # A script's own output is all there already (its streams are its own): nothing repeated.
+                    for line in last_lines[-10:] if self.job_output is None else []:
                         self._line(f"  last output | {line}")
                 self.out.flush()
 
@@ -209,8 +262,10 @@ def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 
-def error_text(error: Mapping[str, Any], verbose: bool) -> list[str]:
-    lines = [f"error: {wording.error(error['type'], error['message'])}"]
+def error_text(error: Mapping[str, Any], verbose: bool, first_line: bool = False) -> list[str]:
+    """`first_line`: only the message's first line (a script's traceback, printed by it, has the rest)."""
+    message = str(error["message"]).split("\n", 1)[0] if first_line else error["message"]
+    lines = [f"error: {wording.error(error['type'], message)}"]
     if verbose and error.get("traceback"):
         lines.append(str(error["traceback"]))
     return lines

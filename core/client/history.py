@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import math
@@ -303,8 +304,12 @@ class RunRecorder:
             self._write_event(json.dumps({"output_stream": stream, "at": self._offset}) + "\n")
         text = event.line if isinstance(event, Placement) else event.text
         raw = event.raw  # the bytes as printed, where the text shown differs from them
-        data = (raw if raw is not None else text.encode("utf-8", "surrogateescape")) + b"\n"
-        lines = text.count("\n") + 1  # a block of plain output is one event
+        if isinstance(event, Log) and event.source == "script" and raw is not None:
+            data = raw  # the script's bytes exactly, line ends included (none added after a last piece)
+            lines = max(raw.count(b"\n"), 1)
+        else:
+            data = (raw if raw is not None else text.encode("utf-8", "surrogateescape")) + b"\n"
+            lines = text.count("\n") + 1  # a block of plain output is one event
         if len(data) > self._segment_bytes:  # one line larger than a tail segment: its head and tail, as a run's
             clipped = LineBuffer(self._segment_bytes)
             clipped.add(data[:-1])
@@ -714,19 +719,37 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str,
                               text=f"… {output['dropped_lines']} lines dropped here: the run printed more than the "
                                    f"record's cap of {int(output.get('cap_bytes', 0)) // (1024 * 1024)} MB"))
         offset = start
-        lines = data.split(b"\n")  # not splitlines: a lone "\r" inside a line is no line end
-        if lines and not lines[-1]:
-            lines.pop()
-        for raw in (line + b"\n" for line in lines):
+        # Line by line with their line ends (not splitlines: a lone "\r" inside a line is no line end), each cut
+        # where the output switches stream: a script's last piece may end without one.
+        cuts = sorted({int(entry.get("at", 0)) - start for entry in entries
+                       if "output_stream" in entry and start < int(entry.get("at", 0)) < start + len(data)})
+        for raw in (piece for part in _cut(data, cuts) for piece in _lines_of(part)):
             while upcoming is not None and int(upcoming[1].get("at", 0)) <= offset:
                 stream = _take(upcoming[1], merged, time_now) or stream
                 upcoming = next(pending, None)
-            demux.feed(stream, raw)
+            if stream in SCRIPT_STREAMS:
+                demux.feed(stream, raw)
+            else:
+                demux.feed(stream, raw if raw.endswith(b"\n") else raw + b"\n")
             offset += len(raw)
     while upcoming is not None:
         _take(upcoming[1], merged, time_now)
         upcoming = next(pending, None)
+    for key in sorted(SCRIPT_STREAMS):
+        demux.close(key)  # a script's last piece without a line end
     return merged
+
+
+def _lines_of(data: bytes) -> list[bytes]:
+    """`data` cut after each "\n" (a lone "\r" is no line end), line ends kept; the last piece may have none."""
+    pieces = [line + b"\n" for line in data.split(b"\n")]
+    pieces[-1] = pieces[-1][:-1]
+    return [piece for piece in pieces if piece]
+
+
+def _cut(data: bytes, offsets: list[int]) -> list[bytes]:
+    bounds = [0, *offsets, len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _take(entry: dict[str, Any], merged: list[Event], time_now: list[float]) -> str | None:

@@ -5,9 +5,9 @@ A `RuntimeProcess` is one process, used once. `start()` launches `core.runproc.s
 `warm` event has come: a warm spare). `submit` hands it a job; the process initializes TensorFlow, runs
 the job on its main thread and exits with the job's status. `describe` asks only for the devices.
 
-One reader thread watches four pipes with raw `os.read`: the events pipe, the process's stdout and stderr,
-where TensorFlow's C++ code prints (placement lines among them), and the channel of a user's script's own
-sys.stdout and sys.stderr (`core.protocol.streams.SCRIPT`: its lines are never taken for TensorFlow's).
+One reader thread watches five pipes with raw `os.read`: the events pipe, the process's stdout and stderr,
+where TensorFlow's C++ code prints (placement lines among them), and a user's script's own fds 1 and 2
+(`core.protocol.streams.SCRIPT_STDOUT`, `SCRIPT_STDERR`: copied byte for byte, never taken for TensorFlow's).
 What it reads goes to a
 `core.protocol.streams.StreamDemux`, which makes `log` and `placement` events of output lines. Whatever the process
 printed before an event is read before that event is delivered, and the job's closing events are delivered
@@ -30,7 +30,6 @@ import itertools
 import json
 import logging
 import os
-import select
 import selectors
 import signal
 import subprocess
@@ -52,7 +51,7 @@ from tf_device_panel.core.processes import start_module
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.environment import PANEL_ENVIRONMENT, USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.protocol.streams import EVENTS, SCRIPT, STDERR, STDOUT, StreamDemux
+from tf_device_panel.core.protocol.streams import EVENTS, SCRIPT_STDERR, SCRIPT_STDOUT, STDERR, STDOUT, StreamDemux
 
 
 class RuntimeState(str, Enum):
@@ -181,8 +180,12 @@ class RuntimeProcess:
     _ids = itertools.count(1)
 
     def __init__(self, config: DeviceConfig, *, on_event: Callable[[Event], None] | None = None,
-                 python: str | None = None, env: Mapping[str, str] | None = None):
+                 python: str | None = None, env: Mapping[str, str] | None = None,
+                 script_streams_together: bool = False):
+        """`script_streams_together`: a user's script gets one pipe as both its fd 1 and its fd 2 (read as its
+        stdout), as a bare run into one file or terminal has them: its writes to either keep their order."""
         self.config = config
+        self.script_streams_together = script_streams_together
         self.python = python or sys.executable
         self.extra_env = dict(env or {})
         self.lifecycle = Lifecycle(f"run process of {config.summary()}", PROCESS_TRANSITIONS)
@@ -237,14 +240,17 @@ class RuntimeProcess:
             raise RuntimeUnavailable("this process was already started; create a new one")
         events_r, events_w = os.pipe()
         commands_r, commands_w = os.pipe()
-        script_r, script_w = os.pipe()  # a user's script's own sys.stdout/sys.stderr (core.protocol.streams.SCRIPT)
+        script_out_r, script_out_w = os.pipe()  # a user's script's own fd 1 (core.protocol.streams.SCRIPT_STDOUT)
+        script_err_r, script_err_w = (script_out_r, script_out_w) if self.script_streams_together else os.pipe()
+        script_fds = sorted({script_out_w, script_err_w})
         env = {**self.config.environment(),
                "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
-               "TF_DEVICE_PANEL_PASS_FDS": f"{events_w},{commands_r},{script_w}",
+               "TF_DEVICE_PANEL_PASS_FDS": ",".join(str(fd) for fd in (events_w, commands_r, *script_fds)),
                # What the panel changed in the environment, so a script sees the user's own (runtime_main).
                USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
                **self.extra_env}
-        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r), "--script-fd", str(script_w),
+        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r),
+                    "--script-stdout-fd", str(script_out_w), "--script-stderr-fd", str(script_err_w),
                     "--config", json.dumps(self.config.to_json())]
         self._fire("start")
         try:
@@ -253,23 +259,24 @@ class RuntimeProcess:
                 "tf_device_panel.core.runproc.supervisor", "--module", "tf_device_panel.core.runproc.runtime_main",
                 *run_args,
                 python=self.python, env=env, die_with_parent=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, script_w))
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, *script_fds))
         except OSError:
-            for fd in (events_r, commands_w, script_r):
+            for fd in {events_r, commands_w, script_out_r, script_err_r}:
                 os.close(fd)
             self._fire("exit")
             raise
         finally:
             os.close(events_w)
             os.close(commands_r)
-            os.close(script_w)
+            for fd in script_fds:
+                os.close(fd)
         self._commands_fd = commands_w
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
         self._reader = threading.Thread(
             target=self._read_loop, name=f"runtime-reader-{self._process.pid}", daemon=True,
-            args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno(), script_r))
+            args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno(), script_out_r, script_err_r))
         self._reader.start()
 
     def wait_ready(self, timeout: float = 120.0) -> events.Warm:
@@ -480,69 +487,47 @@ class RuntimeProcess:
             self._reader.join(timeout)
 
     # -- the reader thread -------------------------------------------------------------------
-    def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int, script_fd: int) -> None:
-        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_fd: SCRIPT}
-        script_read = 0  # bytes of the script's channel read so far
-
-        def script_until(offset: int) -> None:
-            """The script's bytes up to `offset` (the run wrote them before the event at hand: they are in the
-            pipe), fed before that event."""
-            while script_read < offset and script_fd in open_fds:
-                read(script_fd, min(offset - script_read, READ_SIZE))
-
-        demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line,
-                            script_until=script_until)
+    def _read_loop(self, events_fd: int, stdout_fd: int, stderr_fd: int, script_out_fd: int,
+                   script_err_fd: int) -> None:
+        streams = {events_fd: EVENTS, stdout_fd: STDOUT, stderr_fd: STDERR, script_err_fd: SCRIPT_STDERR,
+                   script_out_fd: SCRIPT_STDOUT}  # one pipe for both (streams together): the script's stdout
+        demux = StreamDemux(self._deliver, job_id=lambda: self.running_job, on_line=self._remember_line)
         selector = selectors.DefaultSelector()
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
         open_fds = set(streams)
 
         def read(fd: int, size: int = READ_SIZE) -> None:
-            nonlocal script_read
             try:
                 chunk = os.read(fd, size)
             except OSError:
                 chunk = b""
             if chunk:
-                if fd == script_fd:
-                    script_read += len(chunk)
                 demux.feed(streams[fd], chunk)
             else:
                 selector.unregister(fd)
                 open_fds.discard(fd)
                 demux.close(streams[fd])
 
-        def read_script() -> None:
-            """The script's bytes waiting now, unless an event has come meanwhile: bytes counted before the
-            events pipe is seen empty were all written before any event still to come; an event that came
-            first is read first (next turn), and takes the script's bytes written before it with it."""
-            waiting = _available(script_fd)
-            if select.select([events_fd], [], [], 0)[0] and events_fd in open_fds:
-                return
-            read(script_fd, waiting if waiting > 0 else READ_SIZE)  # nothing waiting: end of file
-
         exited_at: float | None = None
         try:
             while open_fds:
                 ready = [int(key.fd) for key, _ in selector.select(timeout=0.1)]
-                # Events first, alone: each takes the script's output written before it (script_until), and the
-                # output pipes are drained for it; the others are read on the next turn, as they are then (one
-                # read now could block on a pipe that draining emptied).
+                # Events first, alone, and the output pipes are drained for each; the others are read on the
+                # next turn, as they are then (one read now could block on a pipe that draining emptied).
                 for fd in [events_fd] if events_fd in ready else ready:
                     if fd not in open_fds:
                         continue
                     if fd == events_fd:
                         # What TensorFlow printed before this event was written is already in the output pipes:
-                        # read it first, so every line comes before the events that follow it.
+                        # read it first, so every line comes before the events that follow it. (A script's own
+                        # pipes need not: the run writes an event only once they have been read.)
                         for output_fd in (stdout_fd, stderr_fd):
                             waiting = _available(output_fd) if output_fd in open_fds else 0
                             while waiting > 0 and output_fd in open_fds:
                                 read(output_fd, min(waiting, READ_SIZE))
                                 waiting -= READ_SIZE
-                    if fd == script_fd:
-                        read_script()
-                    else:
-                        read(fd)
+                    read(fd)
                 process = self._process
                 if process is not None and process.poll() is not None:
                     # Every descendant is gone with the supervisor, so the pipes close; never wait for ever.
@@ -554,8 +539,8 @@ class RuntimeProcess:
                 selector.unregister(fd)
                 demux.close(streams[fd])
             selector.close()
-            os.close(events_fd)
-            os.close(script_fd)
+            for fd in {events_fd, script_out_fd, script_err_fd}:
+                os.close(fd)
             self._finish(demux.closing)
 
     def _remember_line(self, line: str) -> None:

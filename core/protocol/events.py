@@ -104,13 +104,9 @@ class Event:
     def to_json(self) -> dict[str, Any]:
         return {"type": self.TYPE, "job_id": self.job_id, "time": self.time, "data": self.payload()}
 
-    def encode(self, *, script_at: int | None = None) -> bytes:
-        """One line of the events pipe. `script_at`: the bytes the run had written to its script's channel by
-        then (core.protocol.streams orders the script's output against the events by it)."""
-        envelope = self.to_json()
-        if script_at is not None:
-            envelope["script_at"] = script_at
-        return (json.dumps(envelope, default=str, separators=(",", ":")) + "\n").encode()
+    def encode(self) -> bytes:
+        """One line of the events pipe."""
+        return (json.dumps(self.to_json(), default=str, separators=(",", ":")) + "\n").encode()
 
     def replace(self: _E, **changes: Any) -> _E:
         return dataclasses.replace(self, **changes)

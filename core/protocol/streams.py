@@ -22,24 +22,15 @@ from tf_device_panel.core.protocol.events import Event, Log
 from tf_device_panel.core.protocol.events import from_json as event_from_json
 
 EVENTS, STDOUT, STDERR = "events", "stdout", "stderr"
-SCRIPT = "script"  # the user's script's own sys.stdout and sys.stderr, in frames (see `frame`)
+# A user's script's own fds 1 and 2 (pipes of their own: TensorFlow's C++ output stays on STDOUT and STDERR).
+# Their bytes are kept exactly: each log event of theirs has `raw`, the bytes as written, line ends included
+# (the last piece of a stream that ends without a newline has none), and is never classified by its shape.
+SCRIPT_STDOUT, SCRIPT_STDERR = "script-stdout", "script-stderr"
+SCRIPT_STREAMS = frozenset({SCRIPT_STDOUT, SCRIPT_STDERR})  # how a run record names them too
+SCRIPT = "script"  # a Log event's `source` when the script wrote it
 OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
 LINE_CAP_BYTES = 8 * 1024 * 1024  # an output line longer than this keeps its first and last half of it
 LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from at most its last this many bytes
-
-# The script's channel: its sys.stdout and sys.stderr share one pipe, so the order of their writes is kept
-# exactly; each write goes out as frames: a tag (which stream), the payload's length (4 bytes, big-endian),
-# the payload. A frame is at most PIPE_BUF bytes and written with one write, so it never tears.
-SCRIPT_STDOUT_TAG, SCRIPT_STDERR_TAG = b"o", b"e"
-FRAME_HEADER = 5
-MAX_FRAME_PAYLOAD = 4096 - FRAME_HEADER
-_SCRIPT_STREAMS = {SCRIPT_STDOUT_TAG[0]: "script-stdout", SCRIPT_STDERR_TAG[0]: "script-stderr"}
-SCRIPT_STREAMS = frozenset(_SCRIPT_STREAMS.values())  # how a run record names the script's own streams
-
-
-def frame(tag: bytes, payload: bytes) -> bytes:
-    return tag + len(payload).to_bytes(4, "big") + payload
-
 
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
@@ -53,7 +44,15 @@ def split_lines(event: Event) -> list[Event]:
     """A log event of several lines (a block of plain output) as one event per line, for line-wise views."""
     if not isinstance(event, Log) or "\n" not in event.text:
         return [event]
-    return [event.replace(text=line) for line in event.text.split("\n")]
+    lines = event.text.split("\n")
+    if event.raw is not None and event.source == SCRIPT:  # each line with its own bytes, its line end included
+        raw_lines = [line + b"\n" for line in event.raw.split(b"\n")]
+        raw_lines[-1] = raw_lines[-1][:-1]
+        if not raw_lines[-1]:
+            raw_lines.pop()
+        if len(raw_lines) == len(lines):
+            return [event.replace(text=line, raw=raw) for line, raw in zip(lines, raw_lines, strict=True)]
+    return [event.replace(text=line) for line in lines]
 
 
 def visible_text(raw: bytes) -> bytes:
@@ -143,19 +142,13 @@ class StreamDemux:
     """
 
     def __init__(self, deliver: Callable[[Event], None], *, job_id: Callable[[], str | None] = lambda: None,
-                 on_line: Callable[[str], None] = lambda line: None, line_cap: int | None = LINE_CAP_BYTES,
-                 script_until: Callable[[int], None] = lambda offset: None):
-        """`script_until(offset)`: called before an event is delivered with the script channel's byte count when
-        the run wrote it; the reader feeds the script's bytes up to there first, so a script's output comes
-        exactly where it was written among the events."""
+                 on_line: Callable[[str], None] = lambda line: None, line_cap: int | None = LINE_CAP_BYTES):
         self._deliver = deliver
-        self._script_until = script_until
         self._job_id = job_id
         self._on_line = on_line
         # Event lines are the panel's own and kept whole; output lines are the job's, kept up to line_cap.
         self._partial = {EVENTS: LineBuffer(), STDOUT: LineBuffer(line_cap), STDERR: LineBuffer(line_cap),
                          **{key: LineBuffer(line_cap) for key in SCRIPT_STREAMS}}
-        self._frame_rest = b""  # the script channel's last frame, while it is cut short (under 4 KB)
         # the partial line last delivered, per output stream
         self._live = {STDOUT: b"", STDERR: b"", **dict.fromkeys(SCRIPT_STREAMS, b"")}
         self.closed: set[str] = set()
@@ -167,10 +160,7 @@ class StreamDemux:
         return self._partial[stream].kept_bytes
 
     def feed(self, stream: str, chunk: bytes) -> None:
-        if stream == SCRIPT:
-            self._feed_script(chunk)
-            return
-        if stream in SCRIPT_STREAMS:  # a run record's copy of the script's lines, already out of their frames
+        if stream in SCRIPT_STREAMS:
             self._script_lines(stream, chunk)
             return
         buffer = self._partial[stream]
@@ -203,12 +193,6 @@ class StreamDemux:
 
     def close(self, stream: str) -> None:
         """End of `stream`: its last line without a newline counts."""
-        if stream == SCRIPT:
-            self._frame_rest = b""
-            for key in sorted(SCRIPT_STREAMS):
-                self._script_lines(key, b"", at_end=True)
-            self.closed.add(stream)
-            return
         if stream in SCRIPT_STREAMS:
             self._script_lines(stream, b"", at_end=True)
             self.closed.add(stream)
@@ -234,11 +218,7 @@ class StreamDemux:
 
     def _event_line(self, raw: bytes) -> None:
         try:
-            envelope = json.loads(raw)
-            script_at = envelope.get("script_at") if isinstance(envelope, dict) else None
-            if isinstance(script_at, int):
-                self._script_until(script_at)
-            event = event_from_json(envelope)
+            event = event_from_json(json.loads(raw))
         except (ValueError, KeyError) as exc:
             event = Log(stream=EVENTS, kind=output_lines.ERROR, text=f"unreadable event ({exc}): {raw[:200]!r}")
         if isinstance(event, events.JOB_CLOSING) and event.job_id:
@@ -279,29 +259,11 @@ class StreamDemux:
             self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id()))
 
     # -- the script's own output: always the script's, never classified by its shape ---------------------
-    def _feed_script(self, chunk: bytes) -> None:
-        """Cut the script's channel into its frames; consecutive frames of one stream are handled together."""
-        data = self._frame_rest + chunk if self._frame_rest else chunk
-        position, end_of_data = 0, len(data)
-        runs: list[tuple[str, list[bytes]]] = []
-        while end_of_data - position >= FRAME_HEADER:
-            end = position + FRAME_HEADER + int.from_bytes(data[position + 1:position + FRAME_HEADER], "big")
-            if end > end_of_data:
-                break
-            key = _SCRIPT_STREAMS.get(data[position], "script-stdout")
-            payload = data[position + FRAME_HEADER:end]
-            if runs and runs[-1][0] == key:
-                runs[-1][1].append(payload)
-            else:
-                runs.append((key, [payload]))
-            position = end
-        self._frame_rest = data[position:]
-        for key, payloads in runs:
-            self._script_lines(key, b"".join(payloads))
-
     def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:
-        """The script's lines of one stream, as one log event a batch; bounded like any output line."""
-        stream = STDOUT if key == "script-stdout" else STDERR
+        """The script's finished lines of one stream, as one log event a batch, its `raw` the bytes exactly as
+        written (line ends included; at the end, a last piece without one as it is); bounded like any output
+        line. Its `text` is what a terminal shows (`\r` redraws collapsed, bytes that are not UTF-8 replaced)."""
+        stream = STDOUT if key == SCRIPT_STDOUT else STDERR
         buffer = self._partial[key]
         lines: list[bytes] = []
         last_end = data.rfind(b"\n")
@@ -314,18 +276,17 @@ class StreamDemux:
             if last_end > first_end:
                 lines += data[first_end + 1:last_end].split(b"\n")
             buffer.add(data[last_end + 1:])
+        exact = b"".join(line + b"\n" for line in lines)  # each finished line with its line end
         if at_end and buffer.kept_bytes:
             lines.append(buffer.take())
+            exact += lines[-1]  # the stream's last piece, without a line end: as written
         if lines:
             shown = [visible_text(line) for line in lines] if any(b"\r" in line for line in lines) else lines
             self._live[key] = b""
             for line in shown[-KEPT_LINES:]:
                 self._on_line(line.decode("utf-8", errors="replace"))
-            block, shown_block = b"\n".join(lines), b"\n".join(shown)
-            text = shown_block.decode("utf-8", errors="replace")
-            # \r redraws or bytes that are not UTF-8: the record keeps them as printed
-            raw = block if shown_block != block or "\ufffd" in text else None
-            self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, text=text, source=SCRIPT, raw=raw,
+            text = b"\n".join(shown).decode("utf-8", errors="replace")
+            self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, text=text, source=SCRIPT, raw=exact,
                               job_id=self._job_id()))
         if buffer.has_cr:
             live = visible_text(buffer.last(LIVE_WINDOW_BYTES))

@@ -11,8 +11,9 @@ the configuration, says `warm`, and waits for ONE command on the commands pipe:
 - end of file (the panel discarded this spare, or is gone): exit 0 at once.
 
 Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there); a
-user's script's sys.stdout and sys.stderr write to the script channel (`--script-fd`, core.protocol.streams.SCRIPT).
-Nothing is ever written into stdout or stderr but what TensorFlow and the job print.
+user's script gets pipes of its own as its fds 1 and 2 (`--script-stdout-fd`, `--script-stderr-fd`), copied byte
+for byte, while TensorFlow's C++ output stays on the process's first stdout and stderr
+(`script.give_script_its_fds`). Nothing is ever written into them but what TensorFlow and the job print.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class EventWriter:
         self._lock = threading.Lock()
 
     def __call__(self, event: events.Event) -> None:
-        data = event.encode(script_at=script_job.channel_bytes_written)
+        data = event.encode()
+        script_job.wait_until_read()  # what a script wrote before this event is read before it
         with self._lock:
             view = memoryview(data)
             while view:
@@ -212,8 +214,6 @@ class Run:
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check."""
         self.context.cancel_requested.set()
-        if script_job.defer_interrupt(frame):
-            return  # raised as soon as the script's write in progress is complete
         signal.default_int_handler(signum, frame)
 
     def execute(self) -> int:
@@ -266,30 +266,35 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     die_with_parent()
     # Line by line, as on a terminal: every line the job prints reaches the panel when it is printed
     # (PYTHONUNBUFFERED would also pass to the job's own children and write each print in two pieces).
-    for stream in (sys.stdout, sys.stderr):
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        script_job.bare_buffering[name] = (bool(getattr(stream, "line_buffering", False)),
+                                           bool(getattr(stream, "write_through", False)))
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     parser = argparse.ArgumentParser(prog="tf-device-panel-runtime")
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--commands-fd", type=int, required=True)
-    parser.add_argument("--script-fd", type=int, help="the channel for a user's script's sys.stdout/sys.stderr")
+    parser.add_argument("--script-stdout-fd", type=int, help="a user's script's fd 1, copied byte for byte")
+    parser.add_argument("--script-stderr-fd", type=int, help="a user's script's fd 2, copied byte for byte")
     parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
     global script_channel
-    script_channel = args.script_fd
+    if args.script_stdout_fd is not None and args.script_stderr_fd is not None:
+        script_channel = (args.script_stdout_fd, args.script_stderr_fd)
     return serve(args.events_fd, args.commands_fd, args.config), args.events_fd
 
 
-# The fd of a script's own output channel (core.protocol.streams.SCRIPT), until closed.
-script_channel: int | None = None
+# The pipes a user's script gets as its fds 1 and 2, until they are given to it or closed.
+script_channel: tuple[int, int] | None = None
 
 
 def close_script_channel() -> None:
-    """A job that is not a user's script writes no frames: its end of file comes now."""
+    """A job that is not a user's script writes nothing there: their end of file comes now."""
     global script_channel
     if script_channel is not None:
-        with contextlib.suppress(OSError):
-            os.close(script_channel)
+        for fd in script_channel:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         script_channel = None
 
 
@@ -387,9 +392,12 @@ def run_script(tf: Any, run: Run, info: dict[str, Any]) -> int:
 
     script_job.watch_initialization(initialized)
     script_job.watch_device_scopes(run.context)
+    script_job.watch_placement_logging()
     user_environment()
+    global script_channel
     if script_channel is not None:
-        script_job.give_script_its_streams(script_channel)
+        script_job.give_script_its_fds(*script_channel)
+        script_channel = None
     try:
         return run.execute()
     finally:
@@ -432,11 +440,12 @@ def exit_with(status: int, events_fd: int | None) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     _libc.fflush(None)
+    script_job.finish_tee()
     if events_fd is not None:
         with contextlib.suppress(OSError):
             EventWriter(events_fd)(events.Exiting(status=status))
         close_script_channel()
-        for fd in (events_fd, 1, 2):
+        for fd in (events_fd, 1, 2, *script_job.panel_fds, *script_job.script_pipes):
             with contextlib.suppress(OSError):
                 os.close(fd)
     if status < 0:

@@ -8,27 +8,34 @@ and the working folder behave as in a bare run. What the script gets, and how it
   logical devices and start memory reporting then) and for `tf.device` scopes naming a device that does not
   exist (a soft-placement fallback, reported with the script's file and line); it makes no `tf.config` or
   `tf.debugging` call of its own once the script has started.
-- `__main__` as bare: a fresh module named `__main__`, absolute `__file__`, `__package__` None, kept in
-  `sys.modules` until the process exits (a thread may still pickle the script's classes after its body ends).
-- `sys.stdout` and `sys.stderr` write to a channel of their own (frames tagged stdout/stderr in one pipe, so
-  their order is kept exactly), apart from fds 1 and 2, where TensorFlow's C++ logging writes: the panel tells
-  the script's lines from TensorFlow's by where they come from, never by their shape. `fileno()` still gives
-  1 and 2, so a child process or `os.write` writes where a bare run's would.
+- `__main__` (and `__mp_main__`) as bare: a fresh module, `__file__` the path as given joined to the working
+  folder, `__package__` None, kept in `sys.modules` until the process exits (a thread may still pickle the
+  script's classes after its body ends); `sys.argv`, `sys.orig_argv`, `sys.executable`, the SIGINT handler
+  and the streams' buffering as bare.
+- Its fds 1 and 2 are pipes of its own, copied byte for byte, so Python's writes, `os.write` and children keep
+  one order; TensorFlow's C++ log and placement echo go to the panel's pipes through C's `stdout`/`stderr`
+  FILE*s (`give_script_its_fds`), and to the script's too once it turns placement logging on itself.
 - An uncaught exception goes to `sys.excepthook` (Python's own printing: `Did you mean`, notes, chained
-  exceptions, groups) with the panel's frames taken out; its status is 1, or death by SIGINT for a
-  KeyboardInterrupt the script raised itself.
+  exceptions, groups) with the panel's frames taken out, as are they from the stacks TensorFlow records
+  (a graph error's "defined at"); its status is 1, or death by SIGINT for a KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
+import _thread
+import array
 import builtins
 import contextlib
+import ctypes
+import fcntl
 import io
 import os
 import shlex
 import signal
 import sys
+import termios
 import threading
+import time
 import tokenize
 import types
 from collections.abc import Callable
@@ -38,7 +45,6 @@ from typing import Any
 
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
-from tf_device_panel.core.protocol.streams import MAX_FRAME_PAYLOAD, SCRIPT_STDERR_TAG, SCRIPT_STDOUT_TAG
 from tf_device_panel.core.results import ScriptResult
 from tf_device_panel.core.runproc.jobs import path_problem
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
@@ -106,10 +112,17 @@ def compile_script(path: str) -> types.CodeType:
         line = source.count(b"\n", 0, source.index(b"\0")) + 1
         raise ScriptProblem(f"{shown}, line {line}: the file holds a NUL byte; is it really a Python file?")
     try:
-        return compile(source, os.path.abspath(file), "exec", dont_inherit=True)
+        return compile(source, script_filename(path), "exec", dont_inherit=True)
     except SyntaxError as exc:
         where = f", line {exc.lineno}" if exc.lineno else ""
         raise ScriptProblem(f"{shown}{where}: {type(exc).__name__}: {exc.msg}") from None
+
+
+def script_filename(path: str) -> str:
+    """The script's `__file__` as `python PATH` makes it: PATH joined to the working folder when relative, and
+    not normalised (a `..` or `./` stays, as in a bare run's tracebacks and warnings)."""
+    given = os.path.expanduser(path.strip())
+    return given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
 
 
 def script_problem(path: str) -> str | None:
@@ -122,80 +135,158 @@ def script_problem(path: str) -> str | None:
 
 
 # -- its output -----------------------------------------------------------------------------------
-class ScriptStream(io.BufferedIOBase):
-    """The byte stream under the script's sys.stdout or sys.stderr (its `.buffer`): each write goes out at once
-    as tagged frames of at most PIPE_BUF bytes on the script's channel, each with one `os.write` (atomic for a
-    pipe, so even a forked child's writes never tear a frame). `fileno()` is the process's own fd 1 or 2, as a
-    bare run's would be.
-
-    Ctrl+C in the middle of a write (the panel's SIGINT handler defers it while this frame runs) is raised
-    once the write is complete: the text layer above has already let go of those bytes, so a line is never
-    lost nor written twice."""
-
-    def __init__(self, channel_fd: int, tag: bytes, fileno: int):
-        super().__init__()
-        self._channel = channel_fd
-        self._tag = tag
-        self._fileno = fileno
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        global interrupt_deferred, channel_bytes_written
-        view = memoryview(data).cast("B")
-        size = len(view)
-        for start in range(0, size, MAX_FRAME_PAYLOAD):
-            payload = bytes(view[start:start + MAX_FRAME_PAYLOAD])
-            # core.protocol.streams.frame, inlined: a signal handled inside a Python call of its own would not be
-            # deferred
-            channel_bytes_written += os.write(self._channel, self._tag + len(payload).to_bytes(4, "big") + payload)
-        # No call from here on: a signal handled after this check would wait for the next write.
-        if interrupt_deferred:
-            interrupt_deferred = False
-            raise KeyboardInterrupt
-        return size
-
-    def flush(self) -> None:
-        pass  # nothing is held here
-
-    def fileno(self) -> int:
-        return self._fileno
-
-    def isatty(self) -> bool:
-        return False
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fdopen.restype = ctypes.c_void_p
+_libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
+_libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
+_libc.fflush.argtypes = [ctypes.c_void_p]
+_IOFBF, _IOLBF, _IONBF = 0, 1, 2
 
 
-interrupt_deferred = False  # a SIGINT came while a ScriptStream was writing: raised when the write is done
-# Bytes written to the script's channel so far: every event carries it (`script_at`), so the panel puts the
-# script's output exactly where it was written among the events, though the two travel on different pipes.
-channel_bytes_written = 0
+# The script's pipes (write ends, the run's own copies): an event waits until what the script wrote before it
+# has been read (`wait_until_read`), so the panel has the script's output and its events in one order.
+script_pipes: list[int] = []
+READ_WAIT_S = 0.5  # at most this long per event: a reader held up (a slow terminal) only blurs the order
 
 
-def defer_interrupt(frame: types.FrameType | None) -> bool:
-    """Called by the run's SIGINT handler: True (and the KeyboardInterrupt deferred) if `frame`, the frame the
-    signal interrupted, is a ScriptStream's write."""
-    global interrupt_deferred
-    if frame is not None and frame.f_code is ScriptStream.write.__code__:
-        interrupt_deferred = True
-        return True
-    return False
+def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
+    """Until the panel has read every byte written so far to the script's fds 1 and 2 (by the script, `os.write`,
+    a child), or `limit_s` has passed. The pipes' fill level is the kernel's (FIONREAD, on the write end)."""
+    if not script_pipes:
+        return
+    deadline = time.monotonic() + limit_s
+    level = array.array("i", [0])
+    for fd in script_pipes:
+        while True:
+            try:
+                fcntl.ioctl(fd, termios.FIONREAD, level, True)
+            except OSError:
+                break
+            if level[0] <= 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.0002)
 
 
-def give_script_its_streams(channel_fd: int) -> None:
-    """sys.stdout and sys.stderr (and their __stdout__/__stderr__) write to the script's channel from now on,
-    line by line as on a terminal, in the encodings and error handlers the interpreter chose."""
-    made = []
-    for name, tag, fileno in (("stdout", SCRIPT_STDOUT_TAG, 1), ("stderr", SCRIPT_STDERR_TAG, 2)):
-        current = getattr(sys, name)
+# The panel's copies of fds 1 and 2 that C's `stdout` and `stderr` write to, by name, while the script's own
+# output is apart; and, once the script turned placement logging on, the pipes teeing them to it too.
+panel_c_fds: dict[str, int] = {}
+tee_pipes: list[int] = []
+tee_done: list[threading.Event] = []
+
+
+def _tee(read_fd: int, script_fd: int, panel_fd: int, done: threading.Event) -> None:
+    """Copy what C writes to both the script's fd (1 or 2, whatever it is now, as C's own stream would) and the
+    panel's pipe, until end of file."""
+    try:
+        while chunk := os.read(read_fd, 65536):
+            for fd in (script_fd, panel_fd):
+                view = memoryview(chunk)
+                with contextlib.suppress(OSError):
+                    while view:
+                        view = view[os.write(fd, view):]
+    except OSError:
+        pass
+    finally:
+        os.close(read_fd)
+        done.set()
+
+
+def give_tensorflows_output_to_the_script() -> None:
+    """TensorFlow's C++ log and placement echo go to the script's fds 1 and 2, as in a bare run, and still to
+    the panel (its placements): C's `stdout` and `stderr` write into pipes a thread of the run copies to both
+    (not a `threading` thread: the script's `threading.enumerate()` does not list it)."""
+    if not panel_c_fds or tee_pipes:
+        return
+    _libc.fflush(None)
+    for name, script_fd in (("stdout", 1), ("stderr", 2)):
+        panel_fd = panel_c_fds.get(name)
+        if panel_fd is None:
+            continue
+        read_fd, write_fd = os.pipe()
+        handle = _libc.fdopen(write_fd, b"w")
+        if not handle:
+            os.close(read_fd)
+            os.close(write_fd)
+            continue
+        # Buffered as C buffers them for a bare run into a pipe: stdout by blocks, stderr not at all.
+        _libc.setvbuf(handle, None, _IOFBF if name == "stdout" else _IONBF, 0)
+        done = threading.Event()
+        _thread.start_new_thread(_tee, (read_fd, script_fd, panel_fd, done))
+        tee_pipes.append(write_fd)
+        tee_done.append(done)
+        ctypes.c_void_p.in_dll(_libc, name).value = handle
+
+
+def finish_tee(limit_s: float = 2.0) -> None:
+    """At the run's end (C's buffers flushed): the tee pipes closed, and what they held copied on."""
+    for fd in tee_pipes:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    deadline = time.monotonic() + limit_s
+    for done in tee_done:
+        done.wait(max(0.0, deadline - time.monotonic()))
+
+
+def watch_placement_logging() -> None:
+    """A script that turns TensorFlow's placement log on itself (`tf.debugging.set_log_device_placement(True)`)
+    sees it as bare, on its own stdout and stderr: TensorFlow's setter, wrapped, has TensorFlow's output copied
+    to the script's fds too (`give_tensorflows_output_to_the_script`)."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    original = cls.log_device_placement
+
+    def set_log_device_placement(self: Any, enable: Any) -> None:
+        original.fset(self, enable)
+        if enable:
+            give_tensorflows_output_to_the_script()
+
+    cls.log_device_placement = property(original.fget, set_log_device_placement, doc=original.__doc__)
+
+
+# How the interpreter buffered sys.stdout and sys.stderr when it started, as it does for a bare run (by blocks
+# into a pipe, by lines on a terminal, unbuffered with PYTHONUNBUFFERED): (line_buffering, write_through). The
+# run process's own start (runtime_main.main) keeps it here before it makes them line-buffered for itself.
+bare_buffering: dict[str, tuple[bool, bool]] = {}
+
+# The copies of the panel's output pipes that C's `stdout` and `stderr` write to once a script has its fds: the
+# run closes them at its end, with fds 1 and 2, so the panel sees end of file before the process is torn down.
+panel_fds: list[int] = []
+
+
+def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
+    """The script's fds 1 and 2 become its own channels (`stdout_fd`, `stderr_fd`: pipes the panel copies byte
+    for byte): `print`, `os.write(1, …)`, a child process's output and C code writing to fd 1 or 2 all reach
+    them in the order they were written, as in a bare run.
+
+    TensorFlow's C++ logging and its placement echo (written through C's `stderr` and `stdout` FILE*s) stay on
+    the panel's own pipes, where fds 1 and 2 were: C's `stdout` and `stderr` are pointed at copies of those
+    fds, so the panel's placement log never reaches the script's streams. `sys.stdout` and `sys.stderr` keep
+    their objects (a logging handler made earlier still writes to them) and are buffered as the interpreter
+    buffered them at its start, as a bare run's (`bare_buffering`)."""
+    for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            current.flush()
-        stream = io.TextIOWrapper(ScriptStream(channel_fd, tag, fileno),  # type: ignore[type-var]
-                                  encoding=getattr(current, "encoding", None) or "utf-8",
-                                  errors=getattr(current, "errors", None) or "strict", line_buffering=True)
-        made.append(stream)
-    sys.stdout = sys.__stdout__ = made[0]  # type: ignore[misc, assignment]
-    sys.stderr = sys.__stderr__ = made[1]  # type: ignore[misc, assignment]
+            stream.flush()
+    _libc.fflush(None)
+    for name, fd, mode, buffering in (("stdout", 1, b"w", _IOLBF), ("stderr", 2, b"w", _IONBF)):
+        panel_copy = os.dup(fd)
+        handle = _libc.fdopen(panel_copy, mode)
+        if not handle:
+            os.close(panel_copy)
+            continue
+        _libc.setvbuf(handle, None, buffering, 0)
+        ctypes.c_void_p.in_dll(_libc, name).value = handle
+        panel_c_fds[name] = panel_copy
+        panel_fds.append(panel_copy)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    for fd in {stdout_fd, stderr_fd} - {1, 2}:
+        os.set_inheritable(fd, False)  # kept, not inherited: the run's own look at what is still unread there
+        script_pipes.append(fd)
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        line_buffering, write_through = bare_buffering.get(name, (False, False))
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=line_buffering, write_through=write_through)  # type: ignore[union-attr]
 
 
 # -- its tracebacks -------------------------------------------------------------------------------
@@ -362,21 +453,71 @@ def watch_device_scopes(ctx: JobContext) -> None:
     cls.__enter__ = __enter__
 
 
+def without_panel_frames_in_tensorflows_stacks() -> Any:
+    """A context in which the stacks TensorFlow records on this thread (where an op was defined: a graph error's
+    "defined at") leave out the panel's frames below the script: TensorFlow's own stack filter, given the files
+    of every frame on the stack now (the interpreter's `-c` and runpy, the supervisor, this run, this job)."""
+    from tensorflow.python.util import tf_stack
+
+    below = set()
+    frame: types.FrameType | None = sys._getframe()
+    while frame is not None:
+        below.add(frame.f_code.co_filename)
+        frame = frame.f_back
+    panel_files = frozenset(below)
+
+    class PanelFrames(tf_stack.StackTraceFilter):
+        def get_filtered_filenames(self) -> frozenset[str]:
+            return panel_files
+
+    return PanelFrames()
+
+
+def signalled(wakeup_r: int) -> bool:
+    """Whether SIGINT was handled since the last look (the interpreter wrote its number to the wakeup fd)."""
+    seen = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(wakeup_r, 512):
+            seen += chunk
+    return signal.SIGINT in seen
+
+
+def python_as_typed(executable: str) -> str:
+    """`sys.executable` as `python file.py` gives it: the `python` beside the panel's interpreter (`python3`,
+    `python3.11` in the same folder), when that is the same program."""
+    beside = os.path.join(os.path.dirname(executable), "python")
+    with contextlib.suppress(OSError):
+        if beside != executable and os.path.samefile(beside, executable):
+            return beside
+    return executable
+
+
 # -- the job --------------------------------------------------------------------------------------
 def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     code = compile_script(path)
     file = Path(path.strip()).expanduser()
-    argv = [str(file), *shlex.split(args)]
+    argv = [os.path.expanduser(path.strip()), *shlex.split(args)]
     absolute = code.co_filename
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=absolute, __cached__=None, __builtins__=builtins, __annotations__={},
                          __loader__=SourceFileLoader("__main__", absolute))
-    sys.modules["__main__"] = main  # kept until the process exits, as a bare run's
+    # Kept until the process exits, as a bare run's. `__mp_main__` too: multiprocessing made it an alias of the
+    # `__main__` of its import (the panel's), and a pool's result thread finds the script's classes there; a
+    # spawned or forkserver child re-runs the script from `__file__`, as it does bare.
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = main
     sys.argv = argv
+    sys.executable = python_as_typed(sys.executable)
+    sys.orig_argv = [sys.executable, *argv]
     sys.path.insert(0, os.path.dirname(os.path.realpath(file)))  # as `python file.py` puts the script's folder
     ctx.progress(0, 1, f"running {file.name}")
+    # Ctrl+C as bare: Python's own handler. The panel learns that a KeyboardInterrupt came from a signal (Stop)
+    # through the interpreter's wakeup fd, which every handled signal writes to.
+    wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
+    panel_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        exec(code, main.__dict__)
+        with without_panel_frames_in_tensorflows_stacks():
+            exec(code, main.__dict__)
     except SystemExit as exc:
         status = exit_status(exc.code)
         if status != 0:
@@ -384,10 +525,19 @@ def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
     except JobCancelled:
         raise
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and ctx.cancel_requested.is_set():
+        if isinstance(exc, KeyboardInterrupt) and (ctx.cancel_requested.is_set() or signalled(wakeup_r)):
+            ctx.cancel_requested.set()
             raise  # the user's Ctrl+C (Stop): the run is cancelled
         text = report_uncaught(exc)
         status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
         raise ScriptExit(status, type(exc).__name__, str(exc).strip() or type(exc).__name__, text) from None
+    finally:
+        signal.signal(signal.SIGINT, panel_handler)
+        if signalled(wakeup_r):  # a Ctrl+C the script caught: the run's own handler has it from here on
+            ctx.cancel_requested.set()
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)
+        os.close(wakeup_r)
+        os.close(wakeup_w)
     ctx.progress(1, 1, "done", force=True)
     return {"kind": "script", "path": absolute, "argv": argv, "exit_code": 0}
