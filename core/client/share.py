@@ -94,7 +94,7 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
         device = "/CPU:0"
     if not configs:
         most = max(0, total // (MIN_SEAT_MIB + reserved))
-        raise ShareError(f"--seats: {seats} seats are too many for {what} split {seats} ways leaves "
+        raise ShareError(f"--seats: {seats} seats are too many: {what} split {seats} ways leaves "
                          f"{max(seat_mib, 0)} MiB a seat, under the {MIN_SEAT_MIB} MiB a seat needs; use at most "
                          f"{most} seats")
     return SharePlan(device, source, total, reserved, seat_mib, configs)
