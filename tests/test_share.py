@@ -177,3 +177,22 @@ def test_a_seat_whose_run_does_not_fit_its_limit_fails_the_command(tmp_path) -> 
                   "--batch", "4096")
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.count(": out of memory") == 2 and "a seat did not hold" in done.stdout
+
+
+def test_verifying_more_seats_than_this_machines_memory_holds_is_refused_before_anything_is_written(
+        monkeypatch, tmp_path, capsys) -> None:
+    import psutil
+    from tf_device_panel.core.client.share import SEAT_HOST_MIB
+
+    _no_nvml(monkeypatch)
+    if 256 * SEAT_HOST_MIB["/CPU"] * MIB <= psutil.virtual_memory().available:
+        pytest.skip("this machine could start 256 seats at once")
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 256 * 32}))
+    out = tmp_path / "class"
+    assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out), "--verify"]) == 2
+    error = capsys.readouterr().err
+    assert "--verify: 256 seats side by side need about 179,200 MiB" in error and "verify at most" in error
+    assert not out.exists()
+    assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out)]) == 0  # writing is fine
+    assert len(list(out.iterdir())) == 256

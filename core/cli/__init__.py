@@ -335,6 +335,8 @@ def cmd_share(args: argparse.Namespace) -> int:
     try:
         plan = share.plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason() if not gpus else "")
         share.check_out_dir(out, args.force)
+        if args.verify:
+            share.check_host_memory(plan)
         profiles = share.write_profiles(plan, out, force=args.force)
     except share.ShareError as exc:
         raise UsageError(str(exc)) from None

@@ -33,6 +33,9 @@ MIN_SEAT_MIB = 32            # a seat smaller than this cannot hold TensorFlow's
 MAX_SEATS = 256
 VERIFY_MODEL, VERIFY_BATCH = "cnn", 32
 VERIFY_TIMEOUT_S = 900.0
+# Host memory one verifying seat takes: measured here, a seat's `run fit` (cnn, batch 32) under a 64 MiB CPU cap
+# peaked at 662 MiB resident (its TensorFlow runtime); a GPU seat also maps CUDA's libraries.
+SEAT_HOST_MIB = {"/CPU": 700, "/GPU": 2048}
 
 
 class ShareError(ValueError):
@@ -120,6 +123,21 @@ def write_profiles(plan: SharePlan, out: Path, force: bool = False) -> list[Path
         save_profile(config, seat_path(out, index))
         paths.append(seat_path(out, index))
     return paths
+
+
+def check_host_memory(plan: SharePlan, available_mib: int | None = None) -> None:
+    """ShareError when starting every seat at once would take more host memory than is available."""
+    if available_mib is None:
+        import psutil
+
+        available_mib = psutil.virtual_memory().available // MIB
+    each = SEAT_HOST_MIB[plan.device[:4]]
+    seats = len(plan.configs)
+    if seats * each > available_mib:
+        raise ShareError(f"--verify: {seats} seats side by side need about {seats * each:,} MiB of this machine's "
+                         f"memory (about {each} MiB for each seat's TensorFlow process) and {available_mib:,} MiB "
+                         f"is available; verify at most {max(1, available_mib // each)} seats here (write the "
+                         "profiles without --verify, and verify a smaller split), or free memory")
 
 
 def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_MODEL, batch: int = VERIFY_BATCH,
