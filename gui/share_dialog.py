@@ -137,7 +137,7 @@ class ShareDialog(QDialog):
         seats = report.get("seats") or []
         reserve = report.get("reserved_mib_per_seat") or 0
         text = (f"{report.get('device')}: {report.get('source')}"
-                + (f", less {reserve} MiB per seat for its CUDA context" if reserve else "")
+                + (f", less {reserve} MiB per seat for its CUDA context and headroom" if reserve else "")
                 + f": {len(seats)} seats of {report.get('seat_limit_mib')} MiB, written to {report.get('out')}.")
         if "verified" in report:
             text += " All seats held." if report["verified"] else " A seat did not hold."

@@ -15,7 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 from tf_device_panel.core import cli
-from tf_device_panel.core.client.share import CONTEXT_RESERVE_MIB, MIN_SEAT_MIB, ShareError, plan_seats
+from tf_device_panel.core.client.share import (
+    CONTEXT_RESERVE_MIB,
+    HEADROOM_MIB,
+    MIN_SEAT_MIB,
+    ShareError,
+    plan_seats,
+)
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, load_profile
 from tf_device_panel.core.devices import nvml
 
@@ -25,18 +31,35 @@ H100 = json.loads((Path(__file__).parent / "fixtures" / "h100" / "gpu.json").rea
 H100_GPU = GpuInfo(index=0, name=H100["nvml"]["name"], total_mib=H100["cuda_total_mib"], total_source="CUDA")
 
 
-def test_the_reserve_per_seat_is_the_cuda_context_measured_on_the_h100() -> None:
-    measured = H100["process_memory_after_first_op_mib"]["memory_growth"]  # 522 MiB: context, next to nothing else
-    assert abs(CONTEXT_RESERVE_MIB - measured) <= 8
+HELD = H100["process_memory_after_first_op_mib"]
+# What an H100 process held beyond TensorFlow's allocator: under growth after its first op (522 MiB, next to
+# nothing allocated), and above the limit under memory_fraction 0.25 (20,790 - 20,269 = 521 MiB).
+CONTEXTS_MIB = (HELD["memory_growth"], HELD["memory_fraction_0_25"] - H100["tf_limit_for_fraction_0_25_mib"])
+
+
+def test_the_reserve_per_seat_is_the_cuda_context_measured_on_the_h100_and_covers_it() -> None:
+    assert CONTEXTS_MIB == (522, 521)
+    assert CONTEXT_RESERVE_MIB == 520 and all(abs(CONTEXT_RESERVE_MIB - m) <= 8 for m in CONTEXTS_MIB)
+    assert max(CONTEXTS_MIB) <= CONTEXT_RESERVE_MIB + HEADROOM_MIB
+    # A logical GPU's process takes its whole limit at its first op (the 2048+4096 split held 522 + 2048).
+    assert HELD["split_2048_4096"] == HELD["memory_growth"] + 2048
+    # So with 520 MiB and no headroom, three seats would not fit: 3 × (26,506 + 522) = 81,084 > 81,079.
+    assert 3 * ((H100["cuda_total_mib"] - 3 * 520) // 3 + max(CONTEXTS_MIB)) > H100["cuda_total_mib"]
+
+
+@pytest.mark.parametrize("seats", [1, 2, 3, 4, 7, 10, 30, 100, 142])
+def test_every_seat_of_an_h100_holding_its_limit_and_its_measured_context_at_once_fits_cudas_total(seats) -> None:
+    plan = plan_seats(DeviceConfig(), seats, [H100_GPU])
+    assert seats * (plan.seat_mib + max(CONTEXTS_MIB)) <= H100["cuda_total_mib"]
 
 
 def test_an_h100_split_in_three_reserves_each_seats_context_and_fits_cudas_total() -> None:
     plan = plan_seats(DeviceConfig(), 3, [H100_GPU])
-    assert plan.device == "/GPU:0" and plan.reserved_mib == 520
-    assert plan.seat_mib == (81_079 - 3 * 520) // 3 == 26_506
+    assert plan.device == "/GPU:0" and plan.reserved_mib == 520 + 16
+    assert plan.seat_mib == (81_079 - 3 * 536) // 3 == 26_490
     assert len(plan.configs) == 3
     for config in plan.configs:
-        assert config.visible_gpus == (0,) and dict(config.virtual_gpus) == {0: (26_506,)}
+        assert config.visible_gpus == (0,) and dict(config.virtual_gpus) == {0: (26_490,)}
         assert not config.memory_growth and config.memory_fraction is None
         assert config.problems([H100_GPU], cuda_visible_devices=None) == []   # each seat's profile is valid there
     # The seats' limits and their contexts together stay within what CUDA counts.
@@ -48,20 +71,19 @@ def test_a_base_profiles_visible_gpu_is_the_one_split_and_growth_or_a_fraction_g
     base = DeviceConfig(visible_gpus=(1,), memory_fraction=0.5, log_placement=False)
     plan = plan_seats(base, 2, [H100_GPU, second])
     assert plan.device == "/GPU:1"
-    assert [dict(c.virtual_gpus) for c in plan.configs] == [{1: ((81_079 - 2 * 520) // 2,)}] * 2
+    assert [dict(c.virtual_gpus) for c in plan.configs] == [{1: ((81_079 - 2 * 536) // 2,)}] * 2
     assert all(c.memory_fraction is None and not c.log_placement for c in plan.configs)
 
 
 @pytest.mark.parametrize(("seats", "said"), [
     (0, "--seats: 0 is not a number of seats; use 1 or more"),
     (-2, "--seats: -2 is not a number of seats; use 1 or more"),
-    (147, "use at most 146 seats"),   # 81,079 MiB / (32 + 520): 146 seats of at least 32 MiB
+    (143, "use at most 142 seats"),   # 81,079 MiB / (32 + 536): 142 seats of at least 32 MiB
 ])
 def test_a_count_of_seats_that_is_not_one_or_more_or_too_many_for_the_h100_is_refused(seats: int, said: str) -> None:
     with pytest.raises(ShareError, match=said.replace("(", r"\(")):
         plan_seats(DeviceConfig(), seats, [H100_GPU])
-    plan_seats(DeviceConfig(), 146, [H100_GPU])  # the most it allows holds MIN_SEAT_MIB each
-    assert plan_seats(DeviceConfig(), 146, [H100_GPU]).seat_mib >= MIN_SEAT_MIB
+    assert plan_seats(DeviceConfig(), 142, [H100_GPU]).seat_mib >= MIN_SEAT_MIB  # the most it allows
 
 
 def _h100_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,8 +112,8 @@ def test_share_on_the_h100_writes_a_profile_per_seat_that_run_accepts(monkeypatc
     out = tmp_path / "class"
     assert cli.main(["share", "--seats", "2", "--out", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["device"] == "/GPU:0" and report["reserved_mib_per_seat"] == 520
-    limit = (H100["cuda_total_mib"] - 2 * 520) // 2
+    assert report["device"] == "/GPU:0" and report["reserved_mib_per_seat"] == 536
+    limit = (H100["cuda_total_mib"] - 2 * 536) // 2
     assert [s["limit_bytes"] for s in report["seats"]] == [limit * MIB] * 2
     assert sorted(p.name for p in out.iterdir()) == ["seat-1.json", "seat-2.json"]
     for path in out.iterdir():

@@ -346,7 +346,8 @@ def cmd_share(args: argparse.Namespace) -> int:
                               "seats": [{"seat": i, "profile": str(p), "limit_bytes": plan.seat_mib * 1024 * 1024}
                                         for i, p in enumerate(profiles, start=1)]}
     if not args.json:
-        reserve = f", less {plan.reserved_mib} MiB per seat for its CUDA context" if plan.reserved_mib else ""
+        reserve = (f", less {plan.reserved_mib} MiB per seat for its CUDA context and headroom"
+                   if plan.reserved_mib else "")
         print(f"{plan.device}: {plan.source}{reserve}: {len(profiles)} seats of {plan.seat_mib} MiB")
         for path in profiles:
             print(f"  wrote {path}")

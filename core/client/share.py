@@ -1,11 +1,15 @@
 """One device shared by a class: its memory split into N seats, one profile per seat, and the proof they hold.
 
 On a GPU the split is of CUDA's total (what TensorFlow can use), less what each seat's process holds beyond
-TensorFlow's allocator: its CUDA context and the driver's share, measured on an H100 at 522 MiB for a process
-under memory growth after its first op (tests/fixtures/h100/gpu.json), reserved here as CONTEXT_RESERVE_MIB per
-seat. Each seat's profile makes that one GPU visible as one logical GPU whose memory_limit is the seat's share:
-TensorFlow's allocator in that process never takes more. On the CPU (no GPU, or a base profile that hides the
-GPUs) the split is of the base profile's CPU cap (`cpu_memory_limit_mib`), each seat capped at its share.
+TensorFlow's allocator: its CUDA context, measured on an H100 (tests/fixtures/h100/gpu.json) at 522 MiB for a
+process under memory growth after its first op, and at 521 MiB above the limit of a process under
+memory_fraction 0.25 — about 520 MiB, CONTEXT_RESERVE_MIB, plus HEADROOM_MIB per seat. The headroom is needed:
+a logical GPU's process takes its whole memory_limit at its first op (recorded: a 2048+4096 split held
+2,570 MiB = 522 + 2,048), so every seat holds limit + context at once, and with 520 alone three seats of an
+H100 would ask for 5 MiB more than CUDA's total. Each seat's profile makes that one GPU visible as one logical
+GPU whose memory_limit is the seat's share: TensorFlow's allocator in that process never takes more. On the CPU
+(no GPU, or a base profile that hides the GPUs) the split is of the base profile's CPU cap
+(`cpu_memory_limit_mib`), each seat capped at its share.
 
 Verifying starts the N seats side by side, each running the panel's own `run fit` under its seat's profile (the
 run `fit-batch` verifies with: core.runproc.jobs.fit_batch.start_panel_fit), and reads each one's allocator
@@ -28,7 +32,8 @@ from tf_device_panel.core.runproc.jobs.context import JobError
 from tf_device_panel.core.runproc.jobs.fit_batch import read_panel_fit, start_panel_fit
 
 MIB = 1024 * 1024
-CONTEXT_RESERVE_MIB = 520    # per process on a GPU: CUDA context and driver (H100: 522 MiB held under growth)
+CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
+HEADROOM_MIB = 16            # per seat on a GPU, above the context: what the measurements exceed 520 by, and more
 MIN_SEAT_MIB = 32            # a seat smaller than this cannot hold TensorFlow's own first allocations
 MAX_SEATS = 256
 VERIFY_MODEL, VERIFY_BATCH = "cnn", 32
@@ -72,11 +77,11 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
         if gpu.total_mib is None:
             raise ShareError(f"GPU {gpu.index}'s total memory is unknown (NVML did not report it); "
                              "check the driver with `tf-device-panel doctor`")
-        total, reserved = gpu.total_mib, CONTEXT_RESERVE_MIB
+        total, reserved = gpu.total_mib, CONTEXT_RESERVE_MIB + HEADROOM_MIB
         which = "CUDA" if gpu.total_source == "CUDA" else gpu.total_source or "NVML"
         source = f"GPU {gpu.index} ({gpu.name or 'unnamed'}): {total} MiB as {which} counts it"
         seat_mib = (total - seats * reserved) // seats
-        what = f"GPU {gpu.index}'s {total} MiB, less {reserved} MiB per seat for its CUDA context,"
+        what = f"GPU {gpu.index}'s {total} MiB, less {reserved} MiB per seat for its CUDA context and headroom,"
         configs = tuple(base.with_changes(visible_gpus=(gpu.index,), virtual_gpus={gpu.index: (seat_mib,)},
                                           memory_growth=False, memory_fraction=None)
                         for _ in range(seats)) if seat_mib >= MIN_SEAT_MIB else ()
