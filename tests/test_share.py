@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +219,38 @@ def test_verifying_more_seats_than_this_machines_memory_holds_is_refused_before_
     assert not out.exists()
     assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out)]) == 0  # writing is fine
     assert len(list(out.iterdir())) == 256
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_share_while_it_verifies_leaves_no_seat_running(tmp_path, signal_number) -> None:
+    import psutil
+    from helpers import wait_until
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 192, "log_placement": False}))
+    process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "share", "--seats", "2", "--config",
+                                str(base), "--out", str(tmp_path / "class"), "--verify"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        command = psutil.Process(process.pid)
+        # Each seat's command line and the runtime it started: both seats under way.
+        def under_way() -> list[psutil.Process] | None:
+            found = command.children(recursive=True)
+            return found if len(found) >= 4 else None
+
+        seats = wait_until(under_way, timeout=120, message="the seats never started")
+        process.send_signal(signal_number)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "Traceback" not in err
+    assert process.returncode in (130 if signal_number == signal.SIGINT else 143, -signal_number), (out, err)
+
+    def running(seat: psutil.Process) -> bool:
+        try:
+            return seat.is_running() and seat.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    wait_until(lambda: not any(running(seat) for seat in seats), timeout=30,
+               message=lambda: f"left running: {[s.pid for s in seats if running(s)]}")
