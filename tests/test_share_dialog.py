@@ -69,3 +69,32 @@ def test_the_dialog_shows_the_commands_refusal(qtbot, window, tmp_path) -> None:
     assert dialog.status.text().startswith("error: the base profile hides the GPUs")
     assert dialog.table.rowCount() == 0 and not (tmp_path / "class").exists()
     dialog.close()
+
+
+def test_closing_the_dialog_while_it_verifies_stops_every_seat(qtbot, window, tmp_path) -> None:
+    import psutil
+
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=192,
+                                                      log_placement=False))
+    dialog.out.setText(str(tmp_path / "class"))
+    dialog.share_button.click()
+    assert dialog.process is not None
+    command = psutil.Process(int(dialog.process.processId()))
+    seats: list[psutil.Process] = []
+
+    def under_way() -> bool:
+        seats[:] = command.children(recursive=True)
+        return len(seats) >= 6  # three seats' command lines and their runtimes
+
+    qtbot.waitUntil(under_way, timeout=120_000)
+    dialog.close()
+    assert dialog.process is None
+
+    def running(seat: psutil.Process) -> bool:
+        try:
+            return seat.is_running() and seat.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    assert not running(command)  # stopped by the close, not left to finish its seats
+    qtbot.waitUntil(lambda: not any(running(seat) for seat in seats), timeout=30_000)
