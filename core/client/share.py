@@ -183,11 +183,14 @@ def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_M
                 row.update(status="failed", error=str(exc), seconds=ended[number])
                 rows.append(row)
                 continue
-            row.update(peak_bytes=run["peak_bytes"], seconds=run["seconds"])
+            # The seat's own device: a GPU seat's profile leaves that GPU alone, TensorFlow's /GPU:0.
+            device = "/GPU:0" if plan.device.startswith("/GPU") else "/CPU:0"
+            peak = run["peaks"].get(device, run["peak_bytes"])
+            row.update(peak_bytes=peak, seconds=run["seconds"])
             if not run["fits"]:
                 row.update(status="out of memory" if "oom" in run else "failed", error=run["error"])
-            elif run["peak_bytes"] is not None and run["peak_bytes"] > limit:
-                row.update(status="over", error=f"peak {run['peak_bytes'] / MIB:.1f} MiB is over the seat's "
+            elif peak is not None and peak > limit:
+                row.update(status="over", error=f"peak {peak / MIB:.1f} MiB is over the seat's "
                                                 f"{plan.seat_mib} MiB")
             else:
                 row.update(status="held", error=None)

@@ -176,6 +176,7 @@ def panel_fit(ctx: JobContext, model: str, batch: int, budget_mib: int, image_si
         process = start_panel_fit(profile, Path(folder), model, batch, image_size)
         _wait(ctx, process, f"the fit run at batch {batch}")
         row = read_panel_fit(Path(folder), process.returncode, batch, time.monotonic() - started)
+        del row["peaks"]  # the result's probe rows keep the largest
     if not row["fits"] and "oom" not in row:
         raise JobError(f"the fit run at batch {batch} failed, not for memory: {row['error']}")
     return row
@@ -204,15 +205,19 @@ def read_panel_fit(folder: Path, returncode: int | None, batch: int, seconds: fl
         tail = (folder / "stderr.txt").read_text(errors="replace").strip().splitlines()[-3:]
         raise JobError(f"the fit run at batch {batch} printed no outcome (exit {returncode}): "
                        + " / ".join(tail)) from None
-    peak = None
+    peaks: dict[str, int] = {}
     for events_file in (folder / "home").rglob("events.jsonl"):
         for line in events_file.read_text(errors="replace").splitlines():
             if '"tf_memory"' in line:
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    peak = max(peak or 0, int(json.loads(line)["data"]["peak_mib"] * MIB))
+                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                    data = json.loads(line)["data"]
+                    device = str(data.get("device", ""))
+                    peaks[device] = max(peaks.get(device, 0), int(data["peak_mib"] * MIB))
+    peak = max(peaks.values()) if peaks else None
     fits = outcome.get("status") == "ok"
     row: dict[str, Any] = {"batch": batch, "fits": fits, "peak_bytes": peak, "seconds": seconds,
-                           "error": None if fits else (outcome.get("error") or {}).get("message"), "run": "fit"}
+                           "error": None if fits else (outcome.get("error") or {}).get("message"), "run": "fit",
+                           "peaks": peaks}
     if fits and peak is None:
         raise JobError(f"the fit run at batch {batch} fitted but reported no allocator figures")
     oom = outcome.get("oom")
