@@ -254,3 +254,25 @@ def test_stopping_share_while_it_verifies_leaves_no_seat_running(tmp_path, signa
 
     wait_until(lambda: not any(running(seat) for seat in seats), timeout=30,
                message=lambda: f"left running: {[s.pid for s in seats if running(s)]}")
+
+
+def test_with_only_nvmls_total_known_the_drivers_reserve_is_taken_off_as_the_h100s() -> None:
+    nvml_only = GpuInfo(index=0, name=H100["nvml"]["name"], total_mib=H100["nvml"]["memory_total_mib"],
+                        total_source="NVML")
+    plan = plan_seats(DeviceConfig(), 3, [nvml_only])
+    assert plan.total_mib == H100["cuda_total_mib"]   # 81,559 - 480: CUDA's total, as on the real H100
+    assert plan.seat_mib == plan_seats(DeviceConfig(), 3, [H100_GPU]).seat_mib
+    assert "as NVML counts it, less 480 MiB the driver keeps" in plan.source
+
+
+def test_a_batch_the_fit_job_does_not_take_is_refused_before_anything_is_written(monkeypatch, tmp_path,
+                                                                                  capsys) -> None:
+    _no_nvml(monkeypatch)
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 96}))
+    out = tmp_path / "class"
+    for batch in ("0", "1000001"):
+        assert cli.main(["share", "--seats", "2", "--config", str(base), "--out", str(out), "--verify",
+                         "--batch", batch]) == 2
+        assert f"--batch: {batch} is not a batch the fit job takes" in capsys.readouterr().err
+    assert not out.exists()

@@ -328,6 +328,9 @@ def cmd_share(args: argparse.Namespace) -> int:
     except ValueError:
         raise UsageError(f"--seats: expected a whole number of seats, got {quote(args.seats)} "
                          "(e.g. --seats 3)") from None
+    if args.verify and not 1 <= args.batch <= 1_000_000:
+        raise UsageError(f"--batch: {args.batch} is not a batch the fit job takes; use 1 to 1000000 samples "
+                         "(e.g. --batch 32)")
     base = DeviceConfig() if args.config is None else load_profile(args.config)
     gpus = nvml_gpu_inventory()
     base.checked(gpus)
@@ -353,12 +356,9 @@ def cmd_share(args: argparse.Namespace) -> int:
             print(f"  wrote {path}")
         if args.verify:
             print(f"verifying: {len(profiles)} seats side by side, each running fit (cnn, batch {args.batch}) under "
-                  "its profile…",
-                  flush=True)
+                  "its profile…", flush=True)
     failed = False
     if args.verify:
-        if args.batch < 1:
-            raise UsageError("--batch: use 1 or more samples (e.g. --batch 32)")
         report["seats"] = share.verify_seats(plan, profiles, batch=args.batch)
         failed = any(row["status"] != "held" for row in report["seats"])
         report["verified"] = not failed

@@ -34,6 +34,7 @@ from tf_device_panel.core.runproc.jobs.fit_batch import read_panel_fit, start_pa
 MIB = 1024 * 1024
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
 HEADROOM_MIB = 16            # per seat on a GPU, above the context: what the measurements exceed 520 by, and more
+DRIVER_RESERVE_MIB = 480     # NVML's total less CUDA's on the H100 (81,559 - 81,079), where only NVML's is known
 MIN_SEAT_MIB = 32            # a seat smaller than this cannot hold TensorFlow's own first allocations
 MAX_SEATS = 256
 VERIFY_MODEL, VERIFY_BATCH = "cnn", 32
@@ -78,8 +79,11 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
             raise ShareError(f"GPU {gpu.index}'s total memory is unknown (NVML did not report it); "
                              "check the driver with `tf-device-panel doctor`")
         total, reserved = gpu.total_mib, CONTEXT_RESERVE_MIB + HEADROOM_MIB
-        which = "CUDA" if gpu.total_source == "CUDA" else gpu.total_source or "NVML"
-        source = f"GPU {gpu.index} ({gpu.name or 'unnamed'}): {total} MiB as {which} counts it"
+        source = f"GPU {gpu.index} ({gpu.name or 'unnamed'}): {total} MiB as CUDA counts it"
+        if gpu.total_source != "CUDA":  # NVML's total (an older driver): CUDA's is less by the driver's reserve
+            total -= DRIVER_RESERVE_MIB
+            source = (f"GPU {gpu.index} ({gpu.name or 'unnamed'}): {gpu.total_mib} MiB as NVML counts it, less "
+                      f"{DRIVER_RESERVE_MIB} MiB the driver keeps (the H100's), {total} MiB")
         seat_mib = (total - seats * reserved) // seats
         what = f"GPU {gpu.index}'s {total} MiB, less {reserved} MiB per seat for its CUDA context and headroom,"
         configs = tuple(base.with_changes(visible_gpus=(gpu.index,), virtual_gpus={gpu.index: (seat_mib,)},
