@@ -56,6 +56,7 @@ class ShareDialog(QDialog):
         self.seats = QSpinBox()
         self.seats.setRange(1, MAX_SEATS)
         self.seats.setValue(3)
+        self.seats.setMaximumWidth(120)
         self.out = QLineEdit()
         self.out.setPlaceholderText("a new or empty folder")
         browse = QPushButton("Browse…")
