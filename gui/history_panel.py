@@ -23,13 +23,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
+from tf_device_panel.core.client.run_memory import peaks_text, run_peaks
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.log_panel import LogPanel
+from tf_device_panel.gui.memory_compare import MemoryCompareDialog
 from tf_device_panel.gui.result_view import ResultView
 
-COLUMNS = ("Date", "Job", "Status", "Duration")
+COLUMNS = ("Date", "Job", "Status", "Duration", "Peak")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
 
 
@@ -62,10 +64,12 @@ class HistoryPanel(QWidget):
         super().__init__(parent)
         self.history = history
         self.summaries: dict[str, dict[str, Any]] = {}
+        self._peaks: dict[str, tuple[tuple[int, int], dict[str, float]]] = {}  # run -> (events file's size, mtime)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        # Two runs selected (Ctrl+click) compare their memory.
+        self.table.setSelectionMode(QTableWidget.SelectionMode.ExtendedSelection)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         # Short columns that fit their text; the selected run's parameters and configuration are written out
@@ -96,8 +100,13 @@ class HistoryPanel(QWidget):
         self.apply_button = QPushButton("Apply its config")
         self.apply_button.setToolTip("Load the run's device configuration and restart the runtime with it")
         self.apply_button.clicked.connect(self._apply_selected)
+        self.compare_button = QPushButton("Compare")
+        self.compare_button.setToolTip("Two runs' memory side by side: select two (Ctrl+click), then Compare")
+        self.compare_button.setEnabled(False)
+        self.compare_button.clicked.connect(self.compare_selected)
+        self.table.itemSelectionChanged.connect(self._selection_changed)
         buttons = QHBoxLayout()
-        for button in (refresh, open_button, self.run_again_button, self.apply_button):
+        for button in (refresh, open_button, self.run_again_button, self.apply_button, self.compare_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
@@ -119,13 +128,15 @@ class HistoryPanel(QWidget):
         self.table.setRowCount(len(runs))
         for row, run in enumerate(runs):
             duration = run.get("duration_s")
+            peaks = self.peaks(run["run_id"])
             values = [date_text(run), run.get("job", "?"), run.get("status", "?"),
-                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else ""]
+                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else "",
+                      f"{max(peaks.values()):,.1f} MiB" if peaks else ""]
             for column, value in enumerate(values):
                 item = QTableWidgetItem(str(value))
                 item.setData(Qt.ItemDataRole.UserRole, run["run_id"])
                 item.setToolTip(f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n"
-                                f"(run {run['run_id']})")
+                                f"Peak memory: {peaks_text(peaks)}\n(run {run['run_id']})")
                 self.table.setItem(row, column, item)
         if runs:
             self.table.setCurrentCell(0, 0)
@@ -139,7 +150,46 @@ class HistoryPanel(QWidget):
             return
         self.details.setText(f"<b>{html.escape(str(summary.get('job', '?')))}</b> on {date_text(summary)}<br>"
                              f"<b>Parameters:</b> {html.escape(params_text(summary))}<br>"
-                             f"<b>Configuration:</b> {html.escape(config_text(summary))}")
+                             f"<b>Configuration:</b> {html.escape(config_text(summary))}<br>"
+                             f"<b>Peak memory:</b> {html.escape(peaks_text(self.peaks(summary['run_id'])))}")
+
+    def peaks(self, run_id: str) -> dict[str, float]:
+        """The run's allocator peak per device (MiB), read once per change of its record."""
+        try:
+            info = (self.history.root / run_id / "events.jsonl").stat()
+            key = (info.st_size, info.st_mtime_ns)
+        except OSError:
+            key = (-1, -1)
+        cached = self._peaks.get(run_id)
+        if cached is None or cached[0] != key:
+            cached = self._peaks[run_id] = (key, run_peaks(self.history, run_id))
+        return cached[1]
+
+    def selected_runs(self) -> list[str]:
+        """The selected runs, top to bottom (the newest first)."""
+        rows = sorted({index.row() for index in self.table.selectionModel().selectedRows()})
+        items = [self.table.item(row, 0) for row in rows]
+        return [str(item.data(Qt.ItemDataRole.UserRole)) for item in items if item is not None]
+
+    def _selection_changed(self) -> None:
+        self.compare_button.setEnabled(len(self.selected_runs()) == 2)
+
+    def compare_selected(self) -> QDialog | None:
+        chosen = self.selected_runs()
+        if len(chosen) != 2:
+            return None
+        newer, older = chosen  # the table lists the newest first: the older run is the first compared
+
+        def named(run_id: str) -> tuple[str, dict[str, float]]:
+            summary = self.summaries.get(run_id) or {}
+            return (f"{summary.get('job', '?')} on {date_text(summary)} ({summary.get('status', '?')}; "
+                    f"{params_text(summary)})", self.peaks(run_id))
+
+        dialog = MemoryCompareDialog(named(older), named(newer), self)
+        self.dialogs.append(dialog)
+        dialog.finished.connect(lambda _: self.dialogs.remove(dialog))
+        dialog.show()
+        return dialog
 
     def selected_run(self) -> str | None:
         item = self.table.currentItem()

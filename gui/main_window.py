@@ -370,6 +370,7 @@ class MainWindow(QMainWindow):
         self._action(file_menu, "Save profile &as…", self._save_as_dialog, QKeySequence.StandardKey.SaveAs)
         file_menu.addSeparator()
         self._action(file_menu, "Copy configuration as &Python…", self.show_snippet)
+        self._action(file_menu, "S&hare a GPU…", self.show_share)
         self._action(file_menu, "Save &log…", self.log.save_dialog)
         file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
@@ -653,6 +654,13 @@ class MainWindow(QMainWindow):
                              "Paste this at the very top of your training script, before anything imports "
                              "TensorFlow's devices:", to_python_snippet(self.config_panel.config()),
                              object_name="snippet-dialog")
+        dialog.show()
+        return dialog
+
+    def show_share(self) -> QDialog:
+        from tf_device_panel.gui.share_dialog import ShareDialog
+
+        dialog = ShareDialog(self.config_panel.config(), self)  # the seats start from the window's configuration
         dialog.show()
         return dialog
 

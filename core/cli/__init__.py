@@ -14,6 +14,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from tf_device_panel.core.cli.output import (
@@ -27,6 +28,7 @@ from tf_device_panel.core.cli.output import (
     runs_text,
     script_process_factory,
 )
+from tf_device_panel.core.client import share
 from tf_device_panel.core.client.history import HistoryError, RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.client.run_record import JobRun
@@ -322,6 +324,57 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_share(args: argparse.Namespace) -> int:
+    try:
+        seats = int(args.seats)
+    except ValueError:
+        raise UsageError(f"--seats: expected a whole number of seats, got {quote(args.seats)} "
+                         "(e.g. --seats 3)") from None
+    if args.verify and not 1 <= args.batch <= 1_000_000:
+        raise UsageError(f"--batch: {args.batch} is not a batch the fit job takes; use 1 to 1000000 samples "
+                         "(e.g. --batch 32)")
+    base = DeviceConfig() if args.config is None else load_profile(args.config)
+    gpus = nvml_gpu_inventory()
+    base.checked(gpus)
+    out = Path(args.out)
+    try:
+        plan = share.plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason() if not gpus else "")
+        share.check_out_dir(out, args.force)
+        if args.verify:
+            share.check_host_memory(plan)
+        profiles = share.write_profiles(plan, out, force=args.force)
+    except share.ShareError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"--out: cannot write the profiles in {out}: {exc.strerror or exc}") from None
+    report: dict[str, Any] = {**plan.to_json(), "out": str(out),
+                              "seats": [{"seat": i, "profile": str(p), "limit_bytes": plan.seat_mib * 1024 * 1024}
+                                        for i, p in enumerate(profiles, start=1)]}
+    if not args.json:
+        reserve = (f", less {plan.reserved_mib} MiB per seat for its CUDA context and headroom"
+                   if plan.reserved_mib else "")
+        print(f"{plan.device}: {plan.source}{reserve}: {len(profiles)} seats of {plan.seat_mib} MiB")
+        for path in profiles:
+            print(f"  wrote {path}")
+        if args.verify:
+            print(f"verifying: {len(profiles)} seats side by side, each running fit (cnn, batch {args.batch}) under "
+                  "its profile…", flush=True)
+    failed = False
+    if args.verify:
+        report["seats"] = share.verify_seats(plan, profiles, batch=args.batch)
+        failed = any(row["status"] != "held" for row in report["seats"])
+        report["verified"] = not failed
+    if args.json:
+        _emit_json(report)
+    elif args.verify:
+        for row in report["seats"]:
+            peak = "—" if row["peak_bytes"] is None else f"{row['peak_bytes'] / 1048576:.1f} MiB"
+            line = f"  seat {row['seat']}: peak {peak} of {row['limit_bytes'] / 1048576:.0f} MiB: {row['status']}"
+            print(line + (f" ({row['error']})" if row.get("error") else ""))
+        print("all seats held" if not failed else "a seat did not hold")
+    return EXIT_JOB_FAILED if failed else EXIT_OK
+
+
 def cmd_exporter(args: argparse.Namespace) -> int:
     import signal
     import threading
@@ -441,6 +494,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_count, default=50, help="list at most this many (newest first)")
     p.set_defaults(func=cmd_runs)
 
+    p = sub.add_parser("share", help="split a GPU (or the CPU's cap) into seats: one profile per seat, verified")
+    p.add_argument("--seats", required=True, metavar="N", help="how many seats (processes) share the device")
+    p.add_argument("--config", metavar="BASE", help="the profile each seat starts from (for the CPU: its "
+                   "cpu_memory_limit_mib is what is split)")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder for seat-1.json … seat-N.json")
+    p.add_argument("--force", action="store_true", help="write into DIR even when it is not empty")
+    p.add_argument("--verify", action="store_true", help="run the N seats side by side and report each one's peak")
+    p.add_argument("--batch", type=_count, default=32, metavar="B",
+                   help="the batch each seat's verifying run (fit, cnn) trains with (default 32)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_share)
+
     p = sub.add_parser("exporter", help="serve this machine's GPU, host and run metrics to Prometheus (/metrics)")
     p.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_EXPORTER_PORT}", metavar="HOST:PORT",
                    help="address to listen on (default 127.0.0.1:9848: this machine only)")
@@ -456,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_machines)
     for name in ("devices", "jobs", "run", "snippet", "validate", "runs", "cluster-config", "doctor", "exporter",
-                 "machines"):
+                 "machines", "share"):
         sub.choices[name].add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
                                        help="show TensorFlow's log lines and tracebacks")
     return parser

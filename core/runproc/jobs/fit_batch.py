@@ -170,41 +170,60 @@ def panel_fit(ctx: JobContext, model: str, batch: int, budget_mib: int, image_si
     budget (cpu_memory_limit_mib), its record in a history of its own: whether it fitted, and its peak (the
     run's last allocator figures)."""
     with tempfile.TemporaryDirectory(prefix="tf-fit-batch-") as folder:
-        profile, home = Path(folder) / "budget.json", Path(folder) / "home"
+        profile = Path(folder) / "budget.json"
         profile.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": budget_mib, "log_placement": False}))
-        out, err = Path(folder) / "outcome.json", Path(folder) / "stderr.txt"
         started = time.monotonic()
-        with open(out, "wb") as stdout, open(err, "wb") as stderr:
-            process = start_module(PROBE_MODULE, "--panel", "run", "fit", "--config", str(profile), "--json",
-                                   "-p", f"model={model}", "-p", f"batch_per_replica={batch}", "-p", f"samples={batch}",
-                                   "-p", "epochs=1", "-p", f"image_size={image_size}",
-                                   env={"TF_DEVICE_PANEL_HOME": str(home)}, stdout=stdout, stderr=stderr,
-                                   die_with_parent=True)
-            _wait(ctx, process, f"the fit run at batch {batch}")
-        seconds = time.monotonic() - started
-        try:
-            outcome = json.loads(out.read_text())
-        except (OSError, ValueError):
-            tail = err.read_text(errors="replace").strip().splitlines()[-3:]
-            raise JobError(f"the fit run at batch {batch} printed no outcome (exit {process.returncode}): "
-                           + " / ".join(tail)) from None
-        peak = None
-        for events_file in home.rglob("events.jsonl"):
-            for line in events_file.read_text(errors="replace").splitlines():
-                if '"tf_memory"' in line:
-                    with contextlib.suppress(ValueError, KeyError, TypeError):
-                        peak = int(json.loads(line)["data"]["peak_mib"] * MIB)
+        process = start_panel_fit(profile, Path(folder), model, batch, image_size)
+        _wait(ctx, process, f"the fit run at batch {batch}")
+        row = read_panel_fit(Path(folder), process.returncode, batch, time.monotonic() - started)
+        del row["peaks"]  # the result's probe rows keep the largest
+    if not row["fits"] and "oom" not in row:
+        raise JobError(f"the fit run at batch {batch} failed, not for memory: {row['error']}")
+    return row
+
+
+def start_panel_fit(profile: Path, folder: Path, model: str, batch: int, image_size: int,
+                    extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    """`tf-device-panel run fit --config PROFILE --json` at this batch (one epoch, `batch` samples), dying with
+    its parent, its record in a history of its own under FOLDER/home; its outcome and stderr go to FOLDER.
+    `extra`: more `-p NAME=VALUE` arguments."""
+    home = folder / "home"
+    with open(folder / "outcome.json", "wb") as stdout, open(folder / "stderr.txt", "wb") as stderr:
+        return start_module(PROBE_MODULE, "--panel", "run", "fit", "--config", str(profile), "--json",
+                            "-p", f"model={model}", "-p", f"batch_per_replica={batch}", "-p", f"samples={batch}",
+                            "-p", "epochs=1", "-p", f"image_size={image_size}", *extra,
+                            env={"TF_DEVICE_PANEL_HOME": str(home)}, stdout=stdout, stderr=stderr,
+                            die_with_parent=True)
+
+
+def read_panel_fit(folder: Path, returncode: int | None, batch: int, seconds: float) -> dict[str, Any]:
+    """What a finished `start_panel_fit` run in FOLDER did: whether it fitted, its peak (the largest allocator
+    peak its record's tf_memory events give, over its devices), its error and, for an OOM, the figures."""
+    try:
+        outcome = json.loads((folder / "outcome.json").read_text())
+    except (OSError, ValueError):
+        tail = (folder / "stderr.txt").read_text(errors="replace").strip().splitlines()[-3:]
+        raise JobError(f"the fit run at batch {batch} printed no outcome (exit {returncode}): "
+                       + " / ".join(tail)) from None
+    peaks: dict[str, int] = {}
+    for events_file in (folder / "home").rglob("events.jsonl"):
+        for line in events_file.read_text(errors="replace").splitlines():
+            if '"tf_memory"' in line:
+                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                    data = json.loads(line)["data"]
+                    device = str(data.get("device", ""))
+                    peaks[device] = max(peaks.get(device, 0), int(data["peak_mib"] * MIB))
+    peak = max(peaks.values()) if peaks else None
     fits = outcome.get("status") == "ok"
     row: dict[str, Any] = {"batch": batch, "fits": fits, "peak_bytes": peak, "seconds": seconds,
-                           "error": None if fits else (outcome.get("error") or {}).get("message"), "run": "fit"}
+                           "error": None if fits else (outcome.get("error") or {}).get("message"), "run": "fit",
+                           "peaks": peaks}
     if fits and peak is None:
         raise JobError(f"the fit run at batch {batch} fitted but reported no allocator figures")
     oom = outcome.get("oom")
     if oom:
         row["oom"] = {key: oom.get(key) for key in ("request_bytes", "limit_bytes", "in_use_bytes",
                                                     "largest_free_bytes", "verdict")}
-    elif not fits:
-        raise JobError(f"the fit run at batch {batch} failed, not for memory: {row['error']}")
     return row
 
 

@@ -1,0 +1,278 @@
+"""`share`: one device split into seats, one profile per seat, and the seats verified side by side.
+
+The GPU split is checked against the H100's recorded facts (tests/fixtures/h100/gpu.json: CUDA's total, and the
+522 MiB a process held under memory growth after its first op: its CUDA context); the CPU split, and the seats
+run side by side, for real under the CPU's BFC allocator capped by cpu_memory_limit_mib."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tf_device_panel.core import cli
+from tf_device_panel.core.client.share import (
+    CONTEXT_RESERVE_MIB,
+    HEADROOM_MIB,
+    MIN_SEAT_MIB,
+    ShareError,
+    plan_seats,
+)
+from tf_device_panel.core.config import DeviceConfig, GpuInfo, load_profile
+from tf_device_panel.core.devices import nvml
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+H100 = json.loads((Path(__file__).parent / "fixtures" / "h100" / "gpu.json").read_text())
+H100_GPU = GpuInfo(index=0, name=H100["nvml"]["name"], total_mib=H100["cuda_total_mib"], total_source="CUDA")
+
+
+HELD = H100["process_memory_after_first_op_mib"]
+# What an H100 process held beyond TensorFlow's allocator: under growth after its first op (522 MiB, next to
+# nothing allocated), and above the limit under memory_fraction 0.25 (20,790 - 20,269 = 521 MiB).
+CONTEXTS_MIB = (HELD["memory_growth"], HELD["memory_fraction_0_25"] - H100["tf_limit_for_fraction_0_25_mib"])
+
+
+def test_the_reserve_per_seat_is_the_cuda_context_measured_on_the_h100_and_covers_it() -> None:
+    assert CONTEXTS_MIB == (522, 521)
+    assert CONTEXT_RESERVE_MIB == 520 and all(abs(CONTEXT_RESERVE_MIB - m) <= 8 for m in CONTEXTS_MIB)
+    assert max(CONTEXTS_MIB) <= CONTEXT_RESERVE_MIB + HEADROOM_MIB
+    # A logical GPU's process takes its whole limit at its first op (the 2048+4096 split held 522 + 2048).
+    assert HELD["split_2048_4096"] == HELD["memory_growth"] + 2048
+    # So with 520 MiB and no headroom, three seats would not fit: 3 × (26,506 + 522) = 81,084 > 81,079.
+    assert 3 * ((H100["cuda_total_mib"] - 3 * 520) // 3 + max(CONTEXTS_MIB)) > H100["cuda_total_mib"]
+
+
+@pytest.mark.parametrize("seats", [1, 2, 3, 4, 7, 10, 30, 100, 142])
+def test_every_seat_of_an_h100_holding_its_limit_and_its_measured_context_at_once_fits_cudas_total(seats) -> None:
+    plan = plan_seats(DeviceConfig(), seats, [H100_GPU])
+    assert seats * (plan.seat_mib + max(CONTEXTS_MIB)) <= H100["cuda_total_mib"]
+
+
+def test_an_h100_split_in_three_reserves_each_seats_context_and_fits_cudas_total() -> None:
+    plan = plan_seats(DeviceConfig(), 3, [H100_GPU])
+    assert plan.device == "/GPU:0" and plan.reserved_mib == 520 + 16
+    assert plan.seat_mib == (81_079 - 3 * 536) // 3 == 26_490
+    assert len(plan.configs) == 3
+    for config in plan.configs:
+        assert config.visible_gpus == (0,) and dict(config.virtual_gpus) == {0: (26_490,)}
+        assert not config.memory_growth and config.memory_fraction is None
+        assert config.problems([H100_GPU], cuda_visible_devices=None) == []   # each seat's profile is valid there
+    # The seats' limits and their contexts together stay within what CUDA counts.
+    assert 3 * (plan.seat_mib + plan.reserved_mib) <= H100["cuda_total_mib"]
+
+
+def test_a_base_profiles_visible_gpu_is_the_one_split_and_growth_or_a_fraction_give_way() -> None:
+    second = GpuInfo(index=1, name="NVIDIA H100 80GB HBM3", total_mib=81_079, total_source="CUDA")
+    base = DeviceConfig(visible_gpus=(1,), memory_fraction=0.5, log_placement=False)
+    plan = plan_seats(base, 2, [H100_GPU, second])
+    assert plan.device == "/GPU:1"
+    assert [dict(c.virtual_gpus) for c in plan.configs] == [{1: ((81_079 - 2 * 536) // 2,)}] * 2
+    assert all(c.memory_fraction is None and not c.log_placement for c in plan.configs)
+
+
+@pytest.mark.parametrize(("seats", "said"), [
+    (0, "--seats: 0 is not a number of seats; use 1 or more"),
+    (-2, "--seats: -2 is not a number of seats; use 1 or more"),
+    (143, "use at most 142 seats"),   # 81,079 MiB / (32 + 536): 142 seats of at least 32 MiB
+])
+def test_a_count_of_seats_that_is_not_one_or_more_or_too_many_for_the_h100_is_refused(seats: int, said: str) -> None:
+    with pytest.raises(ShareError, match=said.replace("(", r"\(")):
+        plan_seats(DeviceConfig(), seats, [H100_GPU])
+    assert plan_seats(DeviceConfig(), 142, [H100_GPU]).seat_mib >= MIN_SEAT_MIB  # the most it allows
+
+
+def _h100_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML reporting the recorded H100 (memory v2: its total and the driver's reserve, so CUDA's total)."""
+    import pynvml
+    from fake_nvml import FakeGpus
+
+    FakeGpus(count=1, total_mib=H100["nvml"]["memory_total_mib"], name=H100["nvml"]["name"]).install(monkeypatch)
+    total = H100["nvml"]["memory_total_mib"] * MIB
+    reserved = total - H100["cuda_total_mib"] * MIB
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda handle, version=None: SimpleNamespace(
+        total=total, reserved=reserved, used=0, free=total - reserved))
+    monkeypatch.setattr(nvml, "_shared", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def _no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_nvml import no_library
+
+    no_library(monkeypatch)
+    monkeypatch.setattr(nvml, "_shared", None)
+
+
+def test_share_on_the_h100_writes_a_profile_per_seat_that_run_accepts(monkeypatch, tmp_path, capsys) -> None:
+    _h100_nvml(monkeypatch)
+    out = tmp_path / "class"
+    assert cli.main(["share", "--seats", "2", "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["device"] == "/GPU:0" and report["reserved_mib_per_seat"] == 536
+    limit = (H100["cuda_total_mib"] - 2 * 536) // 2
+    assert [s["limit_bytes"] for s in report["seats"]] == [limit * MIB] * 2
+    assert sorted(p.name for p in out.iterdir()) == ["seat-1.json", "seat-2.json"]
+    for path in out.iterdir():
+        assert json.loads(path.read_text())["virtual_gpus"] == {"0": [limit]}
+        assert cli.main(["validate", str(path)]) == 0   # checked against the same (fake) H100
+    capsys.readouterr()
+
+
+def test_on_a_cpu_only_machine_a_base_without_a_cap_is_refused_saying_to_set_one(monkeypatch, tmp_path,
+                                                                                  capsys) -> None:
+    _no_nvml(monkeypatch)
+    out = tmp_path / "class"
+    assert cli.main(["share", "--seats", "3", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert "no GPU to split" in error and "set cpu_memory_limit_mib" in error and "3072" in error
+    assert "Traceback" not in error and not out.exists()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--seats", "0"], "--seats: 0 is not a number of seats"),
+    (["--seats", "-1"], "--seats: -1 is not a number of seats"),
+    (["--seats", "three"], "--seats: expected a whole number of seats, got 'three'"),
+    (["--seats", "4"], "4 seats are too many: the CPU cap of 96 MiB split 4 ways leaves 24 MiB a seat, under "
+                       "the 32 MiB a seat needs; use at most 3 seats"),
+])
+def test_bad_counts_of_seats_are_usage_errors_that_write_nothing(monkeypatch, tmp_path, capsys, args, said) -> None:
+    _no_nvml(monkeypatch)
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 96}))
+    out = tmp_path / "class"
+    code = cli.main(["share", *args, "--config", str(base), "--out", str(out)])
+    error = capsys.readouterr().err
+    assert code == 2 and said in error and "Traceback" not in error
+    assert not out.exists()
+
+
+def test_an_existing_folder_with_files_is_refused_unless_forced_and_a_file_is_never_used(monkeypatch, tmp_path,
+                                                                                         capsys) -> None:
+    _no_nvml(monkeypatch)
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 300}))
+    out = tmp_path / "class"
+    out.mkdir()
+    (out / "notes.txt").write_text("the instructor's")
+    assert cli.main(["share", "--seats", "3", "--config", str(base), "--out", str(out)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err and sorted(os.listdir(out)) == ["notes.txt"]
+    assert cli.main(["share", "--seats", "3", "--config", str(base), "--out", str(out), "--force"]) == 0
+    assert sorted(os.listdir(out)) == ["notes.txt", "seat-1.json", "seat-2.json", "seat-3.json"]
+    assert [load_profile(out / f"seat-{i}.json").cpu_memory_limit_mib for i in (1, 2, 3)] == [100] * 3
+    assert cli.main(["share", "--seats", "3", "--config", str(base), "--out", str(out / "notes.txt"),
+                     "--force"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def _share(*args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "share", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900, env=os.environ.copy())
+    assert "Traceback" not in done.stderr, done.stderr
+    return done
+
+
+def test_three_seats_of_a_cpu_cap_run_side_by_side_and_each_peak_stays_within_its_limit(tmp_path) -> None:
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 192, "log_placement": False}))
+    out = tmp_path / "class"
+    done = _share("--seats", "3", "--config", str(base), "--out", str(out), "--verify", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    assert report["device"] == "/CPU:0" and report["verified"] is True
+    assert [s["seat"] for s in report["seats"]] == [1, 2, 3]
+    for seat in report["seats"]:
+        assert seat["limit_bytes"] == 64 * MIB
+        assert seat["status"] == "held", seat
+        assert 0 < seat["peak_bytes"] <= seat["limit_bytes"]   # the seat's own allocator, really used
+        assert load_profile(seat["profile"]).cpu_memory_limit_mib == 64
+
+
+@pytest.mark.slow
+def test_a_seat_whose_run_does_not_fit_its_limit_fails_the_command(tmp_path) -> None:
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 128, "log_placement": False}))
+    done = _share("--seats", "2", "--config", str(base), "--out", str(tmp_path / "class"), "--verify",
+                  "--batch", "4096")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.count(": out of memory") == 2 and "a seat did not hold" in done.stdout
+
+
+def test_verifying_more_seats_than_this_machines_memory_holds_is_refused_before_anything_is_written(
+        monkeypatch, tmp_path, capsys) -> None:
+    import psutil
+    from tf_device_panel.core.client.share import SEAT_HOST_MIB
+
+    _no_nvml(monkeypatch)
+    if 256 * SEAT_HOST_MIB["/CPU"] * MIB <= psutil.virtual_memory().available:
+        pytest.skip("this machine could start 256 seats at once")
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 256 * 32}))
+    out = tmp_path / "class"
+    assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out), "--verify"]) == 2
+    error = capsys.readouterr().err
+    assert "--verify: 256 seats side by side need about 179,200 MiB" in error and "verify at most" in error
+    assert not out.exists()
+    assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out)]) == 0  # writing is fine
+    assert len(list(out.iterdir())) == 256
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_share_while_it_verifies_leaves_no_seat_running(tmp_path, signal_number) -> None:
+    import psutil
+    from helpers import wait_until
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 192, "log_placement": False}))
+    process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "share", "--seats", "2", "--config",
+                                str(base), "--out", str(tmp_path / "class"), "--verify"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        command = psutil.Process(process.pid)
+        # Each seat's command line and the runtime it started: both seats under way.
+        def under_way() -> list[psutil.Process] | None:
+            found = command.children(recursive=True)
+            return found if len(found) >= 4 else None
+
+        seats = wait_until(under_way, timeout=120, message="the seats never started")
+        process.send_signal(signal_number)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "Traceback" not in err
+    assert process.returncode in (130 if signal_number == signal.SIGINT else 143, -signal_number), (out, err)
+
+    def running(seat: psutil.Process) -> bool:
+        try:
+            return seat.is_running() and seat.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    wait_until(lambda: not any(running(seat) for seat in seats), timeout=30,
+               message=lambda: f"left running: {[s.pid for s in seats if running(s)]}")
+
+
+def test_with_only_nvmls_total_known_the_drivers_reserve_is_taken_off_as_the_h100s() -> None:
+    nvml_only = GpuInfo(index=0, name=H100["nvml"]["name"], total_mib=H100["nvml"]["memory_total_mib"],
+                        total_source="NVML")
+    plan = plan_seats(DeviceConfig(), 3, [nvml_only])
+    assert plan.total_mib == H100["cuda_total_mib"]   # 81,559 - 480: CUDA's total, as on the real H100
+    assert plan.seat_mib == plan_seats(DeviceConfig(), 3, [H100_GPU]).seat_mib
+    assert "as NVML counts it, less 480 MiB the driver keeps" in plan.source
+
+
+def test_a_batch_the_fit_job_does_not_take_is_refused_before_anything_is_written(monkeypatch, tmp_path,
+                                                                                  capsys) -> None:
+    _no_nvml(monkeypatch)
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 96}))
+    out = tmp_path / "class"
+    for batch in ("0", "1000001"):
+        assert cli.main(["share", "--seats", "2", "--config", str(base), "--out", str(out), "--verify",
+                         "--batch", batch]) == 2
+        assert f"--batch: {batch} is not a batch the fit job takes" in capsys.readouterr().err
+    assert not out.exists()

@@ -1,0 +1,100 @@
+"""File → Share a GPU…: the window's configuration split into seats by the `share` command (a real child
+process), each seat's limit, peak and status shown; the command's own error shown when it refuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("PySide6")
+from PySide6.QtCore import QSettings
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.config import DeviceConfig, load_profile
+from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.share_dialog import SEAT_COLUMNS, ShareDialog
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    if not win.closing:
+        win.close()
+
+
+def _open_from_the_menu(window: MainWindow, config: DeviceConfig) -> ShareDialog:
+    window.config_panel.set_config(config)
+    (action,) = [a for menu in window.menuBar().actions() if menu.menu() is not None
+                 for a in menu.menu().actions() if a.text().replace("&", "") == "Share a GPU…"]
+    action.trigger()
+    (dialog,) = [d for d in window.findChildren(ShareDialog) if d.isVisible()]
+    return dialog
+
+
+def test_the_dialog_writes_three_cpu_seats_and_shows_each_peak_within_its_limit(qtbot, window, tmp_path) -> None:
+    # visible_gpus [] keeps the split on the CPU's cap on a machine with a GPU too.
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=192,
+                                                      log_placement=False))
+    out = tmp_path / "class"
+    dialog.seats.setValue(3)
+    dialog.out.setText(str(out))
+    assert dialog.verify.isChecked()
+    dialog.share_button.click()
+    qtbot.waitUntil(lambda: dialog.report is not None, timeout=600_000)
+    assert dialog.table.rowCount() == 3
+    status = SEAT_COLUMNS.index("Status")
+    assert [dialog.table.item(r, status).text() for r in range(3)] == ["held"] * 3
+    for seat in dialog.report["seats"]:
+        assert 0 < seat["peak_bytes"] <= seat["limit_bytes"] == 64 * MIB
+    assert dialog.table.item(0, SEAT_COLUMNS.index("Limit")).text() == "64.0 MiB"
+    assert "All seats held" in dialog.status.text()
+    assert [load_profile(out / f"seat-{i}.json").cpu_memory_limit_mib for i in (1, 2, 3)] == [64] * 3
+    dialog.close()
+
+
+def test_the_dialog_shows_the_commands_refusal(qtbot, window, tmp_path) -> None:
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=()))  # no GPU, no CPU cap
+    dialog.out.setText(str(tmp_path / "class"))
+    dialog.verify.setChecked(False)
+    dialog.share_button.click()
+    qtbot.waitUntil(lambda: dialog.process is None and "cpu_memory_limit_mib" in dialog.status.text(),
+                    timeout=60_000)
+    assert dialog.status.text().startswith("error: the base profile hides the GPUs")
+    assert dialog.table.rowCount() == 0 and not (tmp_path / "class").exists()
+    dialog.close()
+
+
+def test_closing_the_dialog_while_it_verifies_stops_every_seat(qtbot, window, tmp_path) -> None:
+    import psutil
+
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=192,
+                                                      log_placement=False))
+    dialog.out.setText(str(tmp_path / "class"))
+    dialog.share_button.click()
+    assert dialog.process is not None
+    command = psutil.Process(int(dialog.process.processId()))
+    seats: list[psutil.Process] = []
+
+    def under_way() -> bool:
+        seats[:] = command.children(recursive=True)
+        return len(seats) >= 6  # three seats' command lines and their runtimes
+
+    qtbot.waitUntil(under_way, timeout=120_000)
+    dialog.close()
+    assert dialog.process is None
+
+    def running(seat: psutil.Process) -> bool:
+        try:
+            return seat.is_running() and seat.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    assert not running(command)  # stopped by the close, not left to finish its seats
+    qtbot.waitUntil(lambda: not any(running(seat) for seat in seats), timeout=30_000)
