@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QDialog,
+    QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -105,10 +106,12 @@ class HistoryPanel(QWidget):
         self.compare_button.setEnabled(False)
         self.compare_button.clicked.connect(self.compare_selected)
         self.table.itemSelectionChanged.connect(self._selection_changed)
-        buttons = QHBoxLayout()
-        for button in (refresh, open_button, self.run_again_button, self.apply_button, self.compare_button):
-            buttons.addWidget(button)
-        buttons.addStretch(1)
+        # Two rows: five buttons in one would widen the dock past what the forms beside it can spare at 1280 px.
+        buttons = QGridLayout()
+        for index, button in enumerate((refresh, open_button, self.run_again_button, self.apply_button,
+                                        self.compare_button)):
+            buttons.addWidget(button, index // 3, index % 3)
+        buttons.setColumnStretch(3, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
