@@ -1,0 +1,115 @@
+"""The job's console draws ANSI output as a terminal does (issue 33, item 1): core.protocol.ansi, and the console
+widget that uses it. The Keras fixture is the stdout of a real `fit` (Keras 3.15, 2 epochs of 8 steps) written
+into a pipe, as the run process gets it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tf_device_panel.core.protocol import ansi, events
+from tf_device_panel.core.protocol.streams import STDOUT, StreamDemux
+
+KERAS = (Path(__file__).parent / "fixtures" / "keras3_fit_progress.stdout.bin").read_bytes()
+ESC = "\x1b"
+
+
+def keras_lines() -> list[events.Log]:
+    """The fixture through the panel's own stream reader, in reads of 37 bytes (lines arrive in pieces)."""
+    got: list[events.Event] = []
+    demux = StreamDemux(got.append, job_id=lambda: "job-1")
+    for at in range(0, len(KERAS), 37):
+        demux.feed(STDOUT, KERAS[at:at + 37])
+    demux.close(STDOUT)
+    return [event for event in got if isinstance(event, events.Log)]
+
+
+def test_keras_progress_reads_as_in_a_terminal() -> None:
+    assert ESC.encode() in KERAS and b"\r" in KERAS and b"\b" in KERAS  # what Keras 3 writes into a pipe
+    renderer = ansi.AnsiRenderer()
+    finished = [line for line in keras_lines() if not line.partial]
+    shown = ["".join(s.text for s in renderer.line(line.text)) for line in finished]
+    assert shown[0] == "Epoch 1/2"
+    bar = shown[1]
+    assert bar.startswith("8/8 " + "━" * 20 + " ") and "loss: " in bar and ESC not in bar and "\b" not in bar
+    assert [line for line in shown if line.strip()][2] == "Epoch 2/2"
+    segments = renderer.line(finished[1].text)
+    assert segments[0] == ansi.Segment("8/8", ansi.Style(bold=True))      # Keras' bold step count
+    assert segments[2].text == "━" * 20 and segments[2].style.fg == ansi.BASIC_COLORS[2]  # green: done
+    # The live line while a step runs: never an escape byte either.
+    partial = [line for line in keras_lines() if line.partial]
+    assert partial and all(ESC not in ansi.plain(line.text) for line in partial)
+    assert ansi.plain(partial[0].text).startswith("1/8 ━━")
+
+
+def test_a_whole_keras_output_at_once_keeps_only_each_lines_last_drawing() -> None:
+    """The raw text itself (\\r and \\b in it) drawn as a terminal: each epoch's bar once, at 8/8."""
+    lines = [line for line in ansi.plain(KERAS.decode()).split("\n") if line.strip()]
+    assert [line[:3] for line in lines] == ["Epo", "8/8", "Epo", "8/8"]
+
+
+def test_carriage_return_and_backspace_overwrite_like_a_terminal() -> None:
+    # tqdm: "\r" and a shorter redraw over a longer one; what is not overwritten stays, as on a terminal.
+    assert ansi.plain("100%|####| 4/4\r 50%|##  | 2/4") == " 50%|##  | 2/4"
+    assert ansi.plain("loading...\rok") == "okading..."
+    assert ansi.plain("ab\bX") == "aX"
+    assert ansi.plain("abc\x1b[2D\x1b[K!") == "a!"  # cursor back 2, erase to the end
+    assert ansi.plain("a\tb\rX") == "X       b"  # a tab on a redrawn line: to the next multiple of 8
+
+
+def test_colours_bold_and_reset() -> None:
+    renderer = ansi.AnsiRenderer()
+    red, rest = renderer.line("\x1b[1;31mfail\x1b[0m ok")
+    assert red == ansi.Segment("fail", ansi.Style(fg=ansi.BASIC_COLORS[1], bold=True))
+    assert rest == ansi.Segment(" ok", ansi.PLAIN)
+    assert renderer.line("\x1b[38;5;196mA\x1b[48;2;1;2;3mB\x1b[39;49mC\x1b[92mD") == [
+        ansi.Segment("A", ansi.Style(fg="#ff0000")), ansi.Segment("B", ansi.Style(fg="#ff0000", bg="#010203")),
+        ansi.Segment("C", ansi.PLAIN), ansi.Segment("D", ansi.Style(fg=ansi.BASIC_COLORS[10]))]
+    assert renderer.line("still green")[0].style.fg == ansi.BASIC_COLORS[10]  # a style carries to the next line
+    assert renderer.line("\x1b[mplain") == [ansi.Segment("plain", ansi.PLAIN)]
+
+
+@pytest.mark.parametrize("text", [
+    "a\x1b]0;window title\x07b", "a\x1b]8;;http://x\x1b\\b", "a\x1b[2Jb", "a\x1b[?25lb", "a\x1b(Bb", "a\x1b[10;5Hb",
+    "a\x1b=b", "ab\x1b[", "ab\x1b", "a\x00\x07b", "a\x1b[38;5mb"])
+def test_other_escape_sequences_are_swallowed(text: str) -> None:
+    assert ansi.plain(text) == "ab"
+
+
+def test_the_console_draws_colours_and_copies_plain_text(qtbot) -> None:
+    from PySide6.QtGui import QTextCursor
+    from tf_device_panel.gui.console_view import ConsoleView
+    from tf_device_panel.gui.job_state import JobState
+
+    console = ConsoleView()
+    qtbot.addWidget(console)
+    state = JobState()
+    state.start("fit")
+    console.show_state(state)
+    added = []
+    for line in keras_lines():
+        if state.add_output(line.text, line.partial):
+            added.append(line.text)
+        console.append(added[-1:] if not line.partial and added else [])
+        assert ESC not in console.text() and "\b" not in console.text()
+    text = console.view.toPlainText()
+    assert "Epoch 2/2" in text and "8/8 ━━" in text and ESC not in text
+    # The colour is drawn: the bar's characters are green in the document, "8/8" bold.
+    document = console.view.document()
+    bar_at = text.index("━")
+    cursor = QTextCursor(document)
+    cursor.setPosition(bar_at + 1)
+    assert cursor.charFormat().foreground().color().name() == ansi.BASIC_COLORS[2]
+    cursor.setPosition(text.index("8/8") + 1)
+    assert cursor.charFormat().font().bold()
+    # Copying gives plain text only.
+    console.view.selectAll()
+    mime = console.view.createMimeDataFromSelection()
+    assert mime.formats() == ["text/plain"] and mime.text() == text
+    # The live line: drawn, never its escape bytes.
+    state.add_output("\x1b[1m3/8\x1b[0m \x1b[32m━━\x1b[0m", partial=True)
+    console.append([])
+    assert console.live_plain == "3/8 ━━" and ESC not in console.live_line.text()
+    # Shown afresh (another job selected and back): the same.
+    console.show_state(state)
+    assert console.view.toPlainText() == text
