@@ -188,7 +188,8 @@ class Log(Event):
     text: str = ""
     task: str | None = None     # a cluster task's lines: "worker:0"
     partial: bool = False       # a line still being drawn with "\r" (a progress bar): it replaces the live line
-    source: str | None = None   # "script": written by a user's script through sys.stdout/sys.stderr (never TF's)
+    source: str | None = None   # "script": written by a user's script through sys.stdout/sys.stderr (never TF's);
+    #                             "tensorflow": a line of TensorFlow's C++ log (never the job's console)
     raw: bytes | None = None    # the bytes as printed, where the text shown differs (never on the wire)
 
 
