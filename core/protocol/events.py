@@ -271,6 +271,7 @@ class JobFinished(Event):
     status: str = ""            # ok, error, cancelled, crashed
     duration_s: float | None = None
     returncode: int | None = None  # the run process's exit status as Popen gives it (negative: by a signal)
+    rss_mib: float | None = None   # the run process's resident memory as its job ended (none after a crash)
 
 
 @dataclass(frozen=True, kw_only=True)

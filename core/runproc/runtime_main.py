@@ -281,8 +281,18 @@ class Run:
         if result is not None:
             self.emit(events.Result(result=result, job_id=job_id))
         self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - started,
-                                     job_id=job_id))
+                                     rss_mib=resident_mib(), job_id=job_id))
         return exit_code
+
+
+def resident_mib() -> float | None:
+    """This process's resident memory now (Linux's /proc; None where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main(argv: list[str] | None = None) -> tuple[int, int | None]:
