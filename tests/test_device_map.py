@@ -257,9 +257,9 @@ def test_the_cpu_box_says_the_runs_resident_memory_after_every_job_even_a_quick_
 
     _result, error, seen = run_job(DeviceConfig(), "matmul")
     assert error is None
-    finished = [e for e in seen if isinstance(e, events.JobFinished)][0]
+    finished = next(e for e in seen if isinstance(e, events.JobFinished))
     assert finished.rss_mib is not None and 50 < finished.rss_mib < 64 * 1024  # TensorFlow's process: tens of MiB+
-    info = [e for e in seen if isinstance(e, events.Ready)][0]
+    info = next(e for e in seen if isinstance(e, events.Ready))
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
     panel.resize(900, 300)
