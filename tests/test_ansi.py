@@ -113,3 +113,30 @@ def test_the_console_draws_colours_and_copies_plain_text(qtbot) -> None:
     # Shown afresh (another job selected and back): the same.
     console.show_state(state)
     assert console.view.toPlainText() == text
+
+
+@pytest.mark.parametrize("text", [
+    "\x1b[1m8/8\x1b[0m \x1b[32m━━\x1b[0m\x1b[37m\x1b[0m 0s", "a\x1b]0;t\x07b\x1b[31mc", "\x1b[7;44mx\x1b[27my", "plain"])
+def test_a_line_drawn_left_to_right_is_the_same_as_drawn_cell_by_cell(text: str) -> None:
+    """Colour-only lines take a quick path; a cursor move to column 1 at the end (no change to what is drawn)
+    sends the same line through the terminal's cells."""
+    assert ansi.AnsiRenderer().line(text) == ansi.AnsiRenderer().line(text + "\x1b[1G")
+
+
+def test_bytes_that_are_not_utf8_are_replacement_characters_in_the_console_only(qtbot) -> None:
+    from tf_device_panel.gui.console_view import ConsoleView
+    from tf_device_panel.gui.job_state import JobState
+
+    got: list[events.Event] = []
+    demux = StreamDemux(got.append, job_id=lambda: "job-1")
+    printed = b"\x1b[33mcaf\xe9 \xff\x1b[0m ok\n"
+    demux.feed(STDOUT, printed)
+    (line,) = [e for e in got if isinstance(e, events.Log)]
+    assert line.raw == printed[:-1]  # the record keeps the bytes as printed
+    state = JobState()
+    state.start("script")
+    state.add_output(line.text)
+    console = ConsoleView()
+    qtbot.addWidget(console)
+    console.show_state(state)
+    assert console.view.toPlainText() == "caf\ufffd \ufffd ok"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import NamedTuple
 
 # The 16 standard colours, as xterm draws them (readable on a light and on a dark background).
@@ -34,6 +35,8 @@ _ESCAPE = re.compile(
     r"|\x1b\[[0-?]*[ -/]*$|\x1b$"            # a sequence cut off at the end of the text: swallowed too
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
+# What moves the cursor back or erases: a line with none of these is drawn left to right, without cells.
+_REDRAWS = re.compile(r"[\r\b]|\x1b\[[0-?]*[ -/]*[KGDC]|\x9b")
 
 
 def color_256(index: int) -> str:
@@ -84,6 +87,7 @@ def _extended_color(params: list[int], at: int) -> tuple[str | None, int]:
     return None, len(params) - at  # malformed: the rest is ignored, as terminals do
 
 
+@lru_cache(maxsize=1024)
 def apply_sgr(style: Style, parameters: str) -> Style:
     """The style after `ESC[<parameters>m`."""
     try:
@@ -214,6 +218,8 @@ class AnsiRenderer:
         """One line (no line end in it) as a terminal draws it."""
         if not needs_rendering(text):
             return [Segment(text, self.style)] if text else []
+        if _REDRAWS.search(text) is None:
+            return self._left_to_right(text)
         drawn = _Line()
         position = 0
         for match in _ESCAPE.finditer(text):
@@ -227,6 +233,27 @@ class AnsiRenderer:
                 drawn.control(final, params)
         drawn.draw(text[position:], self.style)
         return drawn.segments()
+
+    def _left_to_right(self, text: str) -> list[Segment]:
+        """A line drawn without going back (colour codes only, the common case): its pieces as they come."""
+        segments: list[Segment] = []
+        position = 0
+        for match in _ESCAPE.finditer(text):
+            self._piece(segments, text[position:match.start()])
+            position = match.end()
+            if match.group(2) == "m":
+                self.style = apply_sgr(self.style, match.group(1) or "")
+        self._piece(segments, text[position:])
+        return segments
+
+    def _piece(self, segments: list[Segment], piece: str) -> None:
+        piece = _CONTROLS.sub("", piece)  # control bytes are drawn as nothing (a tab stays a tab)
+        if not piece:
+            return
+        if segments and segments[-1].style == self.style:
+            segments[-1] = Segment(segments[-1].text + piece, self.style)
+        else:
+            segments.append(Segment(piece, self.style))
 
     def text(self, text: str) -> list[list[Segment]]:
         """Several lines (split at "\\n"), each as segments."""
