@@ -116,7 +116,8 @@ def test_the_console_draws_colours_and_copies_plain_text(qtbot) -> None:
 
 
 @pytest.mark.parametrize("text", [
-    "\x1b[1m8/8\x1b[0m \x1b[32m━━\x1b[0m\x1b[37m\x1b[0m 0s", "a\x1b]0;t\x07b\x1b[31mc", "\x1b[7;44mx\x1b[27my", "plain"])
+    "\x1b[1m8/8\x1b[0m \x1b[32m━━\x1b[0m\x1b[37m\x1b[0m 0s", "a\x1b]0;t\x07b\x1b[31mc", "\x1b[7;44mx\x1b[27my",
+    "plain"])
 def test_a_line_drawn_left_to_right_is_the_same_as_drawn_cell_by_cell(text: str) -> None:
     """Colour-only lines take a quick path; a cursor move to column 1 at the end (no change to what is drawn)
     sends the same line through the terminal's cells."""
