@@ -74,3 +74,12 @@ def test_tensorflows_reason_for_no_gpu_is_never_a_jobs_own_line(start_runtime, t
     assert any("session ConfigProto" in line for line in runtime.recent_lines())  # the job's lines were read
     said = tf_gpu_messages(runtime.tf_lines())
     assert not any("ConfigProto" in line or "says the job" in line for line in said), said
+
+
+def test_a_records_unmarked_cpp_line_stays_out_too_but_a_scripts_own_line_never() -> None:
+    """Records written before lines were marked have no source: their C++ lines are known by shape. A user's
+    script's bytes are the script's whatever they look like."""
+    line = "W0000 00:00:1795663871.544706    7979 dataset.cc:997] Input of GeneratorDatasetOp::Dataset"
+    assert console_line(events.Log(stream="stderr", kind="warning", text=line, job_id="j")) is None
+    assert console_line(events.Log(stream="stderr", kind="output", text=line, source="script", job_id="j")) == (
+        line, False)

@@ -43,6 +43,8 @@ def console_line(event: events.Event) -> tuple[str, bool] | None:
     match event:
         case events.Log(stream=stream, kind=kind, text=text, partial=partial, source=source) if (
                 stream in OUTPUT_STREAMS and kind in CONSOLE_KINDS and source != output_lines.TENSORFLOW):
+            if source is None and output_lines.is_tensorflow_log(text):
+                return None  # a record from before lines were marked: by its shape (a script's lines never)
             return text, partial
     return None
 
