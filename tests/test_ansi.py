@@ -141,3 +141,32 @@ def test_bytes_that_are_not_utf8_are_replacement_characters_in_the_console_only(
     qtbot.addWidget(console)
     console.show_state(state)
     assert console.view.toPlainText() == "caf\ufffd \ufffd ok"
+
+
+def test_a_real_keras_fit_in_a_script_job_reads_as_in_a_terminal(qtbot, start_runtime, tmp_path: Path) -> None:
+    """End to end: a script's Keras 3 fit (verbose=1, into a pipe) in a real run process, through the run state
+    the window keeps, into the console."""
+    from helpers import collect_job
+    from tf_device_panel.core.client.run_state import RunState
+    from tf_device_panel.gui.console_view import ConsoleView
+    from tf_device_panel.gui.job_state import JobState
+
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import numpy as np, keras\n"
+        "m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+        "m.compile('sgd', 'mse')\n"
+        "m.fit(np.zeros((64, 4)), np.zeros((64, 1)), epochs=2, batch_size=8)\n")
+    runtime = start_runtime()
+    runtime.wait_ready()
+    seen = collect_job(runtime, runtime.submit("script", {"path": str(script)}))
+    run, state, console = RunState(), JobState(), ConsoleView()
+    qtbot.addWidget(console)
+    state.start("script")
+    console.show_state(state)
+    for text, partial in run.apply_all(seen).output:
+        console.append([text] if state.add_output(text, partial) else [])
+    shown = console.text()
+    assert ESC in "".join(e.text for e in seen if isinstance(e, events.Log))  # Keras wrote its colours
+    assert "Epoch 2/2" in shown and "8/8 ━━━━" in shown and ESC not in shown and "\b" not in shown
+    assert "W0000" not in shown and "absl::InitializeLog" not in shown
