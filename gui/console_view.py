@@ -98,12 +98,14 @@ class ConsoleView(QWidget):
         self.state: JobState | None = None
         self.renderer = ansi.AnsiRenderer()  # the style carries from line to line, as in a terminal
         self.live_plain = ""  # the live line as a person reads it
+        self._has_lines = False  # a line was drawn (a first empty line leaves the document empty)
 
     def show_state(self, state: JobState) -> None:
         """Another job selected: its own lines."""
         self.state = state
         self.renderer = ansi.AnsiRenderer()
         self.view.clear()
+        self._has_lines = False
         self._add_lines(list(state.output))
         self._scroll_to_end()
         self._show_live()
@@ -125,7 +127,8 @@ class ConsoleView(QWidget):
         cursor = QTextCursor(self.view.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.beginEditBlock()
-        first = self.view.document().isEmpty()
+        first = not self._has_lines
+        self._has_lines = True
         plain_format = QTextCharFormat()
         formats: dict[ansi.Style, QTextCharFormat] = {}
         for line in "\n".join(lines).split("\n"):  # a block of plain output is one entry

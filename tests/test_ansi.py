@@ -113,6 +113,14 @@ def test_the_console_draws_colours_and_copies_plain_text(qtbot) -> None:
     # Shown afresh (another job selected and back): the same.
     console.show_state(state)
     assert console.view.toPlainText() == text
+    # Empty lines count, the first one too.
+    empty = JobState()
+    empty.start("script")
+    console.show_state(empty)
+    for line in ["", "\x1b[0m", "after two empty lines"]:
+        empty.add_output(line)
+        console.append([line])
+    assert console.view.toPlainText() == "\n\nafter two empty lines"
 
 
 @pytest.mark.parametrize("text", [
