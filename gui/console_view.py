@@ -1,15 +1,72 @@
 """The job's own output under its result, as a terminal would show it: printed lines, and the line a progress
 bar redraws with "\\r" live at the bottom. TensorFlow's placement and start-up lines stay in the Placement log,
-so they neither mix with the job's lines nor push them away when the next runtime starts."""
+so they neither mix with the job's lines nor push them away when the next runtime starts.
+
+Terminal colours: the lines are drawn through core.protocol.ansi (SGR colours and bold, `\\r`/`\\b` redraws;
+any other escape sequence is swallowed), so Keras 3's coloured progress bar reads as in a terminal and never as
+escape bytes; copying gives the plain text."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+import html
+
+from PySide6.QtCore import QMimeData, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
+from tf_device_panel.core.protocol import ansi
 from tf_device_panel.gui.job_state import MAX_OUTPUT_LINES, JobState
 from tf_device_panel.gui.widgets import monospace_font
 
 EMPTY_TEXT = "The job's own output (print, logging, progress bars) appears here as it runs."
+
+
+def char_format(style: ansi.Style) -> QTextCharFormat:
+    """How a styled run of the job's output is drawn (the console's own colours where the job set none)."""
+    fmt = QTextCharFormat()
+    fg, bg = (style.bg, style.fg) if style.inverse else (style.fg, style.bg)
+    if fg:
+        fmt.setForeground(QColor(fg))
+    if bg:
+        fmt.setBackground(QColor(bg))
+    if style.bold:
+        fmt.setFontWeight(QFont.Weight.Bold)
+    if style.italic:
+        fmt.setFontItalic(True)
+    if style.underline:
+        fmt.setFontUnderline(True)
+    if style.strike:
+        fmt.setFontStrikeOut(True)
+    return fmt
+
+
+def segments_html(segments: list[ansi.Segment]) -> str:
+    """A line of styled segments as rich text (the live line under the console)."""
+    parts = []
+    for text, style in segments:
+        css = []
+        fg, bg = (style.bg, style.fg) if style.inverse else (style.fg, style.bg)
+        if fg:
+            css.append(f"color:{fg}")
+        if bg:
+            css.append(f"background-color:{bg}")
+        if style.bold:
+            css.append("font-weight:bold")
+        if style.italic:
+            css.append("font-style:italic")
+        if style.underline:
+            css.append("text-decoration:underline")
+        escaped = html.escape(text).replace(" ", "&nbsp;")
+        parts.append(f"<span style='{';'.join(css)}'>{escaped}</span>" if css else escaped)
+    return "<span style='white-space:pre'>" + "".join(parts) + "</span>"
+
+
+class ConsoleText(QPlainTextEdit):
+    """The console's text: copying gives plain text only (what a terminal's copy gives, no colours)."""
+
+    def createMimeDataFromSelection(self) -> QMimeData:
+        data = QMimeData()
+        data.setText(self.textCursor().selection().toPlainText())
+        return data
 
 
 class ConsoleView(QWidget):
@@ -17,7 +74,7 @@ class ConsoleView(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.view = QPlainTextEdit(readOnly=True)
+        self.view = ConsoleText(readOnly=True)
         self.view.setObjectName("console")
         self.view.setAccessibleName("Job output")
         self.view.setMaximumBlockCount(MAX_OUTPUT_LINES)
@@ -30,7 +87,7 @@ class ConsoleView(QWidget):
         self.live_line = QLabel()
         self.live_line.setObjectName("console-live")
         self.live_line.setFont(monospace_font())
-        self.live_line.setTextFormat(Qt.TextFormat.PlainText)
+        self.live_line.setTextFormat(Qt.TextFormat.RichText)
         self.live_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.live_line.hide()
         layout = QVBoxLayout(self)
@@ -39,11 +96,17 @@ class ConsoleView(QWidget):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.live_line)
         self.state: JobState | None = None
+        self.renderer = ansi.AnsiRenderer()  # the style carries from line to line, as in a terminal
+        self.live_plain = ""  # the live line as a person reads it
+        self._has_lines = False  # a line was drawn (a first empty line leaves the document empty)
 
     def show_state(self, state: JobState) -> None:
         """Another job selected: its own lines."""
         self.state = state
-        self.view.setPlainText("\n".join(state.output))
+        self.renderer = ansi.AnsiRenderer()
+        self.view.clear()
+        self._has_lines = False
+        self._add_lines(list(state.output))
         self._scroll_to_end()
         self._show_live()
 
@@ -52,14 +115,43 @@ class ConsoleView(QWidget):
         bar = self.view.verticalScrollBar()
         following = bar.value() >= bar.maximum()
         if lines:
-            self.view.appendPlainText("\n".join(lines))
+            self._add_lines(lines)
         if following:
             self._scroll_to_end()
         self._show_live()
 
+    def _add_lines(self, lines: list[str]) -> None:
+        """Finished lines at the end, each drawn as a terminal draws it (plain lines in one insertion)."""
+        if not lines:
+            return
+        cursor = QTextCursor(self.view.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()
+        first = not self._has_lines
+        self._has_lines = True
+        plain_format = QTextCharFormat()
+        formats: dict[ansi.Style, QTextCharFormat] = {}
+        for line in "\n".join(lines).split("\n"):  # a block of plain output is one entry
+            if not first:
+                cursor.insertBlock()
+            first = False
+            for text, style in self.renderer.line(line):
+                if style.plain:
+                    cursor.insertText(text, plain_format)
+                else:
+                    if style not in formats:
+                        formats[style] = char_format(style)
+                    cursor.insertText(text, formats[style])
+        cursor.endEditBlock()
+
     def _show_live(self) -> None:
         live = self.state.live_line if self.state is not None else ""
-        self.live_line.setText(live)
+        # Drawn with a copy of the renderer: a live line's colours do not carry into the finished lines.
+        renderer = ansi.AnsiRenderer()
+        renderer.style = self.renderer.style
+        segments = renderer.line(live) if live else []
+        self.live_plain = "".join(segment.text for segment in segments)
+        self.live_line.setText(segments_html(segments) if segments else "")
         self.live_line.setVisible(bool(live))
 
     def _scroll_to_end(self) -> None:
@@ -76,5 +168,5 @@ class ConsoleView(QWidget):
 
     def text(self) -> str:
         """What a person reads: the finished lines, then the live one."""
-        live = self.live_line.text() if not self.live_line.isHidden() else ""
+        live = self.live_plain if not self.live_line.isHidden() else ""
         return self.view.toPlainText() + (("\n" + live) if live else "")

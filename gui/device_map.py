@@ -300,9 +300,16 @@ class DeviceMapPanel(QWidget):
     def on_events(self, batch: list[Event], state: RunState | None = None) -> None:
         """Op counts, fallbacks and TensorFlow's memory as the run state has them. `state`: the window's, already
         fed this batch; a map used on its own feeds its own."""
+        finished = [e for e in batch if isinstance(e, events.JobFinished) and e.rss_mib]
+        if finished:
+            # The job's own figure as it ended: the CPU box says the run's resident memory after every job,
+            # not only after one long enough for a sample to have read it while it ran.
+            self.canvas.memory["CPU"] = float(finished[-1].rss_mib or 0)
         if state is None:
             state = self.run_state
             if not state.apply_all(batch).device_changes:
+                if finished:
+                    self.canvas.refresh()
                 return
         self.show_run(state)
 
@@ -333,7 +340,9 @@ class DeviceMapPanel(QWidget):
             run = float(own[0]) if own and own[0] is not None else (None if own else 0.0)
             others = sum(p.used_mib or 0 for p in gpu.processes if p.pid != self._run_pid)
             self.canvas.use[tf_index] = GpuUse(run, float(others))
-        if sample.host.runtime_rss_mib:  # 0: the run's process has exited and awaits its parent (a zombie)
+        # The run's own process only (0: it has exited and awaits its parent, a zombie); after it, its figure at
+        # the job's end (JobFinished) stays, as the GPU bars keep theirs.
+        if live and sample.host.runtime_rss_mib:
             self.canvas.memory["CPU"] = sample.host.runtime_rss_mib
         if self.canvas.devices:
             self.canvas.update()

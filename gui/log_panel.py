@@ -29,17 +29,19 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QSplitter,
     QTableView,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.run_state import PlacementKey, RunChanges, RunState
-from tf_device_panel.core.protocol import events, output_lines
+from tf_device_panel.core.protocol import ansi, events, output_lines
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.notice import show_notice
 
 MAX_LOG_LINES = 20_000
+MAX_STARTUP_LINES = 2_000  # the next runtime's start-up lines held apart (a TensorFlow start-up prints tens)
 KIND_LABELS = {output_lines.PLACEMENT: "Placement", output_lines.TF_INFO: "TF info", output_lines.WARNING: "Warnings",
                output_lines.ERROR: "Errors", output_lines.OUTPUT: "Job output"}
 _Index = QModelIndex | QPersistentModelIndex
@@ -49,7 +51,7 @@ def event_log_entry(event: Event, after_cancel: bool = False) -> tuple[str, str]
     """(kind, text) for events that belong in the raw log; `after_cancel`: the run's job was just cancelled."""
     match event:
         case events.Log(kind=kind, text=text):
-            return kind, text
+            return kind, ansi.plain(text)  # a job's colour codes drawn away, never shown as escape bytes
         case events.Placement(line=line):
             return output_lines.PLACEMENT, line
         case events.Fallback():
@@ -238,6 +240,26 @@ class LogPanel(QWidget):
         # A long progress bar is clipped rather than widening the panel (and the window with it).
         self.live_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.live_line.hide()
+        # The next runtime's start-up lines (a spare starting while or after a job runs: lines without a job id)
+        # are held apart, collapsed under "next runtime starting", so the log never ends on, say, a spare's
+        # "failed call to cuInit" after the job's last line; they join the log just before the next job's first.
+        self.startup: list[tuple[str, str]] = []
+        self._log_job_id: str | None = None  # the job whose lines the log shows last
+        self.startup_toggle = QToolButton()
+        self.startup_toggle.setCheckable(True)
+        self.startup_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.startup_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.startup_toggle.setAutoRaise(True)
+        self.startup_toggle.setToolTip("The next runtime's start-up output, apart from the job's: it joins the log "
+                                       "before the next job's first line")
+        self.startup_toggle.toggled.connect(self._show_startup)
+        self.startup_toggle.hide()
+        self.startup_view = QPlainTextEdit(readOnly=True)
+        self.startup_view.setObjectName("next-runtime-starting")
+        self.startup_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.startup_view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.startup_view.setFont(mono)
+        self.startup_view.hide()
         self.following = True
         self._appending = False  # scroll moves made here are not the person's
         self.view.verticalScrollBar().valueChanged.connect(self._on_scrolled)
@@ -280,6 +302,8 @@ class LogPanel(QWidget):
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.view, 1)
         left_layout.addWidget(self.live_line)
+        left_layout.addWidget(self.startup_toggle)
+        left_layout.addWidget(self.startup_view)
         splitter.addWidget(left)
         splitter.addWidget(right)
         splitter.setStretchFactor(0, 3)
@@ -312,22 +336,32 @@ class LogPanel(QWidget):
         if changes is None:
             changes = self.run_state.apply_all(batch)
         lines: list[tuple[str, str]] = []
+        held = len(self.startup)
         for event in batch:
             match event:
                 case events.Log(partial=True, text=text):
                     # A progress bar redrawing its line with "\r": one live line, replaced until the line ends.
-                    self.live_line.setText(text)
+                    self.live_line.setText(ansi.plain(text))
                     self.live_line.show()
                     continue
                 case events.JobFinished(status=status):
                     self._cancelled = status == "cancelled"
+            if event.job_id is not None and event.job_id != self._log_job_id:
+                self._log_job_id = event.job_id  # a new job's first line: its runtime's start-up comes first
+                lines.extend(self._take_startup())
             entry = event_log_entry(event, self._cancelled)
             if isinstance(event, events.RuntimeExited):
                 self._cancelled = False
+            if entry is not None and self._is_startup(event):
+                self.startup.append(entry)
+                continue
             if entry is not None:
                 lines.append(entry)
                 if isinstance(event, events.Log):
                     self.live_line.hide()
+        if len(self.startup) != held:
+            del self.startup[:-MAX_STARTUP_LINES]
+            self._update_startup()
         if changes.fresh:
             self.clear_placements()
         for fallback in changes.fallbacks:
@@ -342,6 +376,35 @@ class LogPanel(QWidget):
             visible = [text for kind, text in lines[-MAX_LOG_LINES:] if self._passes(kind, text)]
             if visible:
                 self._append("\n".join(visible))
+
+    # -- the next runtime's start-up, apart ----------------------------------------------------
+    @staticmethod
+    def _is_startup(event: Event) -> bool:
+        """A runtime's output before it runs a job (TensorFlow's start-up lines): no job id, not the panel's."""
+        return (isinstance(event, (events.Log, events.Placement)) and event.job_id is None
+                and event.stream in ("stdout", "stderr"))
+
+    def _take_startup(self) -> list[tuple[str, str]]:
+        if not self.startup:
+            return []
+        taken = [(output_lines.TF_INFO, f"[panel] the runtime starting ({len(self.startup)} lines):"), *self.startup]
+        self.startup = []
+        self._update_startup()
+        return taken
+
+    def _update_startup(self) -> None:
+        count = len(self.startup)
+        self.startup_toggle.setVisible(count > 0)
+        self.startup_toggle.setText(f"next runtime starting ({count} line{'s' if count != 1 else ''})")
+        if count == 0:
+            self.startup_toggle.setChecked(False)
+        if self.startup_toggle.isChecked():
+            self.startup_view.setPlainText("\n".join(text for _, text in self.startup))
+        self.startup_view.setVisible(count > 0 and self.startup_toggle.isChecked())
+
+    def _show_startup(self, shown: bool) -> None:
+        self.startup_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self._update_startup()
 
     # -- following the end -----------------------------------------------------------------------
     def _append(self, text: str) -> None:
@@ -384,6 +447,8 @@ class LogPanel(QWidget):
 
     def clear(self) -> None:
         self.entries.clear()
+        self.startup = []
+        self._update_startup()
         self.view.clear()
         self.jump_to_end()
         self.clear_placements()
@@ -430,7 +495,10 @@ class LogPanel(QWidget):
         self.proxy.setFilterFixedString(self.filter_text.text())
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text("\n".join(text for _, text in self.entries) + "\n", encoding="utf-8")
+        saved = [text for _, text in self.entries]
+        if self.startup:
+            saved += [f"[panel] next runtime starting ({len(self.startup)} lines):", *(t for _, t in self.startup)]
+        Path(path).write_text("\n".join(saved) + "\n", encoding="utf-8")
 
     def save_dialog(self) -> None:
         """Ask where, and save the log there (File → Save log and the panel's own button)."""

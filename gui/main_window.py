@@ -511,7 +511,7 @@ class MainWindow(QMainWindow):
 
     def _on_ready(self, ready: events.Ready) -> None:
         runtime = self.manager.runtime
-        tf_lines = runtime.recent_lines() if runtime is not None else []
+        tf_lines = runtime.tf_lines() if runtime is not None else []  # TensorFlow's own, never a job's
         # TensorFlow's GPUs matched to NVML's once; the Devices list, the GPU editors (CUDA's totals), the device
         # map and the memory graphs (subscribed to the model) all read this one answer.
         inventory = self.model.runtime_ready(ready)

@@ -80,6 +80,9 @@ class FakeProcess:
     def recent_lines(self) -> list[str]:
         return ["a last line"]
 
+    def tf_lines(self) -> list[str]:
+        return []
+
     def failure_message(self) -> str:
         if self.startup_error is not None:
             return f"TensorFlow rejected the configuration at {self.startup_error.stage}: {self.startup_error.message}"

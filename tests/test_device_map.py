@@ -239,9 +239,35 @@ def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     # the host box: the runtime's resident memory; an exited run's process (a zombie, 0 MiB) does not zero it
     from tf_device_panel.core.devices.telemetry import HostSample, Sample
 
-    panel.on_sample(Sample(0.0, host=HostSample(runtime_rss_mib=612.0)))
-    panel.on_sample(Sample(1.0, host=HostSample(runtime_rss_mib=0.0)))
+    panel.on_sample(Sample(0.0, host=HostSample(runtime_rss_mib=612.0), runtime_pid=info.pid))
+    panel.on_sample(Sample(1.0, host=HostSample(runtime_rss_mib=0.0), runtime_pid=info.pid))
     assert panel.canvas.current_map().boxes[0].title.endswith("612 MiB in use")
+    panel.on_sample(Sample(2.0, host=HostSample(runtime_rss_mib=90.0), runtime_pid=info.pid + 1))  # the next spare
+    assert panel.canvas.current_map().boxes[0].title.endswith("612 MiB in use")
+
+
+def test_the_cpu_box_says_the_runs_resident_memory_after_every_job_even_a_quick_one(qtbot) -> None:
+    """Issue 33: the CPU box's title showed resident memory after some jobs (one a sample read while it ran),
+    not others. Now: while the run's process runs, its samples; after the job, its figure as the job ended."""
+    pytest.importorskip("PySide6")
+    from job_helpers import run_job
+    from tf_device_panel.core.config import DeviceConfig
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.device_map_layout import mib_text
+
+    _result, error, seen = run_job(DeviceConfig(), "matmul")
+    assert error is None
+    finished = next(e for e in seen if isinstance(e, events.JobFinished))
+    assert finished.rss_mib is not None and 50 < finished.rss_mib < 64 * 1024  # TensorFlow's process: tens of MiB+
+    info = next(e for e in seen if isinstance(e, events.Ready))
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 300)
+    panel.show()
+    panel.set_devices(info, None, DeviceInventory.from_ready(info, []))
+    assert "in use" not in panel.canvas.current_map().boxes[0].title
+    panel.on_events(seen)  # a quick job: no sample read its process while it ran
+    assert panel.canvas.current_map().boxes[0].title.endswith(f"{mib_text(finished.rss_mib)} in use")
 
 
 def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp_path) -> None:

@@ -243,9 +243,10 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
             if number % 2:
                 window.controller.pump.put(events.Placement(
                     op="MatMul", op_type="MatMul", kernel="MatMul", short_device="/CPU:0",
-                    device="/job:localhost/replica:0/task:0/device:CPU:0", mode="eager", line=line))
-            else:
-                window.controller.pump.put(events.Log(stream="stderr", kind="tf-info", text=f"line {number}"))
+                    device="/job:localhost/replica:0/task:0/device:CPU:0", mode="eager", line=line, job_id="flood-1"))
+            else:  # a job's lines (a runtime's start-up lines, without a job id, are held apart)
+                window.controller.pump.put(events.Log(stream="stderr", kind="tf-info", text=f"line {number}",
+                                                      job_id="flood-1"))
 
     # Widgets of earlier tests still in reference cycles are freed here, on the GUI thread: freed by a
     # collection the flood thread's allocations trigger, PySide deadlocks deleting them.

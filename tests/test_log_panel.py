@@ -13,7 +13,7 @@ from tf_device_panel.gui.log_panel import LogPanel
 
 
 def lines(start: int, count: int, text: str = "output") -> list[Event]:
-    return [events.Log(stream="stdout", kind="output", text=f"{text} line {n} " + "wide " * 60)
+    return [events.Log(stream="stdout", kind="output", text=f"{text} line {n} " + "wide " * 60, job_id="job-1")
             for n in range(start, start + count)]
 
 
@@ -73,3 +73,24 @@ def test_the_text_filter_and_order_apply_to_the_placement_table(qtbot, panel: Lo
     assert [row[0] for row in shown()] == ["MatMul_1", "MatMul"]
     panel.filter_text.setText("cpu:1")
     assert shown() == [("MatMul", "/CPU:1", 5)]
+
+
+def test_the_next_runtimes_start_up_never_follows_the_jobs_last_line(qtbot, panel: LogPanel) -> None:
+    """Issue 33: after every job the log ended on the next spare's start-up ("failed call to cuInit")."""
+    cuinit = "E0000 00:00:1795663871.545337    7979 cuda_executor.cc:1228] failed call to cuInit: INTERNAL: CUDA error"
+    panel.add_events([events.Log(stream="stdout", kind="output", text="the job's last line", job_id="job-1"),
+                      events.Log(stream="stderr", kind="error", text=cuinit, source="tensorflow"),
+                      events.JobFinished(job="matmul", status="ok", job_id="job-1"),
+                      events.Log(stream="stderr", kind="tf-info", text="I0000 spare: cpu_feature_guard.cc")])
+    shown = panel.view.toPlainText().splitlines()
+    assert "the job's last line" in shown and cuinit not in shown and not any("spare" in line for line in shown)
+    assert panel.startup_toggle.isVisible() and panel.startup_toggle.text() == "next runtime starting (2 lines)"
+    assert not panel.startup_view.isVisible()  # collapsed
+    qtbot.mouseClick(panel.startup_toggle, Qt.MouseButton.LeftButton)
+    assert panel.startup_view.isVisible() and panel.startup_view.toPlainText().splitlines()[0] == cuinit
+    # The next job: its runtime's start-up comes first, before its own first line.
+    panel.add_events([events.JobStarted(job="fit", job_id="job-2"),
+                      events.Log(stream="stdout", kind="output", text="\x1b[1mEpoch 1/2\x1b[0m", job_id="job-2")])
+    shown = panel.view.toPlainText().splitlines()
+    assert shown.index(cuinit) < shown.index("Epoch 1/2")  # colour codes drawn away in the log too
+    assert not panel.startup_toggle.isVisible() and not panel.startup_view.isVisible()

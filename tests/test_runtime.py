@@ -143,6 +143,9 @@ def test_cancel_is_ctrl_c_for_a_long_fit(start_runtime) -> None:
     finished = of_type(seen, events.JOB_FINISHED)[0]
     assert finished.status == "cancelled" and finished.returncode == 1
     assert runtime.exited is not None and not runtime.exited.killed_for_cancel
+    # Nothing of the panel's own (issue 33: a Ctrl+C in a finalizer printed "Exception ignored … runtime_main.py").
+    printed = "\n".join(e.text for e in seen if isinstance(e, events.Log))
+    assert "Exception ignored" not in printed and "runtime_main" not in printed
 
 
 def test_a_script_that_ignores_ctrl_c_and_sigterm_is_killed_after_the_grace(start_runtime, tmp_path: Path) -> None:

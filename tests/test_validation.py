@@ -97,6 +97,25 @@ def test_gpus_that_cannot_be_checked_get_a_warning_not_a_plain_valid(
     assert ": valid —" in capsys.readouterr().out
 
 
+def test_validate_with_six_problems_lists_the_gpu_warning_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: the GPU-5 warning was shown only when it was alone."""
+    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: None)  # a machine where NVML sees no GPU
+    path = tmp_path / "six.json"
+    path.write_text('{"visible_gpus": [5], "cpu_devices": -1, "memory_growth": "yes", "soft_placement": 3, '
+                    '"log_placement": "x", "threads": 4}')
+    assert cli.main(["validate", str(path)]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(": 6 problem(s) and 1 warning(s)")
+    assert len([line for line in out if line.startswith("  - ")]) == 7
+    assert out[-1].startswith("  - warning: visible_gpus: names GPU 5, which could not be checked")
+    # A valid-as-read profile with a problem of this machine's: the warning too.
+    path.write_text('{"version": 1, "visible_gpus": [5], "memory_growth": true, "memory_fraction": 0.5}')
+    assert cli.main(["validate", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert "1 problem(s) and 1 warning(s)" in out and "warning: visible_gpus: names GPU 5" in out
+
+
 @pytest.mark.parametrize(("job", "param", "text", "expected"), [
     ("custom-loop", "learning_rate", "nan", "expected a finite number, got nan"),
     ("custom-loop", "learning_rate", "-inf", "expected a finite number, got -inf"),

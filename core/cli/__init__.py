@@ -109,14 +109,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         config = load_profile(args.file)
     except ProfileError as exc:
-        _print_lines(problems_text(args.file, exc.problems))
+        # Every problem and every warning: the GPU warning was shown only when it was alone.
+        unread = exc.config
+        warning = (unchecked_gpus_warning(unread, no_gpu_reason())
+                   if unread is not None and nvml_gpu_inventory() is None else None)
+        _print_lines(problems_text(args.file, exc.problems, [warning] if warning else []))
         return EXIT_USAGE
     gpus = nvml_gpu_inventory()
     problems = config.problems(gpus)
-    if problems:
-        _print_lines(problems_text(f"{args.file} on this machine", problems))
-        return EXIT_USAGE
     warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    if problems:
+        _print_lines(problems_text(f"{args.file} on this machine", problems, [warning] if warning else []))
+        return EXIT_USAGE
     if warning is not None:
         # A profile for another machine is legitimate, but "valid" alone would promise it runs here.
         print(f"{args.file}: valid as a profile, but its GPUs could not be checked — {config.summary()}")

@@ -321,12 +321,15 @@ def jobs_text(specs: Iterable[JobSpec]) -> list[str]:
 MAX_PROBLEMS_SHOWN = 20  # a profile with 100,000 bad entries is answered in a screenful, not 5 MB
 
 
-def problems_text(heading: str, problems: Sequence[object]) -> list[str]:
-    """The problems, one a line: the first MAX_PROBLEMS_SHOWN, then how many more."""
-    lines = [f"{heading}: {len(problems)} problem(s)", *(f"  - {p}" for p in problems[:MAX_PROBLEMS_SHOWN])]
+def problems_text(heading: str, problems: Sequence[object], warnings: Sequence[object] = ()) -> list[str]:
+    """The problems, one a line: the first MAX_PROBLEMS_SHOWN, then how many more; then every warning (a warning
+    was shown only when it was alone: a profile with six problems lost its "GPU 5 could not be checked")."""
+    counted = f"{len(problems)} problem(s)" + (f" and {len(warnings)} warning(s)" if warnings else "")
+    lines = [f"{heading}: {counted}", *(f"  - {p}" for p in problems[:MAX_PROBLEMS_SHOWN])]
     if len(problems) > MAX_PROBLEMS_SHOWN:
         lines.append(f"  … and {len(problems) - MAX_PROBLEMS_SHOWN} more like these (fix these first, then "
                      "validate again)")
+    lines += [f"  - warning: {w}" for w in warnings]
     return lines
 
 

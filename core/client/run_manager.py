@@ -78,6 +78,7 @@ class RunProcess(Protocol):
     def kill(self, reason: str | None = None) -> None: ...
     def stop(self, timeout: float = 5.0) -> None: ...
     def recent_lines(self) -> list[str]: ...
+    def tf_lines(self) -> list[str]: ...
     def failure_message(self) -> str: ...
 
 
@@ -556,7 +557,7 @@ class RunManager:
             self._warm.add(process)
         self._record(process, event)
         if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
-            remember_devices(process.config, event, process.recent_lines())
+            remember_devices(process.config, event, process.tf_lines())
             if current:
                 self.devices = event
         if role == DESCRIBE:

@@ -38,10 +38,13 @@ class PlacementKey(NamedTuple):
 
 def console_line(event: events.Event) -> tuple[str, bool] | None:
     """(text, partial) when `event` is a line of the job's own output, else None (TensorFlow's placement and
-    start-up lines stay in the log)."""
+    start-up lines stay in the log, and so do TensorFlow's C++ log lines: `W0000 … dataset.cc…`, absl's
+    "WARNING: All log messages before absl::InitializeLog()…")."""
     match event:
-        case events.Log(stream=stream, kind=kind, text=text, partial=partial) if (
-                stream in OUTPUT_STREAMS and kind in CONSOLE_KINDS):
+        case events.Log(stream=stream, kind=kind, text=text, partial=partial, source=source) if (
+                stream in OUTPUT_STREAMS and kind in CONSOLE_KINDS and source != output_lines.TENSORFLOW):
+            if source is None and output_lines.is_tensorflow_log(text):
+                return None  # a record from before lines were marked: by its shape (a script's lines never)
             return text, partial
     return None
 

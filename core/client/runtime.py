@@ -48,7 +48,7 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.gpus import created_gpu
 from tf_device_panel.core.logsetup import RepeatedFailureLog
 from tf_device_panel.core.processes import start_module
-from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.environment import PANEL_ENVIRONMENT, USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.protocol.streams import EVENTS, SCRIPT_STDERR, SCRIPT_STDOUT, STDERR, STDOUT, StreamDemux
@@ -197,6 +197,8 @@ class RuntimeProcess:
         self.job_name: str | None = None
         self._last_lines: deque[str] = deque(maxlen=LAST_LINES)  # appended by the reader thread
         self._last_lines_lock = threading.Lock()
+        # TensorFlow's own lines: start-up output before any job, and its C++ log (never a job's own prints)
+        self._tf_lines: deque[str] = deque(maxlen=LAST_LINES)
         self.tf_gpus: list[events.CreatedGpu] = []  # from TF's "Created device" lines: logical GPU -> bus id
         self._on_event = on_event
         self._listener_failures = RepeatedFailureLog(log)
@@ -218,6 +220,13 @@ class RuntimeProcess:
         """The process's last output lines (a copy: the reader thread keeps appending)."""
         with self._last_lines_lock:
             return list(self._last_lines)
+
+    def tf_lines(self) -> list[str]:
+        """TensorFlow's own last lines: what the process printed while no job ran, and TensorFlow's C++ log
+        lines. Where the Devices panel finds TensorFlow's reason for seeing no GPU: a job's own output (a TF1
+        session job prints "session ConfigProto: … gpu_options …") is never taken for it."""
+        with self._last_lines_lock:
+            return list(self._tf_lines)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -546,6 +555,8 @@ class RuntimeProcess:
     def _remember_line(self, line: str) -> None:
         with self._last_lines_lock:
             self._last_lines.append(line)
+            if self.running_job is None or output_lines.is_tensorflow_log(line):
+                self._tf_lines.append(line)
         if self.ready is None and "Created device" in line:
             created = created_gpu(line)
             if created is not None:

@@ -191,9 +191,10 @@ class DeviceConfig:
 class ProfileError(ValueError):
     """A profile file that cannot be read, parsed or written; `problems` says why."""
 
-    def __init__(self, path: Path | str, problems: Sequence[Problem]):
+    def __init__(self, path: Path | str, problems: Sequence[Problem], config: DeviceConfig | None = None):
         self.path = Path(path)
         self.problems = list(problems)
+        self.config = config  # what could be read of it despite the problems (for warnings), if anything
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"{self.path}:\n{lines}")
 
@@ -397,7 +398,7 @@ def load_profile(path: str | os.PathLike[str]) -> DeviceConfig:
         raise ProfileError(path, [Problem("(file)", f"cannot be read: {clip(exc.strerror or str(exc))}")]) from None
     config, problems = parse_config(data)
     if problems or config is None:
-        raise ProfileError(path, problems)
+        raise ProfileError(path, problems, config)
     return config
 
 

@@ -188,7 +188,8 @@ class Log(Event):
     text: str = ""
     task: str | None = None     # a cluster task's lines: "worker:0"
     partial: bool = False       # a line still being drawn with "\r" (a progress bar): it replaces the live line
-    source: str | None = None   # "script": written by a user's script through sys.stdout/sys.stderr (never TF's)
+    source: str | None = None   # "script": written by a user's script through sys.stdout/sys.stderr (never TF's);
+    #                             "tensorflow": a line of TensorFlow's C++ log (never the job's console)
     raw: bytes | None = None    # the bytes as printed, where the text shown differs (never on the wire)
 
 
@@ -270,6 +271,7 @@ class JobFinished(Event):
     status: str = ""            # ok, error, cancelled, crashed
     duration_s: float | None = None
     returncode: int | None = None  # the run process's exit status as Popen gives it (negative: by a signal)
+    rss_mib: float | None = None   # the run process's resident memory as its job ended (none after a crash)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,11 +28,20 @@ WARNING = "warning"
 ERROR = "error"
 OUTPUT = "output"
 CONTINUED_KINDS = (TF_INFO, WARNING, ERROR)
+# A Log event's `source` when TensorFlow's C++ log (absl) wrote the line: the Placement log's, never the job's console.
+TENSORFLOW = "tensorflow"
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called"
 
 
 def starts_tf_message(line: str) -> bool:
     """True for the first line of a C++ log message (continuation lines follow unprefixed)."""
     return bool(_CPP_PREFIX.match(line))
+
+
+def is_tensorflow_log(line: str) -> bool:
+    """True for a line of TensorFlow's C++ log: a prefixed message (`W0000 00:00:… dataset.cc:997] …`) or absl's
+    own preamble (`WARNING: All log messages before absl::InitializeLog() is called …`)."""
+    return bool(_CPP_PREFIX.match(line)) or line.startswith(_ABSL_PREAMBLE)
 
 
 @dataclass(frozen=True)

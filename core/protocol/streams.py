@@ -154,6 +154,7 @@ class StreamDemux:
         self.closed: set[str] = set()
         self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
+        self._stderr_tf = False  # that message was TensorFlow's C++ log (its continuation lines are too)
 
     def buffered_bytes(self, stream: str) -> int:
         """How much of `stream`'s open line is held (bounded by the line cap for output streams)."""
@@ -182,7 +183,7 @@ class StreamDemux:
                     self._event_line(raw)
             return
         if stream == STDERR:
-            self._stderr_kind = ""  # a C++ message and its continuation come in one write
+            self._stderr_kind, self._stderr_tf = "", False  # a C++ message and its continuation come in one write
         block = b"\n".join(lines) if len(lines) > 1 else b""
         if block and b"\r" not in block and _MAYBE_SPECIAL.search(block) is None:
             self._output_block(block, lines, stream)
@@ -243,20 +244,24 @@ class StreamDemux:
         exact = raw if shown is not raw or "\ufffd" in line else None
         self._on_line(line)
         kind, placed = output_lines.parse_line(line, stream)
+        tensorflow = output_lines.is_tensorflow_log(line)
         if stream == STDERR:
             # TF's multi-line C++ messages continue on unprefixed lines.
             if kind == output_lines.OUTPUT and self._stderr_kind in output_lines.CONTINUED_KINDS:
                 kind = self._stderr_kind
+                tensorflow = self._stderr_tf
             elif output_lines.starts_tf_message(line):
                 self._stderr_kind = kind
             else:
                 self._stderr_kind = kind if kind != output_lines.OUTPUT else ""
+            self._stderr_tf = tensorflow
         if placed is not None:
             self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
                                            device=placed.device, short_device=placed.short_device, mode=placed.mode,
                                            stream=stream, line=line, raw=exact, job_id=self._job_id()))
         else:
-            self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id()))
+            self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id(),
+                              source=output_lines.TENSORFLOW if tensorflow else None))
 
     # -- the script's own output: always the script's, never classified by its shape ---------------------
     def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:

@@ -200,6 +200,19 @@ def read_command(fd: int) -> dict[str, Any] | None:
     return command
 
 
+FINALIZER_RETRY_S = 0.005  # a Ctrl+C that came during a finalizer is delivered again this much later
+
+
+def in_finalizer(frame: Any) -> bool:
+    """True when `frame` or a frame it was called from is an object's `__del__` (an exception raised there is
+    printed and ignored by Python, never propagated)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Run:
     """One job on this process's main thread: its events, its status, the process's exit status."""
 
@@ -212,8 +225,19 @@ class Run:
         self.at_end: list[Any] = []  # called once the job is over, before its closing events (memory's last figures)
 
     def interrupted(self, signum: int, frame: Any) -> None:
-        """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check."""
+        """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check.
+
+        Not inside a finalizer: a KeyboardInterrupt raised in a `__del__` (TensorFlow's
+        ConcreteFunctionGarbageCollector.__del__ runs often during a fit) is printed as "Exception ignored in:
+        …" with this handler in its traceback, and is then lost, so the job ran on. There the signal is sent
+        again a moment later, when the finalizer has returned. (A user's script gets Ctrl+C as a bare `python`
+        gives it.)"""
         self.context.cancel_requested.set()
+        if self.name != "script" and in_finalizer(frame):
+            retry = threading.Timer(FINALIZER_RETRY_S, os.kill, (os.getpid(), signal.SIGINT))
+            retry.daemon = True
+            retry.start()
+            return
         signal.default_int_handler(signum, frame)
 
     def execute(self) -> int:
@@ -257,8 +281,18 @@ class Run:
         if result is not None:
             self.emit(events.Result(result=result, job_id=job_id))
         self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - started,
-                                     job_id=job_id))
+                                     rss_mib=resident_mib(), job_id=job_id))
         return exit_code
+
+
+def resident_mib() -> float | None:
+    """This process's resident memory now (Linux's /proc; None where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main(argv: list[str] | None = None) -> tuple[int, int | None]:

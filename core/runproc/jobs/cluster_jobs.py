@@ -28,7 +28,8 @@ def _forwarder(ctx: JobContext) -> Any:
                                       short_device=placed.short_device, mode=placed.mode, stream=stream,
                                       line=f"[{task.name}] {line}", task=task.name))
         elif kind != output_lines.PLACEMENT:  # stdout echoes of placer lines are not shown twice
-            ctx.emit(events.Log(stream=stream, kind=kind, text=f"[{task.name}] {line}", task=task.name))
+            source = output_lines.TENSORFLOW if output_lines.is_tensorflow_log(line) else None
+            ctx.emit(events.Log(stream=stream, kind=kind, text=f"[{task.name}] {line}", task=task.name, source=source))
 
     return forward
 

@@ -209,6 +209,8 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
             self.epoch = epoch
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            if ctx.cancel_requested.is_set():  # stopped mid-epoch: no loss of a part epoch, no "one more epoch"
+                return
             loss = float((logs or {}).get("loss", float("nan")))
             ctx.metric("loss", loss, step=epoch + 1)
             print(f"epoch {epoch + 1}/{epochs}: loss {loss:.6f}", flush=True)
