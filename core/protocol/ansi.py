@@ -87,6 +87,14 @@ def _extended_color(params: list[int], at: int) -> tuple[str | None, int]:
     return None, len(params) - at  # malformed: the rest is ignored, as terminals do
 
 
+# SGR codes that switch one attribute on or off (1 bold … 9 strike; 22–29 turn them off again).
+_SGR_ATTRIBUTES: dict[int, dict[str, bool]] = {
+    1: {"bold": True}, 2: {"dim": True}, 3: {"italic": True}, 4: {"underline": True}, 7: {"inverse": True},
+    9: {"strike": True}, 22: {"bold": False, "dim": False}, 23: {"italic": False}, 24: {"underline": False},
+    27: {"inverse": False}, 29: {"strike": False},
+}
+
+
 @lru_cache(maxsize=1024)
 def apply_sgr(style: Style, parameters: str) -> Style:
     """The style after `ESC[<parameters>m`."""
@@ -100,28 +108,8 @@ def apply_sgr(style: Style, parameters: str) -> Style:
         i += 1
         if code == 0:
             style = PLAIN
-        elif code == 1:
-            style = replace(style, bold=True)
-        elif code == 2:
-            style = replace(style, dim=True)
-        elif code == 3:
-            style = replace(style, italic=True)
-        elif code == 4:
-            style = replace(style, underline=True)
-        elif code == 7:
-            style = replace(style, inverse=True)
-        elif code == 9:
-            style = replace(style, strike=True)
-        elif code == 22:
-            style = replace(style, bold=False, dim=False)
-        elif code == 23:
-            style = replace(style, italic=False)
-        elif code == 24:
-            style = replace(style, underline=False)
-        elif code == 27:
-            style = replace(style, inverse=False)
-        elif code == 29:
-            style = replace(style, strike=False)
+        elif code in _SGR_ATTRIBUTES:
+            style = replace(style, **_SGR_ATTRIBUTES[code])
         elif 30 <= code <= 37:
             style = replace(style, fg=BASIC_COLORS[code - 30])
         elif 90 <= code <= 97:
