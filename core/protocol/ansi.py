@@ -14,6 +14,7 @@ shown. The style carries from one line to the next, as in a terminal, until a re
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
@@ -88,10 +89,12 @@ def _extended_color(params: list[int], at: int) -> tuple[str | None, int]:
 
 
 # SGR codes that switch one attribute on or off (1 bold … 9 strike; 22–29 turn them off again).
-_SGR_ATTRIBUTES: dict[int, dict[str, bool]] = {
-    1: {"bold": True}, 2: {"dim": True}, 3: {"italic": True}, 4: {"underline": True}, 7: {"inverse": True},
-    9: {"strike": True}, 22: {"bold": False, "dim": False}, 23: {"italic": False}, 24: {"underline": False},
-    27: {"inverse": False}, 29: {"strike": False},
+_SGR_ATTRIBUTES: dict[int, Callable[[Style], Style]] = {
+    1: lambda s: replace(s, bold=True), 2: lambda s: replace(s, dim=True), 3: lambda s: replace(s, italic=True),
+    4: lambda s: replace(s, underline=True), 7: lambda s: replace(s, inverse=True),
+    9: lambda s: replace(s, strike=True), 22: lambda s: replace(s, bold=False, dim=False),
+    23: lambda s: replace(s, italic=False), 24: lambda s: replace(s, underline=False),
+    27: lambda s: replace(s, inverse=False), 29: lambda s: replace(s, strike=False),
 }
 
 
@@ -109,7 +112,7 @@ def apply_sgr(style: Style, parameters: str) -> Style:
         if code == 0:
             style = PLAIN
         elif code in _SGR_ATTRIBUTES:
-            style = replace(style, **_SGR_ATTRIBUTES[code])
+            style = _SGR_ATTRIBUTES[code](style)
         elif 30 <= code <= 37:
             style = replace(style, fg=BASIC_COLORS[code - 30])
         elif 90 <= code <= 97:
