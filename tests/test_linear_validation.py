@@ -60,9 +60,12 @@ def test_a_long_list_of_problems_is_answered_in_a_screenful(tmp_path: Path,
     path.write_text(json.dumps({"version": 1, "virtual_gpus": {str(i): [0] for i in range(many)}}))
     assert cli.main(["validate", str(path)]) == 2
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"{path}: {many} problem(s)"
-    assert len(lines) == 22
-    assert lines[-1] == f"  … and {many - 20} more like these (fix these first, then validate again)"
+    # Where no NVIDIA driver answers (CI), one warning says the split GPUs could not be checked, after the problems.
+    warnings = [line for line in lines if line.startswith("  - warning: ")]
+    assert lines[0] == f"{path}: {many} problem(s)" + (f" and {len(warnings)} warning(s)" if warnings else "")
+    assert len(warnings) <= 1 and len(lines) == 22 + len(warnings)
+    assert lines[21] == f"  … and {many - 20} more like these (fix these first, then validate again)"
+    assert all(len(line) < 400 for line in lines)  # "(30000 in all)", never every index
     assert cli.main(["snippet", "--config", str(path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"error: invalid profile {path}: {many} problem(s)" and len(err) == 22
