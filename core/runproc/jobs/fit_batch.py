@@ -5,7 +5,8 @@ at the budget (core.runproc.fit_probe): its allocator peak is recorded. The veri
 job itself, run by the panel's command line under a profile with cpu_memory_limit_mib = the budget: what a user
 who takes the prediction runs. Three probes at growing batches (×4 each)
 give peak ≈ fixed + per-sample × batch (least squares); the prediction is the largest batch whose predicted peak
-stays under MARGIN of the budget. It is then verified by a run at the prediction (it must fit), and one at the
+stays under MARGIN of the budget. It is then verified by two runs at the prediction (each must fit with its
+peak under HEADROOM of the budget), and one at the
 next step up (a quarter more), which must fail or is flagged: the prediction was conservative.
 """
 
@@ -70,7 +71,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
         raise JobError(f"device: {device!r} is neither a CPU nor a GPU; use /CPU:0 or /GPU:N")
     budget = budget_mib * MIB
     rows: list[dict[str, Any]] = []
-    total_steps = PROBES + 2
+    total_steps = PROBES + 3  # the probes, two verifying runs, the step up
 
     def run(batch: int, role: str) -> dict[str, Any]:
         ctx.check_cancelled()
@@ -108,7 +109,11 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
     for attempt in range(VERIFY_TRIES):
         verify = run(predicted, "verify")
         if verify["fits"] and verify["peak_bytes"] <= HEADROOM * budget:
-            break
+            # Once is not enough: the same batch's peak moves by a fifth from run to run (CPU threads, oneDNN's
+            # scratch), and a batch that fitted once ran out in the user's next fit. It must fit twice.
+            verify = run(predicted, "verify")
+            if verify["fits"] and verify["peak_bytes"] <= HEADROOM * budget:
+                break
         if attempt == VERIFY_TRIES - 1:
             break
         if verify["fits"]:  # it fitted, with too little room: the next run of it may not
@@ -119,7 +124,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
             flags.append(f"batch {predicted} did not fit (at large batches the peak grew faster than the probes' "
                          "line, and it varies from run to run); tried a fifth less")
             predicted = max(1, predicted * 4 // 5)
-    verified = bool(verify["fits"]) and verify["peak_bytes"] <= budget
+    verified = bool(verify["fits"]) and verify["peak_bytes"] <= HEADROOM * budget
     if predicted >= MAX_BATCH:
         flags.append(f"capped at {MAX_BATCH:,}, the fit job's largest batch: the budget holds more")
     up = min(MAX_BATCH, predicted + max(1, round(predicted * STEP_UP)))
