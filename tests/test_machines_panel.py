@@ -224,8 +224,10 @@ def test_misbehaving_targets_leave_the_grid_responsive_and_a_stop_prompt(qtbot, 
         assert "larger than the 8 MiB allowed" in lines[big.url.removeprefix("http://")]
         assert max(gaps) < 0.5, f"the GUI thread stalled {max(gaps):.2f} s"
 
-        panel.set_source(ExporterSource([slow.url], timeout=20.0))  # a long deadline: the fetch is in flight
+        # Counted before the new source starts: its first fetch may connect before the next line runs, and the
+        # one after it would wait for the 20 s deadline (CI once timed out that way).
         connected = len(slow.connections)
+        panel.set_source(ExporterSource([slow.url], timeout=20.0))  # a long deadline: the fetch is in flight
         qtbot.waitUntil(lambda: len(slow.connections) > connected, timeout=10_000)
         started = time.monotonic()
         panel.stop()
