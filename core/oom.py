@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 MIB = 1024 * 1024
@@ -236,7 +236,7 @@ def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int,
     return merged
 
 
-def _verdict(oom: dict[str, Any]) -> tuple[str, str]:
+def _verdict(oom: Mapping[str, Any]) -> tuple[str, str]:
     request = oom.get("request_bytes")
     free, largest = oom.get("free_bytes"), oom.get("largest_free_bytes")
     if request is None or free is None:
@@ -254,7 +254,7 @@ def _verdict(oom: dict[str, Any]) -> tuple[str, str]:
                        "block: the memory was freed after the failure or another allocator ran out")
 
 
-def advice(oom: dict[str, Any], *, growth: bool | None = None, batch_size: int | None = None) -> list[str]:
+def advice(oom: Mapping[str, Any], *, growth: bool | None = None, batch_size: int | None = None) -> list[str]:
     """What to try, from the figures."""
     tips: list[str] = []
     request, limit = oom.get("request_bytes"), oom.get("limit_bytes")
@@ -308,7 +308,7 @@ def ceil_mib(value: float) -> int:
     return -(-int(value) // MIB)
 
 
-def oom_text(oom: dict[str, Any]) -> list[str]:
+def oom_text(oom: Mapping[str, Any]) -> list[str]:
     """The explanation as lines, for the command line and the window's tooltips."""
     shape = oom.get("shape")
     what = f"tensor of shape {shape} ({oom.get('dtype')})" if shape is not None else "an allocation"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QRectF, QSize, Qt
@@ -117,10 +118,10 @@ class OomView(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(self.legend)
         layout.addWidget(self.details)
-        self.oom: dict[str, Any] | None = None
+        self.oom: Mapping[str, Any] | None = None
         self.hide()
 
-    def set_oom(self, oom: dict[str, Any] | None) -> None:
+    def set_oom(self, oom: Mapping[str, Any] | None) -> None:
         self.oom = oom
         if not oom:
             self.hide()

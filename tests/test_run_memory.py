@@ -67,7 +67,7 @@ def test_real_runs_under_a_cpu_cap_record_peaks_that_grow_with_the_batch(tmp_pat
                               timeout=600, env=os.environ.copy())
         assert done.returncode == 0, done.stderr
     history = RunHistory()
-    newer, older = (run["run_id"] for run in history.summaries())
+    newer, older = (run.run_id for run in history.summaries())
     small, large = run_peaks(history, older), run_peaks(history, newer)
     assert set(small) == set(large) == {"/CPU:0"}
     assert 0 < small["/CPU:0"] < large["/CPU:0"] <= 256
