@@ -40,7 +40,7 @@ import stat
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -500,7 +500,7 @@ class RunHistory:
         """The recorded events, output lines made log and placement events again in their places. A line
         cut short by a crash is skipped, not fatal; other damaged lines are skipped and counted in a warning."""
         folder = self._folder(run_id)
-        entries: list[dict[str, Any]] = []
+        entries: list[RecordedEntry] = []
         damaged: list[str] = []
         try:
             with open_regular(folder / "events.jsonl") as handle:
@@ -522,9 +522,9 @@ class RunHistory:
                 merged = _merge_output(folder, entries, summary.output or OutputRecord())
             except OSError as exc:
                 damaged.append(f"cannot read the output: {exc.strerror or exc}")
-                merged = [e for e in map(_event_or_none, entries) if e is not None]
+                merged = [entry.event for entry in entries if entry.event is not None]
         else:
-            merged = [e for e in map(_event_or_none, entries) if e is not None]
+            merged = [entry.event for entry in entries if entry.event is not None]
         if damaged:
             text = (f"{len(damaged)} damaged part(s) of this run's record skipped (events.jsonl "
                     f"{clip('; '.join(damaged[:3]), 300)})")
@@ -592,7 +592,17 @@ def never_written_summary(folder: Path, reason: str) -> RunSummary:
     return row
 
 
-def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
+@dataclass(frozen=True)
+class RecordedEntry:
+    """One events.jsonl line decoded: an event, or where the output switches stream; `at`, the byte offset into
+    the output at which it came."""
+
+    at: int
+    event: Event | None = None
+    output_stream: str | None = None
+
+
+def _entry(line: bytes) -> tuple[RecordedEntry | None, str]:
     """One events.jsonl line as a checked entry, or (None, why not); a blank line is (None, "")."""
     if not line.strip():
         return None, ""
@@ -608,19 +618,15 @@ def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
     if not (is_whole(at) and at >= 0):
         return None, f"'at' must be a byte offset, got {clip(repr(at), 40)}"
     if "output_stream" in entry:
-        known = entry["output_stream"] in OUTPUT_STREAMS or entry["output_stream"] in SCRIPT_STREAMS
-        return (entry, "") if known else (None, "unknown output stream")
-    return (entry, "") if _event_or_none(entry) is not None else (None, "not an event")
-
-
-def _event_or_none(entry: dict[str, Any]) -> Event | None:
-    """The recorded event, or None where `events.from_json` refuses it (kind, envelope and field types)."""
+        stream = entry["output_stream"]
+        known = stream in OUTPUT_STREAMS or stream in SCRIPT_STREAMS
+        return (RecordedEntry(at, output_stream=stream), "") if known else (None, "unknown output stream")
     if not is_number(entry.get("time", 0.0)):  # from_json takes any number; a record's time is a finite one
-        return None
+        return None, "not an event"
     try:
-        return event_from_json({"time": 0.0, **entry})
+        return RecordedEntry(at, event=event_from_json({"time": 0.0, **entry})), ""
     except EventError:
-        return None
+        return None, "not an event"
 
 
 def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
@@ -648,7 +654,7 @@ def _output_chunks(folder: Path, output: OutputRecord) -> list[tuple[int, bytes]
     return chunks
 
 
-def _merge_output(folder: Path, entries: list[dict[str, Any]], output: OutputRecord) -> list[Event]:
+def _merge_output(folder: Path, entries: list[RecordedEntry], output: OutputRecord) -> list[Event]:
     merged: list[Event] = []
     time_now = [0.0]
 
@@ -658,7 +664,7 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: OutputRec
 
     demux = StreamDemux(deliver, line_cap=None)  # recorded lines are already within the cap
     stream = "stdout"
-    pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].get("at", 0), item[0])))
+    pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].at, item[0])))
     upcoming = next(pending, None)
     dropped_reported = False
     for start, data in _output_chunks(folder, output):
@@ -670,10 +676,10 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: OutputRec
         offset = start
         # Line by line with their line ends (not splitlines: a lone "\r" inside a line is no line end), each cut
         # where the output switches stream: a script's last piece may end without one.
-        cuts = sorted({int(entry.get("at", 0)) - start for entry in entries
-                       if "output_stream" in entry and start < int(entry.get("at", 0)) < start + len(data)})
+        cuts = sorted({entry.at - start for entry in entries
+                       if entry.output_stream is not None and start < entry.at < start + len(data)})
         for raw in (piece for part in _cut(data, cuts) for piece in _lines_of(part)):
-            while upcoming is not None and int(upcoming[1].get("at", 0)) <= offset:
+            while upcoming is not None and upcoming[1].at <= offset:
                 stream = _take(upcoming[1], merged, time_now) or stream
                 upcoming = next(pending, None)
             if stream in SCRIPT_STREAMS:
@@ -701,12 +707,9 @@ def _cut(data: bytes, offsets: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _take(entry: dict[str, Any], merged: list[Event], time_now: list[float]) -> str | None:
+def _take(entry: RecordedEntry, merged: list[Event], time_now: list[float]) -> str | None:
     """Add a recorded event to `merged`; returns the stream an `output_stream` entry switches to."""
-    if "output_stream" in entry:
-        return str(entry["output_stream"])
-    event = _event_or_none(entry)
-    if event is not None:
-        time_now[0] = event.time
-        merged.append(event)
-    return None
+    if entry.event is not None:
+        time_now[0] = entry.event.time
+        merged.append(entry.event)
+    return entry.output_stream
