@@ -59,6 +59,7 @@ from tf_device_panel.core.client.records import (
     is_whole,
     json_type,
 )
+from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol.events import Event, EventError, Log, Placement
 from tf_device_panel.core.protocol.events import from_json as event_from_json
 from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
@@ -369,7 +370,7 @@ class RunRecorder:
         self._last_flush = now or time.monotonic()
 
     def finish(self, *, status: str, result: object = None, error: RunError | None = None,
-               duration_s: float | None = None, returncode: int | None = None, oom: JsonObject | None = None,
+               duration_s: float | None = None, returncode: int | None = None, oom: OomReport | None = None,
                fallbacks: Sequence[JsonObject] = (), placement_counts: Sequence[list[object]] = (),
                cancel: Cancel | None = None) -> None:
         """The run's outcome into its summary, written over run.json: the record's last write."""

@@ -13,8 +13,9 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.text import clip
 
 MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
@@ -169,7 +170,7 @@ class RunSummary:
     result: object = None
     error: RunError | None = None
     cancel: Cancel | None = None
-    oom: JsonObject | None = None      # core.oom's explanation of an out-of-memory end
+    oom: OomReport | None = None       # an out-of-memory end explained
     fallbacks: list[JsonObject] = field(default_factory=list)
     placement_counts: list[list[object]] = field(default_factory=list)  # [op_type, device, count]
     output: OutputRecord | None = None
@@ -202,7 +203,7 @@ class RunSummary:
             returncode=data.get("returncode"), result=data.get("result"),  # type: ignore[arg-type]
             error=RunError.from_json(error) if isinstance(error, dict) else None,
             cancel=Cancel.from_json(cancel) if isinstance(cancel, dict) else None,
-            oom=data.get("oom") if isinstance(data.get("oom"), dict) else None,  # type: ignore[arg-type]
+            oom=cast(OomReport, data["oom"]) if isinstance(data.get("oom"), dict) else None,
             fallbacks=list(data.get("fallbacks") or []),  # type: ignore[call-overload]
             placement_counts=list(data.get("placement_counts") or []),  # type: ignore[call-overload]
             output=OutputRecord.from_json(output) if output is not None else None,

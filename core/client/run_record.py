@@ -13,6 +13,7 @@ from tf_device_panel.core import oom as oom_parser
 from tf_device_panel.core.client.history import RunHistory, RunRecorder
 from tf_device_panel.core.client.records import Cancel, JsonObject, RunError
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
@@ -53,7 +54,7 @@ class JobOutcome:
     returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
     record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
     cancel: Cancel | None = None       # who stopped the job and how (`note_cancel`)
-    oom: JsonObject | None = None      # an out-of-memory error explained (core.oom), when the run ended in one
+    oom: OomReport | None = None       # an out-of-memory error explained, when the run ended in one
 
     @property
     def finished(self) -> bool:
