@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from tf_device_panel.core.oom import OomReport
+from tf_device_panel.core.protocol.events import JsonObject
 from tf_device_panel.core.text import clip
 
 MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
 TAIL_FILE = re.compile(r"output\.tail\.\d+")
 
-# A run's parameters, configuration and devices are stored as the JSON their owners wrote (the job's spec,
-# DeviceConfig.to_json, the Ready event's payload) and decoded by those owners where they are used.
-JsonObject = Mapping[str, Any]
 
 
 class SummaryError(ValueError):
@@ -159,6 +157,8 @@ class RunSummary:
     job: str
     status: str
     started: float
+    # Parameters, configuration and devices stay the JSON their owners wrote (the job's spec, DeviceConfig.to_json,
+    # the Ready event's payload), decoded by those owners where they are used.
     params: JsonObject = field(default_factory=dict)
     config: JsonObject | None = None
     devices: JsonObject | None = None
