@@ -183,7 +183,7 @@ class HistoryPanel(QWidget):
         newer, older = chosen  # the table lists the newest first: the older run is the first compared
 
         def named(run_id: str) -> tuple[str, dict[str, float]]:
-            summary = self.summaries.get(run_id) or self.history.get(run_id)
+            summary = self.summaries[run_id]  # the table lists exactly these runs
             return (f"{summary.job or '?'} on {date_text(summary)} ({summary.status}; {params_text(summary)})",
                     self.peaks(run_id))
 
