@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol.events import JsonObject
@@ -21,7 +21,6 @@ from tf_device_panel.core.text import clip
 
 MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
 TAIL_FILE = re.compile(r"output\.tail\.\d+")
-
 
 
 class SummaryError(ValueError):
@@ -181,7 +180,7 @@ class RunSummary:
     shown: tuple[str, ...] = STARTED_FIELDS
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object], run_id: str = "") -> RunSummary:
+    def from_json(cls, data: JsonObject, run_id: str = "") -> RunSummary:
         """run.json's object checked field by field (SummaryError names the first wrong one); `run_id`, the
         folder's name, where the object has none."""
         for name in REQUIRED:
@@ -194,20 +193,20 @@ class RunSummary:
         finished, duration = data.get("finished"), data.get("duration_s")
         return cls(
             run_id=str(data.get("run_id") or run_id), job=str(data["job"]), status=str(data["status"]),
-            started=float(data["started"]),  # type: ignore[arg-type]
-            params=dict(data.get("params") or {}),  # type: ignore[call-overload]
-            config=data.get("config"), devices=data.get("devices"),  # type: ignore[arg-type]
-            client_pid=data.get("client_pid"), job_id=data.get("job_id"),  # type: ignore[arg-type]
-            finished=float(finished) if is_number(finished) else None,  # type: ignore[arg-type]
-            duration_s=float(duration) if is_number(duration) else None,  # type: ignore[arg-type]
-            returncode=data.get("returncode"), result=data.get("result"),  # type: ignore[arg-type]
+            started=float(data["started"]),
+            params=dict(data.get("params") or {}),
+            config=data.get("config"), devices=data.get("devices"),
+            client_pid=data.get("client_pid"), job_id=data.get("job_id"),
+            finished=float(finished) if is_number(finished) else None,
+            duration_s=float(duration) if is_number(duration) else None,
+            returncode=data.get("returncode"), result=data.get("result"),
             error=RunError.from_json(error) if isinstance(error, dict) else None,
             cancel=Cancel.from_json(cancel) if isinstance(cancel, dict) else None,
-            oom=cast(OomReport, data["oom"]) if isinstance(data.get("oom"), dict) else None,
-            fallbacks=list(data.get("fallbacks") or []),  # type: ignore[call-overload]
-            placement_counts=list(data.get("placement_counts") or []),  # type: ignore[call-overload]
+            oom=data["oom"] if isinstance(data.get("oom"), dict) else None,
+            fallbacks=list(data.get("fallbacks") or []),
+            placement_counts=list(data.get("placement_counts") or []),
             output=OutputRecord.from_json(output) if output is not None else None,
-            incomplete=data.get("incomplete"),  # type: ignore[arg-type]
+            incomplete=data.get("incomplete"),
             unknown={key: value for key, value in data.items() if key not in KNOWN}, shown=tuple(data))
 
     def to_json(self) -> dict[str, object]:
