@@ -132,3 +132,10 @@ def test_missing_optional_fields_take_their_defaults() -> None:
 def test_an_error_without_a_type_reads_as_error() -> None:
     row = RunSummary.from_json({"job": "fit", "status": "error", "started": 1.0, "error": {"message": "boom"}})
     assert row.error == RunError(type="Error", message="boom")
+
+
+def test_a_tail_segments_odd_counts_do_not_stop_the_record_loading() -> None:
+    """Only a segment's file and start are read back; its counts were never checked, so odd ones still load."""
+    output = {"tail": [{"file": "output.tail.1", "start": 0, "lines": float("inf"), "bytes": "many"}]}
+    row = RunSummary.from_json({"job": "fit", "status": "ok", "started": 1.0, "output": output})
+    assert row.output is not None and row.output.tail == (TailSegment(file="output.tail.1", start=0),)

@@ -107,8 +107,9 @@ class TailSegment:
         if not (isinstance(data, dict) and isinstance(data.get("file"), str) and TAIL_FILE.fullmatch(data["file"])
                 and is_whole(data.get("start")) and data["start"] >= 0):
             raise ValueError("a tail segment")
-        return cls(file=data["file"], start=data["start"], lines=int(data.get("lines", 0)),
-                   bytes=int(data.get("bytes", 0)))
+        lines, size = data.get("lines", 0), data.get("bytes", 0)  # only the writer counts with these
+        return cls(file=data["file"], start=data["start"], lines=lines if is_whole(lines) else 0,
+                   bytes=size if is_whole(size) else 0)
 
     def to_json(self) -> dict[str, str | int]:
         return {"file": self.file, "start": self.start, "lines": self.lines, "bytes": self.bytes}
