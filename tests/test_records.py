@@ -139,3 +139,20 @@ def test_a_tail_segments_odd_counts_do_not_stop_the_record_loading() -> None:
     output = {"tail": [{"file": "output.tail.1", "start": 0, "lines": float("inf"), "bytes": "many"}]}
     row = RunSummary.from_json({"job": "fit", "status": "ok", "started": 1.0, "output": output})
     assert row.output is not None and row.output.tail == (TailSegment(file="output.tail.1", start=0),)
+
+
+def test_damaged_and_never_written_rows_print_as_before(panel_home: Path) -> None:
+    """`runs --json`'s rows for a damaged run.json and for one never written: the fields the code before typed
+    records printed, no more (no empty job, configuration or devices)."""
+    damaged = panel_home / "runs" / "20260101-000000-fit-aaaaaa"
+    damaged.mkdir(parents=True)
+    (damaged / "run.json").write_text("[]")
+    never = panel_home / "runs" / "20260101-000001-memory-bbbbbb"
+    never.mkdir()
+    never_row, damaged_row = (row.to_json() for row in RunHistory().summaries())
+    assert damaged_row == {"run_id": damaged.name, "status": "unreadable", "started": damaged.stat().st_mtime,
+                           "params": {}, "error": {"type": "Unreadable", "message": "run.json holds a list, not an "
+                                                                                     "object"}}
+    assert never_row == {"run_id": never.name, "status": "incomplete", "started": never.stat().st_mtime, "params": {},
+                         "error": None, "incomplete": "run.json was never written (was the disk full when the run "
+                                                      "started?)", "job": "memory"}
