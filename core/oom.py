@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 MIB = 1024 * 1024
 MAX_BAR_SEGMENTS = 400     # the bar the window draws: runs of chunks of one state, at most this many
@@ -77,14 +77,52 @@ class DumpCollector:
                     self._in_dump = False
 
 
+class LiveAllocation(TypedDict):
+    """Chunks in use of one size (and op, where the dump names it): the largest of them lead."""
+
+    bytes: int
+    count: int
+    op: str | None
+
+
+class OomReport(TypedDict, total=False):
+    """An out-of-memory error explained: the request, the allocator's figures, the bar the window draws, the
+    verdict and what to try. Every figure is optional: a message alone (no dump) gives few of them."""
+
+    allocator: str
+    request_bytes: int
+    op: str
+    shape: list[int]
+    dtype: str
+    device: str
+    short_device: str
+    pool_bytes: int
+    limit_bytes: int
+    unallocated_bytes: int
+    in_use_bytes: int
+    peak_bytes: int
+    free_in_pool_bytes: int
+    largest_free_chunk_bytes: int
+    free_bytes: int
+    largest_free_bytes: int
+    chunks: int
+    regions: int
+    largest_live: list[LiveAllocation]
+    bar: list[list[str | int]]        # [state, bytes] (and free bytes, for a "mixed" run) in address order
+    on_gpu: bool
+    verdict: str                      # shortage, fragmentation or unknown
+    explanation: str
+    advice: list[str]
+
+
 def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | None = None,
-            growth: bool | None = None, batch_size: int | None = None) -> dict[str, Any] | None:
+            growth: bool | None = None, batch_size: int | None = None) -> OomReport | None:
     """The OOM as figures and advice, or None when neither the message nor the dump tells of one.
 
     `message`: the ResourceExhaustedError's text (the request's shape, dtype, device, op). `dump_lines`:
     stderr lines (any others among them are skipped). `growth`: whether the profile turned memory growth on;
     `batch_size`: the run's batch, so "a smaller batch" can name one."""
-    oom: dict[str, Any] = {}
+    oom = OomReport()
     chunks: list[tuple[bool, int, str | None]] = []   # (in use, bytes, op) in address order, region by region
     regions: list[int] = []
     region_starts: set[int] = set()  # the chunks that begin a region: runs never merge across one
@@ -185,7 +223,7 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
 
 
 def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int,
-         region_starts: set[int] | frozenset[int] = frozenset()) -> list[list[Any]]:
+         region_starts: set[int] | frozenset[int] = frozenset()) -> list[list[str | int]]:
     """The device's memory as the window draws it: runs of in-use and free chunks in address order (free ones
     only within a region), then what the allocator has not taken yet; [state, bytes] each. Past
     MAX_BAR_SEGMENTS runs (a fragmented pool of thousands of chunks, narrower than a pixel each), neighbouring
@@ -236,7 +274,7 @@ def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int,
     return merged
 
 
-def _verdict(oom: dict[str, Any]) -> tuple[str, str]:
+def _verdict(oom: OomReport) -> tuple[str, str]:
     request = oom.get("request_bytes")
     free, largest = oom.get("free_bytes"), oom.get("largest_free_bytes")
     if request is None or free is None:
@@ -254,7 +292,7 @@ def _verdict(oom: dict[str, Any]) -> tuple[str, str]:
                        "block: the memory was freed after the failure or another allocator ran out")
 
 
-def advice(oom: dict[str, Any], *, growth: bool | None = None, batch_size: int | None = None) -> list[str]:
+def advice(oom: OomReport, *, growth: bool | None = None, batch_size: int | None = None) -> list[str]:
     """What to try, from the figures."""
     tips: list[str] = []
     request, limit = oom.get("request_bytes"), oom.get("limit_bytes")
@@ -308,7 +346,7 @@ def ceil_mib(value: float) -> int:
     return -(-int(value) // MIB)
 
 
-def oom_text(oom: dict[str, Any]) -> list[str]:
+def oom_text(oom: OomReport) -> list[str]:
     """The explanation as lines, for the command line and the window's tooltips."""
     shape = oom.get("shape")
     what = f"tensor of shape {shape} ({oom.get('dtype')})" if shape is not None else "an allocation"
@@ -316,9 +354,8 @@ def oom_text(oom: dict[str, Any]) -> list[str]:
     device = oom.get("short_device") or oom.get("device") or "an unknown device"
     lines = [f"out of memory on {device} ({oom.get('allocator') or 'allocator'}): {what}"
              + (f", {mib(request)}" if request is not None else "") + (f", by op {oom['op']}" if oom.get("op") else "")]
-    figures = [(name, oom.get(key)) for name, key in (("limit", "limit_bytes"), ("in use", "in_use_bytes"),
-                                                      ("free in all", "free_bytes"),
-                                                      ("largest free block", "largest_free_bytes"))]
+    figures = [("limit", oom.get("limit_bytes")), ("in use", oom.get("in_use_bytes")),
+               ("free in all", oom.get("free_bytes")), ("largest free block", oom.get("largest_free_bytes"))]
     shown = [f"{name} {mib(value)}" for name, value in figures if value is not None]
     if shown:
         lines.append("  " + ", ".join(shown))

@@ -22,6 +22,13 @@ from tf_device_panel.core.protocol.output_lines import short_device_name
 
 # -- the result kinds ----------------------------------------------------------------------------------
 
+Scalar = str | int | float | bool | None
+Align = Literal["left", "right"]
+# How a column's values become text: text as is, g (shortest float), number (4 significant digits below 1,
+# one decimal from 1 up), mib (whole MiB), loss (6 decimals).
+Format = Literal["text", "g", "number", "mib", "loss"]
+Row = dict[str, Scalar]               # one row of a table result: column key -> figure or text
+
 
 class _MatrixBase(TypedDict):
     kind: Literal["matrix"]
@@ -41,7 +48,7 @@ class MatrixResult(_MatrixBase, total=False):
     example: str
     session_config: dict[str, bool]   # the ConfigProto's placement switches
     device_mapping: dict[str, str]    # the session's "Device mapping:" block: device -> its description
-    gpu_options: dict[str, Any]       # what the session's ConfigProto carries
+    gpu_options: Mapping[str, object]  # what the session's ConfigProto carries: allow_growth, …
     nodes: dict[str, str]             # graph node -> device it ran on
 
 
@@ -103,9 +110,18 @@ class PlotSpec(TypedDict):
     series: list[str]                 # rows with equal values in these columns form one series
 
 
+class Peaks(TypedDict, total=False):
+    """benchmark: GFLOP/s no figure may pass, per dtype (CPU) and per GPU and math mode, and how each was found."""
+
+    cpu_gflops: dict[str, float | None]  # None: no peak known for that dtype
+    basis: str
+    gpu_gflops: dict[str, dict[str, float | None]]
+    gpu_basis: dict[str, str]
+
+
 class _TableBase(TypedDict):
     kind: Literal["table"]
-    rows: list[dict[str, Any]]        # a row may carry "unsupported": why its figures are missing
+    rows: list[Row]                   # a row may carry "unsupported": why its figures are missing
 
 
 class TableResult(_TableBase, total=False):
@@ -117,8 +133,8 @@ class TableResult(_TableBase, total=False):
     repeats: int
     tf32: bool                        # benchmark: TensorFloat-32 on for float32 matmuls (GPUs of 8.0 and later)
     plot: PlotSpec
-    peak: dict[str, Any]              # the CPU's and GPUs' physical peaks, the bounds no figure may pass
-    best: list[dict[str, Any]]        # the best figure per size
+    peak: Peaks                       # the CPU's and GPUs' physical peaks, the bounds no figure may pass
+    best: list[Row]                   # the best figure per size
     flags: list[str]                  # figures above the peak or far above NumPy's
     notes: list[str]
 
@@ -129,7 +145,7 @@ class Timing(TypedDict):
 
 
 class DeviceConfigNote(TypedDict):
-    config: dict[str, Any]
+    config: Mapping[str, object]      # DeviceConfig.to_json of the tasks' configuration
     note: str
 
 
@@ -166,6 +182,36 @@ class ScriptResult(TypedDict):
     exit_code: int
 
 
+class ViewColumn(TypedDict, total=False):
+    title: str
+    align: Align
+    format: Format
+
+
+class _ViewTableBase(TypedDict):
+    columns: list[ViewColumn]
+    rows: list[list[Scalar]]
+
+
+class ViewTable(_ViewTableBase, total=False):
+    matrix: bool
+
+
+class ViewSeries(TypedDict):
+    name: str
+    x: list[float]
+    y: list[float]
+
+
+class _ViewPlotBase(TypedDict):
+    series: list[ViewSeries]
+
+
+class ViewPlot(_ViewPlotBase, total=False):
+    x_label: str
+    y_label: str
+
+
 class ViewResult(TypedDict, total=False):
     """A result made only of neutral pieces (`Presentation.to_result`): shown as is, no presenter needed."""
 
@@ -173,16 +219,12 @@ class ViewResult(TypedDict, total=False):
     title: str
     lines: list[str]
     warnings: list[str]
-    tables: list[dict[str, Any]]
-    plots: list[dict[str, Any]]
+    tables: list[ViewTable]
+    plots: list[ViewPlot]
 
 
 # -- the neutral presentation ---------------------------------------------------------------------------
 
-Align = Literal["left", "right"]
-# How a column's values become text: text as is, g (shortest float), number (4 significant digits below 1,
-# one decimal from 1 up), mib (whole MiB), loss (6 decimals).
-Format = Literal["text", "g", "number", "mib", "loss"]
 MISSING = "—"
 
 
@@ -292,6 +334,13 @@ def present(result: Any) -> Presentation | None:
         return Presentation(f"a {kind} result this version cannot lay out ({type(exc).__name__}: {exc})", raw)
 
 
+def _figure(value: Scalar) -> float:
+    """A figure a result must have (a missing one: TypeError, and the result shows as its raw JSON)."""
+    if value is None:
+        raise TypeError("a figure is missing")
+    return float(value)
+
+
 def _series(name: str, ys: Sequence[float], xs: Sequence[float] | None = None) -> Series:
     return Series(name, tuple(float(x) for x in (xs if xs is not None else range(1, len(ys) + 1))),
                   tuple(float(y) for y in ys))
@@ -362,6 +411,26 @@ def _memory(result: MemoryResult) -> Presentation:
                         plots=(Plot("step", "MiB", tuple(series)),))
 
 
+class FitProbe(TypedDict, total=False):
+    """One fit-batch run: its role (probe, verify, step up), batch, whether it fit, its peak and time."""
+
+    role: str
+    batch: int
+    fits: bool
+    peak_bytes: int | None
+    predicted_peak_bytes: float
+    seconds: float
+    error: str | None
+    run: str
+    peaks: dict[str, int]
+    oom: dict[str, Scalar]
+
+
+class StepUp(TypedDict):
+    batch: int
+    fits: bool
+
+
 class FitBatchResult(TypedDict, total=False):
     """fit-batch: the probes, the fit of peak against batch, the prediction and its verification."""
 
@@ -373,8 +442,8 @@ class FitBatchResult(TypedDict, total=False):
     prediction: int
     verified: bool
     fit: dict[str, float]             # fixed_bytes, bytes_per_sample, margin
-    probes: list[dict[str, Any]]      # role (probe, verify, step up), batch, fits, peak_bytes, seconds, ...
-    step_up: dict[str, Any] | None
+    probes: list[FitProbe]
+    step_up: StepUp | None
     probe_s: float
     verify_s: float
     probe_cost_ratio: float | None
@@ -403,12 +472,12 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
     columns = (Column("Run"), Column("Batch", "right"), Column("Fits"), Column("Peak (MiB)", "right", "number"),
                Column("Predicted peak (MiB)", "right", "number"), Column("Seconds", "right", "number"))
     table = Table(columns, tuple((r["role"], r["batch"], "yes" if r["fits"] else "out of memory",
-                                  r["peak_bytes"] / mib if r["fits"] else None,
+                                  _figure(r["peak_bytes"]) / mib if r["fits"] else None,
                                   r.get("predicted_peak_bytes", 0) / mib, r["seconds"]) for r in rows))
     fitted = [r for r in rows if r["fits"]]
     top = max(r["batch"] for r in rows)
     line_x = [0.0, float(top)]
-    series = (_series("measured peak", [r["peak_bytes"] / mib for r in fitted], [r["batch"] for r in fitted]),
+    series = (_series("measured peak", [_figure(r["peak_bytes"]) / mib for r in fitted], [r["batch"] for r in fitted]),
               _series("fit", [(fit["fixed_bytes"] + fit["bytes_per_sample"] * x) / mib for x in line_x], line_x),
               _series("budget", [float(result["budget_mib"])] * 2, line_x))
     return Presentation(title, tuple(lines), tuple(result.get("flags", [])), (table,),
@@ -436,8 +505,8 @@ def _table(result: TableResult) -> Presentation:
         for row in rows:
             if row.get(spec["y"]) is not None:
                 xs, ys = grouped.setdefault(" ".join(str(row.get(k)) for k in spec["series"]), ([], []))
-                xs.append(float(row[spec["x"]]))
-                ys.append(float(row[spec["y"]]))
+                xs.append(_figure(row[spec["x"]]))
+                ys.append(_figure(row[spec["y"]]))
         plots = (Plot(titles.get(spec["x"], spec["x"]), titles.get(spec["y"], spec["y"]),
                       tuple(_series(name, ys, xs) for name, (xs, ys) in grouped.items())),)
     return Presentation(result.get("title", ""), tuple(lines), tuple(result.get("flags", [])),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
+from tf_device_panel.core.client.records import RunError, RunSummary
 from tf_device_panel.core.client.run_memory import peaks_text, run_peaks
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
@@ -36,23 +36,22 @@ COLUMNS = ("Date", "Job", "Status", "Duration", "Peak")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
 
 
-def date_text(summary: dict[str, Any]) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.get("started", 0)))
+def date_text(summary: RunSummary) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.started))
 
 
-def params_text(summary: dict[str, Any]) -> str:
-    params = summary.get("params") or {}
-    return ", ".join(f"{name}={value}" for name, value in params.items() if value != "") or "defaults"
+def params_text(summary: RunSummary) -> str:
+    return ", ".join(f"{name}={value}" for name, value in summary.params.items() if value != "") or "defaults"
 
 
-def run_config(summary: dict[str, Any]) -> DeviceConfig | None:
+def run_config(summary: RunSummary) -> DeviceConfig | None:
     try:
-        return DeviceConfig.from_json(summary["config"]) if summary.get("config") else None
+        return DeviceConfig.from_json(summary.config) if summary.config else None
     except (ValueError, TypeError, KeyError):
         return None  # written by another version: the run still opens, without Apply
 
 
-def config_text(summary: dict[str, Any]) -> str:
+def config_text(summary: RunSummary) -> str:
     config = run_config(summary)
     return config.summary() if config is not None else "unknown"
 
@@ -64,7 +63,7 @@ class HistoryPanel(QWidget):
     def __init__(self, history: RunHistory, parent: QWidget | None = None):
         super().__init__(parent)
         self.history = history
-        self.summaries: dict[str, dict[str, Any]] = {}
+        self.summaries: dict[str, RunSummary] = {}
         self._peaks: dict[str, tuple[tuple[int, int], dict[str, float]]] = {}  # run -> (events file's size, mtime)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
@@ -127,19 +126,19 @@ class HistoryPanel(QWidget):
             self.table.setRowCount(0)
             self.details.setText(html.escape(str(exc)))
             return
-        self.summaries = {run["run_id"]: run for run in runs}
+        self.summaries = {run.run_id: run for run in runs}
         self.table.setRowCount(len(runs))
         for row, run in enumerate(runs):
-            duration = run.get("duration_s")
-            peaks = self.peaks(run["run_id"])
-            values = [date_text(run), run.get("job", "?"), run.get("status", "?"),
-                      f"{duration:.2f} s" if isinstance(duration, (int, float)) else "",
+            duration = run.duration_s
+            peaks = self.peaks(run.run_id)
+            values = [date_text(run), run.job or "?", run.status,
+                      f"{duration:.2f} s" if duration is not None else "",
                       f"{max(peaks.values()):,.1f} MiB" if peaks else ""]
             for column, value in enumerate(values):
                 item = QTableWidgetItem(str(value))
-                item.setData(Qt.ItemDataRole.UserRole, run["run_id"])
+                item.setData(Qt.ItemDataRole.UserRole, run.run_id)
                 item.setToolTip(f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n"
-                                f"Peak memory: {peaks_text(peaks)}\n(run {run['run_id']})")
+                                f"Peak memory: {peaks_text(peaks)}\n(run {run.run_id})")
                 self.table.setItem(row, column, item)
         if runs:
             self.table.setCurrentCell(0, 0)
@@ -151,10 +150,10 @@ class HistoryPanel(QWidget):
         if summary is None:
             self.details.setText("Select a run to see its parameters and configuration.")
             return
-        self.details.setText(f"<b>{html.escape(str(summary.get('job', '?')))}</b> on {date_text(summary)}<br>"
+        self.details.setText(f"<b>{html.escape(summary.job or '?')}</b> on {date_text(summary)}<br>"
                              f"<b>Parameters:</b> {html.escape(params_text(summary))}<br>"
                              f"<b>Configuration:</b> {html.escape(config_text(summary))}<br>"
-                             f"<b>Peak memory:</b> {html.escape(peaks_text(self.peaks(summary['run_id'])))}")
+                             f"<b>Peak memory:</b> {html.escape(peaks_text(self.peaks(summary.run_id)))}")
 
     def peaks(self, run_id: str) -> dict[str, float]:
         """The run's allocator peak per device (MiB), read once per change of its record."""
@@ -184,9 +183,9 @@ class HistoryPanel(QWidget):
         newer, older = chosen  # the table lists the newest first: the older run is the first compared
 
         def named(run_id: str) -> tuple[str, dict[str, float]]:
-            summary = self.summaries.get(run_id) or {}
-            return (f"{summary.get('job', '?')} on {date_text(summary)} ({summary.get('status', '?')}; "
-                    f"{params_text(summary)})", self.peaks(run_id))
+            summary = self.summaries[run_id]  # the table lists exactly these runs
+            return (f"{summary.job or '?'} on {date_text(summary)} ({summary.status}; {params_text(summary)})",
+                    self.peaks(run_id))
 
         dialog = MemoryCompareDialog(named(older), named(newer), self)
         self.dialogs.append(dialog)
@@ -225,7 +224,7 @@ class HistoryPanel(QWidget):
 
     def run_again(self, run_id: str) -> None:
         summary = self.summaries.get(run_id) or self.history.get(run_id)
-        self.runAgainRequested.emit(str(summary.get("job", "")), dict(summary.get("params") or {}))
+        self.runAgainRequested.emit(summary.job, dict(summary.params))
 
     def apply_config(self, run_id: str) -> None:
         config = run_config(self.summaries.get(run_id) or self.history.get(run_id))
@@ -270,27 +269,27 @@ class RunDialog(QDialog):
             recorded = history.events(run_id)
         except (KeyError, OSError, ValueError) as exc:
             self.result_view.show_message(f"<b>This run cannot be read:</b> {html.escape(str(exc))}")
-            summary, recorded = {}, []
-        self.run_again_button.setEnabled(bool(summary.get("job")))
-        self.apply_button.setEnabled(run_config(summary) is not None)
-        if summary:
-            rows = [("Date", date_text(summary)), ("Job", str(summary.get("job", "?"))),
-                    ("Status", str(summary.get("status", "?"))), ("Parameters", params_text(summary)),
+            summary, recorded = None, []
+        self.run_again_button.setEnabled(summary is not None and bool(summary.job))
+        self.apply_button.setEnabled(summary is not None and run_config(summary) is not None)
+        if summary is not None:
+            rows = [("Date", date_text(summary)), ("Job", summary.job or "?"),
+                    ("Status", summary.status), ("Parameters", params_text(summary)),
                     ("Configuration", config_text(summary))]
             self.details.setText("<table cellspacing=2>" + "".join(
                 f"<tr><td><b>{name}</b></td><td>{html.escape(value)}</td></tr>" for name, value in rows) + "</table>")
             self.log.add_events(recorded)
             config = run_config(summary) or DeviceConfig()
-            replay = JobRun(summary.get("job", "?"), summary.get("params", {}), config, summary.get("devices"))
-            replay.attach(summary.get("job_id") or next((e.job_id for e in recorded if e.job_id), ""))
+            replay = JobRun(summary.job or "?", summary.params, config, summary.devices)
+            replay.attach(summary.job_id or next((e.job_id for e in recorded if e.job_id), ""))
             for event in recorded:
                 replay.feed(event)
             if not replay.finished:  # events cut short: the summary written at the end still tells
-                replay.outcome.status = summary.get("status", "interrupted")
-                replay.outcome.result = replay.outcome.result or summary.get("result")
-                replay.outcome.error = summary.get("error") or (
-                    None if replay.outcome.status == "ok" else {"type": "Interrupted",
-                                                                 "message": "this run did not finish"})
+                replay.outcome.status = summary.status
+                replay.outcome.result = replay.outcome.result or summary.result
+                replay.outcome.error = summary.error or (
+                    None if replay.outcome.status == "ok" else RunError(type="Interrupted",
+                                                                        message="this run did not finish"))
             # The loss of each epoch as the live window drew it: a cancelled fit shows its finished epochs.
             self.result_view.live_losses = [float(event.value) for event in recorded
                                             if isinstance(event, events.Metric) and event.name == "loss"

@@ -97,9 +97,8 @@ class JobState:
 def error_summary(outcome: JobOutcome) -> str:
     """The failure's message as a person reads it: TensorFlow's or Python's class name kept (it is what they
     would search for), the panel's own class names (JobError, ScriptExit…) left to the details."""
-    error = outcome.error or {}
-    kind = str(error.get("type") or "")
-    message = str(error.get("message") or "").strip()
+    kind = outcome.error.type if outcome.error is not None else ""
+    message = outcome.error.message.strip() if outcome.error is not None else ""
     if kind in INTERNAL_ERROR_TYPES or not kind:
         return message or kind
     if not message or message.lower().rstrip(".") == kind.lower():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -16,7 +15,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.run_memory import compare_peaks
+from tf_device_panel.core.client.run_memory import PeakChange, compare_peaks
 
 COMPARE_COLUMNS = ("Device", "First run", "Second run", "Change")
 
@@ -25,8 +24,8 @@ def _mib(value: float | None) -> str:
     return "—" if value is None else f"{value:,.1f} MiB"
 
 
-def _change(row: dict[str, Any]) -> str:
-    change, first = row["change_mib"], row["first_mib"]
+def _change(row: PeakChange) -> str:
+    change, first = row.change_mib, row.first_mib
     if change is None:
         return "only in one run"
     share = f" ({change / first:+.0%})" if first else ""
@@ -51,7 +50,7 @@ class MemoryCompareDialog(QDialog):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         for number, row in enumerate(self.rows):
-            values = (row["device"], _mib(row["first_mib"]), _mib(row["second_mib"]), _change(row))
+            values = (row.device, _mib(row.first_mib), _mib(row.second_mib), _change(row))
             for column, value in enumerate(values):
                 item = QTableWidgetItem(value)
                 if column:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any
 
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
-from tf_device_panel.core.oom import mib, oom_text
+from tf_device_panel.core.oom import OomReport, mib, oom_text
 
 COLORS = {"in_use": "#d9534f", "mixed": "#c9a04a", "free": "#5cb85c", "unallocated": "#b0bec5"}
 WORDS = {"in_use": "in use", "mixed": "in use and free in pieces too small to draw", "free": "free",
@@ -117,10 +116,10 @@ class OomView(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(self.legend)
         layout.addWidget(self.details)
-        self.oom: dict[str, Any] | None = None
+        self.oom: OomReport | None = None
         self.hide()
 
-    def set_oom(self, oom: dict[str, Any] | None) -> None:
+    def set_oom(self, oom: OomReport | None) -> None:
         self.oom = oom
         if not oom:
             self.hide()

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
@@ -88,9 +89,9 @@ def caption_html(presentation: Presentation) -> str:
 def outcome_summary(outcome: JobOutcome) -> str:
     """One line for a finished run: "Failed: InvalidArgumentError: Could not satisfy…", each word said once."""
     word = STATUS_WORDS.get(outcome.status, outcome.status.capitalize())
-    error = outcome.error or {}
-    kind = str(error.get("type") or "")
-    message = next((line.strip() for line in str(error.get("message") or "").splitlines() if line.strip()), "")
+    error = outcome.error or RunError(type="", message="")
+    kind = error.type
+    message = next((line.strip() for line in error.message.splitlines() if line.strip()), "")
     parts = [word]
     if kind and kind not in INTERNAL_ERROR_TYPES and kind.lower() != word.lower():
         parts.append(kind)
@@ -122,10 +123,9 @@ def user_frames(traceback_text: str) -> str:
 
 
 def error_details(outcome: JobOutcome) -> str:
-    error = outcome.error or {}
-    message = str(error.get("message") or "")
-    trace = str(error.get("traceback") or "")
-    return "\n\n".join(part for part in (f"{error.get('type', 'Error')}: {message}", user_frames(trace)) if part)
+    error = outcome.error or RunError(type="Error", message="")
+    return "\n\n".join(part for part in (f"{error.type}: {error.message}", user_frames(error.traceback or ""))
+                       if part)
 
 
 class IntegerAxis(pg.AxisItem):

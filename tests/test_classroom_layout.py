@@ -116,7 +116,7 @@ def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, wi
         outcome = finished.args[0]
         label = f"{job} {params}" if params else job
         assert outcome.status == "ok", f"{label}: {outcome.status} {outcome.error}"
-        run_ids[job] = next(summary["run_id"] for summary in window.history.summaries() if summary["job"] == job)
+        run_ids[job] = next(summary.run_id for summary in window.history.summaries() if summary.job == job)
         for presentation in (False, True):
             window.set_presentation(presentation)
             least = PRESENTATION_PLOT_HEIGHT if presentation else MIN_PLOT_HEIGHT

@@ -131,7 +131,7 @@ def test_ctrl_c_cancels_the_job_cleanly(tmp_path: Path) -> None:
         # The run history records the job's events as they come (TF_DEVICE_PANEL_HOME is this test's own).
         runs = RunHistory().summaries(limit=1)
         try:
-            recorded = RunHistory().events(runs[0]["run_id"]) if runs else []
+            recorded = RunHistory().events(runs[0].run_id) if runs else []
         except OSError:  # its events file is created just after its summary
             return False
         return any(isinstance(e, events.Progress) and e.done >= 1 for e in recorded)

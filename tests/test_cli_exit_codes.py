@@ -15,6 +15,7 @@ import psutil
 import pytest
 from helpers import ROOT, wait_until
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunSummary
 from tf_device_panel.core.protocol import events
 
 STOPS = {signal.SIGINT: (130, "Ctrl+C (SIGINT) to the command line"),
@@ -25,7 +26,7 @@ STOPS = {signal.SIGINT: (130, "Ctrl+C (SIGINT) to the command line"),
 def recorded(predicate: object) -> bool:
     runs = RunHistory().summaries(limit=1)
     try:
-        return bool(runs) and any(predicate(e) for e in RunHistory().events(runs[0]["run_id"]))  # type: ignore[operator]
+        return bool(runs) and any(predicate(e) for e in RunHistory().events(runs[0].run_id))  # type: ignore[operator]
     except (OSError, KeyError):
         return False
 
@@ -54,7 +55,8 @@ def test_a_stopped_fit_exits_128_plus_the_signal_and_its_record_says_who(signum:
     assert outcome["cancel"]["by"] == who and outcome["cancel"]["signal"] == signum
     assert outcome["cancel"]["how"].startswith("cancelled: SIGINT to the job")
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "cancelled" and summary["cancel"] == outcome["cancel"]
+    assert summary.status == "cancelled" and summary.cancel is not None
+    assert summary.cancel.to_json() == outcome["cancel"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -67,7 +69,7 @@ def test_a_stopped_script_exits_128_plus_the_signal_the_command_line_got(tmp_pat
     _, err = stop_when(process, lambda e: isinstance(e, events.Log) and e.text == "tick", signum)
     assert process.returncode == STOPS[signum][0], err  # was 130 for both
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "cancelled" and summary["cancel"]["by"] == STOPS[signum][1]
+    assert summary.status == "cancelled" and summary.cancel.by == STOPS[signum][1]
 
 
 def test_a_stop_before_the_job_starts_is_recorded_with_who(panel_home: Path) -> None:
@@ -82,10 +84,10 @@ def test_a_stop_before_the_job_starts_is_recorded_with_who(panel_home: Path) -> 
             process.kill()
             process.communicate()
     (summary,) = RunHistory().summaries()
-    if summary["status"] == "ok":
+    if summary.status == "ok":
         pytest.skip("the job was over before the signal came (a very fast machine)")
     assert process.returncode == 143, err
-    assert summary["status"] == "cancelled" and summary["cancel"]["by"] == "SIGTERM to the command line"
+    assert summary.status == "cancelled" and summary.cancel.by == "SIGTERM to the command line"
 
 
 # -- item 7: Ctrl+C while the command line starts -------------------------------------------------------------
@@ -136,8 +138,8 @@ def test_the_windows_stop_is_on_record_as_such_and_how_it_ended() -> None:
     running.kill(reason="the job did not stop within 1 s of being cancelled")
     outcome = told.finished[-1]
     assert outcome.status == "cancelled" and outcome.cancel is not None
-    assert outcome.cancel["by"] == "Stop in the window" and "signal" not in outcome.cancel
-    assert outcome.cancel["how"].startswith("killed: ") and "did not stop within 1 s" in outcome.cancel["how"]
-    (line,) = runs_text([{"run_id": "r", "status": "cancelled", "started": 0, "cancel": outcome.cancel}])
+    assert outcome.cancel.by == "Stop in the window" and outcome.cancel.signal is None
+    assert outcome.cancel.how.startswith("killed: ") and "did not stop within 1 s" in outcome.cancel.how
+    (line,) = runs_text([RunSummary(run_id="r", job="", status="cancelled", started=0, cancel=outcome.cancel)])
     assert "stopped by Stop in the window; killed: " in line
     manager.shutdown()

@@ -220,7 +220,7 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
         qtbot.keyClick(window, Qt.Key.Key_Escape)
         assert window.runs.status.text().startswith("Stopping…") and not window.runs.stop_button.isEnabled()
     assert finished.args[0].status == "cancelled"
-    assert "did not stop within" in finished.args[0].error["message"]
+    assert "did not stop within" in finished.args[0].error.message
     # the same configuration comes back by itself, ready for the next run
     qtbot.waitUntil(lambda: window.manager.state == "ready" and window.manager.runtime.pid != old_pid,
                     timeout=READY_TIMEOUT_MS)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from tf_device_panel.core.cli.output import runs_text
 from tf_device_panel.core.client import history
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunSummary
 from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.lab.exporter import PanelStateReader
@@ -43,9 +44,8 @@ def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> 
 
 def good_run(root: Path) -> Path:
     """A finished run recorded by the real recorder, without TensorFlow."""
-    recorder = history.RunRecorder(root / "runs" / GOOD_ID, {
-        "run_id": GOOD_ID, "job": "matmul", "params": {}, "config": {}, "devices": None, "status": "running",
-        "started": 1767225601.0, "client_pid": os.getpid()})
+    recorder = history.RunRecorder(root / "runs" / GOOD_ID, RunSummary(
+        run_id=GOOD_ID, job="matmul", config={}, status="running", started=1767225601.0, client_pid=os.getpid()))
     recorder.append(events.JobStarted(job="matmul", job_id="j"))
     recorder.append(events.Log(stream="stdout", kind="output", text="hello", job_id="j"))
     recorder.finish(status="ok", duration_s=1.5, returncode=0)
@@ -89,11 +89,11 @@ def test_a_damaged_summary_is_listed_unreadable_with_the_reason_beside_the_good_
     content, reason = DAMAGE[name]
     good_run(panel_home)
     damaged_run(panel_home, name, content)
-    runs = {run["run_id"]: run for run in RunHistory().summaries()}
-    assert runs[GOOD_ID]["status"] == "ok"
+    runs = {run.run_id: run for run in RunHistory().summaries()}
+    assert runs[GOOD_ID].status == "ok"
     (damaged,) = (run for run_id, run in runs.items() if run_id != GOOD_ID)
-    assert damaged["status"] == "unreadable" and reason in damaged["error"]["message"], damaged
-    assert RunHistory().get(damaged["run_id"])["status"] == "unreadable"
+    assert damaged.status == "unreadable" and reason in damaged.error.message, damaged
+    assert RunHistory().get(damaged.run_id).status == "unreadable"
     assert len(runs_text(list(runs.values()))) == 2
 
 
@@ -146,15 +146,15 @@ summary_fields = st.fixed_dictionaries({}, optional={
                                     "duration_s", "output", "config", "returncode")})
 
 
-def read_everything(root: Path) -> list[dict[str, Any]]:
+def read_everything(root: Path) -> list[RunSummary]:
     """Every reader of the history, as `runs`, `runs --json`, the exporter and the window use it."""
     store = RunHistory(root)
     runs = store.summaries()
     runs_text(runs)
-    json.dumps(runs, default=str)
+    json.dumps([run.to_json() for run in runs], default=str)
     for run in runs:
-        store.get(run["run_id"])
-        store.events(run["run_id"])
+        store.get(run.run_id)
+        store.events(run.run_id)
     PanelStateReader(store).read()
     return runs
 
@@ -169,7 +169,7 @@ def test_any_json_summary_and_any_event_bytes_are_read_without_error(summary: An
         (folder / "events.jsonl").write_bytes(event_bytes)
         (folder / "output.txt").write_bytes(event_bytes)
         runs = read_everything(root)
-        assert len(runs) == 2 and [run["status"] for run in runs if run["run_id"] == GOOD_ID] == ["ok"]
+        assert len(runs) == 2 and [run.status for run in runs if run.run_id == GOOD_ID] == ["ok"]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -207,7 +207,7 @@ def test_a_failed_write_marks_the_record_incomplete_and_stops_recording(panel_ho
     assert recorder.problem is not None and "No space left on device" in recorder.problem
     recorder.finish(status="ok", returncode=0)
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "ok" and "No space left on device" in summary["incomplete"]
+    assert summary.status == "ok" and "No space left on device" in summary.incomplete
 
 
 def test_on_a_full_disk_the_final_summary_goes_over_the_reserved_space(panel_home: Path,
@@ -222,7 +222,7 @@ def test_on_a_full_disk_the_final_summary_goes_over_the_reserved_space(panel_hom
     monkeypatch.setattr(history, "_write_json_atomic", full)
     recorder.finish(status="error", returncode=3, placement_counts=[["MatMul", "/CPU:0", 1]] * 5000)
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "error" and summary["returncode"] == 3 and "incomplete" in summary
+    assert summary.status == "error" and summary.returncode == 3 and summary.incomplete is not None
 
 
 def test_a_history_that_cannot_be_created_leaves_the_run_going(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,7 +242,7 @@ def test_a_run_whose_record_fails_mid_run_ends_with_its_own_status(tmp_path: Pat
     outcome = run_job_once(DeviceConfig(), "script", {"path": str(script)}, history=RunHistory())
     assert outcome.returncode == 3 and outcome.record_problem is not None
     (summary,) = RunHistory().summaries()
-    assert summary["status"] != "running" and "No space left on device" in summary["incomplete"]
+    assert summary.status != "running" and "No space left on device" in summary.incomplete
 
 
 needs_tmpfs = pytest.mark.skipif(shutil.which("unshare") is None or subprocess.run(

@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.history_panel import HistoryPanel
@@ -20,7 +21,7 @@ def record_cancelled_fit(history: RunHistory, epochs: int = 31, log_placement: b
     config = DeviceConfig(cpu_devices=2, log_placement=log_placement)
     recorder = history.new_run("fit", {"epochs": 100}, config.to_json(), None)
     job_id = "9-1-1"
-    recorder.summary["job_id"] = job_id
+    recorder.summary.job_id = job_id
     recorder.append(events.JobStarted(job="fit", params={"epochs": 100}, job_id=job_id))
     if log_placement:
         for _ in range(3):
@@ -31,7 +32,7 @@ def record_cancelled_fit(history: RunHistory, epochs: int = 31, log_placement: b
         recorder.append(events.Metric(name="loss", step=epoch, value=1 / epoch, job_id=job_id))
     recorder.append(events.Error(error_type="Cancelled", message="cancelled by the user", job_id=job_id))
     recorder.append(events.JobFinished(job="fit", status="cancelled", duration_s=9.0, job_id=job_id))
-    recorder.finish(status="cancelled", result=None, error={"type": "Cancelled", "message": "cancelled by the user"},
+    recorder.finish(status="cancelled", result=None, error=RunError(type="Cancelled", message="cancelled by the user"),
                     duration_s=9.0)
     return recorder.run_id
 

@@ -26,6 +26,7 @@ from helpers import ROOT
 from tf_device_panel.core.cli.output import runs_text
 from tf_device_panel.core.client import history
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunSummary
 from tf_device_panel.core.lab.exporter import PanelStateReader
 from tf_device_panel.core.protocol import events
 
@@ -41,9 +42,8 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def good_run(root: Path) -> Path:
-    recorder = history.RunRecorder(root / "runs" / GOOD_ID, {
-        "run_id": GOOD_ID, "job": "matmul", "params": {}, "config": {}, "devices": None, "status": "running",
-        "started": 1767225601.0, "client_pid": os.getpid()})
+    recorder = history.RunRecorder(root / "runs" / GOOD_ID, RunSummary(
+        run_id=GOOD_ID, job="matmul", config={}, status="running", started=1767225601.0, client_pid=os.getpid()))
     recorder.append(events.Log(stream="stdout", kind="output", text="hello", job_id="j"))
     recorder.finish(status="ok", duration_s=1.5, returncode=0)
     return recorder.folder
@@ -87,14 +87,14 @@ def test_a_fifo_for_a_runs_events_or_output_is_a_warning_not_a_hang(panel_home: 
     assert isinstance(warning, events.Log) and warning.kind == "warning", recorded
     assert f"{name} is a FIFO (named pipe), not a regular file" in warning.text
     # The exporter reads the run in progress the same way, so its sampler no longer stalls on it.
-    assert PanelStateReader(store).read().run["run_id"] == SPECIAL_ID
+    assert PanelStateReader(store).read().run.run_id == SPECIAL_ID
 
 
 def test_a_folder_or_a_device_where_run_json_should_be_is_named(panel_home: Path) -> None:
     (panel_home / "runs" / "20260101-000003-fit-aaaaaa" / "run.json").mkdir(parents=True)
     (panel_home / "runs" / "20260101-000004-fit-bbbbbb").mkdir()
     (panel_home / "runs" / "20260101-000004-fit-bbbbbb" / "run.json").symlink_to("/dev/zero")
-    reasons = {run["run_id"]: run["error"]["message"] for run in RunHistory().summaries()}
+    reasons = {run.run_id: run.error.message for run in RunHistory().summaries()}
     assert reasons == {"20260101-000004-fit-bbbbbb": "run.json: run.json is a character device, not a regular file",
                        "20260101-000003-fit-aaaaaa": "run.json: run.json is a folder, not a regular file"}
 
@@ -132,11 +132,11 @@ def test_a_run_whose_first_summary_hit_a_full_disk_is_incomplete(panel_home: Pat
     recorder.finish(status="ok", returncode=0)
     assert recorder.problem is not None and "No space left on device" in recorder.problem
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "incomplete" and summary["job"] == "fit" and summary["error"] is None
-    assert summary["incomplete"] == "run.json was never written (was the disk full when the run started?)"
+    assert summary.status == "incomplete" and summary.job == "fit" and summary.error is None
+    assert summary.incomplete == "run.json was never written (was the disk full when the run started?)"
     (line,) = runs_text([summary])
     assert "incomplete" in line and "unreadable" not in line
-    assert RunHistory().get(recorder.run_id)["status"] == "incomplete"
+    assert RunHistory().get(recorder.run_id).status == "incomplete"
 
 
 def test_a_first_summary_that_failed_is_written_at_the_end_when_it_can_be(panel_home: Path,
@@ -154,7 +154,7 @@ def test_a_first_summary_that_failed_is_written_at_the_end_when_it_can_be(panel_
     recorder = RunHistory().new_run("fit", {}, {}, None)
     recorder.finish(status="ok", returncode=0)
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "ok" and "No space left on device" in summary["incomplete"]
+    assert summary.status == "ok" and "No space left on device" in summary.incomplete
 
 
 # -- item 10: a private history -------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_an_open_history_is_left_as_it_is_and_said_once(panel_home: Path, caplog
     assert f"{panel_home / 'runs'} 755" in notices[0] and "said once" in notices[0]
     assert stat.S_IMODE((panel_home / "runs").stat().st_mode) == 0o755  # left as it was
     assert stat.S_IMODE(first.folder.stat().st_mode) == 0o700          # a new run's folder is private
-    assert {run["status"] for run in RunHistory().summaries()} == {"ok"}
+    assert {run.status for run in RunHistory().summaries()} == {"ok"}
 
 
 needs_tmpfs = pytest.mark.skipif(shutil.which("unshare") is None or subprocess.run(

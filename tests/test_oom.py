@@ -170,6 +170,7 @@ def test_a_job_that_runs_out_under_a_64_mib_cap_is_explained_on_the_command_line
 
 
 def test_the_window_draws_the_allocators_memory(qtbot) -> None:
+    from tf_device_panel.core.client.records import RunError
     from tf_device_panel.core.client.run_record import JobOutcome
     from tf_device_panel.gui.result_view import ResultView
 
@@ -179,7 +180,7 @@ def test_the_window_draws_the_allocators_memory(qtbot) -> None:
     view.show()
     oom = recorded(SHORTAGE)
     outcome = JobOutcome(job="script", params={}, config={}, status="error", oom=oom,
-                         error={"type": "ResourceExhaustedError", "message": MESSAGES[SHORTAGE]})
+                         error=RunError(type="ResourceExhaustedError", message=MESSAGES[SHORTAGE]))
     view.show_outcome(outcome)
     bar = view.oom.bar
     qtbot.waitUntil(lambda: bool(bar.painted))

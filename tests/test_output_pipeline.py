@@ -67,8 +67,8 @@ def test_a_signal_during_a_flood_loses_nothing_and_finalizes_the_record(tmp_path
     assert b"Traceback" not in err, err
     assert process.returncode == 128 + stop  # 130, 143, 129: the signal the CLI got, as shells report it (issue 32)
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "cancelled"
-    lines = RunHistory().events(summary["run_id"])
+    assert summary.status == "cancelled"
+    lines = RunHistory().events(summary.run_id)
     texts = [e.text for e in lines if isinstance(e, events.Log) and e.stream == "stdout"]
     assert 20_000 < len(texts) < 1_000_000, "the signal did not land during the flood"
     assert texts == [f"line {i}" for i in range(len(texts))]  # every line, in order, none lost
@@ -93,7 +93,7 @@ def test_an_endless_flood_keeps_the_cli_small(tmp_path: Path, panel_home: Path) 
             process.kill()
             process.wait()
     assert peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
-    assert RunHistory().summaries()[0]["status"] == "cancelled"
+    assert RunHistory().summaries()[0].status == "cancelled"
 
 
 def test_200_mb_without_a_newline_keeps_the_cli_small_and_the_record_in_its_cap(tmp_path: Path,
@@ -119,8 +119,8 @@ def test_200_mb_without_a_newline_keeps_the_cli_small_and_the_record_in_its_cap(
     assert b"Traceback" not in err, err
     assert process.returncode == 4 and peak[0] < 150 * 1024 * 1024, f"the CLI grew to {peak[0] / 2**20:.0f} MB"
     (summary,) = RunHistory().summaries()
-    assert summary["output"]["bytes"] < 10 * 1024 * 1024  # the line's head and tail, not 200 MB in one piece
-    (line,) = [e.text for e in RunHistory().events(summary["run_id"])
+    assert summary.output.bytes < 10 * 1024 * 1024  # the line's head and tail, not 200 MB in one piece
+    (line,) = [e.text for e in RunHistory().events(summary.run_id)
                if isinstance(e, events.Log) and e.text.startswith("xxx")]
     assert f"[{200 * 1024 * 1024 - LINE_CAP_BYTES} bytes of this line not kept" in line
 
@@ -133,7 +133,7 @@ def test_a_closed_stdout_cancels_the_run_and_finalizes_the_record(tmp_path: Path
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=180,
                           env=os.environ.copy())
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
-    assert RunHistory().summaries()[0]["status"] == "cancelled"
+    assert RunHistory().summaries()[0].status == "cancelled"
 
 
 def line_event(text: str, stream: str = "stdout") -> Event:

@@ -177,7 +177,7 @@ def test_a_run_recorded_before_the_typed_protocol_still_opens(panel_home: Path) 
     (folder / "events.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     history = RunHistory()
     replay = JobRun("benchmark", {}, DeviceConfig(), None)
-    replay.attach(history.get(folder.name)["job_id"])
+    replay.attach(history.get(folder.name).job_id or "")
     for event in history.events(folder.name):
         replay.feed(event)
     assert replay.outcome.status == "ok"

@@ -323,7 +323,7 @@ def test_shutdown_stops_everything_and_ends_the_record() -> None:
     assert manager.state == RuntimeState.EXITED and manager.spare is None and manager.current is None
     assert made[1].killed == "the window was closed during a run" and made[2].stopped
     assert told.finished[-1].status == "cancelled"
-    assert history.summaries()[0]["status"] == "cancelled"  # never left "running"
+    assert history.summaries()[0].status == "cancelled"  # never left "running"
 
 
 def test_shutdown_from_every_state() -> None:
@@ -398,8 +398,8 @@ def test_the_cli_records_a_rejected_configuration() -> None:
     manager.run("matmul", {})
     made[0].fail_startup("GPU 3 is not visible")
     outcome = told.finished[-1]
-    assert outcome.status == "error" and outcome.error["type"] == "ConfigRejected"
-    assert "GPU 3" in outcome.error["message"] and history.summaries()[0]["status"] == "error"
+    assert outcome.status == "error" and outcome.error.type == "ConfigRejected"
+    assert "GPU 3" in outcome.error.message and history.summaries()[0].status == "error"
     assert isinstance(told.events[-1], events.RuntimeExited)  # the CLI learns its process is gone
 
 
@@ -410,7 +410,7 @@ def test_the_cli_cancelled_before_the_job_started() -> None:
     assert manager.cancel_waiting()
     assert made[0].killed == "cancelled before the job started"
     assert told.finished[-1].status == "cancelled" and "cancelled before the job started" in \
-        told.finished[-1].error["message"]
+        told.finished[-1].error.message
 
 
 # -- run_job_once: the CLI's loop over a manager with no pool ----------------------------------------
@@ -451,8 +451,8 @@ def test_run_job_once_cancelled_before_the_process_is_warm() -> None:
     cancel = threading.Event()
     cancel.set()
     outcome = run_job_once(DeviceConfig(), "matmul", {}, history=RunHistory(), cancel=cancel, process_factory=Cold)
-    assert outcome.status == "cancelled" and "cancelled before the job started" in outcome.error["message"]
-    assert RunHistory().summaries()[0]["status"] == "cancelled"
+    assert outcome.status == "cancelled" and "cancelled before the job started" in outcome.error.message
+    assert RunHistory().summaries()[0].status == "cancelled"
 
 
 def test_run_job_once_whose_process_cannot_start_says_why_and_returns() -> None:
@@ -462,8 +462,8 @@ def test_run_job_once_whose_process_cannot_start_says_why_and_returns() -> None:
 
     outcome = run_job_once(DeviceConfig(), "matmul", {}, history=RunHistory(), process_factory=Unstartable)
     assert outcome.status == "crashed"
-    assert outcome.error["message"].startswith("Could not start a TensorFlow process: [Errno 2]")
-    assert RunHistory().summaries()[0]["status"] == "crashed"  # never left "running"
+    assert outcome.error.message.startswith("Could not start a TensorFlow process: [Errno 2]")
+    assert RunHistory().summaries()[0].status == "crashed"  # never left "running"
 
 
 def test_a_window_closed_on_a_killed_run_starts_no_fresh_runtime() -> None:

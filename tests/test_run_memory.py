@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.run_memory import compare_peaks, peaks_text, run_peaks
+from tf_device_panel.core.client.run_memory import PeakChange, compare_peaks, peaks_text, run_peaks
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 
@@ -51,9 +51,9 @@ def test_damaged_and_overlong_lines_are_skipped_not_fatal() -> None:
 def test_two_runs_compared_device_by_device() -> None:
     rows = compare_peaks({"/GPU:0": 100.0, "/GPU:1": 8.0}, {"/GPU:0": 150.0, "/CPU:0": 2.0})
     assert rows == [
-        {"device": "/CPU:0", "first_mib": None, "second_mib": 2.0, "change_mib": None},
-        {"device": "/GPU:0", "first_mib": 100.0, "second_mib": 150.0, "change_mib": 50.0},
-        {"device": "/GPU:1", "first_mib": 8.0, "second_mib": None, "change_mib": None},
+        PeakChange("/CPU:0", first_mib=None, second_mib=2.0, change_mib=None),
+        PeakChange("/GPU:0", first_mib=100.0, second_mib=150.0, change_mib=50.0),
+        PeakChange("/GPU:1", first_mib=8.0, second_mib=None, change_mib=None),
     ]
 
 
@@ -67,12 +67,12 @@ def test_real_runs_under_a_cpu_cap_record_peaks_that_grow_with_the_batch(tmp_pat
                               timeout=600, env=os.environ.copy())
         assert done.returncode == 0, done.stderr
     history = RunHistory()
-    newer, older = (run["run_id"] for run in history.summaries())
+    newer, older = (run.run_id for run in history.summaries())
     small, large = run_peaks(history, older), run_peaks(history, newer)
     assert set(small) == set(large) == {"/CPU:0"}
     assert 0 < small["/CPU:0"] < large["/CPU:0"] <= 256
     (row,) = compare_peaks(small, large)
-    assert row["change_mib"] == pytest.approx(large["/CPU:0"] - small["/CPU:0"])
+    assert row.change_mib == pytest.approx(large["/CPU:0"] - small["/CPU:0"])
 
 
 def test_the_history_dock_shows_each_runs_peak_and_compares_two(qtbot) -> None:

@@ -16,6 +16,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QMessageBox
 from tf_device_panel.core.client import runtime
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
@@ -46,7 +47,7 @@ def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
 
 def outcome(job: str, status: str = "ok", duration_s: float = 1.0, error_type: str = "", message: str = "",
             result: dict | None = None) -> JobOutcome:
-    error = {"type": error_type, "message": message, "traceback": "Traceback …\n" + error_type} if error_type else None
+    error = RunError(type=error_type, message=message, traceback="Traceback …\n" + error_type) if error_type else None
     return JobOutcome(job, {}, {}, status=status, duration_s=duration_s, error=error, result=result)
 
 

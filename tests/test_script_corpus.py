@@ -61,7 +61,7 @@ def through_panel(args: list[str], cwd: Path, config: Path | None) -> tuple[int,
     env = {**user_environment(), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=cwd, capture_output=True, timeout=180, env=env)
     history = RunHistory()
-    run_id = history.summaries(limit=1)[0]["run_id"]
+    run_id = history.summaries(limit=1)[0].run_id
     recorded = {"stdout": b"", "stderr": b""}
     for event in history.events(run_id):
         if isinstance(event, Log) and event.source == "script" and event.raw is not None:

@@ -156,7 +156,7 @@ def test_children_are_ended_when_the_run_is_cancelled_or_the_cli_killed(tmp_path
     assert status == (130 if how == "ctrl-c" else -signal.SIGKILL)
     wait_until(lambda: all_gone(pids), timeout=15, message=f"children {pids} outlived the run")
     if how == "ctrl-c":
-        assert RunHistory().summaries()[0]["status"] == "cancelled"
+        assert RunHistory().summaries()[0].status == "cancelled"
 
 
 # -- TensorFlow as the script gets it: imported and configured, not initialized ------------------------------
@@ -203,7 +203,7 @@ def test_the_scripts_own_tf_config_calls_work_as_bare(tmp_path: Path) -> None:
     assert "cannot be modified after being initialized" not in done.stderr
     # The logical devices went out when the script initialized TensorFlow, after its first output.
     (summary,) = RunHistory().summaries()
-    recorded = RunHistory().events(summary["run_id"])
+    recorded = RunHistory().events(summary.run_id)
     kinds = [e.type if e.type != events.LOG else e.text for e in recorded]
     assert kinds.index("ready") > kinds.index(next(k for k in kinds if "first output" in k))
     ready = next(e for e in recorded if isinstance(e, events.Ready))
@@ -247,9 +247,9 @@ def test_a_tf_device_fallback_in_a_script_is_reported_with_its_file_and_line(tmp
     assert fallback["requested"] == "/device:GPU:2" and fallback["actual_short"] == "/CPU:0"
     assert fallback["op"] == "user_script.py:7"
     (summary,) = RunHistory().summaries()
-    assert summary["fallbacks"] == [fallback]
+    assert summary.fallbacks == [fallback]
     # The device map draws it from this event, as for the matmul job; the log shows it too.
-    assert any(isinstance(e, events.Fallback) for e in RunHistory().events(summary["run_id"]))
+    assert any(isinstance(e, events.Fallback) for e in RunHistory().events(summary.run_id))
     shown = cli(script)
     assert f"soft-placement fallback: {script}, line 7: tf.device('/device:GPU:2')" in shown.stderr
 
@@ -298,7 +298,7 @@ def test_a_failing_script_prints_what_python_prints(tmp_path: Path, case: str) -
     assert done.stderr.count("Traceback") == bare.stderr.count("Traceback")
     assert "tf_device_panel" not in done.stderr and "runpy" not in done.stderr  # none of the panel's frames
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "error"  # a KeyboardInterrupt the script raised is not the user's Ctrl+C
+    assert summary.status == "error"  # a KeyboardInterrupt the script raised is not the user's Ctrl+C
 
 
 def test_main_is_the_script_as_a_bare_run_makes_it(tmp_path: Path) -> None:
@@ -349,7 +349,7 @@ def test_ctrl_c_before_the_script_starts_exits_130_and_finalizes_the_record(tmp_
             process.kill()
             process.wait()
     assert process.returncode == 130, err
-    assert RunHistory().summaries()[0]["status"] == "cancelled"
+    assert RunHistory().summaries()[0].status == "cancelled"
 
 
 # -- the script's output is the script's -----------------------------------------------------------------
@@ -376,7 +376,7 @@ def test_the_scripts_lines_are_never_taken_for_tensorflows(tmp_path: Path) -> No
     assert done.stdout == bare.stdout  # `run script > out.txt` gets what `python file.py > out.txt` gets
     assert bare.stderr in done.stderr
     (summary,) = RunHistory().summaries()
-    recorded = RunHistory().events(summary["run_id"])
+    recorded = RunHistory().events(summary.run_id)
     assert not [e for e in recorded if isinstance(e, events.Placement)]
     reclassified = "\n".join(e.text for e in recorded if isinstance(e, events.Log) and e.kind != "output")
     for line in ("shaped like", "(MatMul)", "Executing op", "Traceback", "ZeroDivisionError", "printed, not raised",
@@ -423,7 +423,7 @@ def test_a_script_that_cannot_run_is_one_line_and_exit_2_before_tensorflow(tmp_p
     assert line.startswith("error: ") and expected in line and str(path.name) in line
     assert "runtime ready" not in done.stdout + done.stderr
     (summary,) = RunHistory().summaries()
-    assert summary["status"] == "error" and expected in summary["error"]["message"]
+    assert summary.status == "error" and expected in summary.error.message
 
 
 def test_a_latin1_script_that_declares_its_encoding_runs(tmp_path: Path) -> None:

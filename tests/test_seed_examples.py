@@ -149,5 +149,5 @@ def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, exampl
     _, stderr_placed = split_output(bare.stderr, "stderr", volatile)
     bare_placed += stderr_placed
     (summary,) = RunHistory().summaries()
-    panel_placed = Counter({(op, device): count for op, device, count in summary.get("placement_counts") or []})
+    panel_placed = Counter({(op, device): count for op, device, count in summary.placement_counts})
     assert panel_placed == bare_placed

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tf_device_panel.core.client.history import RunRecorder
+from tf_device_panel.core.client.records import RunSummary
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.protocol.streams import EVENTS, STDERR, STDOUT, StreamDemux, split_lines
@@ -124,8 +125,8 @@ def test_a_progress_bar_without_newline_stays_bounded_and_live() -> None:
 
 def test_the_record_keeps_a_line_longer_than_its_cap_as_head_and_tail(tmp_path: Path) -> None:
     cap = 1024 * 1024
-    recorder = RunRecorder(tmp_path / "run", {"run_id": "run", "job": "script", "status": "running",
-                                               "started": 1.0}, cap_bytes=cap)
+    recorder = RunRecorder(tmp_path / "run", RunSummary(run_id="run", job="script", status="running", started=1.0),
+                           cap_bytes=cap)
     recorder.append(events.Log(stream=STDOUT, kind="output", text="x" * (3 * cap)))
     recorder.finish(status="ok")
     kept = sum(path.stat().st_size for path in (tmp_path / "run").glob("output*"))

@@ -11,6 +11,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QMessageBox, QScrollBar
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
@@ -67,7 +68,7 @@ def settle(qtbot, win: MainWindow) -> None:
 def failed(job: str, message: str, traceback: str = "", status: str = "error",
            error_type: str = "InvalidArgumentError") -> JobOutcome:
     return JobOutcome(job, {}, {}, status=status, duration_s=1.5,
-                      error={"type": error_type, "message": message, "traceback": traceback})
+                      error=RunError(type=error_type, message=message, traceback=traceback or None))
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -201,11 +201,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                            process_factory=script_process_factory(sys.stdout, sys.stderr, script and not args.json))
     if printer is not None:
         printer.end_live_line()
-    if outcome.error and outcome.error.get("type") == "ConfigRejected":
+    if outcome.error and outcome.error.type == "ConfigRejected":
         if args.json:
             _emit_json(outcome.to_json())
         else:
-            print(f"error: {outcome.error['message']}", file=sys.stderr)
+            print(f"error: {outcome.error.message}", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         _emit_json(outcome.to_json())
@@ -220,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.record_problem:
         # The run went on; only its record is short. One line, whatever the output mode.
         print(f"warning: this run's record is incomplete: {outcome.record_problem}", file=sys.stderr)
-    signum = (outcome.cancel or {}).get("signal")
+    signum = outcome.cancel.signal if outcome.cancel is not None else None
     if signum and outcome.status != "ok":
         return 128 + int(signum)  # stopped by Ctrl+C, SIGTERM or SIGHUP: 130, 143, 129, as shells and python say
     if script:
@@ -320,7 +320,7 @@ def cmd_cluster_config(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = RunHistory().summaries(limit=args.limit)
     if args.json:
-        _emit_json(runs)
+        _emit_json([run.to_json() for run in runs])
     elif not runs and args.limit != 0:
         print(f"no runs yet (history folder: {RunHistory().root})")
     else:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.records import RunError, RunSummary
 from tf_device_panel.core.client.run_manager import ProcessFactory, RunProcess, runtime_process
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunState
@@ -262,12 +263,12 @@ def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 
-def error_text(error: Mapping[str, Any], verbose: bool, first_line: bool = False) -> list[str]:
+def error_text(error: RunError, verbose: bool, first_line: bool = False) -> list[str]:
     """`first_line`: only the message's first line (a script's traceback, printed by it, has the rest)."""
-    message = str(error["message"]).split("\n", 1)[0] if first_line else error["message"]
-    lines = [f"error: {wording.error(error['type'], message)}"]
-    if verbose and error.get("traceback"):
-        lines.append(str(error["traceback"]))
+    message = error.message.split("\n", 1)[0] if first_line else error.message
+    lines = [f"error: {wording.error(error.type, message)}"]
+    if verbose and error.traceback:
+        lines.append(error.traceback)
     return lines
 
 
@@ -355,16 +356,16 @@ def one_line(text: str, width: int = ERROR_WIDTH) -> str:
     return first + (" …" if more else "")
 
 
-def runs_text(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+def runs_text(runs: Sequence[RunSummary]) -> list[str]:
     lines = []
     for run in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.get("started", 0)))
-        duration = f"{run['duration_s']:.2f} s" if isinstance(run.get("duration_s"), int | float) else ""
-        error = one_line(str((run.get("error") or {}).get("message", "")))
-        cancel = run.get("cancel")
-        if isinstance(cancel, Mapping) and run.get("status") == "cancelled":  # who stopped it, and how
-            error = one_line(f"stopped by {cancel.get('by', '?')}; {cancel.get('how', '')}")
-        if run.get("incomplete"):
-            error = one_line(f"record incomplete: {run['incomplete']}") + (f"; {error}" if error else "")
-        lines.append(f"{run['run_id']:<40} {started}  {run.get('status', '?'):<11} {duration:>9}  {error}".rstrip())
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started))
+        duration = f"{run.duration_s:.2f} s" if run.duration_s is not None else ""
+        error = one_line(run.error.message if run.error is not None else "")
+        cancel = run.cancel
+        if cancel is not None and run.status == "cancelled":  # who stopped it, and how
+            error = one_line(f"stopped by {cancel.by or '?'}; {cancel.how}")
+        if run.incomplete:
+            error = one_line(f"record incomplete: {run.incomplete}") + (f"; {error}" if error else "")
+        lines.append(f"{run.run_id:<40} {started}  {run.status:<11} {duration:>9}  {error}".rstrip())
     return lines

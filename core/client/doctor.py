@@ -20,9 +20,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from packaging.requirements import Requirement
+from tf_device_panel.core.client.records import JsonObject
 from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
 from tf_device_panel.core.devices.cudalibs import NVIDIA_VENDOR, PCI_DEVICES, TESTED_TF_VERSION, is_display_class
 from tf_device_panel.core.devices.gpus import (
@@ -53,6 +54,124 @@ NEEDS_NVIDIA_GPU = ("driver", "gpus", "cuda-visible-devices", "cuda-libraries", 
                     "placement", "pytorch", "xla-devices")
 
 
+# The facts' parts, as the probe (a JSON line), NVML, sysfs and PyTorch report them. TypedDicts, not classes: they
+# are JSON as gathered and as `doctor --json` prints them, and tests simulate machines by writing them out.
+class BuildInfo(TypedDict, total=False):
+    """tf.sysconfig.get_build_info()'s plain values (core.runproc.tf_facts), the ones the checks read."""
+
+    is_cuda_build: bool
+    is_rocm_build: bool
+    cuda_version: str
+    cudnn_version: str
+    cuda_compute_capabilities: list[str]
+    error: str
+
+
+class TfDevice(TypedDict, total=False):
+    """A physical device as TensorFlow lists it (core.runproc.tf_facts.physical_devices)."""
+
+    name: str
+    device_type: str
+    index: int
+    visible: bool
+    device_name: str
+    compute_capability: str | None
+    details_error: str
+
+
+class ProbePlacement(TypedDict):
+    requested: str
+    actual: str
+    value: float
+
+
+class ProbeCrash(TypedDict):
+    """How a probe that did not finish ended, and the stage it was in."""
+
+    returncode: int | None
+    how: str
+    hung: bool
+    timeout_s: float | None
+    stage: str
+    last_lines: list[str]
+
+
+class ProbeFacts(TypedDict, total=False):
+    """What the probe (core.runproc.doctor_probe) reported of its last stage, and how it ended if it crashed."""
+
+    imported: bool
+    stage: str
+    env: dict[str, str | None]
+    import_error: str
+    import_traceback: str
+    version: str
+    build: BuildInfo
+    physical: list[TfDevice]
+    logical: list[dict[str, str]]
+    placement: list[ProbePlacement]
+    runtime_error: str
+    crash: ProbeCrash
+
+
+class GpuProcessFacts(TypedDict):
+    pid: int
+    used_mib: int | None
+    name: str
+
+
+class NvmlGpu(TypedDict, total=False):
+    """core.devices.nvml's GpuSnapshot as JSON, with the processes on it (None: the driver does not say)."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    pci_bus_id: str | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    memory_reserved_mib: int | None
+    compute_capability: str | None
+    error: str | None
+    processes: list[GpuProcessFacts] | None
+
+
+class NvmlFacts(TypedDict, total=False):
+    available: bool
+    message: str
+    driver_version: str | None
+    cuda_driver_version: str | None
+    gpus: list[NvmlGpu]
+
+
+# One PCI function of NVIDIA's ("class" is a keyword, hence the functional form).
+PciFunction = TypedDict("PciFunction", {"address": str, "device": str, "class": str})
+
+
+class PciFacts(TypedDict, total=False):
+    readable: bool
+    error: str
+    devices: int
+    nvidia: list[PciFunction]
+    nvidia_other: list[PciFunction]
+
+
+class TorchFacts(TypedDict, total=False):
+    version: str
+    cuda: str | None
+    available: bool
+    count: int
+    names: list[str]
+    error: str
+
+
+class LibraryFound(TypedDict):
+    """core.devices.cudalibs.Found as JSON: where a CUDA library opens from, or why it does not."""
+
+    soname: str
+    path: str | None
+    how: str
+    error: str
+
+
 @dataclass
 class Check:
     id: str
@@ -62,7 +181,7 @@ class Check:
     evidence: list[str] = field(default_factory=list)
     fix: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | list[str]]:
         return asdict(self)
 
 
@@ -76,16 +195,16 @@ class Facts:
     env: dict[str, str | None] = field(default_factory=dict)
     packages: dict[str, str] = field(default_factory=dict)        # normalised name -> version
     cuda_requirements: list[str] = field(default_factory=list)    # tensorflow's [and-cuda] requirements
-    nvml: dict[str, Any] = field(default_factory=dict)            # available, message, driver, cuda, gpus
-    probe: dict[str, Any] = field(default_factory=dict)
+    nvml: NvmlFacts = field(default_factory=lambda: NvmlFacts())
+    probe: ProbeFacts = field(default_factory=lambda: ProbeFacts())
     tf_stderr: list[str] = field(default_factory=list)
     verbose_stderr: list[str] = field(default_factory=list)       # re-probe with TF's verbose logging
-    torch: dict[str, Any] | None = None
-    config: dict[str, Any] | None = None
-    pci: dict[str, Any] = field(default_factory=dict)             # readable, devices read, NVIDIA devices
-    libraries: list[dict[str, Any]] = field(default_factory=list)  # cudalibs.Found per CUDA library
+    torch: TorchFacts | None = None
+    config: JsonObject | None = None                              # DeviceConfig.to_json of the profile checked
+    pci: PciFacts = field(default_factory=lambda: PciFacts())
+    libraries: list[LibraryFound] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
 
@@ -123,7 +242,7 @@ def signal_name(returncode: int) -> str:
 
 
 def run_probe(env_extra: dict[str, str] | None = None, place: bool = True,
-              timeout: float = PROBE_TIMEOUT_S) -> tuple[dict[str, Any], list[str]]:
+              timeout: float = PROBE_TIMEOUT_S) -> tuple[ProbeFacts, list[str]]:
     """The probe's facts (the last stage it reported) and its stderr. A probe that died, or hung and was
     killed after `timeout` seconds, keeps the facts of the stages it completed, with `crash`: how it ended
     (a signal, an exit code, or hung), the stage it was in, its last lines."""
@@ -144,13 +263,13 @@ def _text(output: bytes | str | None) -> str:
 
 
 def probe_outcome(stdout: str, stderr_text: str, returncode: int | None,
-                  timeout: float) -> tuple[dict[str, Any], list[str]]:
+                  timeout: float) -> tuple[ProbeFacts, list[str]]:
     """The facts of the probe's last reported stage; `returncode` None: it hung and was killed at `timeout`."""
-    facts: dict[str, Any] = {"imported": False, "stage": "started"}
+    facts = ProbeFacts(imported=False, stage="started")
     lines = stdout.split("\n")  # not splitlines(): it also splits at the prefix's \x1e
     for line in lines:
         if line.startswith(PROBE_PREFIX):
-            facts = json.loads(line[len(PROBE_PREFIX):])
+            facts = cast(ProbeFacts, json.loads(line[len(PROBE_PREFIX):]))
     stderr = stderr_text.splitlines()
     if returncode is None or returncode != 0 or facts.get("stage") != "done":
         output = [ln for ln in lines if ln.strip() and not ln.startswith(PROBE_PREFIX)] + stderr
@@ -165,7 +284,7 @@ def probe_outcome(stdout: str, stderr_text: str, returncode: int | None,
     return facts, stderr
 
 
-def probe_libraries() -> list[dict[str, Any]]:
+def probe_libraries() -> list[LibraryFound]:
     """Where each CUDA library TensorFlow opens is found, asked in a process of the probe's environment."""
     try:
         done = run_module("tf_device_panel.core.runproc.doctor_probe", "--libraries", timeout=60)
@@ -177,15 +296,15 @@ def probe_libraries() -> list[dict[str, Any]]:
     return []
 
 
-def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
+def pci_facts(root: Path = PCI_DEVICES) -> PciFacts:
     """The PCI devices the kernel lists: is there an NVIDIA GPU (an NVIDIA display-class function) at all?
     `nvidia`: NVIDIA's GPUs; `nvidia_other`: NVIDIA's other functions (audio, NVSwitch), evidence only."""
     try:
         entries = sorted(root.iterdir())
     except OSError as exc:
         return {"readable": False, "error": f"cannot read {root}: {exc.strerror or exc}"}
-    nvidia: list[dict[str, str]] = []
-    other: list[dict[str, str]] = []
+    nvidia: list[PciFunction] = []
+    other: list[PciFunction] = []
     for entry in entries:
         try:
             vendor = (entry / "vendor").read_text().strip().lower()
@@ -197,31 +316,30 @@ def pci_facts(root: Path = PCI_DEVICES) -> dict[str, Any]:
                     return (entry / name).read_text().strip()
                 except OSError:
                     return ""
-            function = {"address": entry.name, "device": read("device"), "class": read("class")}
+            function = PciFunction({"address": entry.name, "device": read("device"), "class": read("class")})
             (nvidia if is_display_class(function["class"]) else other).append(function)
     return {"readable": True, "devices": len(entries), "nvidia": nvidia, "nvidia_other": other}
 
 
-def probe_torch() -> dict[str, Any]:
+def probe_torch() -> TorchFacts:
     code = ("import json, torch; ok = torch.cuda.is_available(); print(json.dumps({'version': torch.__version__, "
             "'cuda': torch.version.cuda, 'available': ok, 'count': torch.cuda.device_count() if ok else 0, "
             "'names': [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if ok else []}))")
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+        return cast(TorchFacts, dict(json.loads(done.stdout.strip().splitlines()[-1])))
     except (subprocess.SubprocessError, ValueError, IndexError, OSError) as exc:
         return {"error": f"could not ask PyTorch: {exc}"}
 
 
-def nvml_facts(nvml: Nvml) -> dict[str, Any]:
+def nvml_facts(nvml: Nvml) -> NvmlFacts:
     if not nvml.init():
         return {"available": False, "message": nvml.message}
     gpus = []
     for gpu in nvml.gpus():
-        entry = gpu.to_json()
         processes = nvml.processes(gpu.index)
-        entry["processes"] = None if processes is None else [p.to_json() for p in processes]
-        gpus.append(entry)
+        gpus.append(cast(NvmlGpu, {**gpu.to_json(), "processes": None if processes is None
+                                   else [process.to_json() for process in processes]}))
     return {"available": True, "driver_version": nvml.driver_version(),
             "cuda_driver_version": nvml.cuda_driver_version(), "gpus": gpus}
 
@@ -253,11 +371,11 @@ def gather(config: DeviceConfig | None = None, nvml: Nvml | None = None) -> Fact
 
 
 # -- checks --------------------------------------------------------------------------------------------
-def _tf_gpus(facts: Facts) -> list[dict[str, Any]]:
+def _tf_gpus(facts: Facts) -> list[TfDevice]:
     return [d for d in facts.probe.get("physical", []) if d.get("device_type") == "GPU"]
 
 
-def _nvml_gpus(facts: Facts) -> list[dict[str, Any]]:
+def _nvml_gpus(facts: Facts) -> list[NvmlGpu]:
     return list(facts.nvml.get("gpus") or []) if facts.nvml.get("available") else []
 
 
@@ -574,7 +692,8 @@ def check_cuda_libraries(facts: Facts) -> Check:
         check.status = FAIL
         names = ", ".join(f"{lib.soname} ({lib.what}: {lib.needed_for})" for lib in missing) or \
             "some of them (TensorFlow's messages below)"
-        stand_in = any("opens but has no" in str(found.get(lib.soname, {}).get("error")) for lib in missing)
+        stand_in = any(lib.soname in found and "opens but has no" in str(found[lib.soname].get("error"))
+                       for lib in missing)
         check.summary = f"TensorFlow cannot {'use' if stand_in else 'open'} {names}"
         check.evidence += dlopen_said[:4] + packages
         check.fix = (f"{install_fix(facts)} (NVIDIA's pip packages, found by TensorFlow itself), or add the folder "

@@ -33,19 +33,33 @@ import errno
 import itertools
 import json
 import logging
-import math
 import os
 import re
 import secrets
 import stat
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import platformdirs
 import psutil
+from tf_device_panel.core.client.records import (
+    OUTCOME_FIELDS,
+    Cancel,
+    JsonObject,
+    OutputRecord,
+    RunError,
+    RunSummary,
+    SummaryError,
+    TailSegment,
+    is_number,
+    is_whole,
+    json_type,
+)
+from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol.events import Event, EventError, Log, Placement
 from tf_device_panel.core.protocol.events import from_json as event_from_json
 from tf_device_panel.core.protocol.streams import OUTPUT_STREAMS, SCRIPT_STREAMS, LineBuffer, StreamDemux, split_lines
@@ -60,10 +74,8 @@ TAIL_SEGMENTS = 4          # the tail is kept in this many segments of a quarter
 FLUSH_S = 0.2
 RESERVED_BYTES = 16384     # spaces after run.json's first version: room for the final summary on a full disk
 MAX_SUMMARY_BYTES = 64 * 1024 * 1024  # a run.json larger than this is not a summary this panel wrote
-MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
 UNREADABLE = "unreadable"
 INCOMPLETE = "incomplete"  # a run whose summary was never written (a full disk as it started)
-_TAIL_FILE = re.compile(r"output\.tail\.\d+")
 
 
 MAX_EVENT_LINE_BYTES = 16 * 1024 * 1024   # one events.jsonl line longer than this is damage, skipped
@@ -230,7 +242,7 @@ class RunRecorder:
     or removed folder, no permission) is kept in `problem`, later writes are skipped, and `finish` marks the
     summary `incomplete` with that reason."""
 
-    def __init__(self, folder: Path, summary: dict[str, Any], cap_bytes: int | None = None):
+    def __init__(self, folder: Path, summary: RunSummary, cap_bytes: int | None = None):
         self.folder = folder
         self.run_id = folder.name
         self.summary = summary
@@ -243,14 +255,14 @@ class RunRecorder:
         self._stream = "stdout"
         self._last_flush = time.monotonic()
         self._segment_bytes = max(self.cap_bytes // 2 // TAIL_SEGMENTS, 1)
-        self._tail: deque[dict[str, Any]] = deque()  # {"file", "start", "lines", "bytes"} of each kept segment
+        self._tail: deque[TailSegment] = deque()  # each kept segment of the output past half the cap
         self._dropped_lines = 0
         self._segments = 0
         self._closed = False
         self._summary_written = False
         self._guarded(folder, lambda: _make_run_folder(folder))
         self._guarded(folder / "run.json",
-                      lambda: _write_json_atomic(folder / "run.json", summary, reserve=RESERVED_BYTES))
+                      lambda: _write_json_atomic(folder / "run.json", summary.to_json(), reserve=RESERVED_BYTES))
         self._summary_written = self.problem is None
         self._events = self._guarded(folder / "events.jsonl",
                                      lambda: _open_private(folder / "events.jsonl", "a", encoding="utf-8",
@@ -316,16 +328,16 @@ class RunRecorder:
             data = clipped.take() + b"\n"
             lines = data.count(b"\n")
         head_full = not self._tail and self._offset + len(data) > self.cap_bytes // 2
-        if head_full or (self._tail and self._tail[-1]["bytes"] >= self._segment_bytes):
+        if head_full or (self._tail and self._tail[-1].bytes >= self._segment_bytes):
             self._next_segment()
         output = self._output
-        name = self._tail[-1]["file"] if self._tail else "output.txt"
+        name = self._tail[-1].file if self._tail else "output.txt"
         self._guarded(self.folder / name, lambda: _write(output, data))
         self._offset += len(data)
         self._lines += lines
         if self._tail:
-            self._tail[-1]["lines"] += lines
-            self._tail[-1]["bytes"] += len(data)
+            self._tail[-1].lines += lines
+            self._tail[-1].bytes += len(data)
         now = time.monotonic()
         if now - self._last_flush > FLUSH_S:
             self._flush(now)
@@ -336,61 +348,69 @@ class RunRecorder:
         self._guarded(self.folder, lambda: output.close())
         self._segments += 1
         name = f"output.tail.{self._segments}"
-        self._tail.append({"file": name, "start": self._offset, "lines": 0, "bytes": 0})
+        self._tail.append(TailSegment(file=name, start=self._offset))
         self._output = self._guarded(self.folder / name, lambda: _open_private(self.folder / name, "ab",
                                                                                buffering=1024 * 1024))
         while len(self._tail) > TAIL_SEGMENTS:
             oldest = self._tail.popleft()
-            self._dropped_lines += oldest["lines"]
+            self._dropped_lines += oldest.lines
             with contextlib.suppress(OSError):
-                (self.folder / oldest["file"]).unlink()
-        self.summary["output"] = self._output_summary()
+                (self.folder / oldest.file).unlink()
+        self.summary.output = self._output_summary()
 
-    def _output_summary(self) -> dict[str, Any]:
-        return {"bytes": self._offset, "lines": self._lines, "dropped_lines": self._dropped_lines,
-                "cap_bytes": self.cap_bytes, "tail": list(self._tail)}
+    def _output_summary(self) -> OutputRecord:
+        return OutputRecord(bytes=self._offset, lines=self._lines, dropped_lines=self._dropped_lines,
+                            cap_bytes=self.cap_bytes, tail=tuple(replace(segment) for segment in self._tail))
 
     def _flush(self, now: float | None = None) -> None:
         output = self._output
         if output is not None:
-            self._guarded(self.folder / (self._tail[-1]["file"] if self._tail else "output.txt"),
+            self._guarded(self.folder / (self._tail[-1].file if self._tail else "output.txt"),
                           lambda: output.flush())
         self._last_flush = now or time.monotonic()
 
-    def finish(self, **fields: Any) -> None:
+    def finish(self, *, status: str, result: object = None, error: RunError | None = None,
+               duration_s: float | None = None, returncode: int | None = None, oom: OomReport | None = None,
+               fallbacks: Sequence[JsonObject] = (), placement_counts: Sequence[list[object]] = (),
+               cancel: Cancel | None = None) -> None:
+        """The run's outcome into its summary, written over run.json: the record's last write."""
         if self._closed:
             return
         self._closed = True
         output = self._output
         if output is not None:
-            self._guarded(self.folder / (self._tail[-1]["file"] if self._tail else "output.txt"),
+            self._guarded(self.folder / (self._tail[-1].file if self._tail else "output.txt"),
                           lambda: output.close())
         self._output = None
-        self.summary.update(fields)
-        self.summary["output"] = self._output_summary()
-        self.summary["finished"] = time.time()
+        summary = self.summary
+        summary.status, summary.result, summary.error, summary.duration_s = status, result, error, duration_s
+        summary.returncode, summary.oom, summary.fallbacks = returncode, oom, list(fallbacks)
+        summary.placement_counts, summary.cancel = list(placement_counts), cancel
+        summary.show(*OUTCOME_FIELDS)
+        summary.output = self._output_summary()
+        summary.finished = time.time()
         if self.problem is not None:
-            self.summary["incomplete"] = self.problem
+            summary.incomplete = self.problem
         self._close_files()
         if not self._summary_written:
             # The first summary could not be written: once more now (space may have been freed), else the
             # folder alone lists the run as `incomplete`.
             with contextlib.suppress(OSError):
                 if self.folder.is_dir():
-                    _write_json_atomic(self.folder / "run.json", self.summary)
+                    _write_json_atomic(self.folder / "run.json", self.summary.to_json())
             return
         path = self.folder / "run.json"
         try:
-            _write_json_atomic(path, self.summary)
+            _write_json_atomic(path, self.summary.to_json())
             return
         except OSError as exc:
             self.problem = self.problem or problem_text(exc, path)
-        self.summary["incomplete"] = self.problem
+        self.summary.incomplete = self.problem
         # The disk is full: the summary goes over run.json's reserved spaces, the bulky parts left out first.
         bulky = ("placement_counts", "fallbacks", "devices", "result")
         for drop in range(len(bulky) + 1):
             with contextlib.suppress(OSError):
-                _write_json_in_place(path, {k: v for k, v in self.summary.items() if k not in bulky[:drop]})
+                _write_json_in_place(path, {k: v for k, v in self.summary.to_json().items() if k not in bulky[:drop]})
                 return
 
 
@@ -399,12 +419,11 @@ class RunHistory:
         self.root = (root or home()) / "runs"
         self.cap_bytes = cap_bytes
 
-    def new_run(self, job: str, params: dict[str, Any], config: dict[str, Any],
-                devices: dict[str, Any] | None) -> RunRecorder:
+    def new_run(self, job: str, params: JsonObject, config: JsonObject, devices: JsonObject | None) -> RunRecorder:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_id = f"{stamp}-{job}-{secrets.token_hex(3)}"
-        summary = {"run_id": run_id, "job": job, "params": params, "config": config, "devices": devices,
-                   "status": "running", "started": time.time(), "client_pid": os.getpid()}
+        summary = RunSummary(run_id=run_id, job=job, params=params, config=config, devices=devices, status="running",
+                             started=time.time(), client_pid=os.getpid())
         self._note_loose_permissions()
         return RunRecorder(self.root / run_id, summary, self.cap_bytes)
 
@@ -424,7 +443,7 @@ class RunHistory:
                     "scripts print; it was left as it is: `chmod -R go= %s` makes it private (said once)",
                     ", ".join(f"{path} {mode:o}" for path, mode in modes), root.parent)
 
-    def summaries(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def summaries(self, limit: int | None = None) -> list[RunSummary]:
         """At most `limit` summaries (all with None), newest first; a run whose client died mid-run shows as
         'interrupted', a run whose run.json is damaged as 'unreadable' with the reason. Raises HistoryError
         only when the history folder itself cannot be listed."""
@@ -460,21 +479,21 @@ class RunHistory:
                 folders.append(folder)
         return folders
 
-    def _summary(self, folder: Path) -> dict[str, Any]:
+    def _summary(self, folder: Path) -> RunSummary:
         try:
             summary = read_summary(folder / "run.json")
         except NeverWritten as exc:
             return never_written_summary(folder, str(exc))
         except SummaryError as exc:
             return unreadable_summary(folder, str(exc))
-        summary["run_id"] = folder.name  # the folder is what get() and events() find it by
-        if summary["status"] == "running":
-            pid = summary.get("client_pid")
+        summary.run_id = folder.name  # the folder is what get() and events() find it by
+        if summary.status == "running":
+            pid = summary.client_pid
             if pid is None or not psutil.pid_exists(pid):
-                summary["status"] = "interrupted"
+                summary.status = "interrupted"
         return summary
 
-    def get(self, run_id: str) -> dict[str, Any]:
+    def get(self, run_id: str) -> RunSummary:
         """The run's summary, checked like in `summaries` (a damaged one comes back as 'unreadable')."""
         return self._summary(self._folder(run_id))
 
@@ -482,7 +501,7 @@ class RunHistory:
         """The recorded events, output lines made log and placement events again in their places. A line
         cut short by a crash is skipped, not fatal; other damaged lines are skipped and counted in a warning."""
         folder = self._folder(run_id)
-        entries: list[dict[str, Any]] = []
+        entries: list[RecordedEntry] = []
         damaged: list[str] = []
         try:
             with open_regular(folder / "events.jsonl") as handle:
@@ -499,14 +518,14 @@ class RunHistory:
         except OSError as exc:
             damaged.append(f"cannot read it: {exc.strerror or exc}")
         summary = self.get(run_id)
-        if (folder / "output.txt").exists() and summary["status"] != UNREADABLE:
+        if (folder / "output.txt").exists() and summary.status != UNREADABLE:
             try:
-                merged = _merge_output(folder, entries, summary.get("output") or {})
+                merged = _merge_output(folder, entries, summary.output or OutputRecord())
             except OSError as exc:
                 damaged.append(f"cannot read the output: {exc.strerror or exc}")
-                merged = [e for e in map(_event_or_none, entries) if e is not None]
+                merged = [entry.event for entry in entries if entry.event is not None]
         else:
-            merged = [e for e in map(_event_or_none, entries) if e is not None]
+            merged = [entry.event for entry in entries if entry.event is not None]
         if damaged:
             text = (f"{len(damaged)} damaged part(s) of this run's record skipped (events.jsonl "
                     f"{clip('; '.join(damaged[:3]), 300)})")
@@ -520,16 +539,12 @@ class RunHistory:
         return folder
 
 
-class SummaryError(ValueError):
-    """Why a run.json cannot be used: one line, for the 'unreadable' row."""
-
-
 class NeverWritten(SummaryError):
     """No run.json, or one with nothing in it: the run's folder was made but its summary could not be written
     (a full disk when the run started). Not damage: the row says `incomplete`."""
 
 
-def read_summary(path: Path) -> dict[str, Any]:
+def read_summary(path: Path) -> RunSummary:
     """A run.json read and checked field by field; SummaryError says what is wrong."""
     try:
         data, larger = read_regular(path, MAX_SUMMARY_BYTES)
@@ -550,100 +565,45 @@ def read_summary(path: Path) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:
         raise SummaryError(f"run.json is not valid JSON ({clip(str(exc), 120)})") from None
     if not isinstance(summary, dict):
-        raise SummaryError(f"run.json holds {_json_type(summary)}, not an object")
-    check_summary(summary)
-    return summary
+        raise SummaryError(f"run.json holds {json_type(summary)}, not an object")
+    return RunSummary.from_json(summary, run_id=path.parent.name)
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    return {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
-        type(value), type(value).__name__)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_time(value: Any) -> bool:
-    """Seconds since 1970 that a clock can show (time.localtime fails past about the year 10^9)."""
-    return _is_number(value) and 0 <= value < 2**36
-
-
-# field -> (check, what it must be); a missing field is fine unless REQUIRED names it
-_FIELDS: dict[str, tuple[Any, str]] = {
-    "run_id": (lambda v: isinstance(v, str), "a string"),
-    "job": (lambda v: isinstance(v, str), "a string"),
-    "status": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "started": (_is_time, "a time in seconds since 1970"),
-    "finished": (_is_time, "a time in seconds since 1970"),
-    "duration_s": (lambda v: v is None or _is_number(v), "a number of seconds or null"),
-    "client_pid": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_PID,
-                   f"a whole number from 1 to {MAX_PID}"),
-    "returncode": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)), "a whole number or null"),
-    "params": (lambda v: isinstance(v, dict), "an object"),
-    "config": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "devices": (lambda v: v is None or isinstance(v, dict), "an object or null"),
-    "error": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("message", ""), str)),
-              "null or an object with a string 'message'"),
-    "job_id": (lambda v: v is None or isinstance(v, str), "a string or null"),
-    "incomplete": (lambda v: isinstance(v, str), "a string"),
-    "cancel": (lambda v: isinstance(v, dict) and all(isinstance(v.get(k, ""), str) for k in ("by", "how")),
-               "an object with strings 'by' and 'how'"),
-    "fallbacks": (lambda v: isinstance(v, list), "a list"),
-    "placement_counts": (lambda v: isinstance(v, list), "a list"),
-    "output": (lambda v: v is None or _output_ok(v), "null or the output's sizes and tail segments"),
-}
-REQUIRED = ("job", "status", "started")
-
-
-def _output_ok(output: Any) -> bool:
-    if not isinstance(output, dict):
-        return False
-    if not all(_is_number(output.get(key, 0)) for key in ("bytes", "lines", "dropped_lines", "cap_bytes")):
-        return False
-    tail = output.get("tail", [])
-    return isinstance(tail, list) and all(
-        isinstance(s, dict) and isinstance(s.get("file"), str) and _TAIL_FILE.fullmatch(s["file"]) is not None
-        and isinstance(s.get("start"), int) and not isinstance(s.get("start"), bool) and s["start"] >= 0
-        for s in tail)
-
-
-def check_summary(summary: dict[str, Any]) -> None:
-    for name in REQUIRED:
-        if name not in summary:
-            raise SummaryError(f"run.json has no {name!r}")
-    for name, (ok, wanted) in _FIELDS.items():
-        if name in summary and not ok(summary[name]):
-            raise SummaryError(f"run.json: {name!r} must be {wanted}, got {clip(repr(summary[name]), 60)}")
-
-
-def unreadable_summary(folder: Path, reason: str) -> dict[str, Any]:
+def unreadable_summary(folder: Path, reason: str) -> RunSummary:
     """The row a damaged run shows: its folder name, when the folder last changed, and why."""
     try:
         started = folder.stat().st_mtime
     except OSError:
         started = 0.0
-    return {"run_id": folder.name, "status": UNREADABLE, "started": started, "params": {},
-            "error": {"type": "Unreadable", "message": reason}}
+    return RunSummary(run_id=folder.name, job="", status=UNREADABLE, started=started,
+                      error=RunError(type="Unreadable", message=reason),
+                      shown=("run_id", "status", "started", "params", "error"))
 
 
 _RUN_ID = re.compile(r"\d{8}-\d{6}-(?P<job>.+)-[0-9a-f]{6}")
 
 
-def never_written_summary(folder: Path, reason: str) -> dict[str, Any]:
+def never_written_summary(folder: Path, reason: str) -> RunSummary:
     """The row of a run whose summary was never written: what its folder's name tells (the job), when the
     folder last changed, and why the record is incomplete."""
-    row = unreadable_summary(folder, reason)
     match = _RUN_ID.fullmatch(folder.name)
-    row.update(status=INCOMPLETE, error=None, incomplete=reason, job=match.group("job") if match else "?")
+    row = replace(unreadable_summary(folder, reason), status=INCOMPLETE, error=None, incomplete=reason,
+                  job=match.group("job") if match else "?")
+    row.show("incomplete", "job")
     return row
 
 
-def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
+@dataclass(frozen=True)
+class RecordedEntry:
+    """One events.jsonl line decoded: an event, or where the output switches stream; `at`, the byte offset into
+    the output at which it came."""
+
+    at: int
+    event: Event | None = None
+    output_stream: str | None = None
+
+
+def _entry(line: bytes) -> tuple[RecordedEntry | None, str]:
     """One events.jsonl line as a checked entry, or (None, why not); a blank line is (None, "")."""
     if not line.strip():
         return None, ""
@@ -654,24 +614,20 @@ def _entry(line: bytes) -> tuple[dict[str, Any] | None, str]:
     except (ValueError, RecursionError):
         return None, "not JSON"
     if not isinstance(entry, dict):
-        return None, f"{_json_type(entry)}, not an object"
+        return None, f"{json_type(entry)}, not an object"
     at = entry.get("at", 0)
-    if not (isinstance(at, int) and not isinstance(at, bool) and at >= 0):
+    if not (is_whole(at) and at >= 0):
         return None, f"'at' must be a byte offset, got {clip(repr(at), 40)}"
     if "output_stream" in entry:
-        known = entry["output_stream"] in OUTPUT_STREAMS or entry["output_stream"] in SCRIPT_STREAMS
-        return (entry, "") if known else (None, "unknown output stream")
-    return (entry, "") if _event_or_none(entry) is not None else (None, "not an event")
-
-
-def _event_or_none(entry: dict[str, Any]) -> Event | None:
-    """The recorded event, or None where `events.from_json` refuses it (kind, envelope and field types)."""
-    if not _is_number(entry.get("time", 0.0)):  # from_json takes any number; a record's time is a finite one
-        return None
+        stream = entry["output_stream"]
+        known = stream in OUTPUT_STREAMS or stream in SCRIPT_STREAMS
+        return (RecordedEntry(at, output_stream=stream), "") if known else (None, "unknown output stream")
+    if not is_number(entry.get("time", 0.0)):  # from_json takes any number; a record's time is a finite one
+        return None, "not an event"
     try:
-        return event_from_json({"time": 0.0, **entry})
+        return RecordedEntry(at, event=event_from_json({"time": 0.0, **entry})), ""
     except EventError:
-        return None
+        return None, "not an event"
 
 
 def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
@@ -689,17 +645,17 @@ def _lines(handle: BinaryIO) -> Iterator[bytes | None]:
         yield None
 
 
-def _output_chunks(folder: Path, output: dict[str, Any]) -> list[tuple[int, bytes]]:
+def _output_chunks(folder: Path, output: OutputRecord) -> list[tuple[int, bytes]]:
     """(start offset, bytes) of each kept piece of output: the head, then the tail segments. Each is read up
     to MAX_OUTPUT_FILE_BYTES; OSError (NotARegularFile among them) when the head cannot be read."""
     chunks = [(0, read_regular(folder / "output.txt", MAX_OUTPUT_FILE_BYTES)[0])]
-    for segment in output.get("tail", []):  # names and starts checked by read_summary
+    for segment in output.tail:  # names and starts checked by read_summary
         with contextlib.suppress(OSError):
-            chunks.append((int(segment["start"]), read_regular(folder / segment["file"], MAX_OUTPUT_FILE_BYTES)[0]))
+            chunks.append((segment.start, read_regular(folder / segment.file, MAX_OUTPUT_FILE_BYTES)[0]))
     return chunks
 
 
-def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str, Any]) -> list[Event]:
+def _merge_output(folder: Path, entries: list[RecordedEntry], output: OutputRecord) -> list[Event]:
     merged: list[Event] = []
     time_now = [0.0]
 
@@ -709,22 +665,22 @@ def _merge_output(folder: Path, entries: list[dict[str, Any]], output: dict[str,
 
     demux = StreamDemux(deliver, line_cap=None)  # recorded lines are already within the cap
     stream = "stdout"
-    pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].get("at", 0), item[0])))
+    pending = iter(sorted(enumerate(entries), key=lambda item: (item[1].at, item[0])))
     upcoming = next(pending, None)
     dropped_reported = False
     for start, data in _output_chunks(folder, output):
-        if start > 0 and not dropped_reported and output.get("dropped_lines"):
+        if start > 0 and not dropped_reported and output.dropped_lines:
             dropped_reported = True
             merged.append(Log(stream="panel", kind="warning", time=time_now[0],
-                              text=f"… {output['dropped_lines']} lines dropped here: the run printed more than the "
-                                   f"record's cap of {int(output.get('cap_bytes', 0)) // (1024 * 1024)} MB"))
+                              text=f"… {output.dropped_lines} lines dropped here: the run printed more than the "
+                                   f"record's cap of {output.cap_bytes // (1024 * 1024)} MB"))
         offset = start
         # Line by line with their line ends (not splitlines: a lone "\r" inside a line is no line end), each cut
         # where the output switches stream: a script's last piece may end without one.
-        cuts = sorted({int(entry.get("at", 0)) - start for entry in entries
-                       if "output_stream" in entry and start < int(entry.get("at", 0)) < start + len(data)})
+        cuts = sorted({entry.at - start for entry in entries
+                       if entry.output_stream is not None and start < entry.at < start + len(data)})
         for raw in (piece for part in _cut(data, cuts) for piece in _lines_of(part)):
-            while upcoming is not None and int(upcoming[1].get("at", 0)) <= offset:
+            while upcoming is not None and upcoming[1].at <= offset:
                 stream = _take(upcoming[1], merged, time_now) or stream
                 upcoming = next(pending, None)
             if stream in SCRIPT_STREAMS:
@@ -752,12 +708,9 @@ def _cut(data: bytes, offsets: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def _take(entry: dict[str, Any], merged: list[Event], time_now: list[float]) -> str | None:
+def _take(entry: RecordedEntry, merged: list[Event], time_now: list[float]) -> str | None:
     """Add a recorded event to `merged`; returns the stream an `output_stream` entry switches to."""
-    if "output_stream" in entry:
-        return str(entry["output_stream"])
-    event = _event_or_none(entry)
-    if event is not None:
-        time_now[0] = event.time
-        merged.append(event)
-    return None
+    if entry.event is not None:
+        time_now[0] = entry.event.time
+        merged.append(entry.event)
+    return entry.output_stream

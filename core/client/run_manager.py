@@ -192,7 +192,10 @@ class PendingRun:
 
 
 @dataclass
-class Listeners:
+class ManagerCallbacks:
+    """The callbacks the manager calls, one list per kind of news (plain lists: the manager calls them outside its
+    lock, in the order they were added)."""
+
     events: list[Callable[[Event], None]] = field(default_factory=list)          # every event kept, in order
     state: list[Callable[[RuntimeState], None]] = field(default_factory=list)
     job_started: list[Callable[[str], None]] = field(default_factory=list)       # a waiting job was handed over
@@ -217,7 +220,7 @@ class RunManager:
         # take to stop; settable so that tests need not wait out the defaults.
         self.cancel_grace_s = cancel_grace_s
         self.stop_timeout_s = stop_timeout_s
-        self.listeners = Listeners()
+        self.listeners = ManagerCallbacks()
         self.lifecycle = Lifecycle("run manager", TRANSITIONS)
         self.spare: RunProcess | None = None       # warm (or warming) for the applied configuration
         self.current: RunProcess | None = None     # the process of the last job handed over

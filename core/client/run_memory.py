@@ -7,7 +7,7 @@ hundreds of runs, and a run's record holds every placement it logged."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
 
 from tf_device_panel.core.client.history import MAX_EVENTS_FILE_BYTES, RunHistory, open_regular
 from tf_device_panel.core.protocol import events
@@ -48,11 +48,20 @@ def peaks_text(peaks: dict[str, float]) -> str:
     return ", ".join(f"{device} {mib:,.1f} MiB" for device, mib in sorted(peaks.items())) or "not recorded"
 
 
-def compare_peaks(first: dict[str, float], second: dict[str, float]) -> list[dict[str, Any]]:
-    """One row per device either run used: each run's peak (None where it has none) and the change."""
+@dataclass(frozen=True)
+class PeakChange:
+    """One device's allocator peak in two runs (None where a run has none) and the change."""
+
+    device: str
+    first_mib: float | None
+    second_mib: float | None
+    change_mib: float | None
+
+
+def compare_peaks(first: dict[str, float], second: dict[str, float]) -> list[PeakChange]:
+    """One row per device either run used."""
     rows = []
     for device in sorted(set(first) | set(second)):
         a, b = first.get(device), second.get(device)
-        rows.append({"device": device, "first_mib": a, "second_mib": b,
-                     "change_mib": None if a is None or b is None else b - a})
+        rows.append(PeakChange(device, a, b, None if a is None or b is None else b - a))
     return rows

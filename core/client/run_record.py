@@ -6,50 +6,68 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tf_device_panel.core import oom as oom_parser
 from tf_device_panel.core.client.history import RunHistory, RunRecorder
+from tf_device_panel.core.client.records import Cancel, JsonObject, RunError
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
 MAX_KEPT_PLACEMENTS = 100_000
 
 
+@dataclass(frozen=True)
+class PlacedOp:
+    """One op's placement as a run's outcome keeps it (the first MAX_KEPT_PLACEMENTS of a run)."""
+
+    op: str
+    op_type: str
+    device: str
+    short_device: str
+    mode: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"op": self.op, "op_type": self.op_type, "device": self.device, "short_device": self.short_device,
+                "mode": self.mode}
+
+
 @dataclass
 class JobOutcome:
     job: str
-    params: dict[str, Any]
-    config: dict[str, Any]
-    devices: dict[str, Any] | None = None
+    params: JsonObject
+    config: JsonObject
+    devices: JsonObject | None = None
     status: str = "running"          # running, ok, error, cancelled, crashed
     result: Any = None
-    error: dict[str, Any] | None = None
-    placements: list[dict[str, Any]] = field(default_factory=list)
+    error: RunError | None = None
+    placements: list[PlacedOp] = field(default_factory=list)
     placement_counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op_type, device)
-    fallbacks: list[dict[str, Any]] = field(default_factory=list)
-    metrics: list[dict[str, Any]] = field(default_factory=list)
+    fallbacks: list[JsonObject] = field(default_factory=list)
+    metrics: list[JsonObject] = field(default_factory=list)
     duration_s: float | None = None
     run_id: str | None = None
     job_id: str | None = None
     returncode: int | None = None    # the run process's exit status (negative: killed by that signal)
     record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
-    cancel: dict[str, Any] | None = None  # who stopped the job and how: {"by", "how"[, "signal"]} (`note_cancel`)
-    oom: dict[str, Any] | None = None  # an out-of-memory error explained (core.oom), when the run ended in one
+    cancel: Cancel | None = None       # who stopped the job and how (`note_cancel`)
+    oom: OomReport | None = None       # an out-of-memory error explained, when the run ended in one
 
     @property
     def finished(self) -> bool:
         return self.status != "running"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "job": self.job, "status": self.status, "result": self.result, "params": self.params,
-            "placements": self.placements, "fallbacks": self.fallbacks, "error": self.error,
+            "placements": [placed.to_json() for placed in self.placements], "fallbacks": self.fallbacks,
+            "error": self.error.to_json() if self.error is not None else None,
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
-            "run_id": self.run_id, "record_problem": self.record_problem, "cancel": self.cancel,
-            "oom": self.oom,
+            "run_id": self.run_id, "record_problem": self.record_problem,
+            "cancel": self.cancel.to_json() if self.cancel is not None else None, "oom": self.oom,
         }
 
 
@@ -61,7 +79,7 @@ class JobRun:
     """
 
     def __init__(self, job: str, params: Mapping[str, Any], config: DeviceConfig,
-                 devices: dict[str, Any] | None, history: RunHistory | None = None):
+                 devices: JsonObject | None, history: RunHistory | None = None):
         self.outcome = JobOutcome(job=job, params=dict(params), config=config.to_json(), devices=devices)
         self.recorder: RunRecorder | None = None
         self._started = time.monotonic()
@@ -86,7 +104,7 @@ class JobRun:
         with self._lock:
             self.outcome.job_id = job_id
             if self.recorder is not None:
-                self.recorder.summary["job_id"] = job_id
+                self.recorder.summary.job_id = job_id
 
     def feed(self, event: Event) -> bool:
         """Take one event; returns True once the job has finished. Other jobs' events are ignored."""
@@ -103,12 +121,11 @@ class JobRun:
             case events.Ready():
                 outcome.devices = event.payload()
                 if self.recorder is not None:
-                    self.recorder.summary["devices"] = outcome.devices
+                    self.recorder.summary.devices = outcome.devices
             case events.Placement(op=op, op_type=op_type, device=device, short_device=short_device, mode=mode):
                 outcome.placement_counts[(op_type, short_device)] += 1
                 if len(outcome.placements) < MAX_KEPT_PLACEMENTS:
-                    outcome.placements.append({"op": op, "op_type": op_type, "device": device,
-                                               "short_device": short_device, "mode": mode})
+                    outcome.placements.append(PlacedOp(op, op_type, device, short_device, mode))
             case events.Fallback():
                 outcome.fallbacks.append(event.payload())
             case events.Metric():
@@ -118,9 +135,7 @@ class JobRun:
             case events.Log(stream="stderr", text=text):
                 self._dumps.feed(text)
             case events.Error(error_type=error_type, message=message, traceback=trace) if event.job_id is not None:
-                outcome.error = {"type": error_type or "Error", "message": message}
-                if trace:
-                    outcome.error["traceback"] = trace
+                outcome.error = RunError(type=error_type or "Error", message=message, traceback=trace or None)
                 self._explain_oom(message)
             case events.JobFinished(status=status, returncode=returncode, duration_s=duration_s):
                 outcome.status = status or "error"
@@ -132,7 +147,7 @@ class JobRun:
                     self._explain_oom(None)                    # SIGSEGV after its dump) instead of raising it
                 outcome.status = "crashed"
                 outcome.returncode = returncode
-                outcome.error = outcome.error or {"type": "RuntimeExited", "message": description}
+                outcome.error = outcome.error or RunError(type="RuntimeExited", message=description)
                 self._finish()
         return outcome.finished
 
@@ -142,11 +157,10 @@ class JobRun:
         with self._lock:
             if self.outcome.finished:
                 return
-            cancel = self.outcome.cancel
-            if cancel is None:
-                self.outcome.cancel = {"by": by, "how": how, **({"signal": signum} if signum is not None else {})}
+            if self.outcome.cancel is None:
+                self.outcome.cancel = Cancel(by=by, how=how, signal=signum)
             else:
-                cancel["how"] = how
+                self.outcome.cancel.how = how
 
     def _explain_oom(self, message: str | None) -> None:
         """An error that is an out-of-memory one (by its message, or after an allocator's dump) explained."""
@@ -163,22 +177,22 @@ class JobRun:
         """End a run that never reached the runtime (e.g. the configuration was rejected)."""
         with self._lock:
             self.outcome.status = status
-            self.outcome.error = {"type": error_type, "message": message}
+            self.outcome.error = RunError(type=error_type, message=message)
             self.outcome.duration_s = time.monotonic() - self._started
             self._finish()
 
     def _finish(self) -> None:
         o = self.outcome
         if o.cancel is not None:  # how the stop ended
-            message = str((o.error or {}).get("message", ""))
+            message = o.error.message if o.error is not None else ""
             if o.status == "ok":
-                o.cancel["how"] = "the job had finished before the stop took effect"
+                o.cancel.how = "the job had finished before the stop took effect"
             elif "was killed" in message:
-                o.cancel["how"] = f"killed: {message}"
+                o.cancel.how = f"killed: {message}"
         if self.recorder is not None:
             self.recorder.finish(status=o.status, result=o.result, error=o.error, duration_s=o.duration_s,
                                  returncode=o.returncode, oom=o.oom,
                                  fallbacks=o.fallbacks,
                                  placement_counts=[[t, d, n] for (t, d), n in o.placement_counts.items()],
-                                 **({"cancel": o.cancel} if o.cancel is not None else {}))
+                                 cancel=replace(o.cancel) if o.cancel is not None else None)
             o.record_problem = self.recorder.problem

@@ -35,6 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
 from prometheus_client.registry import Collector, CollectorRegistry
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.records import RunSummary
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.config.schema import Kind, config_fields
 from tf_device_panel.core.devices.nvml import GpuSnapshot, Nvml
@@ -128,7 +129,7 @@ def package_version(*names: str) -> str:
 class PanelState:
     """What only this panel knows, from the run history: the run in progress, if any."""
 
-    run: dict[str, Any] | None = None
+    run: RunSummary | None = None
     tf_memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # device -> (current, peak) MiB
 
 
@@ -146,8 +147,8 @@ class PanelStateReader:
 
     def read(self) -> PanelState:
         for summary in self.history.summaries(limit=RECENT_RUNS):
-            if summary.get("status") == "running":
-                return PanelState(summary, dict(self._tf_memory(str(summary["run_id"]))))
+            if summary.status == "running":
+                return PanelState(summary, dict(self._tf_memory(summary.run_id)))
         self._seen, self._figures = None, {}
         return PanelState()
 
@@ -267,11 +268,8 @@ class PanelCollector(Collector):
         if run is None:
             return
         yield InfoMetricFamily(f"{PREFIX}run", "The panel run in progress on this machine",
-                               value={"run_id": str(run.get("run_id", "")), "job": str(run.get("job", "")),
-                                      "status": str(run.get("status", ""))})
-        config = run.get("config")
-        if not isinstance(config, dict):
-            config = {}
+                               value={"run_id": run.run_id, "job": run.job, "status": run.status})
+        config = run.config or {}
         yield InfoMetricFamily(f"{PREFIX}device_config", "The device configuration the run in progress applied",
                                value={key: _label(config.get(key)) for key in CONFIG_KEYS})
         current = GaugeMetricFamily(f"{PREFIX}tf_allocator_current_bytes", "TensorFlow's allocator: bytes in use "

@@ -45,7 +45,9 @@ def is_tensorflow_log(line: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Placement:
+class PlacementLine:
+    """One line of TensorFlow's placement log, parsed: what `streams` makes an `events.Placement` of."""
+
     op: str           # node name for graph lines; op type for eager lines
     op_type: str      # the op, with oneDNN's kernel prefix removed (_MklMatMul -> MatMul)
     kernel: str       # the name TF logged
@@ -109,7 +111,7 @@ def _op_type(kernel: str) -> str:
     return kernel
 
 
-def parse_line(line: str, stream: str) -> tuple[str, Placement | None]:
+def parse_line(line: str, stream: str) -> tuple[str, PlacementLine | None]:
     """Return (kind, placement) for one raw line from the runtime's stdout or stderr."""
     prefix = _CPP_PREFIX.match(line)
     if prefix:
@@ -119,18 +121,18 @@ def parse_line(line: str, stream: str) -> tuple[str, Placement | None]:
             eager = _EAGER.match(body)
             if eager:
                 kernel = eager.group(1)
-                return PLACEMENT, Placement(kernel, _op_type(kernel), kernel, eager.group(2), "eager")
+                return PLACEMENT, PlacementLine(kernel, _op_type(kernel), kernel, eager.group(2), "eager")
         if source == "placer.cc":
             graph = _GRAPH.match(body)
             if graph:
                 kernel = graph.group(2)
-                return PLACEMENT, Placement(graph.group(1), _op_type(kernel), kernel, graph.group(3), "graph")
+                return PLACEMENT, PlacementLine(graph.group(1), _op_type(kernel), kernel, graph.group(3), "graph")
         return {"I": TF_INFO, "W": WARNING}.get(severity, ERROR), None
     if stream == "stdout" and _GRAPH.match(line):
         return PLACEMENT, None
     v1 = _GRAPH_V1.match(line)
     if v1:
-        return PLACEMENT, Placement(v1.group(1), _node_type(v1.group(1)), "", v1.group(2), "graph")
+        return PLACEMENT, PlacementLine(v1.group(1), _node_type(v1.group(1)), "", v1.group(2), "graph")
     if _MAPPING.match(line) or line.strip() == "Device mapping:":
         return TF_INFO, None
     if line.startswith(("INFO:tensorflow:", "INFO:absl:")):
