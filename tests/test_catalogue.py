@@ -110,11 +110,13 @@ def test_the_run_process_checks_it_and_hands_it_to_the_jobs_code(
 
 
 def test_the_catalogue_imports_no_job_code_and_no_tensorflow() -> None:
-    """Both sides import the catalogue: it must not pull in the run process's code (it names it as text)."""
+    """Both sides import the catalogue: it must not pull in the run process's code (it names it as text), not even
+    to show a job's code (read from its file)."""
     import subprocess
     import sys
 
     code = ("import sys; import tf_device_panel.core.catalogue as c; c.get_job('fit').resolve({}); "
+            "assert 'def mwms_worker' in c.get_job('multi-worker').code(); "
             "bad = sorted(m for m in sys.modules if m.startswith('tf_device_panel.core.runproc') "
             "or m.split('.')[0] in ('tensorflow', 'keras', 'PySide6')); print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -8,11 +8,14 @@ line or the lab.
 
 from __future__ import annotations
 
+import ast
 import importlib
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import tf_device_panel.core
 
 from tf_device_panel.core.catalogue.params import Param, ParamError
 from tf_device_panel.core.config import Kind
@@ -26,9 +29,21 @@ class JobError(Exception):
 
 
 def load_entry(entry: str) -> Callable[..., Any]:
-    """The function a "module:function" entry names, imported by name: the catalogue itself imports no job's code."""
+    """The function a "module:function" entry names, imported by name (in the run process, which runs it)."""
     module, _, attr = entry.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def entry_source(entry: str) -> str:
+    """The source of the function a "module:function" entry names, read from its file: the window and the command
+    line show a job's code without importing the run process's modules."""
+    module, _, name = entry.partition(":")
+    inside_core = module.removeprefix(f"{tf_device_panel.core.__name__}.").replace(".", "/")
+    source = (Path(tf_device_panel.core.__path__[0]) / f"{inside_core}.py").read_text(encoding="utf-8")
+    (found,) = [node for node in ast.parse(source).body
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name]
+    first = min([found.lineno, *(decorator.lineno for decorator in found.decorator_list)])
+    return "".join(source.splitlines(keepends=True)[first - 1:found.end_lineno])
 
 
 @dataclass(frozen=True)
@@ -46,8 +61,8 @@ class JobSpec:
     def code(self) -> str:
         """The source a person reads to learn what the job does: the runtime's part, then each process's."""
         parts = [f"# {self.title}: runs in the TensorFlow runtime process as {self.entry}\n"
-                 + inspect.getsource(load_entry(self.entry))]
-        parts += [f"# {who} {entry}\n" + inspect.getsource(load_entry(entry)) for who, entry in self.task_entries]
+                 + entry_source(self.entry)]
+        parts += [f"# {who} {entry}\n" + entry_source(entry) for who, entry in self.task_entries]
         return "\n\n".join(parts)
 
     def resolve(self, values: Mapping[str, Any] | None = None, *,
