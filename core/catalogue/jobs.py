@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import tf_device_panel.core
-
 from tf_device_panel.core.catalogue.params import Param, ParamError
 from tf_device_panel.core.config import Kind
 from tf_device_panel.core.text import clip, quote
