@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.catalogue import JobSpec, Param
-from tf_device_panel.gui.form_builder import build_editor, param_declared
+from tf_device_panel.gui.form_builder import Editor, build_editor, param_declared
 
 TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns
 TWO_COLUMNS_ROWS = 3
@@ -47,8 +47,8 @@ class ParamForm(QWidget):
     def __init__(self, spec: JobSpec, devices: list[str], parent: QWidget | None = None):
         super().__init__(parent)
         self.spec = spec
+        self.editors: dict[str, Editor] = {}  # each parameter's editor, built from its declaration
         self.getters: dict[str, Any] = {}
-        self.setters: dict[str, Any] = {}
         self.widgets: dict[str, QWidget] = {}
         self.labels: dict[str, QLabel] = {}
         self.fields: dict[str, QWidget] = {}  # the row's field: the editor above its problem
@@ -82,7 +82,7 @@ class ParamForm(QWidget):
             self.labels[param.name] = label
             self.fields[param.name] = holder
             self.getters[param.name] = getter
-            self.setters[param.name] = editor.show
+            self.editors[param.name] = editor
             self.widgets[param.name] = widget
             self.problem_labels[param.name] = problem
             if isinstance(widget, QSpinBox | QDoubleSpinBox):
@@ -243,4 +243,4 @@ class ParamForm(QWidget):
         return " · ".join(parts) if parts else "no parameters"
 
     def set_value(self, name: str, value: Any) -> None:
-        self.setters[name](value)
+        self.editors[name].show(value)
