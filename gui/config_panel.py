@@ -8,8 +8,6 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -22,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.config import DeviceConfig, Field, GpuInfo, Kind, Problem, config_fields, split_field
+from tf_device_panel.gui.form_builder import Editor, build_editor, setting_declared
 from tf_device_panel.gui.memory_bar import MemoryBar
 
 
@@ -101,45 +100,6 @@ def _problem_label() -> QLabel:
     return label
 
 
-def _input_for(setting: Field) -> QWidget:
-    """The form's widget for one setting, from its declaration: its kind, range, unit and help."""
-    widget: QWidget
-    match setting.kind:
-        case Kind.TOGGLE:
-            widget = QCheckBox(setting.label)
-        case Kind.COUNT:
-            widget = QSpinBox()
-            low, high = setting.form_range or (setting.minimum or 0, setting.maximum or 0)
-            widget.setRange(int(low), int(high))
-            if setting.form_zero_text:
-                widget.setSpecialValueText(setting.form_zero_text)
-        case Kind.FRACTION:
-            widget = QDoubleSpinBox()
-            widget.setRange(setting.minimum or 0.0, setting.maximum or 1.0)
-            widget.setSingleStep(setting.form_step)
-            widget.setDecimals(setting.form_decimals)
-            widget.setSpecialValueText("off")  # 0 is not a fraction TensorFlow can use: it means unset
-        case Kind.CHOICE:
-            widget = QComboBox()
-            widget.addItems(list(setting.choices))
-        case _:
-            raise ValueError(f"{setting.key}: a {setting.kind.value} setting has no form widget; give it no label")
-    if setting.unit and isinstance(widget, (QSpinBox, QDoubleSpinBox)):
-        widget.setSuffix(f" {setting.unit}")
-    widget.setToolTip(setting.help)
-    return widget
-
-
-def _edited_signal(widget: QWidget) -> Any:
-    if isinstance(widget, QCheckBox):
-        return widget.toggled
-    if isinstance(widget, QComboBox):
-        return widget.currentIndexChanged
-    if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
-        return widget.valueChanged
-    raise TypeError(f"no edit signal for {type(widget).__name__}")
-
-
 class ConfigPanel(QWidget):
     """Edits a draft `DeviceConfig`; `applyRequested` carries it once it has no problems.
 
@@ -182,17 +142,19 @@ class ConfigPanel(QWidget):
         # sideways, and stayed shifted once Tab had moved the focus there).
         general.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.inputs: dict[str, QWidget] = {}
+        self.editors: dict[str, Editor] = {}
         self.field_problems: dict[str, QLabel] = {}
         for setting in self.settings.values():
             if not setting.label:
                 continue
-            widget = self.inputs[setting.key] = _input_for(setting)
+            editor = self.editors[setting.key] = build_editor(setting_declared(setting))
+            widget = self.inputs[setting.key] = editor.widget
             if isinstance(widget, QCheckBox):
                 general.addRow(widget)
             else:
                 general.addRow(f"{setting.label}:", widget)
             general.addRow(self.field_problems.setdefault(setting.key, _problem_label()))
-            _edited_signal(widget).connect(self._on_edit)
+            editor.edited.connect(self._on_edit)
         self.field_problems[self._visible_key] = _problem_label()  # also every problem no other label shows
 
         self.stale_label = QLabel()
@@ -243,8 +205,8 @@ class ConfigPanel(QWidget):
         self._loading = True
         try:
             self._draft = config
-            for key, widget in self.inputs.items():
-                self._show_value(key, widget, getattr(config, key))
+            for key in self.editors:
+                self._show_value(key, getattr(config, key))
             for editor in self.gpu_editors:
                 index = editor.gpu.index
                 editor.visible.setChecked(config.visible_gpus is None or index in config.visible_gpus)
@@ -258,27 +220,14 @@ class ConfigPanel(QWidget):
             self._loading = False
         self._on_edit()
 
-    def _show_value(self, key: str, widget: QWidget, value: Any) -> None:
-        if isinstance(widget, QCheckBox):
-            widget.setChecked(value)
-        elif isinstance(widget, QComboBox):
-            widget.setCurrentText(value)
-        elif isinstance(widget, QDoubleSpinBox):
-            widget.setValue(value or 0.0)
+    def _show_value(self, key: str, value: Any) -> None:
+        self.editors[key].show(value)
+        if self.settings[key].kind is Kind.FRACTION:
             self._loaded_fractions[key] = value
-        elif isinstance(widget, QSpinBox):
-            widget.setValue(value)
 
-    def _read_value(self, key: str, widget: QWidget) -> Any:
-        if isinstance(widget, QCheckBox):
-            return widget.isChecked()
-        if isinstance(widget, QComboBox):
-            return widget.currentText()
-        if isinstance(widget, QDoubleSpinBox):
-            return self._fraction(key, widget)
-        if isinstance(widget, QSpinBox):
-            return widget.value()
-        raise TypeError(f"{key}: no value in a {type(widget).__name__}")
+    def _read_value(self, key: str) -> Any:
+        value = self.editors[key].read()
+        return self._fraction(key, value) if self.settings[key].kind is Kind.FRACTION else value
 
     def config(self) -> DeviceConfig:
         editors = self.gpu_editors
@@ -290,16 +239,15 @@ class ConfigPanel(QWidget):
                                    | set(self._unknown_visible)))
         virtual = {e.gpu.index: tuple(e.limits()) for e in editors if e.limits()}
         virtual.update(self._hidden_gpus_config)
-        values: dict[str, Any] = {key: self._read_value(key, widget) for key, widget in self.inputs.items()}
+        values: dict[str, Any] = {key: self._read_value(key) for key in self.editors}
         values.update({self._visible_key: visible, self._splits.key: virtual})
         return replace(self._draft, **values)
 
-    def _fraction(self, key: str, box: QDoubleSpinBox) -> float | None:
+    def _fraction(self, key: str, value: float) -> float | None:
         """The spin box's fraction; a loaded profile's own value while the box shows it rounded, so that
         loading 0.333 and saving again neither changes the file nor marks the runtime stale."""
-        value = box.value()
         loaded = self._loaded_fractions.get(key)
-        if loaded is not None and round(loaded, box.decimals()) == value:
+        if loaded is not None and round(loaded, self.settings[key].form_decimals) == value:
             return loaded
         return value or None
 

@@ -11,20 +11,15 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
     QGridLayout,
-    QHBoxLayout,
     QLabel,
-    QLineEdit,
-    QPushButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.runproc import jobs
-from tf_device_panel.core.runproc.jobs import JobSpec, Param
+from tf_device_panel.core.catalogue import JobSpec, Param
+from tf_device_panel.gui.form_builder import Editor, build_editor, param_declared
 
-INT_LIMIT = 2**31 - 1
 TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns
 TWO_COLUMNS_ROWS = 3
 # Job parameters that a Configuration setting also governs: (the setting, its label there)
@@ -35,7 +30,7 @@ COLUMN_GAP = 18          # px between the two columns
 
 def range_text(param: Param) -> str:
     low, high = param.minimum, param.maximum
-    unit = f" {param.unit}" if param.unit and param.type in (jobs.INT, jobs.FLOAT) else ""
+    unit = f" {param.unit}" if param.unit and param.kind.is_number else ""
     if low is not None and high is not None:
         return f"between {low:g} and {high:g}{unit}"
     return f"at least {low:g}{unit}" if low is not None else f"at most {high:g}{unit}"
@@ -52,6 +47,7 @@ class ParamForm(QWidget):
     def __init__(self, spec: JobSpec, devices: list[str], parent: QWidget | None = None):
         super().__init__(parent)
         self.spec = spec
+        self.editors: dict[str, Editor] = {}  # each parameter's editor, built from its declaration
         self.getters: dict[str, Any] = {}
         self.widgets: dict[str, QWidget] = {}
         self.labels: dict[str, QLabel] = {}
@@ -67,8 +63,8 @@ class ParamForm(QWidget):
         self.grid.setHorizontalSpacing(8)
         self.grid.setVerticalSpacing(4)
         for param in spec.params:
-            widget, getter = self._make(param, devices)
-            widget.setToolTip(param.help)
+            editor = build_editor(param_declared(param, devices))
+            widget, getter = editor.widget, editor.read
             widget.setAccessibleName(param.name)
             label = QLabel(param.label + ":", self)
             label.setToolTip(param.help)
@@ -86,6 +82,7 @@ class ParamForm(QWidget):
             self.labels[param.name] = label
             self.fields[param.name] = holder
             self.getters[param.name] = getter
+            self.editors[param.name] = editor
             self.widgets[param.name] = widget
             self.problem_labels[param.name] = problem
             if isinstance(widget, QSpinBox | QDoubleSpinBox):
@@ -200,7 +197,7 @@ class ParamForm(QWidget):
 
     def range_problem(self, name: str) -> str:
         param = next(p for p in self.spec.params if p.name == name)
-        if param.type not in (jobs.INT, jobs.FLOAT):
+        if not param.kind.is_number:
             return ""
         value = self.getters[name]()
         low, high = param.minimum, param.maximum
@@ -227,73 +224,6 @@ class ParamForm(QWidget):
                 found.append((param.label, problem))
         return found
 
-    def _make(self, param: Param, devices: list[str]) -> tuple[QWidget, Any]:
-        kind = param.type
-        if kind == jobs.INT:
-            spin = QSpinBox()
-            spin.setRange(-INT_LIMIT if param.minimum is None or param.minimum < 0 else 0, INT_LIMIT)
-            spin.setValue(int(param.default))
-            if param.unit:
-                spin.setSuffix(f" {param.unit}")
-            return spin, spin.value
-        if kind == jobs.FLOAT:
-            dspin = QDoubleSpinBox()
-            dspin.setDecimals(6)
-            dspin.setRange(-1e12 if param.minimum is None or param.minimum < 0 else 0.0, 1e12)
-            dspin.setValue(float(param.default))
-            if param.unit:
-                dspin.setSuffix(f" {param.unit}")
-            return dspin, dspin.value
-        if kind == jobs.BOOL:
-            box = QCheckBox()
-            box.setChecked(bool(param.default))
-            return box, box.isChecked
-        if kind == jobs.CHOICE:
-            combo = QComboBox()
-            combo.addItems(list(param.choices))
-            combo.setCurrentText(str(param.default))
-            return combo, combo.currentText
-        if kind in (jobs.DEVICE, jobs.DEVICES):
-            combo = QComboBox()
-            combo.setEditable(True)
-            options = [str(param.default)] if param.default == "" else []
-            options += devices
-            if kind == jobs.DEVICES and len(devices) > 1:
-                options.append(",".join(devices))
-            if kind == jobs.DEVICE:
-                options.append("/GPU:2")  # the seeds' example of a device that may not exist
-            seen: list[str] = []
-            for option in options:
-                if option not in seen:
-                    seen.append(option)
-            combo.addItems(seen)
-            combo.setCurrentText(str(param.default))
-            line = combo.lineEdit()
-            if line is not None and param.empty_means:
-                line.setPlaceholderText(f"empty: {param.empty_means}")
-            return combo, combo.currentText
-        if kind == jobs.PATH:
-            holder = QWidget()
-            row = QHBoxLayout(holder)
-            row.setContentsMargins(0, 0, 0, 0)
-            edit = QLineEdit(str(param.default))
-            browse = QPushButton("Browse…")
-            browse.clicked.connect(lambda: self._browse(edit))
-            row.addWidget(edit, 1)
-            row.addWidget(browse)
-            return holder, edit.text
-        edit = QLineEdit(str(param.default))
-        if param.empty_means:
-            edit.setPlaceholderText(f"empty: {param.empty_means}")
-        if param.unit:
-            edit.setToolTip(f"{param.help} ({param.unit})")
-        return edit, edit.text
-
-    def _browse(self, edit: QLineEdit) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Choose a Python file", edit.text(), "Python files (*.py)")
-        if path:
-            edit.setText(path)
-
     def values(self) -> dict[str, Any]:
         return {name: getter() for name, getter in self.getters.items()}
 
@@ -313,16 +243,4 @@ class ParamForm(QWidget):
         return " · ".join(parts) if parts else "no parameters"
 
     def set_value(self, name: str, value: Any) -> None:
-        widget = self.widgets[name]
-        if isinstance(widget, QComboBox):
-            widget.setCurrentText(str(value))
-        elif isinstance(widget, QSpinBox | QDoubleSpinBox):
-            widget.setValue(value)
-        elif isinstance(widget, QCheckBox):
-            widget.setChecked(bool(value))
-        elif isinstance(widget, QLineEdit):
-            widget.setText(str(value))
-        else:
-            edit = widget.findChild(QLineEdit)
-            if edit is not None:
-                edit.setText(str(value))
+        self.editors[name].show(value)

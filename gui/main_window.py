@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.app_model import AppModel
 from tf_device_panel.core.client.history import RunHistory
@@ -40,7 +41,6 @@ from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.config_panel import ConfigPanel
 from tf_device_panel.gui.controller import BUSY, EXITED, NOT_STARTED, READY, STARTING, RuntimeController

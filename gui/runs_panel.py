@@ -35,9 +35,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.catalogue import JOBS, ParamError
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm

@@ -45,11 +45,11 @@ from typing import Any
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
+from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, ProfileError, load_profile
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent

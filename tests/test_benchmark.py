@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 from job_helpers import run_job
-from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.runproc.jobs import JOBS
+from tf_device_panel.core.catalogue import JOBS
+from tf_device_panel.core.config import DeviceConfig, Kind
 from tf_device_panel.core.runproc.jobs.benchmark import (
     MAX_TRIALS,
     NUMPY_CEILING,
@@ -205,7 +205,7 @@ def test_tf_and_numpy_trials_take_turns_and_are_as_many() -> None:
 
 def test_the_benchmark_declares_tf32_on_by_default() -> None:
     (param,) = [p for p in JOBS["benchmark"].params if p.name == "tf32"]
-    assert param.default is True and param.type == "bool"
+    assert param.default is True and param.kind is Kind.TOGGLE
 
 
 def test_nvml_gives_the_sm_count_and_maximum_clock(monkeypatch: pytest.MonkeyPatch) -> None:

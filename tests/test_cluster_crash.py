@@ -10,9 +10,9 @@ import textwrap
 import threading
 
 import pytest
+from tf_device_panel.core.catalogue import JobError
 from tf_device_panel.core.runproc.cluster import Task, TaskFailed
 from tf_device_panel.core.runproc.jobs.cluster_jobs import _run_cluster, crash_report
-from tf_device_panel.core.runproc.jobs.context import JobError
 
 NATIVE_THREAD = """
     import ctypes, faulthandler, time

@@ -15,10 +15,10 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QLabel
+from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 
 SIZES = ((1280, 720), (1920, 1080))

@@ -14,11 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import collect_job, of_type, wait_until
+from tf_device_panel.core.catalogue import JOBS, ParamError
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import present
-from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 from tf_device_panel.core.runproc.jobs.fit_batch import MARGIN, MAX_BATCH, PROBE_MODULE, fit_line, predict
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
+from tf_device_panel.core.catalogue import ParamError, get_job
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.runproc.jobs import ParamError, get_job
 
 MAX_BENCHMARK_SIZES = 16  # the stated limit (jobs.MAX_BENCHMARK_SIZES)
 
@@ -62,7 +62,7 @@ def test_other_machines_devices_and_a_single_pinned_device_are_left_to_tensorflo
 
 
 def test_list_parameters_are_bounded_with_a_stated_limit() -> None:
-    from tf_device_panel.core.runproc.jobs import MAX_BENCHMARK_SIZES as stated
+    from tf_device_panel.core.catalogue import MAX_BENCHMARK_SIZES as stated
 
     assert stated == MAX_BENCHMARK_SIZES
     spec = get_job("benchmark")

@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers import collect_job, events_until, of_type, progress_at_least, wait_until
+from tf_device_panel.core.catalogue import JOBS, ParamError
+from tf_device_panel.core.catalogue.cluster_layout import TASK_MODULE, cluster_commands
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.runproc.cluster import TASK_MODULE, cluster_commands
-from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 
 
 def result_of(seen: list) -> dict:

@@ -54,7 +54,7 @@ def test_checker_really_sees_imports(tmp_path: Path) -> None:
 def test_importing_core_pulls_in_neither_qt_nor_tensorflow(tmp_path: Path) -> None:
     code = ("import sys; from tf_device_panel.core import cli, config; "
             "from tf_device_panel.core.client import runtime, run_record, run_manager, event_pump, history; "
-            "from tf_device_panel.core.runproc import jobs;"
+            "from tf_device_panel.core.runproc import jobs; from tf_device_panel.core import catalogue;"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{sorted(QT_MODULES | TF_MODULES)!r}); print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
@@ -78,7 +78,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     lint = _lint_script()
     clean = lint.stage(tmp_path / "clean")
     done = _contracts(clean)
-    assert done.returncode == 0 and "3 kept, 0 broken" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "4 kept, 0 broken" in done.stdout, done.stdout + done.stderr
 
     # Each plant must break exactly its contract: if the checker read the installed package instead of
     # the staged tree, or ignored function-level imports, these would pass.
@@ -93,18 +93,43 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
         f.write("\n\ndef _planted():\n    import tensorflow\n    return tensorflow\n")
     done = _contracts(gui_plant)
     assert done.returncode != 0 and "the window never imports TensorFlow" in done.stdout, done.stdout
-    assert "2 kept, 1 broken" in done.stdout, done.stdout
+    assert "3 kept, 1 broken" in done.stdout, done.stdout
 
     # The process layout: the run process's side never imports the panel's side, and what both sides share
     # imports neither.
     layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
     for plant, planted in (("runproc-plant", ("runproc", "runtime_main.py", "client.history")),
                            ("devices-plant", ("devices", "telemetry.py", "lab.exporter")),
-                           ("protocol-plant", ("protocol", "events.py", "runproc.jobs")),
+                           ("protocol-plant", ("protocol", "events.py", "catalogue.jobs")),
                            ("config-plant", ("devices", "gpu_facts.py", "config"))):  # devices sit below config
         package, module, imported = planted
         tree = lint.stage(tmp_path / plant)
         with (tree / "tf_device_panel" / "core" / package / module).open("a") as f:
             f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
         done = _contracts(tree)
-        assert done.returncode != 0 and layout in done.stdout and "2 kept, 1 broken" in done.stdout, done.stdout
+        assert done.returncode != 0 and layout in done.stdout and "3 kept, 1 broken" in done.stdout, done.stdout
+
+
+def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
+    """The window, the command line, the client and the lab know jobs by their declarations (core.catalogue);
+    the run process's code (its jobs, its cluster) is imported by none of them, even inside a function."""
+    lint = _lint_script()
+    broken = "the panel's side never imports the run process's code BROKEN"
+    for plant, (package, module, imported) in (("gui-runproc", ("gui", "job_form.py", "runproc.jobs")),
+                                              ("cli-runproc", ("core/cli", "output.py", "runproc.cluster")),
+                                              ("client-runproc", ("core/client", "share.py", "runproc.jobs.fit_batch")),
+                                              ("lab-runproc", ("core/lab", "fetch.py", "runproc.doctor_probe"))):
+        tree = lint.stage(tmp_path / plant)
+        with (tree / "tf_device_panel" / package / module).open("a") as f:
+            f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
+        done = _contracts(tree)
+        assert done.returncode != 0 and broken in done.stdout and "3 kept, 1 broken" in done.stdout, (plant,
+                                                                                                     done.stdout)
+
+    # The catalogue sits below the run process: its importing a job's code breaks the layers, and through the
+    # catalogue the window would import the run process.
+    tree = lint.stage(tmp_path / "catalogue-runproc")
+    with (tree / "tf_device_panel" / "core" / "catalogue" / "jobs.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    import tf_device_panel.core.runproc.jobs.basic\n    return None\n")
+    done = _contracts(tree)
+    assert done.returncode != 0 and broken in done.stdout and "2 kept, 2 broken" in done.stdout, done.stdout

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from job_helpers import placements, run_job
+from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import PLACEMENT, TF_INFO, device_mapping, parse_line, short_device_name
-from tf_device_panel.core.runproc.jobs import JOBS
 
 # From the seed guide (TF1 output).
 SEED_LOG = """Device mapping:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 from job_helpers import run_job
+from tf_device_panel.core.catalogue import JOBS, JobError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.config.plan import logical_gpu_owners
-from tf_device_panel.core.runproc.jobs import JOBS
-from tf_device_panel.core.runproc.jobs.context import JobError
 from tf_device_panel.core.runproc.jobs.training import choose_cross_device_ops, learning_rate_for, nccl_unavailable
 
 # Measured on the H100 (shared/gpu-host/recorded/h100-cublas-nccl.log): the 2048+4096 split's two logical GPUs
@@ -124,7 +123,7 @@ def test_one_device_runs_under_the_default_strategy() -> None:
 @pytest.mark.parametrize("devices", ["cpu:0,/device:CPU:0", "/CPU:1,/job:localhost/replica:0/task:0/device:CPU:1"])
 def test_a_device_named_twice_is_refused_before_tensorflow(job: str, devices: str) -> None:
     # TensorFlow's MirroredStrategy asserted "No duplicates allowed in `devices` argument" (exit 1, in the run).
-    from tf_device_panel.core.runproc.jobs import ParamError
+    from tf_device_panel.core.catalogue import ParamError
 
     with pytest.raises(ParamError) as caught:
         JOBS[job].resolve(texts={"devices": devices})

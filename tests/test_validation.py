@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from tf_device_panel.core import cli
+from tf_device_panel.core.catalogue import JOBS, ParamError
 from tf_device_panel.core.config import MAX_PROFILE_BYTES, DeviceConfig, ProfileError, load_profile
-from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,10 +10,10 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QMessageBox, QScrollBar
+from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.core.runproc.jobs import JOBS
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.result_view import ResultView, outcome_summary, user_frames
 

@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from tf_device_panel.core.catalogue import JOBS, JobSpec, ParamError, device_key, get_job, split_devices
+from tf_device_panel.core.catalogue.cluster_layout import cluster_commands
+from tf_device_panel.core.catalogue.script_checks import script_problem
 from tf_device_panel.core.cli.output import (
     RunPrinter,
     cluster_config_text,
@@ -37,6 +40,7 @@ from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
     GpuInfo,
+    Kind,
     ProfileError,
     load_profile,
     to_python_snippet,
@@ -45,8 +49,6 @@ from tf_device_panel.core.config import (
 from tf_device_panel.core.devices.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.logsetup import configure_logging
-from tf_device_panel.core.runproc.cluster import cluster_commands
-from tf_device_panel.core.runproc.jobs import DEVICES, JOBS, JobSpec, ParamError, device_key, get_job, split_devices
 from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -252,7 +254,7 @@ def check_devices(spec: JobSpec, params: dict[str, Any], config: DeviceConfig) -
     """The devices a job's DEVICES parameters name must be among the profile's (ParamError, exit 2); a single
     DEVICE may be missing on purpose (it shows soft placement). Other machines' devices (/job:worker) and
     types other than CPU and GPU are TensorFlow's to judge."""
-    lists = [p for p in spec.params if p.type == DEVICES and str(params.get(p.name, "")).strip()]
+    lists = [p for p in spec.params if p.kind is Kind.DEVICES and str(params.get(p.name, "")).strip()]
     if not lists:
         return
     counts, words = profile_devices(config)
@@ -271,8 +273,6 @@ def check_devices(spec: JobSpec, params: dict[str, Any], config: DeviceConfig) -
 def script_rejected(texts: dict[str, str]) -> int | None:
     """A script that cannot run at all (missing, a folder, unreadable, not in its encoding, a syntax error):
     one line naming the file and the line, exit 2 before TensorFlow starts, and a finalized run record."""
-    from tf_device_panel.core.runproc.jobs.script import script_problem
-
     path = texts.get("path", "")
     problem = script_problem(path) if path.strip() else None
     if problem is None:

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
+from tf_device_panel.core.catalogue import JobSpec
 from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.records import RunError, RunSummary
 from tf_device_panel.core.client.run_manager import ProcessFactory, RunProcess, runtime_process
@@ -24,7 +25,6 @@ from tf_device_panel.core.oom import oom_text
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.results import Presentation, Table, present
-from tf_device_panel.core.runproc.jobs import JobSpec
 
 ERROR_WIDTH = 60
 
@@ -313,7 +313,7 @@ def jobs_text(specs: Iterable[JobSpec]) -> list[str]:
         lines += [f"{spec.name:<16} {spec.title}", f"           {spec.description}"]
         for param in spec.params:
             extra = f" (one of: {', '.join(param.choices)})" if param.choices else ""
-            lines += [f"           --param {param.name}=<{param.type}>  default {param.default!r}{extra}",
+            lines += [f"           --param {param.name}=<{param.type_word}>  default {param.default!r}{extra}",
                       f"               {param.help}"]
         lines.append("")
     return lines

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 from packaging.requirements import Requirement
+from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX
 from tf_device_panel.core.client.records import JsonObject
 from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
 from tf_device_panel.core.devices.cudalibs import NVIDIA_VENDOR, PCI_DEVICES, TESTED_TF_VERSION, is_display_class
@@ -36,7 +37,6 @@ from tf_device_panel.core.devices.gpus import (
 )
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.processes import run_module
-from tf_device_panel.core.runproc.doctor_probe import PROBE_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.catalogue import JobError
+from tf_device_panel.core.catalogue.fit_runs import read_panel_fit, start_panel_fit
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
 from tf_device_panel.core.processes import kill_group
-from tf_device_panel.core.runproc.jobs.context import JobError
-from tf_device_panel.core.runproc.jobs.fit_batch import read_panel_fit, start_panel_fit
 
 MIB = 1024 * 1024
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)

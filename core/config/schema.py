@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -40,15 +41,105 @@ class ConfigError(ValueError):
 
 
 class Kind(Enum):
-    """What a setting holds; it fixes the Python type, the JSON spelling and the form's widget."""
+    """What a setting or a job parameter holds; it fixes the Python type, the JSON spelling, how the command line
+    writes it and the form's widget. Settings and job parameters share it: one kind, one set of rules."""
 
     VERSION = "version"            # the profile format's version (an integer); never edited
     TOGGLE = "toggle"              # true or false: a check box
     COUNT = "count"                # a whole number in [minimum, maximum]: a spin box
+    NUMBER = "number"              # a real number in [minimum, maximum]: a spin box with decimals
     FRACTION = "fraction"          # a share in (0, 1], or None (unset): a spin box whose 0 reads "off"
     CHOICE = "choice"              # one of `choices`: a combo box
     GPU_INDICES = "gpu_indices"    # TensorFlow's physical GPU indices, or None (all): each GPU's own check box
     GPU_SPLITS = "gpu_splits"      # GPU index -> memory limits in MiB of its logical GPUs: each GPU's own rows
+    DEVICE = "device"              # one TensorFlow device name (/GPU:0), or empty: an editable combo box
+    DEVICES = "devices"            # comma-separated device names: an editable combo box
+    COUNTS = "counts"              # comma-separated whole numbers above 0 ("256,512"): a line edit
+    CHOICES = "choices"            # comma-separated some of `choices`: a line edit
+    PATH = "path"                  # a file to read: a line edit with Browse…
+    ARGS = "args"                  # command-line arguments in shell quoting: a line edit
+
+    @property
+    def is_list(self) -> bool:
+        """Written as one comma-separated string: its items are bounded in number."""
+        return self in (Kind.DEVICES, Kind.COUNTS, Kind.CHOICES)
+
+    @property
+    def is_number(self) -> bool:
+        """Edited in a spin box with a range (a FRACTION's range is fixed, so it is not one of these)."""
+        return self in (Kind.COUNT, Kind.NUMBER)
+
+    def holds(self, value: Any) -> bool:
+        """Whether `value` has this kind's Python type (its range is the declaration's to check)."""
+        match self:
+            case Kind.VERSION | Kind.COUNT:
+                return _is_int(value)
+            case Kind.TOGGLE:
+                return isinstance(value, bool)
+            case Kind.NUMBER:
+                return isinstance(value, (int, float)) and not isinstance(value, bool)
+            case Kind.FRACTION:
+                return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+            case Kind.GPU_INDICES:
+                return value is None or (isinstance(value, Sequence) and all(_is_int(v) and v >= 0 for v in value))
+            case Kind.GPU_SPLITS:
+                return isinstance(value, Mapping) and all(
+                    _is_int(k) and k >= 0 and isinstance(v, Sequence) and all(_is_int(m) for m in v)
+                    for k, v in value.items())
+        return isinstance(value, str)
+
+    def read_text(self, text: str) -> Any:
+        """A value of this kind as the command line writes it (`-p epochs=8`); raises ValueError saying what was
+        expected. Text kinds are the text itself."""
+        text = text.strip()
+        match self:
+            case Kind.COUNT:
+                try:
+                    return int(_ascii_number(text, "a whole number"))
+                except _NotANumber:
+                    raise
+                except ValueError:
+                    raise ValueError(f"expected a whole number, got {quote(text)}") from None
+            case Kind.NUMBER | Kind.FRACTION:
+                try:
+                    return float(_ascii_number(text, "a number"))
+                except _NotANumber:
+                    raise
+                except ValueError:
+                    raise ValueError(f"expected a number, got {quote(text)}") from None
+            case Kind.TOGGLE:
+                lowered = text.lower()
+                if lowered in ("1", "true", "yes", "on"):
+                    return True
+                if lowered in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(f"expected true or false, got {quote(text)}")
+        return text
+
+
+MAX_NUMBER_CHARS = 30  # a number longer than this is a mistake (and Python refuses ints of thousands of digits)
+
+
+class _NotANumber(ValueError):
+    """A number written so that Python would misread or refuse it; the message says how to write it."""
+
+
+_PLAIN_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_PLAIN_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+
+
+def _ascii_number(text: str, what: str) -> str:
+    """`text` if written in plain ASCII digits and not absurdly long: Python's int() reads '٣' as 3, '1_000' as
+    1000 and ' 1 ' as 1, and refuses 5000 digits."""
+    if not text.isascii():
+        raise _NotANumber(f"expected {what} in plain digits 0-9, got {quote(text)}")
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _NotANumber(f"expected {what}, got {len(text)} characters ({quote(text)})")
+    plain = _PLAIN_INT if what == "a whole number" else _PLAIN_FLOAT
+    if "_" in text or (plain.fullmatch(text) is None and text.lower().lstrip("+-") not in ("inf", "nan", "infinity")):
+        example = "1000" if what == "a whole number" else "0.5 or 1e-3"
+        raise _NotANumber(f"expected {what} in plain digits 0-9 (e.g. {example}), got {quote(text)}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -172,22 +263,7 @@ class Field:
     # -- the value's own rules, whatever its source ----------------------------------------------------------
     def type_problem(self, value: Any) -> Problem | None:
         """What makes `value` no value of this setting at all (a `DeviceConfig` refuses to be built with it)."""
-        match self.kind:
-            case Kind.VERSION | Kind.COUNT:
-                right = _is_int(value)
-            case Kind.TOGGLE:
-                right = isinstance(value, bool)
-            case Kind.FRACTION:
-                right = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
-            case Kind.CHOICE:
-                right = isinstance(value, str)
-            case Kind.GPU_INDICES:
-                right = value is None or (isinstance(value, Sequence) and all(_is_int(v) and v >= 0 for v in value))
-            case Kind.GPU_SPLITS:
-                right = isinstance(value, Mapping) and all(
-                    _is_int(k) and k >= 0 and isinstance(v, Sequence) and all(_is_int(m) for m in v)
-                    for k, v in value.items())
-        if right:
+        if self.kind.holds(value):
             return None
         return Problem(self.key, f"expected {_EXPECTED[self.kind]}, got {type_name(value)} {quote(value)}",
                        self.example)
@@ -242,6 +318,8 @@ _EXPECTED = {
     Kind.FRACTION: "a number or None (not set)", Kind.CHOICE: "a string",
     Kind.GPU_INDICES: "GPU indices (integers ≥ 0) or None (all GPUs)",
     Kind.GPU_SPLITS: "GPU indices (integers ≥ 0) mapped to memory limits in MiB (integers)",
+    Kind.NUMBER: "a number", **{kind: "a string" for kind in (Kind.DEVICE, Kind.DEVICES, Kind.COUNTS, Kind.CHOICES,
+                                                              Kind.PATH, Kind.ARGS)},
 }
 SPLIT_LIMIT_HINT = "set a limit above 0, or remove that logical GPU (TensorFlow requires a memory limit for each)"
 

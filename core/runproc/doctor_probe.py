@@ -14,9 +14,9 @@ import sys
 import traceback
 from typing import Any
 
+from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX
 from tf_device_panel.core.runproc.tf_facts import build_info, physical_devices
 
-PROBE_PREFIX = "\x1eTFDP-PROBE "
 # What the probe does, in order; each fact line names the last stage completed.
 STAGES = ("import", "GPU discovery", "first op")
 

@@ -33,6 +33,8 @@ import time
 import traceback
 from typing import Any
 
+from tf_device_panel.core.catalogue import JOBS, ParamError
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import ConfigError, DeviceConfig
 from tf_device_panel.core.config.plan import AppliedPlan, StepError, apply_plan, plan
 from tf_device_panel.core.devices.cudalibs import install_commands
@@ -40,9 +42,9 @@ from tf_device_panel.core.processes import die_with_parent
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.environment import USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.output_lines import short_device_name
-from tf_device_panel.core.runproc.jobs import JOBS, ParamError
+from tf_device_panel.core.runproc.jobs import implementation
 from tf_device_panel.core.runproc.jobs import script as script_job
-from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
 from tf_device_panel.core.runproc.jobs.script import ScriptExit
 from tf_device_panel.core.runproc.tf_facts import build_info, physical_devices
 
@@ -251,7 +253,7 @@ class Run:
             if spec is None:
                 raise JobError(f"unknown job {self.name!r}")
             resolved = spec.resolve(self.params)
-            result = spec.function()(self.context, **resolved)
+            result = implementation(self.name)(self.context, **resolved)
         except (KeyboardInterrupt, JobCancelled) as exc:
             status, exit_code = "cancelled", -signal.SIGINT if self.name == "script" else EXIT_JOB_FAILED
             error = events.Error(error_type="Cancelled", message=str(exc) or "cancelled by the user", job_id=job_id)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.results import MatrixResult
-from tf_device_panel.core.runproc.jobs.context import JobContext, JobError
+from tf_device_panel.core.runproc.jobs.context import JobContext
 
 SEED_A = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 SEED_B = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.catalogue import split_devices
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import TableResult
-from tf_device_panel.core.runproc.jobs import split_devices
 from tf_device_panel.core.runproc.jobs.context import JobContext
 from tf_device_panel.core.runproc.jobs.devices import logical_devices, resolve_device
 

@@ -9,11 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.catalogue.cluster_layout import tf_config
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.results import ClusterResult
-from tf_device_panel.core.runproc.cluster import LocalCluster, Task, TaskFailed, devices_by_task, free_ports, tf_config
-from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.runproc.cluster import LocalCluster, Task, TaskFailed, devices_by_task, free_ports
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
 
 HOST = "127.0.0.1"
 

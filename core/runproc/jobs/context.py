@@ -21,10 +21,6 @@ class JobCancelled(BaseException):
     """
 
 
-class JobError(Exception):
-    """A job could not run as asked; the message is shown to the user as is."""
-
-
 class JobContext:
     def __init__(self, job_id: str, emit: Callable[[events.Event], None],
                  device_config: DeviceConfig | None = None):

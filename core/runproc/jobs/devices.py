@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.protocol.output_lines import canonical_device
-from tf_device_panel.core.runproc.jobs.context import JobError
 
 
 def logical_devices() -> dict[str, str]:

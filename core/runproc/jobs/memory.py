@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import MemoryResult, MemoryRow
-from tf_device_panel.core.runproc.jobs.context import JobContext, JobError
+from tf_device_panel.core.runproc.jobs.context import JobContext
 from tf_device_panel.core.runproc.jobs.devices import resolve_device
 
 MIB = 1024 * 1024

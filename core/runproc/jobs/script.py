@@ -36,18 +36,17 @@ import sys
 import termios
 import threading
 import time
-import tokenize
 import types
 from collections.abc import Callable
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from typing import Any
 
+from tf_device_panel.core.catalogue.script_checks import compile_script
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
 from tf_device_panel.core.results import ScriptResult
-from tf_device_panel.core.runproc.jobs import path_problem
-from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
 
 # Frames in this folder (the panel's engine) are not the user's: they are taken out of a script's tracebacks.
 PANEL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -64,10 +63,6 @@ class ScriptExit(Exception):
         self.traceback = traceback_text
 
 
-class ScriptProblem(JobError):
-    """The file cannot run at all (missing, a folder, unreadable, not in its encoding, a syntax error)."""
-
-
 def exit_status(code: object) -> int:
     """What the interpreter makes of `sys.exit(code)`: None is 0, an int is itself, anything else is printed
     and gives 1."""
@@ -77,61 +72,6 @@ def exit_status(code: object) -> int:
         return code & 0xFF if code >= 0 else code % 256
     print(code, file=sys.stderr)
     return 1
-
-
-# -- the file -------------------------------------------------------------------------------------
-def compile_script(path: str) -> types.CodeType:
-    """The script compiled as `python file.py` compiles it (absolute file name, its declared encoding).
-
-    Raises ScriptProblem with one line naming the file and, where there is one, the line."""
-    file = Path(path.strip()).expanduser()
-    shown = str(file)
-    if file.is_dir():
-        raise ScriptProblem(f"{shown} is a folder, not a Python file; name the .py file to run")
-    problem = path_problem(path)
-    if problem:
-        raise ScriptProblem(problem)
-    try:
-        source = file.read_bytes()
-    except OSError as exc:
-        raise ScriptProblem(f"{shown} cannot be read: {exc.strerror or exc}") from None
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
-    except SyntaxError as exc:  # an unknown encoding declared, or a BOM that contradicts it
-        raise ScriptProblem(f"{shown}: {exc}") from None
-    try:
-        source.decode(encoding)
-    except UnicodeDecodeError as exc:
-        line = source.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (source.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ScriptProblem(
-            f"{shown}, line {line}: not valid {encoding.upper()} (byte 0x{source[exc.start]:02x} at column "
-            f"{column}); save the file as UTF-8, or declare its encoding on its first line, e.g. "
-            "'# -*- coding: latin-1 -*-'") from None
-    if b"\0" in source:
-        line = source.count(b"\n", 0, source.index(b"\0")) + 1
-        raise ScriptProblem(f"{shown}, line {line}: the file holds a NUL byte; is it really a Python file?")
-    try:
-        return compile(source, script_filename(path), "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        where = f", line {exc.lineno}" if exc.lineno else ""
-        raise ScriptProblem(f"{shown}{where}: {type(exc).__name__}: {exc.msg}") from None
-
-
-def script_filename(path: str) -> str:
-    """The script's `__file__` as `python PATH` makes it: PATH joined to the working folder when relative, and
-    not normalised (a `..` or `./` stays, as in a bare run's tracebacks and warnings)."""
-    given = os.path.expanduser(path.strip())
-    return given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
-
-
-def script_problem(path: str) -> str | None:
-    """Why the file cannot run at all, in one line, or None; checked before TensorFlow starts."""
-    try:
-        compile_script(path)
-    except ScriptProblem as exc:
-        return str(exc)
-    return None
 
 
 # -- its output -----------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ placements like any other. Whether a node pinned to a missing device fails or mo
 
 from __future__ import annotations
 
+from tf_device_panel.core.catalogue import split_devices
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.results import MatrixResult
-from tf_device_panel.core.runproc.jobs import split_devices
-from tf_device_panel.core.runproc.jobs.context import JobContext, JobError
+from tf_device_panel.core.runproc.jobs.context import JobContext
 
 EXAMPLES = ("placement", "pin-cpu", "two-devices", "missing-device")
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
+from tf_device_panel.core.catalogue import split_devices
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.results import TrainingResult
-from tf_device_panel.core.runproc.jobs import split_devices
-from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, JobError
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
 
 
 def pick_devices(requested: str) -> list[str]:

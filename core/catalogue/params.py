@@ -1,0 +1,204 @@
+"""A job's parameters as declared: their kinds (the settings' `Kind`), ranges, labels and help, and their rules.
+
+Device names, paths and lists of items are checked here, before any process starts, so a typo costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tf_device_panel.core.config import Kind
+from tf_device_panel.core.config.schema import MAX_NUMBER_CHARS
+from tf_device_panel.core.text import quote
+
+# What TensorFlow's DeviceSpec parses: '/GPU:1', 'gpu:1', '/device:GPU:1', '/job:x/replica:0/task:0/device:GPU:1'.
+# The short form knows only CPU, GPU and TPU ('/FOO:0' is "Unknown attribute 'foo'"); indices are 32-bit.
+_DEVICE_SPEC = re.compile(r"^(?:/job:[A-Za-z0-9_-]+(?:/replica:[0-9]+)?(?:/task:[0-9]+)?)?"
+                          r"(?:/?(?P<short>cpu|gpu|tpu)|/device:(?P<full>cpu|gpu|tpu|xla_cpu|xla_gpu)):(?P<index>[0-9]+)$",
+                          re.IGNORECASE | re.ASCII)
+MAX_LIST_ITEMS = 64                 # default bound of a list (64 logical devices: the most cpu_devices gives)
+MAX_DEVICE_INDEX = 2**31 - 1
+
+# How `jobs` and `jobs --json` have always spelled each kind a job parameter can have (readers key on them).
+JSON_TYPE = {Kind.COUNT: "int", Kind.NUMBER: "float", Kind.TOGGLE: "bool", Kind.CHOICE: "choice",
+             Kind.DEVICE: "device", Kind.DEVICES: "devices", Kind.PATH: "path", Kind.ARGS: "args",
+             Kind.COUNTS: "ints", Kind.CHOICES: "multi"}
+
+
+def device_spec_problem(text: str) -> str | None:
+    """Why `text` is not a device TensorFlow can parse, or None if it is."""
+    match = _DEVICE_SPEC.match(text.strip())
+    if not match:
+        return (f"{quote(text)} is not a TensorFlow device name; use e.g. /GPU:0, /CPU:1, /device:GPU:1 or "
+                "/job:localhost/replica:0/task:0/device:GPU:1 (device types: CPU, GPU, TPU)")
+    if int(match.group("index")[:MAX_NUMBER_CHARS]) > MAX_DEVICE_INDEX:
+        return f"{quote(text)}: device index {quote(match.group('index'))} is too large (TensorFlow's are 32-bit)"
+    return None
+
+
+def device_key(text: str) -> tuple[str, str, int]:
+    """What names one device, however it is written: 'cpu:0', '/CPU:0', '/device:CPU:0' and
+    '/job:localhost/replica:0/task:0/device:CPU:0' are the same device of the local runtime."""
+    match = _DEVICE_SPEC.match(text.strip())
+    if not match:
+        return (text.strip(), "", -1)
+    where = text.strip()[:match.start("short") if match.group("short") else match.start("full") - len("/device")]
+    where = where.lower().rstrip("/")
+    local = "/job:localhost/replica:0/task:0"
+    return ("" if where in ("", "/job:localhost", "/job:localhost/replica:0", local) else where,
+            (match.group("short") or match.group("full")).upper(), int(match.group("index")[:MAX_NUMBER_CHARS]))
+
+
+def split_devices(text: str) -> list[str]:
+    """The items of a comma-separated list (devices, sizes, dtypes); a semicolon separates them too."""
+    return [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
+
+
+def path_problem(text: str) -> str | None:
+    """Why `text` is not a readable file, or None; checked before TensorFlow starts, so a typo costs nothing."""
+    try:
+        file = Path(text.strip()).expanduser()
+    except RuntimeError:  # "~nouser/x.py": no such user, so no home to expand
+        user = text.strip().split("/")[0]
+        return f"{quote(text)}: {quote(user)} names no user of this machine, so it has no home folder; check the path"
+    try:
+        if not file.exists():
+            return f"{quote(text)} does not exist (looked in {quote(str(Path.cwd()))}); check the path"
+        if not file.is_file():
+            return f"{quote(text)} is not a file"
+    except OSError as exc:  # a name too long for the file system, a permission denied on a folder
+        return f"{quote(text)} cannot be checked: {exc.strerror or exc}"
+    if not os.access(file, os.R_OK):
+        return f"{quote(text)} cannot be read (permissions)"
+    return None
+
+
+class ParamError(ValueError):
+    """One or more bad job parameters; `problems` lists (parameter, message) pairs."""
+
+    def __init__(self, job: str, problems: list[tuple[str, str]]):
+        self.job = job
+        self.problems = problems
+        super().__init__("; ".join(f"{name}: {msg}" for name, msg in problems))
+
+
+# What a job parameter's value must be, said when it is not (a setting's own words are core.config.schema's).
+_EXPECTED = {Kind.COUNT: "a whole number", Kind.NUMBER: "a number", Kind.TOGGLE: "true or false"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    label: str = ""                            # what a form calls it; every job in JOBS declares one
+    unit: str = ""                             # shown after the value: "MiB", "s"
+    empty_means: str = ""                      # what an empty value does ("all GPUs, else all CPUs")
+    shown_when: tuple[str, str] | None = None  # (parameter, value): it only matters then (image size: cnn)
+    max_items: int = MAX_LIST_ITEMS            # a list's (DEVICES, COUNTS, CHOICES) most items, said when passed
+
+    @property
+    def item_limit(self) -> int:
+        """The most items a list parameter takes (CHOICES: no more than its choices)."""
+        return min(self.max_items, len(self.choices)) if self.kind is Kind.CHOICES else self.max_items
+
+    @property
+    def type_word(self) -> str:
+        """How the command line's `jobs` listing and `jobs --json` name its kind: int, float, bool, devices…"""
+        return JSON_TYPE[self.kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type_word, "default": self.default, "help": self.help,
+                "choices": list(self.choices), "minimum": self.minimum, "maximum": self.maximum,
+                "label": self.label, "unit": self.unit, "empty_means": self.empty_means,
+                "shown_when": list(self.shown_when) if self.shown_when else None,
+                "max_items": self.item_limit if self.kind.is_list else None}
+
+    def from_text(self, text: str) -> Any:
+        """Convert a command-line value; raises ValueError with a message naming what was expected."""
+        return self.kind.read_text(text)
+
+    def check(self, value: Any) -> Any:
+        """Validate a typed value (from a form, JSON or `from_text`); returns it normalised."""
+        kind = self.kind
+        if not kind.holds(value):
+            raise ValueError(f"expected {_EXPECTED.get(kind, 'text')}, got {quote(value)}")
+        if kind is Kind.NUMBER:
+            try:
+                value = float(value)
+            except OverflowError:
+                raise ValueError(f"{quote(value)} is too large") from None
+            if not math.isfinite(value):
+                raise ValueError(f"expected a finite number, got {value}")
+        if kind.is_number:
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{quote(value)} is below the minimum {self.minimum:g}")
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError(f"{quote(value)} is above the maximum {self.maximum:g}")
+        if kind.is_list and len(items := split_devices(value)) > self.item_limit:
+            raise ValueError(f"{len(items)} items given, at most {self.item_limit} allowed "
+                             f"(a bound that keeps one run to minutes); give fewer")
+        match kind:
+            case Kind.CHOICE if value not in self.choices:
+                raise ValueError(f"{quote(value)} is not one of: {', '.join(self.choices)}")
+            case Kind.DEVICE if value.strip():
+                problem = device_spec_problem(value)
+                if problem:
+                    raise ValueError(problem)
+            case Kind.DEVICES:
+                self._check_devices(value)
+            case Kind.COUNTS:
+                self._check_counts(value)
+            case Kind.CHOICES:
+                items = split_devices(value)
+                unknown = [quote(item) for item in items if item not in self.choices]
+                if unknown or not items:
+                    raise ValueError(f"{', '.join(unknown) or 'nothing'} chosen; use some of: "
+                                     f"{', '.join(self.choices)}")
+            case Kind.PATH:
+                if self.default == "" and not value.strip():
+                    raise ValueError("a file is required")
+                if value.strip():
+                    problem = path_problem(value)
+                    if problem:
+                        raise ValueError(problem)
+            case Kind.ARGS:
+                try:
+                    shlex.split(value)
+                except ValueError as exc:
+                    raise ValueError(f"cannot split arguments: {exc}") from None
+        return value
+
+    @staticmethod
+    def _check_devices(value: str) -> None:
+        seen: dict[tuple[str, str, int], str] = {}
+        for item in split_devices(value):
+            problem = device_spec_problem(item)
+            if problem:
+                raise ValueError(f"{problem}; list devices like /CPU:0,/CPU:1")
+            key = device_key(item)
+            if key in seen:
+                same = "" if seen[key] == item else f" (as {quote(seen[key])})"
+                raise ValueError(f"{quote(item)} is listed twice{same}; list each device once, e.g. /CPU:0,/CPU:1")
+            seen[key] = item
+
+    def _check_counts(self, value: str) -> None:
+        items = split_devices(value)
+        if not items:
+            raise ValueError("give at least one number, e.g. 256,512")
+        for item in items:
+            if not (item.isascii() and item.isdigit()) or len(item) > MAX_NUMBER_CHARS or int(item) <= 0:
+                raise ValueError(f"{quote(item)} is not a whole number above 0 in digits 0-9; "
+                                 "write e.g. 256,512,1024")
+            if self.maximum is not None and int(item) > self.maximum:
+                raise ValueError(f"{item} is above the maximum {self.maximum:g}")
