@@ -332,7 +332,7 @@ def test_main_is_the_script_as_a_bare_run_makes_it(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == bare.returncode == 0, done.stderr
-    expected = bare.stdout.replace("tensorflow imported: False", "tensorflow imported: True")  # said in the README
+    expected = bare.stdout.replace("tensorflow imported: False", "tensorflow imported: True")  # said in docs/runs.md
     assert done.stdout == expected
     assert "panel variables: []" in done.stdout and "log level: 2" in done.stdout and "pickled True" in done.stdout
 
