@@ -14,7 +14,6 @@ from fake_runtime import FakeProcess, fake_factory
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QMessageBox
-from tf_device_panel.core.client import runtime
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.run_record import JobOutcome
@@ -300,7 +299,6 @@ def test_a_cancel_that_had_to_kill_the_runtime_says_so(qtbot, tmp_path: Path) ->
 def test_a_describe_run_that_dies_leaves_the_window_ready(qtbot, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the device list, runs still work: the window says it and shows Run, not "Run when ready"."""
-    monkeypatch.setattr(runtime, "_described", {})  # not the list an earlier test's run cached: this one is listed
     window, manager, made = fake_window(qtbot, tmp_path, describe=True)
     try:
         window.apply(DeviceConfig())
