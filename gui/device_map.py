@@ -252,7 +252,7 @@ class DeviceMapPanel(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
-        self._run_pid: int | None = None
+        self._reported_by: int | None = None  # the pid of the process whose ready report the map draws
         self.run_state = RunState()  # fed only when the map is used on its own (the window passes its own)
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
@@ -286,7 +286,7 @@ class DeviceMapPanel(QWidget):
         `inventory` its GPUs matched to NVML's (by bus id), for each GPU's memory and NVML index. The report's
         pid is the run's process, whose NVML per-process memory each GPU's bar then shows."""
         self._tf_index_of = {gpu.nvml_index: gpu.tf_index for gpu in inventory.gpus if gpu.nvml_index is not None}
-        self._run_pid = ready.pid
+        self._reported_by = ready.pid
         self.canvas.devices = devices_from_ready(ready, ready.config or config, inventory.totals_by_tf_index())
         self.canvas.ops.clear()
         self.canvas.memory.clear()
@@ -324,22 +324,17 @@ class DeviceMapPanel(QWidget):
         """Live memory of each physical device: on a GPU what the run's process holds (NVML's per-process
         memory) and all processes; on the host the runtime's resident memory. Once the run's process has
         exited, its last reading stays, marked as such: the picture after a job is what the job had."""
-        live = self._run_pid is not None and sample.runtime_pid == self._run_pid
+        live = self._reported_by is not None and sample.runtime_pid == self._reported_by
         for gpu in sample.gpus:
             tf_index = self._tf_index_of.get(gpu.index)
-            if tf_index is None or self._run_pid is None:
+            if tf_index is None or self._reported_by is None:
                 continue
             last = self.canvas.use.get(tf_index, GpuUse())
             if not live:
                 self.canvas.use[tf_index] = GpuUse(last.run_mib, last.others_mib, run_ended=True)
                 continue
-            if gpu.processes is None:  # NVML could not list them: no reading, not "nothing held"
-                self.canvas.use[tf_index] = GpuUse(None)
-                continue
-            own = [p.used_mib for p in gpu.processes if p.pid == self._run_pid]
-            run = float(own[0]) if own and own[0] is not None else (None if own else 0.0)
-            others = sum(p.used_mib or 0 for p in gpu.processes if p.pid != self._run_pid)
-            self.canvas.use[tf_index] = GpuUse(run, float(others))
+            held = sample.held_on(gpu)  # the sample's figure for its run's process, as the graphs draw it
+            self.canvas.use[tf_index] = GpuUse(None) if held is None else GpuUse(held.run_mib, held.others_mib)
         # The run's own process only (0: it has exited and awaits its parent, a zombie); after it, its figure at
         # the job's end (JobFinished) stays, as the GPU bars keep theirs.
         if live and sample.host.runtime_rss_mib:

@@ -39,8 +39,8 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client.run_state import RunChanges, RunState
 from tf_device_panel.core.devices.inventory import DeviceInventory
-from tf_device_panel.core.devices.nvml import Nvml
-from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
+from tf_device_panel.core.devices.nvml import GpuSample, Nvml
+from tf_device_panel.core.devices.telemetry import HeldOnGpu, History, Marker, Sample, Sampler
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
@@ -218,17 +218,16 @@ class MarkerLines(pg.GraphicsObject):
         painter.restore()
 
 
-def gpu_process_text(gpu: Any, runtime_pid: int | None) -> str:
+def gpu_process_text(gpu: GpuSample, held: HeldOnGpu | None) -> str:
     """"this run holds 522 of 81,559 MiB", from NVML's per-process figures ("" when it cannot say)."""
     total = gpu.memory_total_mib
-    if runtime_pid is None or total is None or gpu.processes is None:
+    if held is None or total is None:
         return ""
-    held = [p.used_mib for p in gpu.processes if p.pid == runtime_pid]
-    if not held:
+    if not held.listed:
         return f"this run holds nothing of {total:,.0f} MiB"
-    if held[0] is None:
+    if held.run_mib is None:
         return "this run's memory: N/A (the driver does not say)"
-    return f"this run holds {held[0]:,.0f} of {total:,.0f} MiB ({100 * held[0] / total:.0f} %)"
+    return f"this run holds {held.run_mib:,.0f} of {total:,.0f} MiB ({100 * held.run_mib / total:.0f} %)"
 
 
 class MemoryPanel(QWidget):
@@ -519,7 +518,7 @@ class MemoryPanel(QWidget):
             if plot is None:
                 continue
             title = self.gpu_titles.get(key, key)
-            held = gpu_process_text(gpu, sample.runtime_pid)
+            held = gpu_process_text(gpu, sample.held_on(gpu))
             text = f"{title} — {held}" if held else title
             if self._titles_shown.get(key) != text:  # setting a title re-lays out its HTML
                 self._titles_shown[key] = text
