@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
-from tf_device_panel.core.client.run_state import RunState
+from tf_device_panel.core.client.run_state import RunChanges, RunState
+from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
@@ -34,6 +35,11 @@ from tf_device_panel.gui.device_map_layout import (
     devices_from_ready,
     layout_device_map,
 )
+from tf_device_panel.gui.docks import BOTTOM, DockSpec
+from tf_device_panel.gui.worker import to_gui_thread
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.controller import RuntimeController
 
 FALLBACK_COLOR = "#d97706"
 RUN_COLOR = "#8fa3bf"      # what the run's process holds: a neutral slate, unlike any device's colour
@@ -249,6 +255,8 @@ class DeviceMapPanel(QWidget):
     """The map in a vertical scroll area: the window gives it a ready runtime's devices; the runtime's events
     and the telemetry samples then fill in op counts and memory."""
 
+    DOCK = DockSpec("map", "Device map", BOTTOM, tab_with="log", raised=True)
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
@@ -297,21 +305,39 @@ class DeviceMapPanel(QWidget):
                           "exact figures.")
         self.canvas.refresh()
 
-    def on_events(self, batch: list[Event], state: RunState | None = None) -> None:
-        """Op counts, fallbacks and TensorFlow's memory as the run state has them. `state`: the window's, already
-        fed this batch; a map used on its own feeds its own."""
-        finished = [e for e in batch if isinstance(e, events.JobFinished) and e.rss_mib]
+    def on_events(self, batch: list[Event]) -> None:
+        """A batch fed to the map's own run state (a map used on its own; the window's map is wired to the
+        window's session instead)."""
+        self.show_run_news(self.run_state.apply_all(batch), self.run_state)
+
+    def show_run_news(self, changes: RunChanges, state: RunState, *, redraw: bool = False) -> None:
+        """Op counts, fallbacks and TensorFlow's memory as the run state has them; `redraw`: even when the batch
+        changed none (a ready report's new devices start empty, the state keeps what the run placed)."""
+        finished = [e for e in changes.finished if e.rss_mib]
         if finished:
             # The job's own figure as it ended: the CPU box says the run's resident memory after every job,
             # not only after one long enough for a sample to have read it while it ran.
             self.canvas.memory["CPU"] = float(finished[-1].rss_mib or 0)
-        if state is None:
-            state = self.run_state
-            if not state.apply_all(batch).device_changes:
-                if finished:
-                    self.canvas.refresh()
-                return
-        self.show_run(state)
+        if changes.device_changes or redraw:
+            self.show_run(state)
+        elif finished:
+            self.canvas.refresh()
+
+    # -- wired to the session --------------------------------------------------------------------------
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, link: RuntimeController) -> None:
+        self._link = link
+        link.on(InventoryChanged, self._inventory)
+        link.on(RunStateChanged, lambda change: self.show_run_news(change.changes, change.value, redraw=True))
+        if link.session.sampler is not None:
+            self._unsubscribe_samples = link.session.sampler.subscribe(to_gui_thread(self.on_sample, self))
+
+    def _inventory(self, change: InventoryChanged) -> None:
+        if change.ready is not None:
+            applied = self._link.session.applied
+            self.set_devices(change.ready, applied.to_json() if applied else None, change.value)
 
     def show_run(self, state: RunState) -> None:
         self.canvas.ops = Counter(state.ops_per_device)

@@ -301,7 +301,7 @@ def replay_h100(args: argparse.Namespace) -> int:
     def tick() -> None:
         now = time.monotonic()
         if not state["fed"]:
-            window._on_events(batch)  # the slot the controller's batches arrive at
+            window.controller.deliver(batch)  # the slot the controller's batches arrive at
             state["fed"] = now
             return
         canvas = window.device_map.canvas
@@ -310,7 +310,7 @@ def replay_h100(args: argparse.Namespace) -> int:
             # The run's process exits after its job (each run has its own): NVML no longer lists it.
             fake.processes[0] = []
             fake.used = [0] * args.gpus
-            window._on_events([events.RuntimeExited(returncode=0, expected=True, description="exited")])
+            window.controller.deliver([events.RuntimeExited(returncode=0, expected=True, description="exited")])
             state["exited"] = now
         elif state["exited"] and now - state["exited"] > max(args.delay, 1.5):
             shot = app.primaryScreen().grabWindow(0)

@@ -26,7 +26,7 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.log_panel import MAX_LOG_LINES
+from tf_device_panel.gui.log_view import MAX_LOG_LINES
 from tf_device_panel.gui.main_window import MainWindow
 
 READY_TIMEOUT_MS = 120_000
@@ -350,7 +350,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
 
         win.apply(DeviceConfig(cpu_devices=2))
         wait(lambda: win.manager.state == "ready")
-        win.run_job("replicate", {})
+        win.controller.run("replicate", {})
         wait(lambda: finished)
         app.processEvents()
         win.close()
@@ -555,7 +555,7 @@ def test_an_x_server_that_refuses_this_process_exits_2_with_one_line_before_qt(t
 
 def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:
     """A machine with two GPUs where CUDA_VISIBLE_DEVICES=1,0 makes TF's order the reverse of NVML's."""
-    window.model.nvml_gpus = [
+    window.session.nvml_gpus = [
         GpuSnapshot(0, name="NVIDIA A100", pci_bus_id="00000000:01:00.0", memory_total_mib=40960),
         GpuSnapshot(1, name="NVIDIA L4", pci_bus_id="00000000:02:00.0", memory_total_mib=23034)]
     info = {"tf_version": "2.21.0", "python": "3.11", "pid": 1, "build": {"is_cuda_build": True},

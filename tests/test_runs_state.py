@@ -182,11 +182,11 @@ def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: M
     window.manager.job_run = run
     runs.select_job("script")
     runs.job_started("script")
-    window._handle_events([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
+    window.controller.deliver([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
     console = runs.console
     assert console.view.toPlainText() == "epoch 1 starting" and console.live_plain == "step 3/20"
     assert console.live_line.isVisible()
-    window._handle_events([
+    window.controller.deliver([
         log("7-1-1", "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0", kind="placement",
             stream="stderr"),
         log("7-1-1", "step 20/20"), log("7-1-1", "done: loss 0.01"),

@@ -426,7 +426,7 @@ def test_out_of_range_values_are_refused_with_the_range_named(qtbot, window: Mai
     window.runs.select_job("fit")
     form = window.runs.form()
     requested: list[tuple[str, dict]] = []
-    window.runs.runRequested.disconnect(window.run_job)  # no runtime here: only what the form sends matters
+    window.runs.runRequested.disconnect(window.controller.run)  # no runtime here: only what the form sends matters
     window.runs.runRequested.connect(lambda job, params: requested.append((job, params)))
     form.widgets["epochs"].lineEdit().selectAll()
     qtbot.keyClicks(form.widgets["epochs"].lineEdit(), "100000")

@@ -55,7 +55,7 @@ def test_a_fits_loss_and_save_log_go_through_the_panels_own_methods(qtbot, tmp_p
     qtbot.addWidget(window)
     window.runs.select_job("fit")
     window.runs.job_started("fit")
-    window._on_events([events.Metric(name="loss", step=1, value=0.5, job_id="j"),
+    window.controller.deliver([events.Metric(name="loss", step=1, value=0.5, job_id="j"),
                        events.Metric(name="loss", step=2, value=0.25, job_id="j")])
     assert window.runs.result.live_losses == [0.5, 0.25]
     file_menu = window.menuBar().actions()[0].menu()

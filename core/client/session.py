@@ -141,7 +141,7 @@ class Session:
         """`sampler`: the process's one telemetry sampler (the window's graphs, its device map and an exporter all
         subscribe to it), told the run's pid as it changes; none in a session without telemetry (the CLI, a
         test)."""
-        self.sampler = sampler
+        self.sampler: Sampler | None = None
         self.nvml_gpus: list[GpuSnapshot] = []   # NVML's GPUs, read once when the sampler starts
         self.draft = DeviceConfig()
         self.applied: DeviceConfig | None = None
@@ -156,9 +156,17 @@ class Session:
         self._subscribers: dict[type[Change] | None, list[Callable[[Any], None]]] = {}
         self._lock = threading.Lock()
         if sampler is not None:
-            self.subscribe(RunPidChanged, lambda change: sampler.set_runtime_pid(change.value))
+            self.attach_sampler(sampler)
 
     # -- telemetry -------------------------------------------------------------------------------
+    def attach_sampler(self, sampler: Sampler) -> None:
+        """The session's sampler (one only): it samples for the run's pid, as the session has it."""
+        if self.sampler is not None:
+            raise ValueError("the session has its sampler already")
+        self.sampler = sampler
+        sampler.set_runtime_pid(self.run_pid)
+        self.subscribe(RunPidChanged, lambda change: sampler.set_runtime_pid(change.value))
+
     def start_telemetry(self) -> None:
         """Start sampling; NVML's GPUs (name, bus id, memory) are read once here, for the inventory too."""
         if self.sampler is not None:

@@ -194,7 +194,7 @@ class Sample:
 class Sampler:
     """Samples every `interval` seconds on a thread; each subscriber (`subscribe`, or `on_sample`) gets each
     Sample on that thread. One sampler serves every reader in a process: the window's graphs, its device map
-    and an exporter subscribe to the same one (core.client.app_model owns the window's)."""
+    and an exporter subscribe to the same one (core.client.session.Session owns the window's)."""
 
     def __init__(self, on_sample: Callable[[Sample], None] | None = None, *, interval: float = DEFAULT_INTERVAL_S,
                  nvml: Nvml | None = None, history: History | None = None):
