@@ -392,11 +392,11 @@ class ConfigPanel(QWidget):
         """The fields in a scroll area that scrolls down, never sideways (what cannot shrink, a GPU's split rows,
         widens the dock instead), with Apply and Copy as Python pinned below them, in sight however far the
         fields scroll."""
-        self.scroll = DownScrollArea(self)
+        self.scroll_area = DownScrollArea(self)
         body = QWidget()
         column = QVBoxLayout(body)
         column.setContentsMargins(0, 0, 0, 4)
-        column.addWidget(self.scroll, 1)
+        column.addWidget(self.scroll_area, 1)
         own = self.layout()
         for pinned in (self.stale_label, self.apply_button, self.snippet_button):
             if own is not None:

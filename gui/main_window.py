@@ -3,18 +3,16 @@ the window routes nothing between them."""
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
-from PySide6.QtWidgets import QDialog, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import QDialog, QDockWidget, QMainWindow, QMessageBox, QWidget
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import PendingRun, RunManager
 from tf_device_panel.core.client.session import RunStateChanged
-from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileError, load_profile, save_profile
+from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.devices.telemetry import Sampler
 from tf_device_panel.gui.about import show_about
@@ -29,6 +27,7 @@ from tf_device_panel.gui.log_handler import WindowLogHandler
 from tf_device_panel.gui.log_panel import LogPanel
 from tf_device_panel.gui.machines_panel import MachinesPanel
 from tf_device_panel.gui.memory_panel import MemoryPanel
+from tf_device_panel.gui.profiles import APPLIED_KEY, Profiles
 from tf_device_panel.gui.runs_panel import RunsPanel
 from tf_device_panel.gui.status_bar import RuntimeStatusBar
 from tf_device_panel.gui.window_layout import LAYOUT_VERSION, WindowLayout
@@ -36,7 +35,6 @@ from tf_device_panel.gui.window_layout import LAYOUT_VERSION, WindowLayout
 from tf_device_panel import resources
 
 ORGANIZATION, APPLICATION = "TF Device Panel", "tf-device-panel"
-APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 # The docks of panels that are no part of the session (their declarations here, beside the dock list).
 HISTORY_DOCK = DockSpec("history", "History", RIGHT, hidden=True)
 DOCTOR_DOCK = DockSpec("doctor", "Doctor", RIGHT, "Doctor (why no GPU?)", tab_with="history", hidden=True)
@@ -52,12 +50,8 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(QIcon(str(resources.path("icons/tf-device-panel.svg"))))
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
-        self.profile_path: Path | None = None
         self.closing = False
         self.status = RuntimeStatusBar(self, self.apply_current)
-        self.notices, self.logged_warnings = self.status.notices, self.status.logged_warnings
-        self.runtime_label, self.restart_button = self.status.runtime_label, self.status.restart_button
-        self.warnings_button = self.status.warnings_button
         # Installed before the panels start their threads, so the first sampler or NVML warning is shown too.
         self.log_handler = WindowLogHandler(self.status.show_logged)
         self.log_handler.install()
@@ -80,13 +74,13 @@ class MainWindow(QMainWindow):
         self.machines = MachinesPanel(self.settings)
         self.device_map = DeviceMapPanel()
         self.setCentralWidget(self.runs)
+        self.profiles = Profiles(self, self.settings, self.config_panel, self.notify, self.flash)
         dock_list: list[tuple[DockSpec, QWidget]] = [
             (DevicesPanel.DOCK, self.devices), (ConfigPanel.DOCK, self.config_panel.dock_body()),
             (LogPanel.DOCK, self.log), (HISTORY_DOCK, self.history_panel), (DOCTOR_DOCK, self.doctor),
             (MemoryPanel.DOCK, self.memory), (MachinesPanel.DOCK, self.machines),
             (DeviceMapPanel.DOCK, self.device_map)]
         self.docks = {spec.name: self._dock(spec, body) for spec, body in dock_list}
-        self.config_scroll = self.config_panel.scroll
         for spec, _body in dock_list:
             if spec.tab_with:
                 self.tabifyDockWidget(self.docks[spec.tab_with], self.docks[spec.name])
@@ -119,14 +113,11 @@ class MainWindow(QMainWindow):
         self.dock_layout.restore()
         if profile is not None:
             self.open_profile(profile)
-        elif self.settings.value("last_profile"):
-            last = str(self.settings.value("last_profile"))
-            if Path(last).is_file():
-                self.open_profile(last, quiet=True)
-        if profile is None:
+        else:
+            self.profiles.open_last()
             # The configuration last applied, as it was (the profile may have been changed after it was opened):
             # the first spare warms with it.
-            restored = self._saved_applied_config()
+            restored = self.profiles.applied_last_time()
             if restored is not None:
                 self.config_panel.set_config(restored)
         if start_runtime:
@@ -159,9 +150,9 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
-        self._action(file_menu, "&Open profile…", self._open_dialog, QKeySequence.StandardKey.Open)
-        self._action(file_menu, "&Save profile", self.save_profile, QKeySequence.StandardKey.Save)
-        self._action(file_menu, "Save profile &as…", self._save_as_dialog, QKeySequence.StandardKey.SaveAs)
+        self._action(file_menu, "&Open profile…", self.profiles.open_dialog, QKeySequence.StandardKey.Open)
+        self._action(file_menu, "&Save profile", lambda: self.profiles.save(), QKeySequence.StandardKey.Save)
+        self._action(file_menu, "Save profile &as…", self.profiles.save_as_dialog, QKeySequence.StandardKey.SaveAs)
         file_menu.addSeparator()
         self._action(file_menu, "Copy configuration as &Python…", self.show_snippet)
         self._action(file_menu, "S&hare a GPU…", self.show_share)
@@ -199,17 +190,6 @@ class MainWindow(QMainWindow):
         return action
 
     # -- configuration and runtime -----------------------------------------------------------------
-    def _saved_applied_config(self) -> DeviceConfig | None:
-        saved = self.settings.value(APPLIED_KEY)
-        if not saved:
-            return None
-        try:
-            return DeviceConfig.from_json(json.loads(str(saved)))
-        except (ValueError, ConfigError) as exc:  # from another version, or edited by hand: say so, start fresh
-            logging.getLogger(__name__).warning("The configuration applied last time could not be restored (%s)",
-                                                exc)
-            return None
-
     def apply_current(self) -> None:
         if self.config_panel.problems:
             self._show_problem("Fix the configuration problems shown in red before applying.")
@@ -225,7 +205,7 @@ class MainWindow(QMainWindow):
                 return
         self.manager.apply(config)  # the panels hear of it from the session (AppliedChanged)
         self.session.mark_applied(config)
-        self.settings.setValue(APPLIED_KEY, json.dumps(config.to_json()))
+        self.profiles.remember_applied(config)
         self._refresh_status()
 
     @property
@@ -279,47 +259,10 @@ class MainWindow(QMainWindow):
 
     # -- profiles ----------------------------------------------------------------------------------
     def open_profile(self, path: str | Path, quiet: bool = False) -> bool:
-        try:
-            config = load_profile(path)
-        except ProfileError as exc:
-            if not quiet:
-                self._profile_error("Cannot open profile", exc)
-            return False
-        self.profile_path = Path(path)
-        self.config_panel.set_config(config)
-        self.settings.setValue("last_profile", str(self.profile_path))
-        self.setWindowTitle(f"TF Device Panel — {self.profile_path.name}")
-        return True
-
-    def _profile_error(self, title: str, exc: ProfileError) -> None:
-        self.notify(title, f"{exc.path}\n\n" + "\n".join(f"• {p}" for p in exc.problems))
-
-    def _open_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open profile", str(self.profile_path or ""), "Profiles (*.json)")
-        if path:
-            self.open_profile(path)
+        return self.profiles.open(path, quiet)
 
     def save_profile(self, path: str | Path | None = None) -> bool:
-        target = Path(path) if path else self.profile_path
-        if target is None:
-            return self._save_as_dialog()
-        try:
-            save_profile(self.config_panel.config(), target)
-        except ProfileError as exc:
-            self._profile_error("Profile not saved", exc)
-            return False
-        except OSError as exc:
-            self.notify("Profile not saved", f"{target}: {exc.strerror}")
-            return False
-        self.profile_path = target
-        self.settings.setValue("last_profile", str(target))
-        self.flash(f"Saved {target}", 5000)
-        return True
-
-    def _save_as_dialog(self) -> bool:
-        path, _ = QFileDialog.getSaveFileName(self, "Save profile as", str(self.profile_path or "profile.json"),
-                                              "Profiles (*.json)")
-        return self.save_profile(path) if path else False
+        return self.profiles.save(path)
 
     def show_snippet(self) -> QDialog:
         return self.config_panel.show_snippet()
@@ -353,4 +296,4 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-__all__ = ["APPLICATION", "LAYOUT_VERSION", "ORGANIZATION", "MainWindow"]
+__all__ = ["APPLICATION", "APPLIED_KEY", "LAYOUT_VERSION", "ORGANIZATION", "MainWindow"]

@@ -137,8 +137,8 @@ def main() -> int:
     runs = window.runs
     # The Configuration: a profile opened, the logical CPUs typed, then Apply pressed.
     if args.config is not None and not window.open_profile(args.config):
-        print(f"screenshot.py: --config {args.config}: {window.notices[-1] if window.notices else 'not opened'}",
-              file=sys.stderr)
+        notices = window.status.notices
+        print(f"screenshot.py: --config {args.config}: {notices[-1] if notices else 'not opened'}", file=sys.stderr)
         return 2
     cpus = args.cpus if args.cpus is not None else (None if args.config else 2)
     if cpus is not None:

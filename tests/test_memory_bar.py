@@ -112,7 +112,7 @@ def test_the_configuration_dock_shows_its_fields_whole_once_a_gpu_is_split(qtbot
     (editor,) = window.config_panel.gpu_editors
     editor.add_split(2048)
     editor.add_split(4096)
-    viewport = window.config_scroll.viewport()
+    viewport = window.config_panel.scroll_area.viewport()
 
     def cut() -> list[tuple[str, int, int]]:  # what reaches past the dock's visible width
         rights = [(type(widget).__name__, widget.mapTo(viewport, widget.rect().topRight()).x())

@@ -305,7 +305,8 @@ def test_a_describe_run_that_dies_leaves_the_window_ready(qtbot, tmp_path: Path,
         describer, spare = made
         spare.warm_up()
         describer.warm_up()
-        qtbot.waitUntil(lambda: "devices being listed" in window.runtime_label.full_text())  # the warm spare is shown
+        # the warm spare is shown
+        qtbot.waitUntil(lambda: "devices being listed" in window.status.runtime_label.full_text())
         assert window.runs.run_button.text() == "Run when ready"
         # on its reader thread, as a real process's exit comes
         reader = threading.Thread(target=describer.exit, name="reader",
@@ -315,7 +316,7 @@ def test_a_describe_run_that_dies_leaves_the_window_ready(qtbot, tmp_path: Path,
         assert manager.state == "ready"
         qtbot.waitUntil(lambda: window.runs.run_button.text() == "Run")  # no refresh by hand: the window is told
         assert window.runs.run_button.isEnabled()
-        assert any("Could not list the devices" in notice for notice in window.notices)
+        assert any("Could not list the devices" in notice for notice in window.status.notices)
         for box in window.findChildren(QMessageBox, "notice"):
             box.close()  # as a user would
     finally:

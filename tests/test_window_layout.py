@@ -81,7 +81,7 @@ def test_a_long_error_widens_nothing_and_nothing_scrolls_sideways(qtbot, window:
     window.runs.job_finished(failed("matmul", f"Could not satisfy device specification '/GPU:2': {LONG}"))
     window.devices.show_message("<b>The runtime died.</b> " + LONG)
     window.config_panel.set_gpus([], "TensorFlow said: " + LONG)
-    window.runtime_label.setText("Runtime exited: " + LONG)  # after set_gpus, which refreshes the status
+    window.status.runtime_label.setText("Runtime exited: " + LONG)  # after set_gpus, which refreshes the status
     window.log.add_events([])
     settle(qtbot, window)
     after = widths(window)
@@ -89,7 +89,7 @@ def test_a_long_error_widens_nothing_and_nothing_scrolls_sideways(qtbot, window:
     assert sideways_scroll_bars(window) == []
     # The failure once: the status line says how the run ended, the result area the whole message, wrapped.
     assert window.runs.status.text() == "Failed in 1.50 s"
-    assert window.runtime_label.is_elided()
+    assert window.status.runtime_label.is_elided()
     view = window.runs.result
     assert view.error.isVisible() and not view.error.detail.isVisible()
     summary = view.error.summary
