@@ -18,10 +18,8 @@ from tf_device_panel.gui.main_window import MainWindow
 
 WINDOW = Path(__file__).parent.parent / "gui" / "main_window.py"
 PANELS = {"devices", "config_panel", "runs", "log", "history_panel", "doctor", "memory", "machines", "device_map"}
-# Reach-ins left to the helpers who own the code around them (issue 22): the Run button's state read by
-# run_again (the run lifecycle's), and the Configuration's pinned Apply/Copy buttons (the configuration panel's).
-NOT_YET = {("runs", "run_button"), ("config_panel", "snippet_button"), ("config_panel", "stale_label"),
-           ("config_panel", "apply_button")}
+# Reach-ins left to the helpers who own the code around them: none since the panels wire themselves (issue 30).
+NOT_YET: set[tuple[str, str]] = set()
 
 
 def reach_ins() -> list[str]:
