@@ -94,6 +94,10 @@ def test_the_draft_the_applied_configuration_and_staleness() -> None:
     assert session.is_stale
     session.mark_applied(edited)
     assert not session.is_stale and [c.value for c in applied] == [first, edited]
+    again = DeviceConfig(memory_growth=True, cpu_devices=3)
+    session.mark_applied(again)  # applied again, equal: still news (the runtime restarts with it)
+    session.mark_applied(again)  # the very same object: none
+    assert [c.value for c in applied] == [first, edited, again] and applied[-1].value is again
 
 
 def test_listeners_get_each_value_in_order_until_they_unsubscribe() -> None:

@@ -131,6 +131,10 @@ CHANGE_OF_FIELD: dict[str, type[Change]] = {cls.field_name: cls for cls in (
     DraftChanged, AppliedChanged, ManagerStateChanged, SpareChanged, PendingChanged, RunPidChanged, ReadyChanged,
     InventoryChanged, SelectedJobChanged, RunStateChanged)}
 
+# Fields whose equal value is no news. The others are news whenever set to another object: applying a
+# configuration equal to the applied one still restarts the runtime, and the panels start afresh with it.
+SAME_WHEN_EQUAL = frozenset({"draft", "manager_state", "run_pid", "selected_job"})
+
 C = TypeVar("C", bound=Change)
 
 
@@ -211,7 +215,7 @@ class Session:
             raise KeyError("the run state changes only by `fold`")
         old = getattr(self, name)
         setattr(self, name, value)  # even when equal: its owner may ask `is` of it (the manager does)
-        if old is value or (type(old) is type(value) and old == value):
+        if old is value or (name in SAME_WHEN_EQUAL and type(old) is type(value) and old == value):
             return None
         return kind(value)  # type: ignore[call-arg]  # every field's event takes its new value
 
