@@ -18,7 +18,6 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager, Submission
 from tf_device_panel.core.client.runtime import BUSY, EXITED, NOT_STARTED, READY, STARTING, RuntimeState
 from tf_device_panel.core.client.session import CHANGE_OF_FIELD, Change, Session
-from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
 
@@ -40,7 +39,7 @@ class RuntimeController(QObject):
         self._watchers: dict[type[Change], list[Callable[[Any], None]]] = {}
         self._changed.connect(self._dispatch)  # queued when emitted on another thread
         self.session.subscribe_all(self._relay)
-        self.pump = EventPump(self._emit_batch)
+        self.pump = EventPump(self.eventsArrived.emit)  # emitted on the pump's thread: queued to `deliver`
         self.eventsArrived.connect(self.deliver)
         self.manager.subscribe(events=self.pump.put, state=self._state_changed,
                                job_started=self.jobStarted.emit, waiting_refused=self.waitingRefused.emit,
@@ -76,10 +75,17 @@ class RuntimeController(QObject):
 
     def deliver(self, batch: list[Event]) -> None:
         """A batch of the run's events, on the GUI thread: folded into the session once (every panel draws
-        what the run state made of it), then the pump may send the next."""
+        what the run state made of it); then the state it moved and the run it ended are said, and the pump may
+        send the next."""
         try:
-            runtime = self.manager.runtime
-            self.session.fold(batch, tf_lines=lambda: runtime.tf_lines() if runtime is not None else [])
+            run, runtime = self.manager.job_run, self.manager.runtime
+            changes = self.session.fold(batch, tf_lines=lambda: runtime.tf_lines() if runtime is not None else [])
+            # Said after the batch, so the window never shows "ready" before the devices it lists.
+            if changes.moves_a_process:
+                self.stateChanged.emit(str(self.manager.state))
+            if run is not None and any(finished.job_id == run.job_id for finished in changes.finished):
+                self.jobFinished.emit(run.outcome)
+                self.stateChanged.emit(str(self.manager.state))
         finally:
             self.pump.batch_done()
 
@@ -90,24 +96,13 @@ class RuntimeController(QObject):
         # GUI thread, so the window still sees the job finish.
         rest = self.pump.close(self.manager.stop_timeout_s if timeout is None else timeout)
         if rest:
-            self._emit_batch(rest)
+            self.deliver(rest)
 
     def _state_changed(self, state: RuntimeState) -> None:
         # Asked on the GUI thread (Apply, Run): said at once. Reached on a reader thread: said after the batch
         # holding the event that moved it, so the window never shows "ready" before the devices it lists.
         if QThread.currentThread() is self.thread():
             self.stateChanged.emit(str(state))
-
-    def _emit_batch(self, batch: list[Event]) -> None:
-        self.eventsArrived.emit(batch)
-        run = self.manager.job_run
-        for event in batch:
-            match event:
-                case events.Warm() | events.Ready() | events.RuntimeExited() | events.StartupError():
-                    self.stateChanged.emit(str(self.manager.state))
-                case events.JobFinished(job_id=job_id) if run is not None and job_id == run.job_id:
-                    self.jobFinished.emit(run.outcome)
-                    self.stateChanged.emit(str(self.manager.state))
 
 
 __all__ = ["BUSY", "EXITED", "NOT_STARTED", "READY", "STARTING", "RuntimeController"]

@@ -103,3 +103,26 @@ def test_the_applied_configuration_and_the_run_pid_are_the_sessions_alone(qtbot,
         assert pids == [4242, None] and window.session.sampler.runtime_pid is None
     finally:
         window.close()
+
+
+def test_a_jobs_end_is_said_once_the_batch_that_held_it_is_drawn(qtbot, tmp_path: Path) -> None:
+    """The controller reads the run state's fold of a batch, not the batch: the end of the job comes once the
+    panels have drawn the batch that held it, and the state it moved after it."""
+    window, made = fake_window(qtbot, tmp_path)
+    seen_at_end: list[tuple[str, bool, str]] = []
+    window.controller.jobFinished.connect(lambda outcome: seen_at_end.append(
+        (outcome.status, window.session.run_state.finished is not None, window.manager.state)))
+    try:
+        window.apply(DeviceConfig())
+        made[-1].warm_up()
+        qtbot.waitUntil(window.runs.run_button.isEnabled, timeout=5000)
+        assert window.controller.run("matmul", {}) == "started"
+        running = made[-2]
+        reader = threading.Thread(target=running.finish_job, name="runtime-reader-3")
+        reader.start()
+        reader.join()
+        qtbot.waitUntil(lambda: len(seen_at_end) == 1, timeout=5000)
+        assert seen_at_end[0][:2] == ("ok", True)
+        assert window.runs.states["matmul"].status == "Finished in 0.50 s"  # the runs panel took the outcome
+    finally:
+        window.close()

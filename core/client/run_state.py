@@ -61,6 +61,7 @@ class RunChanges:
     output: list[tuple[str, bool]] = field(default_factory=list)        # (text, partial) of this run's job
     device_changes: bool = False   # op counts, fallbacks or TensorFlow's memory: what the device map draws
     # Of the whole batch, whichever run they came from (a run's report, progress and end are news as they come):
+    warmed: bool = False                                               # a process said it is warm
     readies: list[events.Ready] = field(default_factory=list)
     progress: events.Progress | None = None                           # the latest
     losses: list[tuple[int, float]] = field(default_factory=list)      # (step, loss) of the "loss" metric
@@ -68,6 +69,11 @@ class RunChanges:
     startup_errors: list[events.StartupError] = field(default_factory=list)
     exits: list[events.RuntimeExited] = field(default_factory=list)
     finished: list[events.JobFinished] = field(default_factory=list)
+
+    @property
+    def moves_a_process(self) -> bool:
+        """The batch held news of a process's own state: warm, ready, rejected at start-up, or exited."""
+        return bool(self.warmed or self.readies or self.startup_errors or self.exits)
 
 
 class RunState:
@@ -128,6 +134,8 @@ class RunState:
             changes.output.clear()
             changes.device_changes = True
         match event:
+            case events.Warm():
+                changes.warmed = True
             case events.Ready(pid=pid):
                 self.pid = pid
                 changes.readies.append(event)
