@@ -38,7 +38,7 @@ class RuntimeController(QObject):
         self.session = self.manager.session
         self._watchers: dict[type[Change], list[Callable[[Any], None]]] = {}
         self._changed.connect(self._dispatch)  # queued when emitted on another thread
-        self.session.subscribe_all(self._relay)
+        self._stop_relaying = self.session.subscribe_all(self._relay)
         self.pump = EventPump(self.eventsArrived.emit)  # emitted on the pump's thread: queued to `deliver`
         self.eventsArrived.connect(self.deliver)
         self.manager.subscribe(events=self.pump.put, state=self._state_changed,
@@ -97,6 +97,7 @@ class RuntimeController(QObject):
         rest = self.pump.close(self.manager.stop_timeout_s if timeout is None else timeout)
         if rest:
             self.deliver(rest)
+        self._stop_relaying()  # a process stopping late tells the session, never this closed window
 
     def _state_changed(self, state: RuntimeState) -> None:
         # Asked on the GUI thread (Apply, Run): said at once. Reached on a reader thread: said after the batch
