@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged
+from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.runproc.jobs import JOBS, ParamError
 from tf_device_panel.gui import view_settings
@@ -137,7 +137,7 @@ class RunsPanel(QWidget):
         super().__init__(parent)
         self.devices: list[str] = []
         self.forms: dict[str, ParamForm] = {}
-        self.configuration: Any = DeviceConfig()
+        self.session = Session()  # the applied configuration's owner: its own until `wire` gives the window's
         self.job_list = QListWidget()
         for spec in JOBS.values():
             item = QListWidgetItem(spec.title)
@@ -318,11 +318,15 @@ class RunsPanel(QWidget):
         two = max(form.two_column_width() for form in self.forms.values())
         return self.minimumSizeHint().width() + max(two - one, 0)
 
-    def show_configuration(self, config: Any) -> None:
-        """The configuration the runs use: forms with a switch of their own say that it overrides it."""
-        self.configuration = config
+    @property
+    def configuration(self) -> DeviceConfig:
+        """The configuration the runs use (the session's applied one)."""
+        return self.session.applied or DeviceConfig()
+
+    def show_configuration(self) -> None:
+        """Forms with a switch of their own say that it overrides the configuration's."""
         for form in self.forms.values():
-            form.show_configuration(config)
+            form.show_configuration(self.configuration)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
@@ -475,7 +479,8 @@ class RunsPanel(QWidget):
         link.jobStarted.connect(self.job_started)
         link.waitingRefused.connect(self._waiting_refused)  # a method: queued from the reader's thread
         link.jobFinished.connect(self.job_finished)
-        link.on(AppliedChanged, lambda change: self.show_configuration(change.value) if change.value else None)
+        self.session = link.session
+        link.on(AppliedChanged, lambda _change: self.show_configuration())
         link.on(InventoryChanged, lambda change: self.set_devices(
             [d["short_name"] for d in change.ready.logical] if change.ready is not None else []))
         link.on(RunStateChanged, self._run_news)
