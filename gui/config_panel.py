@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -19,9 +19,26 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.config import DeviceConfig, Field, GpuInfo, Kind, Problem, config_fields, split_field
+from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, Session
+from tf_device_panel.core.config import (
+    DeviceConfig,
+    Field,
+    GpuInfo,
+    Kind,
+    Problem,
+    config_fields,
+    split_field,
+    to_python_snippet,
+)
+from tf_device_panel.core.devices.gpus import tf_gpu_messages
+from tf_device_panel.gui.docks import LEFT, DockSpec
 from tf_device_panel.gui.form_builder import Editor, build_editor, setting_declared
 from tf_device_panel.gui.memory_bar import MemoryBar
+from tf_device_panel.gui.widgets import DownScrollArea, code_dialog
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QDialog
+    from tf_device_panel.gui.controller import RuntimeController
 
 
 class GpuEditor(QGroupBox):
@@ -108,6 +125,8 @@ class ConfigPanel(QWidget):
     `inputs` and `field_problems` are keyed by the settings' own names.
     """
 
+    DOCK = DockSpec("config", "Configuration", LEFT, "Configuration (before TF initializes)", tab_with="devices",
+                    raised=True)
     changed = Signal()
     applyRequested = Signal(object)
 
@@ -117,7 +136,7 @@ class ConfigPanel(QWidget):
         self.settings = {setting.key: setting for setting in config_fields(config_type)}
         self.gpus: list[GpuInfo] = []
         self.gpu_editors: list[GpuEditor] = []
-        self.applied: DeviceConfig | None = None
+        self.session = Session()  # the applied configuration's owner: its own until `wire` gives the window's
         self.problems: list[Problem] = []
         self._loading = False
         # The draft the widgets edit: settings the form has no widget for (the version) are kept from it.
@@ -291,12 +310,12 @@ class ConfigPanel(QWidget):
 
     # -- stale state -----------------------------------------------------------------------------
     @property
+    def applied(self) -> DeviceConfig | None:
+        return self.session.applied
+
+    @property
     def is_stale(self) -> bool:
         return self.applied is not None and self.config() != self.applied
-
-    def mark_applied(self, config: DeviceConfig) -> None:
-        self.applied = config
-        self._update_stale()
 
     def _update_stale(self) -> None:
         if self.is_stale:
@@ -308,3 +327,47 @@ class ConfigPanel(QWidget):
     def _request_apply(self) -> None:
         if not self.problems:
             self.applyRequested.emit(self.config())
+
+    def show_snippet(self) -> QDialog:
+        dialog = code_dialog(self.window(), "Configuration as Python",
+                             "Paste this at the very top of your training script, before anything imports "
+                             "TensorFlow's devices:", to_python_snippet(self.config()), object_name="snippet-dialog")
+        dialog.show()
+        return dialog
+
+    # -- the dock, wired to the session --------------------------------------------------------------
+    def dock_body(self) -> QWidget:
+        """The fields in a scroll area that scrolls down, never sideways (what cannot shrink, a GPU's split rows,
+        widens the dock instead), with Apply and Copy as Python pinned below them, in sight however far the
+        fields scroll."""
+        self.scroll_area = DownScrollArea(self)
+        body = QWidget()
+        column = QVBoxLayout(body)
+        column.setContentsMargins(0, 0, 0, 4)
+        column.addWidget(self.scroll_area, 1)
+        own = self.layout()
+        for pinned in (self.stale_label, self.apply_button, self.snippet_button):
+            if own is not None:
+                own.removeWidget(pinned)
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(8, 0, 8, 0)
+        buttons.addWidget(self.apply_button)
+        buttons.addWidget(self.snippet_button)
+        column.addWidget(self.stale_label)
+        column.addLayout(buttons)
+        return body
+
+    def wire(self, link: RuntimeController) -> None:
+        self.session = link.session
+        self.snippet_button.clicked.connect(self.show_snippet)
+        self.changed.connect(self._draft_changed)
+        link.on(AppliedChanged, lambda _change: self._update_stale())
+        link.on(InventoryChanged, self._inventory)
+
+    def _draft_changed(self) -> None:
+        if not self.problems:  # a draft with problems is no configuration yet
+            self.session.set_draft(self.config())
+
+    def _inventory(self, change: InventoryChanged) -> None:
+        reasons = tf_gpu_messages(list(change.tf_lines))[-2:]
+        self.set_gpus(change.value.gpu_infos(), "TensorFlow said: " + " / ".join(reasons) if reasons else "")

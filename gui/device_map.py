@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
-from tf_device_panel.core.client.run_state import RunState
+from tf_device_panel.core.client.run_state import RunChanges, RunState
+from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
@@ -34,6 +35,11 @@ from tf_device_panel.gui.device_map_layout import (
     devices_from_ready,
     layout_device_map,
 )
+from tf_device_panel.gui.docks import BOTTOM, DockSpec
+from tf_device_panel.gui.worker import to_gui_thread
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.controller import RuntimeController
 
 FALLBACK_COLOR = "#d97706"
 RUN_COLOR = "#8fa3bf"      # what the run's process holds: a neutral slate, unlike any device's colour
@@ -249,10 +255,12 @@ class DeviceMapPanel(QWidget):
     """The map in a vertical scroll area: the window gives it a ready runtime's devices; the runtime's events
     and the telemetry samples then fill in op counts and memory."""
 
+    DOCK = DockSpec("map", "Device map", BOTTOM, tab_with="log", raised=True)
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
-        self._run_pid: int | None = None
+        self._reported_by: int | None = None  # the pid of the process whose ready report the map draws
         self.run_state = RunState()  # fed only when the map is used on its own (the window passes its own)
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
@@ -286,7 +294,7 @@ class DeviceMapPanel(QWidget):
         `inventory` its GPUs matched to NVML's (by bus id), for each GPU's memory and NVML index. The report's
         pid is the run's process, whose NVML per-process memory each GPU's bar then shows."""
         self._tf_index_of = {gpu.nvml_index: gpu.tf_index for gpu in inventory.gpus if gpu.nvml_index is not None}
-        self._run_pid = ready.pid
+        self._reported_by = ready.pid
         self.canvas.devices = devices_from_ready(ready, ready.config or config, inventory.totals_by_tf_index())
         self.canvas.ops.clear()
         self.canvas.memory.clear()
@@ -297,21 +305,39 @@ class DeviceMapPanel(QWidget):
                           "exact figures.")
         self.canvas.refresh()
 
-    def on_events(self, batch: list[Event], state: RunState | None = None) -> None:
-        """Op counts, fallbacks and TensorFlow's memory as the run state has them. `state`: the window's, already
-        fed this batch; a map used on its own feeds its own."""
-        finished = [e for e in batch if isinstance(e, events.JobFinished) and e.rss_mib]
+    def on_events(self, batch: list[Event]) -> None:
+        """A batch fed to the map's own run state (a map used on its own; the window's map is wired to the
+        window's session instead)."""
+        self.show_run_news(self.run_state.apply_all(batch), self.run_state)
+
+    def show_run_news(self, changes: RunChanges, state: RunState, *, redraw: bool = False) -> None:
+        """Op counts, fallbacks and TensorFlow's memory as the run state has them; `redraw`: even when the batch
+        changed none (a ready report's new devices start empty, the state keeps what the run placed)."""
+        finished = [e for e in changes.finished if e.rss_mib]
         if finished:
             # The job's own figure as it ended: the CPU box says the run's resident memory after every job,
             # not only after one long enough for a sample to have read it while it ran.
             self.canvas.memory["CPU"] = float(finished[-1].rss_mib or 0)
-        if state is None:
-            state = self.run_state
-            if not state.apply_all(batch).device_changes:
-                if finished:
-                    self.canvas.refresh()
-                return
-        self.show_run(state)
+        if changes.device_changes or redraw:
+            self.show_run(state)
+        elif finished:
+            self.canvas.refresh()
+
+    # -- wired to the session --------------------------------------------------------------------------
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, link: RuntimeController) -> None:
+        self._link = link
+        link.on(InventoryChanged, self._inventory)
+        link.on(RunStateChanged, lambda change: self.show_run_news(change.changes, change.value, redraw=True))
+        if link.session.sampler is not None:
+            self._unsubscribe_samples = link.session.sampler.subscribe(to_gui_thread(self.on_sample, self))
+
+    def _inventory(self, change: InventoryChanged) -> None:
+        if change.ready is not None:
+            applied = self._link.session.applied
+            self.set_devices(change.ready, applied.to_json() if applied else None, change.value)
 
     def show_run(self, state: RunState) -> None:
         self.canvas.ops = Counter(state.ops_per_device)
@@ -324,22 +350,17 @@ class DeviceMapPanel(QWidget):
         """Live memory of each physical device: on a GPU what the run's process holds (NVML's per-process
         memory) and all processes; on the host the runtime's resident memory. Once the run's process has
         exited, its last reading stays, marked as such: the picture after a job is what the job had."""
-        live = self._run_pid is not None and sample.runtime_pid == self._run_pid
+        live = self._reported_by is not None and sample.runtime_pid == self._reported_by
         for gpu in sample.gpus:
             tf_index = self._tf_index_of.get(gpu.index)
-            if tf_index is None or self._run_pid is None:
+            if tf_index is None or self._reported_by is None:
                 continue
             last = self.canvas.use.get(tf_index, GpuUse())
             if not live:
                 self.canvas.use[tf_index] = GpuUse(last.run_mib, last.others_mib, run_ended=True)
                 continue
-            if gpu.processes is None:  # NVML could not list them: no reading, not "nothing held"
-                self.canvas.use[tf_index] = GpuUse(None)
-                continue
-            own = [p.used_mib for p in gpu.processes if p.pid == self._run_pid]
-            run = float(own[0]) if own and own[0] is not None else (None if own else 0.0)
-            others = sum(p.used_mib or 0 for p in gpu.processes if p.pid != self._run_pid)
-            self.canvas.use[tf_index] = GpuUse(run, float(others))
+            held = sample.held_on(gpu)  # the sample's figure for its run's process, as the graphs draw it
+            self.canvas.use[tf_index] = GpuUse(None) if held is None else GpuUse(held.run_mib, held.others_mib)
         # The run's own process only (0: it has exited and awaits its parent, a zombie); after it, its figure at
         # the job's end (JobFinished) stays, as the GPU bars keep theirs.
         if live and sample.host.runtime_rss_mib:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html as html_text
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
@@ -13,13 +16,20 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged
 from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.colors import device_color
+from tf_device_panel.gui.docks import LEFT, DockSpec
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.controller import RuntimeController
 
 
 class DevicesPanel(QWidget):
+    DOCK = DockSpec("devices", "Devices", LEFT)
     doctorRequested = Signal()  # "Why? Ask the Doctor…", shown when TensorFlow sees no GPU
 
     def __init__(self, parent: QWidget | None = None):
@@ -89,6 +99,35 @@ class DevicesPanel(QWidget):
 
     def show_message(self, html: str) -> None:
         self.note.setText(html)
+
+    # -- wired to the session ------------------------------------------------------------------------
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, link: RuntimeController) -> None:
+        self._link = link
+        link.on(InventoryChanged, lambda change: self.show_devices(change.ready, change.value, list(change.tf_lines))
+                if change.ready is not None else None)
+        link.on(AppliedChanged, self._starting)
+        link.on(RunStateChanged, self._run_news)
+
+    def _starting(self, change: AppliedChanged) -> None:
+        if change.value is not None:
+            self.show_message("Starting a TensorFlow runtime with: " + change.value.summary())
+
+    def _run_news(self, change: RunStateChanged) -> None:
+        for error in change.changes.startup_errors:
+            self.show_message(f"<b style='color:#d33'>{html_text.escape(wording.startup_error(error))}</b>")
+        for exited in change.changes.exits:
+            if exited.expected and not exited.killed_for_cancel:
+                continue  # a planned exit (replaced, stopped) is news to no one
+            self.show_message(f"<b style='color:#d33'>The runtime {exited.description}.</b>")
+            applied = self._link.session.applied
+            if exited.killed_for_cancel and applied is not None:
+                # Like a notebook kernel, the next run gets a fresh runtime with the same configuration (the
+                # manager's spare).
+                self.show_message("The job did not stop in time, so its runtime was killed. The next run gets "
+                                  "a fresh runtime with: " + applied.summary())
 
 
 def _esc(text: str) -> str:

@@ -28,7 +28,7 @@ from tf_device_panel.core.client.run_memory import peaks_text, run_peaks
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.log_panel import LogPanel
+from tf_device_panel.gui.log_view import LogView as LogPanel
 from tf_device_panel.gui.memory_compare import MemoryCompareDialog
 from tf_device_panel.gui.result_view import ResultView
 

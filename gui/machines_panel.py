@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
+from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.worker import Worker, create_worker
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,9 @@ class MachinesPanel(QWidget):
 
     updated = Signal()
 
+    # Hidden at first: it fetches only once shown (`on_shown`), so a window without a lab asks no network.
+    DOCK = DockSpec("machines", "Machines (lab)", RIGHT, hidden=True)
+
     def __init__(self, settings: QSettings | None = None, *, refresh_s: float = REFRESH_S,
                  source_factory: Callable[[str, str], Source] | None = None):
         super().__init__()
@@ -323,6 +327,12 @@ class MachinesPanel(QWidget):
         self.settings.setValue("machines/kind", self.kind.currentText())
         self.settings.setValue("machines/address", self.address.text())
         self.settings.setValue("machines/columns", self.columns.value())
+
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, _link: object) -> None:
+        """The lab's machines are no part of the window's session: nothing to subscribe to."""
 
     def on_shown(self, shown: bool) -> None:
         """Connect to the remembered source, if any, once the dock is shown: a window whose user never opens the

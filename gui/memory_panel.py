@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -37,18 +37,22 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.run_state import RunChanges, RunState
+from tf_device_panel.core.client.run_state import RunChanges
+from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.devices.inventory import DeviceInventory
-from tf_device_panel.core.devices.nvml import Nvml
-from tf_device_panel.core.devices.telemetry import History, Marker, Sample, Sampler
-from tf_device_panel.core.protocol import events
+from tf_device_panel.core.devices.nvml import GpuSample, Nvml
+from tf_device_panel.core.devices.telemetry import HeldOnGpu, History, Marker, Sample, Sampler
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.decimation import columns_for
+from tf_device_panel.gui.docks import BOTTOM, DockSpec
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
 from tf_device_panel.gui.widgets import move_in_layout
 from tf_device_panel.gui.worker import to_gui_thread
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.controller import RuntimeController
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500
@@ -218,25 +222,25 @@ class MarkerLines(pg.GraphicsObject):
         painter.restore()
 
 
-def gpu_process_text(gpu: Any, runtime_pid: int | None) -> str:
+def gpu_process_text(gpu: GpuSample, held: HeldOnGpu | None) -> str:
     """"this run holds 522 of 81,559 MiB", from NVML's per-process figures ("" when it cannot say)."""
     total = gpu.memory_total_mib
-    if runtime_pid is None or total is None or gpu.processes is None:
+    if held is None or total is None:
         return ""
-    held = [p.used_mib for p in gpu.processes if p.pid == runtime_pid]
-    if not held:
+    if not held.listed:
         return f"this run holds nothing of {total:,.0f} MiB"
-    if held[0] is None:
+    if held.run_mib is None:
         return "this run's memory: N/A (the driver does not say)"
-    return f"this run holds {held[0]:,.0f} of {total:,.0f} MiB ({100 * held[0] / total:.0f} %)"
+    return f"this run holds {held.run_mib:,.0f} of {total:,.0f} MiB ({100 * held.run_mib / total:.0f} %)"
 
 
 class MemoryPanel(QWidget):
+    DOCK = DockSpec("memory", "Memory (live)", BOTTOM, tab_with="log")
     sampleShown = Signal(object)  # each telemetry Sample, on the GUI thread, once the table shows it
 
     def __init__(self, nvml: Nvml | None = None, *, sampler: Sampler | None = None, interval_s: float = 0.5,
                  start: bool = True, parent: QWidget | None = None):
-        """`sampler`: the process's one sampler (core.client.app_model.AppModel's), which its owner starts and
+        """`sampler`: the process's one sampler (core.client.session.Session's), which its owner starts and
         stops; without one the panel samples with a sampler of its own (`nvml`, `interval_s`)."""
         super().__init__(parent)
         self._sampled = to_gui_thread(self._on_sample, self)  # the sampler calls it on its own thread
@@ -244,7 +248,9 @@ class MemoryPanel(QWidget):
         self.sampler = sampler if sampler is not None else Sampler(interval=interval_s, nvml=nvml)
         self._unsubscribe: Callable[[], None] | None = None
         self.history: History = self.sampler.history
-        self.run_state = RunState()  # fed only when the panel is used on its own (the window passes what changed)
+        # The run's pid and markers come from a session: the panel's own when it is used on its own, the
+        # window's once `wire` gives it (that session's sampler is this panel's).
+        self.session = Session(self.sampler)
         self.paused = False
         self.last_sample: Sample | None = None
         self.redraws = 0
@@ -519,7 +525,7 @@ class MemoryPanel(QWidget):
             if plot is None:
                 continue
             title = self.gpu_titles.get(key, key)
-            held = gpu_process_text(gpu, sample.runtime_pid)
+            held = gpu_process_text(gpu, sample.held_on(gpu))
             text = f"{title} — {held}" if held else title
             if self._titles_shown.get(key) != text:  # setting a title re-lays out its HTML
                 self._titles_shown[key] = text
@@ -579,23 +585,29 @@ class MemoryPanel(QWidget):
         if self.table.maximumHeight() != height:
             self.table.setMaximumHeight(height)
 
-    def on_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
-        """`changes`: what the window's run state made of the batch (its markers: a runtime's start and exit, a
-        job's start, end and error); a panel used on its own feeds a state of its own."""
-        if changes is None:
-            changes = self.run_state.apply_all(batch)
+    def on_events(self, batch: list[Event]) -> None:
+        """A batch fed to the panel's own session (a panel used on its own; the window's panel is wired to the
+        window's session instead): the sampler follows the run's pid, the graphs its markers and figures."""
+        self.show_run_news(self.session.fold(batch))
+
+    def show_run_news(self, changes: RunChanges) -> None:
+        """What the run state made of a batch: its markers (a runtime's start and exit, a job's start, end and
+        error) and TensorFlow's memory figures."""
         for marker in changes.markers:
             self.history.mark(marker.time, marker.kind, marker.label)
-        for event in batch:
-            match event:
-                case events.Ready(pid=pid):
-                    self.sampler.set_runtime_pid(pid)
-                case events.RuntimeExited():
-                    self.sampler.set_runtime_pid(None)
-                case events.TfMemory(device=device, current_mib=current, peak_mib=peak):
-                    self.history.record(event.time, {f"tf{device}.current_mib": current,
-                                                     f"tf{device}.peak_mib": peak})
-                    self._ensure_tf_curves(device)
+        for figures in changes.tf_memory:
+            device = figures.device
+            self.history.record(figures.time, {f"tf{device}.current_mib": figures.current_mib,
+                                               f"tf{device}.peak_mib": figures.peak_mib})
+            self._ensure_tf_curves(device)
+
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, link: RuntimeController) -> None:
+        self.session = link.session
+        link.on(RunStateChanged, lambda change: self.show_run_news(change.changes))
+        link.on(InventoryChanged, lambda change: self.set_inventory(change.value))
 
     def set_inventory(self, inventory: DeviceInventory) -> None:
         """A ready run's logical GPUs: on which NVML GPU each lives (the inventory matched them by PCI bus id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.catalogue import JOBS, ParamError
 from tf_device_panel.core.client.run_record import JobOutcome
+from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.console_view import ConsoleView
@@ -44,6 +45,9 @@ from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.job_state import JobState
 from tf_device_panel.gui.result_view import ResultView
 from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.controller import RuntimeController
 
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
 
@@ -133,7 +137,7 @@ class RunsPanel(QWidget):
         super().__init__(parent)
         self.devices: list[str] = []
         self.forms: dict[str, ParamForm] = {}
-        self.configuration: Any = DeviceConfig()
+        self.session = Session()  # the applied configuration's owner: its own until `wire` gives the window's
         self.job_list = QListWidget()
         for spec in JOBS.values():
             item = QListWidgetItem(spec.title)
@@ -247,11 +251,11 @@ class RunsPanel(QWidget):
         layout.addWidget(splitter)
 
         self.job_list.currentRowChanged.connect(self._show_form)
-        self.run_button.clicked.connect(self._request_run)
+        self.run_button.clicked.connect(self.request_run)
         self.stop_button.clicked.connect(self.stopRequested)
         run_shortcut = QShortcut(QKeySequence("Ctrl+R"), self)
         run_shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
-        run_shortcut.activated.connect(self._request_run)
+        run_shortcut.activated.connect(self.request_run)
         stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         stop_shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
         stop_shortcut.activated.connect(self._request_stop)
@@ -314,11 +318,15 @@ class RunsPanel(QWidget):
         two = max(form.two_column_width() for form in self.forms.values())
         return self.minimumSizeHint().width() + max(two - one, 0)
 
-    def show_configuration(self, config: Any) -> None:
-        """The configuration the runs use: forms with a switch of their own say that it overrides it."""
-        self.configuration = config
+    @property
+    def configuration(self) -> DeviceConfig:
+        """The configuration the runs use (the session's applied one)."""
+        return self.session.applied or DeviceConfig()
+
+    def show_configuration(self) -> None:
+        """Forms with a switch of their own say that it overrides the configuration's."""
         for form in self.forms.values():
-            form.show_configuration(config)
+            form.show_configuration(self.configuration)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
@@ -434,7 +442,9 @@ class RunsPanel(QWidget):
             if name in form.widgets:
                 form.set_value(name, value)
 
-    def _request_run(self) -> None:
+    def request_run(self) -> None:
+        """Run the selected job with its form's values, as a press of Run does: the form checks them first,
+        and nothing happens while Run is disabled."""
         if not self.run_button.isEnabled():
             return
         spec = JOBS[self.current_job]
@@ -459,6 +469,44 @@ class RunsPanel(QWidget):
     def _request_stop(self) -> None:
         if self.stop_button.isEnabled():
             self.stop_button.click()
+
+    # -- wired to the session and the run manager ----------------------------------------------------
+    def wire(self, link: RuntimeController) -> None:
+        self._link = link
+        self.runRequested.connect(link.run)
+        self.stopRequested.connect(self._stop)
+        link.jobQueued.connect(self.job_queued)
+        link.jobStarted.connect(self.job_started)
+        link.waitingRefused.connect(self._waiting_refused)  # a method: queued from the reader's thread
+        link.jobFinished.connect(self.job_finished)
+        self.session = link.session
+        link.on(AppliedChanged, lambda _change: self.show_configuration())
+        link.on(InventoryChanged, lambda change: self.set_devices(
+            [d["short_name"] for d in change.ready.logical] if change.ready is not None else []))
+        link.on(RunStateChanged, self._run_news)
+        self.job_list.currentRowChanged.connect(lambda _row: link.session.set("selected_job", self.current_job))
+        link.session.set("selected_job", self.current_job)
+
+    def _waiting_refused(self, _job: str, reason: str) -> None:
+        self.cancel_queued(reason)
+
+    def _stop(self) -> None:
+        manager = self._link.manager
+        if manager.cancel_waiting():
+            self.cancel_queued()
+        elif manager.cancel():
+            self.show_stopping(manager.cancel_grace_s)
+
+    def _run_news(self, change: RunStateChanged) -> None:
+        news = change.changes
+        if news.progress is not None:
+            self.show_progress(news.progress.done, news.progress.total, news.progress.message)
+        for step, loss in news.losses:
+            self.add_live_loss(step, loss)
+        # The running job's own lines to its console (a spare's start-up lines have no job id: never there).
+        run = self._link.manager.job_run
+        if news.output and run is not None and run.job_id is not None and run.job_id == change.value.job_id:
+            self.add_output(run.outcome.job, news.output)
 
     # -- run state -------------------------------------------------------------------------------
     # Each job keeps its own JobState; the status line, progress bar and clock show the selected job's.

@@ -137,8 +137,8 @@ def main() -> int:
     runs = window.runs
     # The Configuration: a profile opened, the logical CPUs typed, then Apply pressed.
     if args.config is not None and not window.open_profile(args.config):
-        print(f"screenshot.py: --config {args.config}: {window.notices[-1] if window.notices else 'not opened'}",
-              file=sys.stderr)
+        notices = window.status.notices
+        print(f"screenshot.py: --config {args.config}: {notices[-1] if notices else 'not opened'}", file=sys.stderr)
         return 2
     cpus = args.cpus if args.cpus is not None else (None if args.config else 2)
     if cpus is not None:
@@ -301,7 +301,7 @@ def replay_h100(args: argparse.Namespace) -> int:
     def tick() -> None:
         now = time.monotonic()
         if not state["fed"]:
-            window._on_events(batch)  # the slot the controller's batches arrive at
+            window.controller.deliver(batch)  # the slot the controller's batches arrive at
             state["fed"] = now
             return
         canvas = window.device_map.canvas
@@ -310,7 +310,7 @@ def replay_h100(args: argparse.Namespace) -> int:
             # The run's process exits after its job (each run has its own): NVML no longer lists it.
             fake.processes[0] = []
             fake.used = [0] * args.gpus
-            window._on_events([events.RuntimeExited(returncode=0, expected=True, description="exited")])
+            window.controller.deliver([events.RuntimeExited(returncode=0, expected=True, description="exited")])
             state["exited"] = now
         elif state["exited"] and now - state["exited"] > max(args.delay, 1.5):
             shot = app.primaryScreen().grabWindow(0)

@@ -275,11 +275,11 @@ def test_a_run_without_placements_says_why_where_they_would_be(qtbot, window: Ma
     result = {"kind": "cluster", "strategy": "ParameterServerStrategy", "workers": 2, "loss": [0.5, 0.4],
               "steps": 2, "steps_per_s": 9.0, "addresses": {}, "variables": {}, "values": {}}
     window.runs.job_started("parameter-server")
-    window._on_job_finished(JobOutcome("parameter-server", {"log_placement": False}, {"log_placement": True},
+    window.controller.jobFinished.emit(JobOutcome("parameter-server", {"log_placement": False}, {"log_placement": True},
                                        status="ok", result=result))
     assert "own “Log placement” switch was off" in window.log.summary.text()
     window.runs.job_started("matmul")
-    window._on_job_finished(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
+    window.controller.jobFinished.emit(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
                                        result={"matrix": [[1.0]], "device": "/CPU:0"}))
     assert "“Log device placement” is off in the Configuration" in window.log.summary.text()
 
@@ -303,7 +303,7 @@ def test_presentation_mode_at_1280x720_shows_the_result_and_the_whole_device_map
         return {"name": f"/job:localhost/replica:0/task:0/device:CPU:{index}", "short_name": f"/CPU:{index}",
                 "device_type": "CPU"}
 
-    window._on_events([events.Ready(
+    window.controller.deliver([events.Ready(
         tf_version="2.21.0", python="3.12.3", pid=4242, build={"is_cuda_build": True},
         physical=({"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0, "visible": True},),
         logical=(cpu(0), cpu(1)), config={"cpu_devices": 2})])

@@ -295,11 +295,11 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
     batch = [report(2), events.JobStarted(job="matmul", job_id="j"),
              *[placed("/CPU:0")] * 3, *[placed("/CPU:1")] * 2,
              events.JobFinished(job="matmul", status="ok", job_id="j")]
-    window._on_events(batch)  # the slot the controller's batches arrive at
+    window.controller.deliver(batch)  # the slot the controller's batches arrive at
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
     assert "3 ops" in window.device_map.canvas.current_map().segment("/CPU:0").lines
     # the next run's report resets the map (a new configuration's devices), and its own placements count anew
-    window._on_events([report(1), events.JobStarted(job="m", job_id="k"), placed("/CPU:0").replace(job_id="k")])
+    window.controller.deliver([report(1), events.JobStarted(job="m", job_id="k"), placed("/CPU:0").replace(job_id="k")])
     assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
     window.close()
 
@@ -462,7 +462,7 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
 
     report = h100_info(gpus, [2048, 4096], pid=4242).replace(tf_version="2.21.0", python="3.12",
                                                              build={"is_cuda_build": True})
-    window._on_events([report, events.JobStarted(job="memory", job_id="j"),
+    window.controller.deliver([report, events.JobStarted(job="memory", job_id="j"),
                        *[placed("/GPU:0")] * 25, *[placed("/CPU:0")] * 2,
                        events.TfMemory(device="/GPU:0", current_mib=512.0, peak_mib=512.0),
                        events.JobFinished(job="memory", status="ok", job_id="j")])
@@ -521,7 +521,7 @@ def test_the_placement_table_and_the_device_map_count_the_same_run(qtbot, tmp_pa
                                 device=full(short), mode="eager", job_id=job_id)
 
     first = ready(cpus=2).replace(job_id="a")
-    window._on_events([first, events.JobStarted(job="matmul", job_id="a"), *[placed("/CPU:0", "a")] * 4,
+    window.controller.deliver([first, events.JobStarted(job="matmul", job_id="a"), *[placed("/CPU:0", "a")] * 4,
                        events.JobFinished(job="matmul", status="ok", job_id="a"),
                        ready(cpus=2).replace(job_id="b"), events.JobStarted(job="matmul", job_id="b"),
                        placed("/CPU:1", "b"), placed("/CPU:1", "b")])

@@ -105,9 +105,9 @@ def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: 
     QTest.keyClicks(spin, "0")
     QTest.keyClick(spin, Qt.Key.Key_Tab)
     settle(qtbot)
-    bar = window.config_scroll.horizontalScrollBar()
+    bar = window.config_panel.scroll_area.horizontalScrollBar()
     assert window.config_panel.problems and bar.maximum() == 0 and bar.value() == 0
-    assert window.config_panel.width() <= window.config_scroll.viewport().width()
+    assert window.config_panel.width() <= window.config_panel.scroll_area.viewport().width()
     for label in window.config_panel.findChildren(QLabel):
         if label.isVisible() and label.text():
             assert label.visibleRegion().boundingRect().width() == label.width(), label.text()

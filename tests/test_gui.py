@@ -26,7 +26,7 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.log_panel import MAX_LOG_LINES
+from tf_device_panel.gui.log_view import MAX_LOG_LINES
 from tf_device_panel.gui.main_window import MainWindow
 
 READY_TIMEOUT_MS = 120_000
@@ -115,20 +115,20 @@ def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_erro
 def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window)
     panel = window.config_panel
-    assert not panel.is_stale and "STALE" not in window.runtime_label.text()
+    assert not panel.is_stale and "STALE" not in window.status.runtime_label.text()
     # The status bar said "all GPUs" on a machine with none (CI has none; a GPU machine checks the other branch).
     has_gpu = any(d["device_type"] == "GPU" for d in window.manager.devices.physical)
-    assert ("all GPUs" in window.runtime_label.text()) == has_gpu
-    assert ("no GPU on this machine" in window.runtime_label.text()) == (not has_gpu)
+    assert ("all GPUs" in window.status.runtime_label.text()) == has_gpu
+    assert ("no GPU on this machine" in window.status.runtime_label.text()) == (not has_gpu)
     # A passing message no longer takes the runtime's state out of sight.
-    state = window.runtime_label.text()
+    state = window.status.runtime_label.text()
     window.flash("Saved /tmp/profile.json")
-    assert window.current_message() == "Saved /tmp/profile.json" and window.runtime_label.text() == state
+    assert window.current_message() == "Saved /tmp/profile.json" and window.status.runtime_label.text() == state
     panel.inputs["cpu_devices"].setValue(3)
-    assert panel.is_stale and "STALE" in window.runtime_label.text()
+    assert panel.is_stale and "STALE" in window.status.runtime_label.text()
     assert "Apply" in panel.stale_label.text()
     apply_and_wait(qtbot, window)
-    assert not panel.is_stale and "STALE" not in window.runtime_label.text()
+    assert not panel.is_stale and "STALE" not in window.status.runtime_label.text()
 
     panel.set_config(DeviceConfig(memory_growth=True, virtual_gpus={0: (1024,)}))
     growth = panel.field_problems["memory_growth"]
@@ -138,7 +138,8 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     pid = window.manager.runtime.pid
     window.apply_current()  # the menu action too refuses, without starting a runtime
     assert window.manager.runtime.pid == pid
-    assert "Fix the configuration problems" in window.notices[-1] and dismiss_notices(window) == ["TF Device Panel"]
+    assert "Fix the configuration problems" in window.status.notices[-1]
+    assert dismiss_notices(window) == ["TF Device Panel"]
 
 
 def test_a_scripts_output_is_under_its_result_and_run_waits_for_the_spare(qtbot, window: MainWindow,
@@ -196,11 +197,11 @@ def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
 def test_killed_runtime_is_reported_and_restartable(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window)
     os.kill(window.manager.runtime.pid, signal.SIGKILL)
-    qtbot.waitUntil(lambda: "SIGKILL" in window.runtime_label.text(), timeout=20_000)
-    assert window.restart_button.isVisible() and not window.runs.run_button.isEnabled()
-    qtbot.mouseClick(window.restart_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "SIGKILL" in window.status.runtime_label.text(), timeout=20_000)
+    assert window.status.restart_button.isVisible() and not window.runs.run_button.isEnabled()
+    qtbot.mouseClick(window.status.restart_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.manager.state == "ready", timeout=READY_TIMEOUT_MS)
-    assert not window.restart_button.isVisible()
+    assert not window.status.restart_button.isVisible()
 
 
 def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainWindow, tmp_path) -> None:
@@ -226,7 +227,7 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
                     timeout=READY_TIMEOUT_MS)
     assert window.manager.runtime.config.cpu_devices == 2
     qtbot.waitUntil(window.runs.run_button.isEnabled, timeout=5000)
-    assert not window.restart_button.isVisible()
+    assert not window.status.restart_button.isVisible()
 
 
 def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) -> None:
@@ -275,7 +276,7 @@ def test_closing_mid_run_stops_job_and_runtime(qtbot, window: MainWindow) -> Non
 
 
 def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Path, monkeypatch) -> None:
-    warnings = window.notices
+    warnings = window.status.notices
     broken = tmp_path / "broken.json"
     broken.write_text("{oops")
     assert not window.open_profile(broken)
@@ -312,10 +313,10 @@ def test_a_warning_logged_on_another_thread_shows_in_the_window(qtbot, window: M
     worker.join(10)
     qtbot.waitUntil(lambda: message in window.current_message(), timeout=5000)
     assert thread_names == ["test-sampler"]
-    assert f"Warning: {message}" in window.notices and window.warnings_button.isVisible()
+    assert f"Warning: {message}" in window.status.notices and window.status.warnings_button.isVisible()
     # The INFO record was logged first on the same thread, so it would have arrived first: it was never sent.
-    assert not any("for the terminal only" in notice for notice in window.notices)
-    qtbot.mouseClick(window.warnings_button, Qt.MouseButton.LeftButton)
+    assert not any("for the terminal only" in notice for notice in window.status.notices)
+    qtbot.mouseClick(window.status.warnings_button, Qt.MouseButton.LeftButton)
     box = window.findChild(QMessageBox, "notice")
     assert box is not None and message in box.text()
     box.close()
@@ -350,7 +351,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
 
         win.apply(DeviceConfig(cpu_devices=2))
         wait(lambda: win.manager.state == "ready")
-        win.run_job("replicate", {})
+        win.controller.run("replicate", {})
         wait(lambda: finished)
         app.processEvents()
         win.close()
@@ -555,7 +556,7 @@ def test_an_x_server_that_refuses_this_process_exits_2_with_one_line_before_qt(t
 
 def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWindow) -> None:
     """A machine with two GPUs where CUDA_VISIBLE_DEVICES=1,0 makes TF's order the reverse of NVML's."""
-    window.model.nvml_gpus = [
+    window.session.nvml_gpus = [
         GpuSnapshot(0, name="NVIDIA A100", pci_bus_id="00000000:01:00.0", memory_total_mib=40960),
         GpuSnapshot(1, name="NVIDIA L4", pci_bus_id="00000000:02:00.0", memory_total_mib=23034)]
     info = {"tf_version": "2.21.0", "python": "3.11", "pid": 1, "build": {"is_cuda_build": True},

@@ -78,7 +78,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     lint = _lint_script()
     clean = lint.stage(tmp_path / "clean")
     done = _contracts(clean)
-    assert done.returncode == 0 and "4 kept, 0 broken" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "5 kept, 0 broken" in done.stdout, done.stdout + done.stderr
 
     # Each plant must break exactly its contract: if the checker read the installed package instead of
     # the staged tree, or ignored function-level imports, these would pass.
@@ -93,7 +93,16 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
         f.write("\n\ndef _planted():\n    import tensorflow\n    return tensorflow\n")
     done = _contracts(gui_plant)
     assert done.returncode != 0 and "the window never imports TensorFlow" in done.stdout, done.stdout
-    assert "3 kept, 1 broken" in done.stdout, done.stdout
+    assert "4 kept, 1 broken" in done.stdout, done.stdout
+
+    # A panel that reaches another panel (even inside a function) breaks the panels' independence.
+    panel_plant = lint.stage(tmp_path / "panel-plant")
+    with (panel_plant / "tf_device_panel" / "gui" / "memory_panel.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    from tf_device_panel.gui import device_map\n    return device_map\n")
+    done = _contracts(panel_plant)
+    assert done.returncode != 0 and "the window's panels are independent of each other BROKEN" in done.stdout, (
+        done.stdout)
+    assert "4 kept, 1 broken" in done.stdout, done.stdout
 
     # The process layout: the run process's side never imports the panel's side, and what both sides share
     # imports neither.
@@ -107,7 +116,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
         with (tree / "tf_device_panel" / "core" / package / module).open("a") as f:
             f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
         done = _contracts(tree)
-        assert done.returncode != 0 and layout in done.stdout and "3 kept, 1 broken" in done.stdout, done.stdout
+        assert done.returncode != 0 and layout in done.stdout and "4 kept, 1 broken" in done.stdout, done.stdout
 
 
 def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
@@ -123,7 +132,7 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
         with (tree / "tf_device_panel" / package / module).open("a") as f:
             f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
         done = _contracts(tree)
-        assert done.returncode != 0 and broken in done.stdout and "3 kept, 1 broken" in done.stdout, (plant,
+        assert done.returncode != 0 and broken in done.stdout and "4 kept, 1 broken" in done.stdout, (plant,
                                                                                                      done.stdout)
 
     # The catalogue sits below the run process: its importing a job's code breaks the layers, and through the
@@ -132,4 +141,4 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
     with (tree / "tf_device_panel" / "core" / "catalogue" / "jobs.py").open("a") as f:
         f.write("\n\ndef _planted():\n    import tf_device_panel.core.runproc.jobs.basic\n    return None\n")
     done = _contracts(tree)
-    assert done.returncode != 0 and broken in done.stdout and "2 kept, 2 broken" in done.stdout, done.stdout
+    assert done.returncode != 0 and broken in done.stdout and "3 kept, 2 broken" in done.stdout, done.stdout

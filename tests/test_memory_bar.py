@@ -75,7 +75,7 @@ def window_with_an_h100(qtbot, tmp_path, size=(1280, 720), reserved_mib: int | N
     qtbot.addWidget(window)
     window.resize(*size)
     window.show()
-    window.model.nvml_gpus = [GpuSnapshot(0, name=H100_NAME, memory_total_mib=H100_TOTAL_MIB,
+    window.session.nvml_gpus = [GpuSnapshot(0, name=H100_NAME, memory_total_mib=H100_TOTAL_MIB,
                                           memory_reserved_mib=reserved_mib)]
     report = {"tf_version": "2.21.0", "python": "3.12", "pid": 1, "build": {"is_cuda_build": True},
               "physical": [{"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0},
@@ -83,7 +83,7 @@ def window_with_an_h100(qtbot, tmp_path, size=(1280, 720), reserved_mib: int | N
                             "device_name": H100_NAME}],
               "logical": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0",
                            "device_type": "GPU"}]}
-    window._on_events([events.from_json({"type": events.READY, "data": report})])
+    window.controller.deliver([events.from_json({"type": events.READY, "data": report})])
     window.docks["config"].show()
     window.docks["config"].raise_()
     return window
@@ -112,7 +112,7 @@ def test_the_configuration_dock_shows_its_fields_whole_once_a_gpu_is_split(qtbot
     (editor,) = window.config_panel.gpu_editors
     editor.add_split(2048)
     editor.add_split(4096)
-    viewport = window.config_scroll.viewport()
+    viewport = window.config_panel.scroll_area.viewport()
 
     def cut() -> list[tuple[str, int, int]]:  # what reaches past the dock's visible width
         rights = [(type(widget).__name__, widget.mapTo(viewport, widget.rect().topRight()).x())

@@ -118,7 +118,7 @@ def test_the_window_works_from_that_project(qtbot, tmp_path: Path, monkeypatch: 
     try:
         # Without the import-path guard the runtime imports the project's core/ and dies at start.
         qtbot.waitUntil(lambda: win.manager.state in ("ready", "exited"), timeout=120_000)
-        assert win.manager.state == "ready", win.notices
+        assert win.manager.state == "ready", win.status.notices
         qtbot.waitUntil(win.runs.run_button.isEnabled, timeout=10_000)
         win.runs.select_job("matmul")
         with qtbot.waitSignal(win.controller.jobFinished, timeout=120_000) as finished:

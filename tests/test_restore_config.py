@@ -43,5 +43,5 @@ def test_an_unreadable_saved_configuration_is_said_and_skipped(qtbot, tmp_path: 
     window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
     qtbot.addWidget(window)
     assert window.config_panel.config() == DeviceConfig()
-    qtbot.waitUntil(lambda: any("could not be restored" in warning for warning in window.logged_warnings))
+    qtbot.waitUntil(lambda: any("could not be restored" in warning for warning in window.status.logged_warnings))
     window.close()

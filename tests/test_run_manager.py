@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from fake_runtime import FakeProcess, fake_factory
-from tf_device_panel.core.client import runtime
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import (
     TRANSITIONS,
@@ -44,7 +43,6 @@ class Recorder:
 
 def make_manager(spares: int = 1, history: RunHistory | None = None) -> tuple[RunManager, list[FakeProcess], Recorder]:
     made: list[FakeProcess] = []
-    runtime._described.clear()  # each manager lists its own devices (this test's dict: `no_cached_devices`)
 
     def factory(config: DeviceConfig, on_event: Callable[[Event], None]) -> FakeProcess:
         made.append(FakeProcess(config, on_event))
@@ -65,12 +63,6 @@ def ready_window_manager(config: DeviceConfig | None = None) -> tuple[RunManager
     spare.warm_up()
     assert manager.state == RuntimeState.READY
     return manager, made, told
-
-
-@pytest.fixture(autouse=True)
-def no_cached_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test lists its own devices (the cache is per configuration, for the whole process)."""
-    monkeypatch.setattr(runtime, "_described", {})
 
 
 # -- the transition table ----------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from fake_runtime import FakeProcess, fake_factory
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication, QMessageBox
-from tf_device_panel.core.client import runtime
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_manager import RunManager
@@ -184,11 +183,11 @@ def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: M
     window.manager.job_run = run
     runs.select_job("script")
     runs.job_started("script")
-    window._handle_events([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
+    window.controller.deliver([log("7-1-1", "epoch 1 starting"), log("7-1-1", "step 3/20", partial=True)])
     console = runs.console
     assert console.view.toPlainText() == "epoch 1 starting" and console.live_plain == "step 3/20"
     assert console.live_line.isVisible()
-    window._handle_events([
+    window.controller.deliver([
         log("7-1-1", "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0", kind="placement",
             stream="stderr"),
         log("7-1-1", "step 20/20"), log("7-1-1", "done: loss 0.01"),
@@ -301,14 +300,14 @@ def test_a_cancel_that_had_to_kill_the_runtime_says_so(qtbot, tmp_path: Path) ->
 def test_a_describe_run_that_dies_leaves_the_window_ready(qtbot, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the device list, runs still work: the window says it and shows Run, not "Run when ready"."""
-    monkeypatch.setattr(runtime, "_described", {})  # not the list an earlier test's run cached: this one is listed
     window, manager, made = fake_window(qtbot, tmp_path, describe=True)
     try:
         window.apply(DeviceConfig())
         describer, spare = made
         spare.warm_up()
         describer.warm_up()
-        qtbot.waitUntil(lambda: "devices being listed" in window.runtime_label.full_text())  # the warm spare is shown
+        # the warm spare is shown
+        qtbot.waitUntil(lambda: "devices being listed" in window.status.runtime_label.full_text())
         assert window.runs.run_button.text() == "Run when ready"
         # on its reader thread, as a real process's exit comes
         reader = threading.Thread(target=describer.exit, name="reader",
@@ -318,7 +317,7 @@ def test_a_describe_run_that_dies_leaves_the_window_ready(qtbot, tmp_path: Path,
         assert manager.state == "ready"
         qtbot.waitUntil(lambda: window.runs.run_button.text() == "Run")  # no refresh by hand: the window is told
         assert window.runs.run_button.isEnabled()
-        assert any("Could not list the devices" in notice for notice in window.notices)
+        assert any("Could not list the devices" in notice for notice in window.status.notices)
         for box in window.findChildren(QMessageBox, "notice"):
             box.close()  # as a user would
     finally:

@@ -26,6 +26,7 @@ from tf_device_panel.core.client.runtime import (
     EXITED,
     READY,
     ConfigurationRejected,
+    DeviceDescriptions,
     RuntimeProcess,
     RuntimeUnavailable,
     describe_devices,
@@ -58,11 +59,13 @@ def test_a_spare_is_configured_but_not_initialized_and_leaves_quietly(start_runt
 
 def test_a_describe_run_lists_the_logical_devices_and_is_cached() -> None:
     config = DeviceConfig(cpu_devices=2)
-    info, _ = describe_devices(config)
+    descriptions = DeviceDescriptions()
+    info, _ = describe_devices(config, descriptions=descriptions)
     assert [d["short_name"] for d in info.logical] == ["/CPU:0", "/CPU:1"]
     assert info.logical[1]["name"] == "/job:localhost/replica:0/task:0/device:CPU:1"
     started = time.monotonic()
-    assert describe_devices(config)[0] is info and time.monotonic() - started < 1
+    assert describe_devices(config, descriptions=descriptions)[0] is info and time.monotonic() - started < 1
+    assert DeviceDescriptions().get(config) is None  # a cache of its owner's, not the process's
 
 
 def test_matmul_result_placements_then_exit(three_cpus: RuntimeProcess) -> None:

@@ -82,7 +82,7 @@ def test_a_long_error_widens_nothing_and_nothing_scrolls_sideways(qtbot, window:
     window.runs.job_finished(failed("matmul", f"Could not satisfy device specification '/GPU:2': {LONG}"))
     window.devices.show_message("<b>The runtime died.</b> " + LONG)
     window.config_panel.set_gpus([], "TensorFlow said: " + LONG)
-    window.runtime_label.setText("Runtime exited: " + LONG)  # after set_gpus, which refreshes the status
+    window.status.runtime_label.setText("Runtime exited: " + LONG)  # after set_gpus, which refreshes the status
     window.log.add_events([])
     settle(qtbot, window)
     after = widths(window)
@@ -90,7 +90,7 @@ def test_a_long_error_widens_nothing_and_nothing_scrolls_sideways(qtbot, window:
     assert sideways_scroll_bars(window) == []
     # The failure once: the status line says how the run ended, the result area the whole message, wrapped.
     assert window.runs.status.text() == "Failed in 1.50 s"
-    assert window.runtime_label.is_elided()
+    assert window.status.runtime_label.is_elided()
     view = window.runs.result
     assert view.error.isVisible() and not view.error.detail.isVisible()
     summary = view.error.summary
@@ -427,7 +427,7 @@ def test_out_of_range_values_are_refused_with_the_range_named(qtbot, window: Mai
     window.runs.select_job("fit")
     form = window.runs.form()
     requested: list[tuple[str, dict]] = []
-    window.runs.runRequested.disconnect(window.run_job)  # no runtime here: only what the form sends matters
+    window.runs.runRequested.disconnect(window.controller.run)  # no runtime here: only what the form sends matters
     window.runs.runRequested.connect(lambda job, params: requested.append((job, params)))
     form.widgets["epochs"].lineEdit().selectAll()
     qtbot.keyClicks(form.widgets["epochs"].lineEdit(), "100000")

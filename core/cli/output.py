@@ -15,8 +15,9 @@ from typing import Any, TextIO
 
 from tf_device_panel.core.catalogue import JobSpec
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.records import RunError, RunSummary
-from tf_device_panel.core.client.run_manager import ProcessFactory, RunProcess, runtime_process
+from tf_device_panel.core.client.run_manager import ProcessFactory, runtime_process
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import RunState
 from tf_device_panel.core.client.runtime import RuntimeProcess
@@ -51,7 +52,7 @@ def script_process_factory(stdout: TextIO, stderr: TextIO, script: bool) -> Proc
     if not (script and same_file(stdout, stderr)):
         return runtime_process
 
-    def together(config: DeviceConfig, on_event: Callable[[Event], None]) -> RunProcess:
+    def together(config: DeviceConfig, on_event: Callable[[Event], None]) -> ProcessHandle:
         return RuntimeProcess(config, on_event=on_event, script_streams_together=True)
 
     return together

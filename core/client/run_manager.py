@@ -33,18 +33,19 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.run_record import JobOutcome, JobRun
 from tf_device_panel.core.client.runtime import (
+    DeviceDescriptions,
     Lifecycle,
     RuntimeProcess,
     RuntimeState,
     RuntimeUnavailable,
-    cached_devices,
-    remember_devices,
 )
+from tf_device_panel.core.client.session import PendingRun, Session
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -53,39 +54,10 @@ CANCEL_GRACE_S = 5.0
 STOP_TIMEOUT_S = 5.0
 
 
-class RunProcess(Protocol):
-    """What the manager needs of a run process (`RuntimeProcess`, or a test's fake)."""
-
-    config: DeviceConfig
-
-    @property
-    def state(self) -> RuntimeState: ...
-    @property
-    def startup_error(self) -> events.StartupError | None: ...
-
-    @property
-    def pid(self) -> int | None: ...
-    @property
-    def warm(self) -> events.Warm | None: ...
-    @property
-    def exited(self) -> events.RuntimeExited | None: ...
-    def start(self) -> None: ...
-    def new_job_id(self) -> str: ...
-    def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
-               job_id: str | None = None) -> str: ...
-    def describe(self) -> None: ...
-    def cancel(self, grace: float = 5.0) -> None: ...
-    def kill(self, reason: str | None = None) -> None: ...
-    def stop(self, timeout: float = 5.0) -> None: ...
-    def recent_lines(self) -> list[str]: ...
-    def tf_lines(self) -> list[str]: ...
-    def failure_message(self) -> str: ...
+ProcessFactory = Callable[[DeviceConfig, Callable[[Event], None]], ProcessHandle]
 
 
-ProcessFactory = Callable[[DeviceConfig, Callable[[Event], None]], RunProcess]
-
-
-def runtime_process(config: DeviceConfig, on_event: Callable[[Event], None]) -> RunProcess:
+def runtime_process(config: DeviceConfig, on_event: Callable[[Event], None]) -> ProcessHandle:
     return RuntimeProcess(config, on_event=on_event)
 
 
@@ -165,6 +137,33 @@ TRANSITIONS: dict[tuple[RuntimeState, str], RuntimeState] = {
 }
 
 
+class SpareCondition(str, Enum):
+    """The spare as `_settle` reads it."""
+
+    NONE = "none"          # no spare: none could be started, or the pool is empty
+    WARMING = "warming"    # started, not yet usable
+    USABLE = "usable"      # warm as its own event said, and the configuration's devices are known
+    GONE = "gone"          # exited, or stopping
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# `_settle`'s two decisions, as tables: how the manager's state follows its spare, and what becomes of a job
+# waiting for the spare in each state (a state not listed: it keeps waiting).
+FOLLOW_THE_SPARE: dict[tuple[RuntimeState, SpareCondition], Trigger] = {
+    (S.STARTING, SpareCondition.NONE): Trigger.NO_SPARE,
+    (S.STARTING, SpareCondition.GONE): Trigger.SPARE_EXITED,
+    (S.READY, SpareCondition.GONE): Trigger.SPARE_EXITED,
+    (S.STARTING, SpareCondition.USABLE): Trigger.SPARE_READY,
+}
+WAITING_JOB: dict[RuntimeState, str] = {
+    S.READY: "hand over",
+    S.EXITED: "refuse",
+    S.NOT_STARTED: "refuse",
+}
+
+
 class Submission(str, Enum):
     STARTED = "started"    # handed to a warm process
     WAITING = "waiting"    # starts by itself once the process warming for it is ready
@@ -178,17 +177,6 @@ SPARE, DESCRIBE = "spare", "describe"
 
 
 STOP_BY_WINDOW = "Stop in the window"  # who cancels when the caller does not say (the window's Stop)
-
-
-@dataclass
-class PendingRun:
-    """A job asked for before a process was warm. With no spare pool the run owns its process from the start,
-    and so its record (`run`) starts then too; with a pool, its record starts when the spare takes it."""
-
-    job: str
-    params: dict[str, Any]
-    run: JobRun | None = None
-    cancelled: bool = False
 
 
 @dataclass
@@ -209,7 +197,8 @@ class RunManager:
 
     def __init__(self, history: RunHistory | None = None, *, spares: int = 1, describe: bool | None = None,
                  process_factory: ProcessFactory = runtime_process,
-                 cancel_grace_s: float = CANCEL_GRACE_S, stop_timeout_s: float = STOP_TIMEOUT_S):
+                 cancel_grace_s: float = CANCEL_GRACE_S, stop_timeout_s: float = STOP_TIMEOUT_S,
+                 session: Session | None = None):
         if spares not in (0, 1):
             raise ValueError(f"spares: a pool of 0 or 1 warm processes, not {spares}")
         self.history = history
@@ -221,28 +210,70 @@ class RunManager:
         self.cancel_grace_s = cancel_grace_s
         self.stop_timeout_s = stop_timeout_s
         self.listeners = ManagerCallbacks()
-        self.lifecycle = Lifecycle("run manager", TRANSITIONS)
-        self.spare: RunProcess | None = None       # warm (or warming) for the applied configuration
-        self.current: RunProcess | None = None     # the process of the last job handed over
-        self.describer: RunProcess | None = None
-        self.devices: events.Ready | None = None  # the applied configuration's devices, once known
-        self.applied: DeviceConfig | None = None
+        # The state, the spare, the applied configuration, its devices and the waiting job are the session's
+        # (the properties below): the manager decides them, the session holds them and tells who watches.
+        self.session = session if session is not None else Session()
+        self.lifecycle = Lifecycle("run manager", TRANSITIONS, self.session.manager_state)
+        self.descriptions = DeviceDescriptions()  # the devices each configuration made, as this manager saw them
+        self.current: ProcessHandle | None = None     # the process of the last job handed over
+        self.describer: ProcessHandle | None = None
         self.job_run: JobRun | None = None
-        self.pending: PendingRun | None = None
         self.start_problem: str | None = None  # why the last process could not be started at all
         self._lock = threading.RLock()
         self._outbox = threading.local()  # each thread's news, gathered under the lock, told once it is released
         self._shut_down = False  # no process starts after `shutdown`, whatever was queued before it
         self._retired: list[threading.Thread] = []
         self._generation = 0
-        self._warm: weakref.WeakSet[RunProcess] = weakref.WeakSet()  # processes whose `warm` event was taken
+        self._warm: weakref.WeakSet[ProcessHandle] = weakref.WeakSet()  # processes whose `warm` event was taken
         self._home = threading.current_thread()  # its processes live as long as it: started here, or
         self._starter = ProcessStarter()          # on the starter's thread when asked from a reader thread
 
-    # -- what the window reads -------------------------------------------------------------------
+    # -- the session's fields, as the manager writes them -----------------------------------------
     @property
     def state(self) -> RuntimeState:
-        return self.lifecycle.state
+        return self.session.manager_state
+
+    @property
+    def spare(self) -> ProcessHandle | None:
+        """Warm (or warming) for the applied configuration."""
+        return self.session.spare
+
+    @spare.setter
+    def spare(self, process: ProcessHandle | None) -> None:
+        self._put("spare", process)
+
+    @property
+    def applied(self) -> DeviceConfig | None:
+        return self.session.applied
+
+    @applied.setter
+    def applied(self, config: DeviceConfig | None) -> None:
+        self._put("applied", config)
+
+    @property
+    def devices(self) -> events.Ready | None:
+        """The applied configuration's devices, once known."""
+        return self.session.ready
+
+    @devices.setter
+    def devices(self, ready: events.Ready | None) -> None:
+        self._put("ready", ready)
+
+    @property
+    def pending(self) -> PendingRun | None:
+        return self.session.pending
+
+    @pending.setter
+    def pending(self, pending: PendingRun | None) -> None:
+        self._put("pending", pending)
+
+    def _put(self, name: str, value: Any) -> None:
+        """A session field set under the lock; its change is told with the rest of this thread's news."""
+        change = self.session.update(name, value)
+        if change is not None:
+            self._news().append(functools.partial(self.session.publish, change))
+
+    # -- what the window reads -------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
@@ -251,7 +282,7 @@ class RunManager:
                 and self.job_run is not None and not self.job_run.finished)
 
     @property
-    def runtime(self) -> RunProcess | None:
+    def runtime(self) -> ProcessHandle | None:
         """The process the window describes: the run in progress, else the spare."""
         return self.current if self.running else self.spare
 
@@ -302,7 +333,7 @@ class RunManager:
         self.devices = None
         self._fire(Trigger.APPLY)
         if self.describe_devices:
-            cached = cached_devices(config)
+            cached = self.descriptions.get(config)
             if cached is not None:
                 self.devices = cached[0]
                 self._tell_event(cached[0])
@@ -446,9 +477,11 @@ class RunManager:
 
     # -- the state machine -----------------------------------------------------------------------
     def _fire(self, trigger: Trigger) -> None:
-        before = self.lifecycle.state
+        before = self.session.manager_state
+        self.lifecycle.state = before  # the table is walked from the session's state: it holds the one copy
         after = self.lifecycle.fire(trigger)
         if after != before:
+            self._put("manager_state", after)
             self._later(self.listeners.state, after)
 
     def _spare_usable(self) -> bool:
@@ -457,29 +490,33 @@ class RunManager:
         return (spare is not None and spare in self._warm and spare.state == RuntimeState.READY
                 and (self.devices is not None or not self.describe_devices))
 
-    def _settle(self) -> None:
-        """Follow the spare: STARTING turns READY once it is usable, EXITED when it ended, NOT STARTED when
-        there is none; then the job waiting for it is handed over, or refused."""
+    def _spare_condition(self) -> SpareCondition:
         spare = self.spare
-        if self.state == RuntimeState.STARTING and spare is None:
-            self._fire(Trigger.NO_SPARE)
-        elif self.state in (RuntimeState.STARTING, RuntimeState.READY) and spare is not None and spare.state in (
-                RuntimeState.EXITED, RuntimeState.STOPPING):
-            self._fire(Trigger.SPARE_EXITED)
-        elif self.state == RuntimeState.STARTING and self._spare_usable():
-            self._fire(Trigger.SPARE_READY)
+        if spare is None:
+            return SpareCondition.NONE
+        if spare.state in (RuntimeState.EXITED, RuntimeState.STOPPING):
+            return SpareCondition.GONE
+        return SpareCondition.USABLE if self._spare_usable() else SpareCondition.WARMING
+
+    def _settle(self) -> None:
+        """Follow the spare (`FOLLOW_THE_SPARE`: STARTING turns READY once it is usable, EXITED when it ended,
+        NOT STARTED when there is none); then the job waiting for it is handed over, or refused
+        (`WAITING_JOB`)."""
+        trigger = FOLLOW_THE_SPARE.get((self.state, self._spare_condition()))
+        if trigger is not None:
+            self._fire(trigger)
         pending = self.pending
-        if pending is None:
+        decision = WAITING_JOB.get(self.state) if pending is not None else None
+        if pending is None or decision is None:
             return
-        if self.state == RuntimeState.READY:
-            self.pending = None
+        self.pending = None
+        if decision == "hand over":
             if self._hand_over(pending.job, pending.params, pending.run):
                 self._later(self.listeners.job_started, pending.job)
             else:
                 self._later(self.listeners.waiting_refused, pending.job,
                             "the runtime could not take it (see the message)")
-        elif self.state in (RuntimeState.EXITED, RuntimeState.NOT_STARTED):
-            self.pending = None
+        else:
             self._refuse_waiting(pending)
 
     def _refuse_waiting(self, pending: PendingRun) -> None:
@@ -496,10 +533,10 @@ class RunManager:
         self._later(self.listeners.waiting_refused, pending.job, reason)
 
     # -- processes -------------------------------------------------------------------------------
-    def _start(self, role: str) -> RunProcess | None:
+    def _start(self, role: str) -> ProcessHandle | None:
         assert self.applied is not None
         generation = self._generation
-        started: list[RunProcess] = []  # its events come only after start(), when this holds it
+        started: list[ProcessHandle] = []  # its events come only after start(), when this holds it
         process = self.process_factory(
             self.applied, lambda event: self._on_event(generation, role, started[0], event))
         started.append(process)
@@ -514,7 +551,7 @@ class RunManager:
             return None
         return process
 
-    def _retire(self, process: RunProcess) -> None:
+    def _retire(self, process: ProcessHandle) -> None:
         thread = threading.Thread(target=process.stop, args=(self.stop_timeout_s,), name="runtime-stop",
                                   daemon=True)
         thread.start()
@@ -547,12 +584,12 @@ class RunManager:
         return True
 
     # -- events (on a process's reader thread) ---------------------------------------------------
-    def _on_event(self, generation: int, role: str, process: RunProcess, event: Event) -> None:
+    def _on_event(self, generation: int, role: str, process: ProcessHandle, event: Event) -> None:
         with self._lock:
             self._take(generation, role, process, event)
         self._flush()
 
-    def _take(self, generation: int, role: str, process: RunProcess, event: Event) -> None:
+    def _take(self, generation: int, role: str, process: ProcessHandle, event: Event) -> None:
         """Events of replaced processes are dropped, except a running job's own, which its record and the
         window still need."""
         current = generation == self._generation
@@ -560,7 +597,7 @@ class RunManager:
             self._warm.add(process)
         self._record(process, event)
         if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
-            remember_devices(process.config, event, process.tf_lines())
+            self.descriptions.remember(process.config, event, process.tf_lines())
             if current:
                 self.devices = event
         if role == DESCRIBE:
@@ -573,7 +610,7 @@ class RunManager:
                 self._tell_event(event)  # a spare's planned exit (replaced, stopped) is news to no one
         self._settle()  # also for a replaced run's end: the state follows the new spare then
 
-    def _record(self, process: RunProcess, event: Event) -> None:
+    def _record(self, process: ProcessHandle, event: Event) -> None:
         run = self.job_run
         if run is None or run.finished:
             return
@@ -590,7 +627,7 @@ class RunManager:
         if self.state == RuntimeState.BUSY:
             self._fire(Trigger.JOB_ENDED)
 
-    def _take_description(self, process: RunProcess, event: Event, current: bool) -> None:
+    def _take_description(self, process: ProcessHandle, event: Event, current: bool) -> None:
         if isinstance(event, events.Warm):
             try:
                 process.describe()
@@ -606,7 +643,7 @@ class RunManager:
         elif isinstance(event, events.Ready):
             self._tell_event(event)
 
-    def _take_from_run(self, process: RunProcess, event: Event) -> None:
+    def _take_from_run(self, process: ProcessHandle, event: Event) -> None:
         if not (isinstance(event, events.RuntimeExited) and event.killed_for_cancel):
             self._tell_event(event)
             return

@@ -60,6 +60,20 @@ class RunChanges:
     markers: list[Marker] = field(default_factory=list)                  # of every run in the batch
     output: list[tuple[str, bool]] = field(default_factory=list)        # (text, partial) of this run's job
     device_changes: bool = False   # op counts, fallbacks or TensorFlow's memory: what the device map draws
+    # Of the whole batch, whichever run they came from (a run's report, progress and end are news as they come):
+    warmed: bool = False                                               # a process said it is warm
+    readies: list[events.Ready] = field(default_factory=list)
+    progress: events.Progress | None = None                           # the latest
+    losses: list[tuple[int, float]] = field(default_factory=list)      # (step, loss) of the "loss" metric
+    tf_memory: list[events.TfMemory] = field(default_factory=list)
+    startup_errors: list[events.StartupError] = field(default_factory=list)
+    exits: list[events.RuntimeExited] = field(default_factory=list)
+    finished: list[events.JobFinished] = field(default_factory=list)
+
+    @property
+    def moves_a_process(self) -> bool:
+        """The batch held news of a process's own state: warm, ready, rejected at start-up, or exited."""
+        return bool(self.warmed or self.readies or self.startup_errors or self.exits)
 
 
 class RunState:
@@ -70,6 +84,8 @@ class RunState:
         self.max_placement_rows = max_placement_rows
         self.markers: deque[Marker] = deque(maxlen=MAX_MARKERS)
         self.runs = 0  # how many runs began: a view that drew an earlier one knows to start afresh
+        # The process the memory graphs and the device map follow: a ready report's, none once it exited.
+        self.pid: int | None = None
         self._reset(None)
 
     def _reset(self, job_id: str | None) -> None:
@@ -118,7 +134,11 @@ class RunState:
             changes.output.clear()
             changes.device_changes = True
         match event:
-            case events.Ready():
+            case events.Warm():
+                changes.warmed = True
+            case events.Ready(pid=pid):
+                self.pid = pid
+                changes.readies.append(event)
                 self._mark(changes, event.time, "runtime-start", "runtime started")
             case events.JobStarted(job=job):
                 self.job = job
@@ -134,15 +154,25 @@ class RunState:
                 changes.device_changes = True
             case events.TfMemory(device=device):
                 self.tf_memory[device] = event
+                changes.tf_memory.append(event)
                 changes.device_changes = True
+            case events.Progress():
+                changes.progress = event
+            case events.Metric(name="loss", step=step, value=value):
+                changes.losses.append((int(step or 0), float(value)))
+            case events.StartupError():
+                changes.startup_errors.append(event)
             case events.Log() if event.job_id is not None:  # the job's lines (a spare's start-up lines have none)
                 self._output(changes, event)
             case events.JobFinished():
                 self.finished = event
+                changes.finished.append(event)
                 self._mark(changes, event.time, "job-end", wording.job_finished(event))
             case events.Error(error_type=error_type) if event.job_id is not None:
                 self._mark(changes, event.time, "error", error_type or "error")
             case events.RuntimeExited():
+                self.pid = None
+                changes.exits.append(event)
                 self._mark(changes, event.time, "runtime-exit", wording.runtime_exited(event))
 
     def apply_all(self, batch: Iterable[events.Event]) -> RunChanges:

@@ -642,23 +642,35 @@ class RuntimeProcess:
         return [finished] if error is None else [error, finished]
 
 
-_described: dict[str, tuple[events.Ready, list[str]]] = {}
-_described_lock = threading.Lock()
-
-
 def config_key(config: DeviceConfig) -> str:
     return json.dumps(config.to_json(), sort_keys=True)
 
 
-def cached_devices(config: DeviceConfig) -> tuple[events.Ready, list[str]] | None:
-    with _described_lock:
-        return _described.get(config_key(config))
+class DeviceDescriptions:
+    """The devices TensorFlow made of each configuration (its `Ready` report and TensorFlow's lines), as far as
+    one owner has seen: a run manager keeps its own, so two managers (two tests, a window and a CLI run) never
+    read each other's. Safe from any thread: reader threads remember, the window reads."""
+
+    def __init__(self) -> None:
+        self._described: dict[str, tuple[events.Ready, list[str]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, config: DeviceConfig) -> tuple[events.Ready, list[str]] | None:
+        with self._lock:
+            return self._described.get(config_key(config))
+
+    def remember(self, config: DeviceConfig, ready: events.Ready, lines: list[str]) -> None:
+        """A run's own `ready` event describes its configuration as well as a describe run would."""
+        with self._lock:
+            self._described[config_key(config)] = (ready, lines)
 
 
-def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[events.Ready, list[str]]:
-    """The devices TensorFlow makes of `config` (a short describe run, cached per configuration), and the
-    run's last output lines (TensorFlow's reasons when it sees no GPU). Raises RuntimeUnavailable."""
-    cached = cached_devices(config)
+def describe_devices(config: DeviceConfig, timeout: float = 180.0, *,
+                     descriptions: DeviceDescriptions | None = None) -> tuple[events.Ready, list[str]]:
+    """The devices TensorFlow makes of `config` (a short describe run; once per configuration with
+    `descriptions`), and the run's last output lines (TensorFlow's reasons when it sees no GPU). Raises
+    RuntimeUnavailable."""
+    cached = descriptions.get(config) if descriptions is not None else None
     if cached is not None:
         return cached
     runtime = RuntimeProcess(config)
@@ -673,12 +685,6 @@ def describe_devices(config: DeviceConfig, timeout: float = 180.0) -> tuple[even
     if runtime.ready is None:
         raise runtime.unavailable()
     described = (runtime.ready, runtime.recent_lines())
-    with _described_lock:
-        _described[config_key(config)] = described
+    if descriptions is not None:
+        descriptions.remember(config, *described)
     return described
-
-
-def remember_devices(config: DeviceConfig, ready: events.Ready, lines: list[str]) -> None:
-    """A run's own `ready` event describes its configuration as well as a describe run would."""
-    with _described_lock:
-        _described[config_key(config)] = (ready, lines)

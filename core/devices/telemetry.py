@@ -143,6 +143,28 @@ class HostSample:
     runtime_rss_mib: float | None = None
 
 
+@dataclass(frozen=True)
+class HeldOnGpu:
+    """What NVML's per-process list says the run's process holds on one GPU, and what every other process does:
+    the one reading the memory graphs' titles, their run curve and the device map's bars all draw."""
+
+    listed: bool               # NVML lists the run's process on this GPU
+    run_mib: float | None      # what it holds: 0 when not listed, None when listed without a figure
+    others_mib: float          # every other process's, from the same list
+
+
+def held_on_gpu(gpu: GpuSample, run_pid: int | None) -> HeldOnGpu | None:
+    """`gpu`'s memory held by the process `run_pid`; None without a run or when NVML could not list the GPU's
+    processes (no reading, not "nothing held")."""
+    if run_pid is None or gpu.processes is None:
+        return None
+    own = [p.used_mib for p in gpu.processes if p.pid == run_pid]
+    others = sum(p.used_mib or 0 for p in gpu.processes if p.pid != run_pid)
+    if not own:
+        return HeldOnGpu(False, 0.0, float(others))
+    return HeldOnGpu(True, None if own[0] is None else float(own[0]), float(others))
+
+
 @dataclass
 class Sample:
     time: float
@@ -151,6 +173,10 @@ class Sample:
     runtime_pid: int | None = None
     note: str = ""
 
+    def held_on(self, gpu: GpuSample) -> HeldOnGpu | None:
+        """What the run's process (`runtime_pid`, the pid this sample was taken for) holds on `gpu`."""
+        return held_on_gpu(gpu, self.runtime_pid)
+
     def values(self) -> dict[str, float | None]:
         """Flat series values, e.g. 'gpu0.memory_used_mib', 'host.cpu_percent'."""
         flat: dict[str, float | None] = {}
@@ -158,8 +184,8 @@ class Sample:
             for name in ("memory_used_mib", "memory_total_mib", "utilization", "temperature_c", "power_w",
                          "sm_clock_mhz", "memory_clock_mhz"):
                 flat[f"gpu{gpu.index}.{name}"] = getattr(gpu, name)
-            own = [p.used_mib for p in gpu.processes or [] if p.pid == self.runtime_pid]
-            flat[f"gpu{gpu.index}.runtime_used_mib"] = own[0] if own else None
+            held = self.held_on(gpu)
+            flat[f"gpu{gpu.index}.runtime_used_mib"] = held.run_mib if held is not None and held.listed else None
         for name in ("cpu_percent", "ram_used_mib", "ram_total_mib", "runtime_rss_mib"):
             flat[f"host.{name}"] = getattr(self.host, name)
         return flat
@@ -168,7 +194,7 @@ class Sample:
 class Sampler:
     """Samples every `interval` seconds on a thread; each subscriber (`subscribe`, or `on_sample`) gets each
     Sample on that thread. One sampler serves every reader in a process: the window's graphs, its device map
-    and an exporter subscribe to the same one (core.client.app_model owns the window's)."""
+    and an exporter subscribe to the same one (core.client.session.Session owns the window's)."""
 
     def __init__(self, on_sample: Callable[[Sample], None] | None = None, *, interval: float = DEFAULT_INTERVAL_S,
                  nvml: Nvml | None = None, history: History | None = None):

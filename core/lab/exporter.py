@@ -405,7 +405,7 @@ def tls_context(certfile: str, keyfile: str) -> ssl.SSLContext:
 class Exporter:
     """The sampler, the collector and the HTTP server; `start()` binds, samples once, then serves.
 
-    `sampler`: a sampler the process already runs (the window's, core.client.app_model.AppModel.sampler): the
+    `sampler`: a sampler the process already runs (the window's, core.client.session.Session.sampler): the
     exporter then reads its samples instead of sampling NVML a second time, at its interval, and leaves starting
     and stopping it to its owner. Without one (the `exporter` command) it samples on a sampler of its own."""
 
