@@ -134,8 +134,9 @@ def describe_logical(tf: Any, config: DeviceConfig) -> list[events.LogicalDevice
     listing them initializes TensorFlow."""
     logical = []
     for device in tf.config.list_logical_devices():  # this initializes the runtime
-        entry: events.LogicalDevice = {"name": f"/job:localhost/replica:0/task:0{device.name}", "short_name": short_device_name(device.name),
-                 "device_type": device.device_type}
+        entry: events.LogicalDevice = {"name": f"/job:localhost/replica:0/task:0{device.name}",
+                                       "short_name": short_device_name(device.name),
+                                       "device_type": device.device_type}
         logical.append(entry)
     physical = tf.config.list_physical_devices("GPU")
     visible = [physical.index(gpu) for gpu in tf.config.get_visible_devices("GPU") if gpu in physical]
