@@ -424,6 +424,7 @@ class FitProbe(TypedDict, total=False):
     run: str
     peaks: dict[str, int]
     oom: dict[str, Scalar]
+    crashed: int | None               # a probe TensorFlow killed instead of raising its OOM: its exit status
 
 
 class StepUp(TypedDict):

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.share import MAX_SEATS
+from tf_device_panel.core.client.share import MAX_SEATS, ShareReport
 from tf_device_panel.core.config import DeviceConfig, save_profile
 from tf_device_panel.core.processes import module_command
 
@@ -48,7 +48,7 @@ class ShareDialog(QDialog):
         self.config = config
         self._folder = tempfile.TemporaryDirectory(prefix="tf-share-base-")
         self.process: QProcess | None = None
-        self.report: dict[str, Any] | None = None
+        self.report: ShareReport | None = None
         intro = QLabel("Split the GPU this configuration uses (or its CPU memory cap, on a machine without a GPU) "
                        "into seats: one profile per seat to hand out, each holding its share of the memory, the "
                        "CUDA context of each seat's process reserved.")
@@ -127,14 +127,14 @@ class ShareDialog(QDialog):
         err = bytes(process.readAllStandardError().data()).decode(errors="replace")
         process.deleteLater()
         try:
-            self.report = json.loads(out)
+            self.report = json.loads(out)  # what `share --json` printed
         except ValueError:
             errors = [line for line in err.splitlines() if line.startswith("error")] or err.strip().splitlines()[-1:]
             self.status.setText("\n".join(errors) or f"the share command ended with exit code {code}")
             return
         self.show_report(self.report, code)
 
-    def show_report(self, report: dict[str, Any], code: int = 0) -> None:
+    def show_report(self, report: ShareReport, code: int = 0) -> None:
         seats = report.get("seats") or []
         reserve = report.get("reserved_mib_per_seat") or 0
         text = (f"{report.get('device')}: {report.get('source')}"

@@ -7,7 +7,8 @@ here only as "module:function" text. Nothing here imports TensorFlow, the run pr
 line or the lab.
 
 - `jobs`: JobSpec, JOBS, get_job, JobError: each job's name, title, description, parameters and code's entry.
-- `params`: Param (its kind is the settings' `Kind`), ParamError, device names and lists, paths.
+- `params`: Param (its kind is the settings' `Kind`), ParamValue and ParamValues (a job's parameter values),
+  ParamError, device names and lists, paths.
 - `script_checks`: whether a script can run at all, checked before any process starts.
 - `fit_runs`: the fit job run by the panel's own command line at one batch (fit-batch and `share --verify`).
 - `cluster_layout`: TF_CONFIG and the commands that start a real cluster's tasks (`cluster-config`).
@@ -19,6 +20,8 @@ from tf_device_panel.core.catalogue.params import (
     MAX_LIST_ITEMS,
     Param,
     ParamError,
+    ParamValue,
+    ParamValues,
     device_key,
     device_spec_problem,
     path_problem,
@@ -26,4 +29,5 @@ from tf_device_panel.core.catalogue.params import (
 )
 
 __all__ = ["JOBS", "MAX_BENCHMARK_SIZES", "MAX_LIST_ITEMS", "JobError", "JobSpec", "Param", "ParamError",
-           "device_key", "device_spec_problem", "get_job", "load_entry", "path_problem", "split_devices"]
+           "ParamValue", "ParamValues", "device_key", "device_spec_problem", "get_job", "load_entry", "path_problem",
+           "split_devices"]

@@ -7,13 +7,34 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 # The module each task runs (core.runproc.cluster_task), named as the launcher names a module.
 TASK_MODULE = "tf_device_panel.core.runproc.cluster_task"
 
 
-def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> dict[str, Any]:
+class TaskAddress(TypedDict):
+    type: str                         # worker, ps, chief
+    index: int
+
+
+class TfConfig(TypedDict):
+    """TF_CONFIG, as TensorFlow's TFConfigClusterResolver reads it."""
+
+    cluster: dict[str, list[str]]     # task type -> HOST:PORT of each task
+    task: TaskAddress                 # which of them this process is
+
+
+class TaskCommand(TypedDict):
+    """One task of a real cluster as `cluster-config` prints it."""
+
+    task: str                         # "worker:0"
+    address: str
+    tf_config: TfConfig
+    command: str
+
+
+def tf_config(cluster: Mapping[str, Sequence[str]], task_type: str, index: int) -> TfConfig:
     return {"cluster": {k: list(v) for k, v in cluster.items()}, "task": {"type": task_type, "index": index}}
 
 
@@ -26,7 +47,7 @@ def parse_address(text: str) -> str:
 
 
 def cluster_commands(workers: Sequence[str], ps: Sequence[str] = (), *, chief: str | None = None,
-                     job: str | None = None, profile: str | None = None) -> list[dict[str, Any]]:
+                     job: str | None = None, profile: str | None = None) -> list[TaskCommand]:
     """TF_CONFIG and the start command of every task of a real cluster, for `cluster-config`.
 
     With `profile`, every task applies that device configuration profile before TensorFlow initializes.
@@ -40,7 +61,7 @@ def cluster_commands(workers: Sequence[str], ps: Sequence[str] = (), *, chief: s
     if duplicates:
         raise ValueError(f"address used by more than one task: {', '.join(duplicates)}")
     job = job or ("parameter-server" if ps else "multi-worker")
-    tasks = []
+    tasks: list[TaskCommand] = []
     for task_type, addresses in cluster.items():
         for index, address in enumerate(addresses):
             config = tf_config({k: v for k, v in cluster.items() if v}, task_type, index)

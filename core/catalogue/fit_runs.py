@@ -10,10 +10,10 @@ import contextlib
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.processes import start_module
+from tf_device_panel.core.results import FitProbe
 
 MIB = 1024 * 1024
 # The module that runs the panel's command line (`--panel`) or one probe: named as the launcher names a module.
@@ -34,7 +34,7 @@ def start_panel_fit(profile: Path, folder: Path, model: str, batch: int, image_s
                             die_with_parent=True)
 
 
-def read_panel_fit(folder: Path, returncode: int | None, batch: int, seconds: float) -> dict[str, Any]:
+def read_panel_fit(folder: Path, returncode: int | None, batch: int, seconds: float) -> FitProbe:
     """What a finished `start_panel_fit` run in FOLDER did: whether it fitted, its peak (the largest allocator
     peak its record's tf_memory events give, over its devices), its error and, for an OOM, the figures."""
     try:
@@ -53,9 +53,9 @@ def read_panel_fit(folder: Path, returncode: int | None, batch: int, seconds: fl
                     peaks[device] = max(peaks.get(device, 0), int(data["peak_mib"] * MIB))
     peak = max(peaks.values()) if peaks else None
     fits = outcome.get("status") == "ok"
-    row: dict[str, Any] = {"batch": batch, "fits": fits, "peak_bytes": peak, "seconds": seconds,
-                           "error": None if fits else (outcome.get("error") or {}).get("message"), "run": "fit",
-                           "peaks": peaks}
+    row: FitProbe = {"batch": batch, "fits": fits, "peak_bytes": peak, "seconds": seconds,
+                     "error": None if fits else (outcome.get("error") or {}).get("message"), "run": "fit",
+                     "peaks": peaks}
     if fits and peak is None:
         raise JobError(f"the fit run at batch {batch} fitted but reported no allocator figures")
     oom = outcome.get("oom")

@@ -13,10 +13,10 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import tf_device_panel.core
-from tf_device_panel.core.catalogue.params import Param, ParamError
+from tf_device_panel.core.catalogue.params import Param, ParamError, ParamJson, ParamValue
 from tf_device_panel.core.config import Kind
 from tf_device_panel.core.text import clip, quote
 
@@ -45,6 +45,15 @@ def entry_source(entry: str) -> str:
     return "".join(source.splitlines(keepends=True)[first - 1:found.end_lineno])
 
 
+class JobJson(TypedDict):
+    """A job as `jobs --json` prints it."""
+
+    name: str
+    title: str
+    description: str
+    params: list[ParamJson]
+
+
 @dataclass(frozen=True)
 class JobSpec:
     name: str
@@ -54,7 +63,7 @@ class JobSpec:
     params: tuple[Param, ...] = ()
     task_entries: tuple[tuple[str, str], ...] = ()  # ("who runs", "module:function") in cluster processes
 
-    def defaults(self) -> dict[str, Any]:
+    def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
 
     def code(self) -> str:
@@ -64,13 +73,14 @@ class JobSpec:
         parts += [f"# {who} {entry}\n" + entry_source(entry) for who, entry in self.task_entries]
         return "\n\n".join(parts)
 
-    def resolve(self, values: Mapping[str, Any] | None = None, *,
-                texts: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """Defaults overlaid with typed `values` and command-line `texts`; every problem at once."""
+    def resolve(self, values: Mapping[str, object] | None = None, *,
+                texts: Mapping[str, str] | None = None) -> dict[str, ParamValue]:
+        """Defaults overlaid with `values` (checked whatever their type: they may come from JSON) and
+        command-line `texts`; every problem at once."""
         known = {p.name: p for p in self.params}
         resolved = self.defaults()
         problems: list[tuple[str, str]] = []
-        merged: list[tuple[str, Any, bool]] = [(k, v, False) for k, v in (values or {}).items()]
+        merged: list[tuple[str, object, bool]] = [(k, v, False) for k, v in (values or {}).items()]
         merged += [(k, v, True) for k, v in (texts or {}).items()]
         for name, raw, is_text in merged:
             param = known.get(name)
@@ -79,7 +89,7 @@ class JobSpec:
                 problems.append((quote(name), f"unknown parameter for job {self.name!r} (parameters: {choices})"))
                 continue
             try:
-                resolved[name] = param.check(param.from_text(raw) if is_text else raw)
+                resolved[name] = param.check(param.from_text(str(raw)) if is_text else raw)
             except ValueError as exc:
                 problems.append((name, str(exc)))
         already_reported = {name for name, _ in problems}
@@ -94,7 +104,7 @@ class JobSpec:
             raise ParamError(self.name, problems)
         return resolved
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JobJson:
         return {"name": self.name, "title": self.title, "description": self.description,
                 "params": [p.to_json() for p in self.params]}
 

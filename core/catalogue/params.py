@@ -9,9 +9,10 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from tf_device_panel.core.config import Kind
 from tf_device_panel.core.config.schema import MAX_NUMBER_CHARS
@@ -24,6 +25,11 @@ _DEVICE_SPEC = re.compile(r"^(?:/job:[A-Za-z0-9_-]+(?:/replica:[0-9]+)?(?:/task:
                           re.IGNORECASE | re.ASCII)
 MAX_LIST_ITEMS = 64                 # default bound of a list (64 logical devices: the most cpu_devices gives)
 MAX_DEVICE_INDEX = 2**31 - 1
+
+# A job parameter's value, as each kind in JSON_TYPE holds it: TOGGLE a bool, COUNT an int, NUMBER a float (or an
+# int, as JSON writes 1.0), every other kind its text (lists are comma-separated text).
+ParamValue = bool | int | float | str
+ParamValues = Mapping[str, ParamValue]    # a job's parameter values by name
 
 # How `jobs` and `jobs --json` have always spelled each kind a job parameter can have (readers key on them).
 JSON_TYPE = {Kind.COUNT: "int", Kind.NUMBER: "float", Kind.TOGGLE: "bool", Kind.CHOICE: "choice",
@@ -92,11 +98,28 @@ class ParamError(ValueError):
 _EXPECTED = {Kind.COUNT: "a whole number", Kind.NUMBER: "a number", Kind.TOGGLE: "true or false"}
 
 
+class ParamJson(TypedDict):
+    """A parameter as `jobs --json` prints it."""
+
+    name: str
+    type: str
+    default: ParamValue
+    help: str
+    choices: list[str]
+    minimum: float | None
+    maximum: float | None
+    label: str
+    unit: str
+    empty_means: str
+    shown_when: list[str] | None
+    max_items: int | None
+
+
 @dataclass(frozen=True)
 class Param:
     name: str
     kind: Kind
-    default: Any
+    default: ParamValue
     help: str
     choices: tuple[str, ...] = ()
     minimum: float | None = None
@@ -117,22 +140,26 @@ class Param:
         """How the command line's `jobs` listing and `jobs --json` name its kind: int, float, bool, devices…"""
         return JSON_TYPE[self.kind]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ParamJson:
         return {"name": self.name, "type": self.type_word, "default": self.default, "help": self.help,
                 "choices": list(self.choices), "minimum": self.minimum, "maximum": self.maximum,
                 "label": self.label, "unit": self.unit, "empty_means": self.empty_means,
                 "shown_when": list(self.shown_when) if self.shown_when else None,
                 "max_items": self.item_limit if self.kind.is_list else None}
 
-    def from_text(self, text: str) -> Any:
+    def from_text(self, text: str) -> ParamValue:
         """Convert a command-line value; raises ValueError with a message naming what was expected."""
-        return self.kind.read_text(text)
+        value: ParamValue = self.kind.read_text(text)
+        return value
 
-    def check(self, value: Any) -> Any:
-        """Validate a typed value (from a form, JSON or `from_text`); returns it normalised."""
+    def check(self, value: object) -> ParamValue:
+        """Validate a value of any type (from a form, JSON or `from_text`); returns it normalised."""
         kind = self.kind
-        if not kind.holds(value):
+        if not kind.holds(value) or not isinstance(value, bool | int | float | str):
             raise ValueError(f"expected {_EXPECTED.get(kind, 'text')}, got {quote(value)}")
+        if isinstance(value, str):
+            self._check_text(value)
+            return value
         if kind is Kind.NUMBER:
             try:
                 value = float(value)
@@ -145,6 +172,11 @@ class Param:
                 raise ValueError(f"{quote(value)} is below the minimum {self.minimum:g}")
             if self.maximum is not None and value > self.maximum:
                 raise ValueError(f"{quote(value)} is above the maximum {self.maximum:g}")
+        return value
+
+    def _check_text(self, value: str) -> None:
+        """The rules of the kinds written as text: a choice, devices, counts, a path, arguments."""
+        kind = self.kind
         if kind.is_list and len(items := split_devices(value)) > self.item_limit:
             raise ValueError(f"{len(items)} items given, at most {self.item_limit} allowed "
                              f"(a bound that keeps one run to minutes); give fewer")
@@ -177,7 +209,6 @@ class Param:
                     shlex.split(value)
                 except ValueError as exc:
                     raise ValueError(f"cannot split arguments: {exc}") from None
-        return value
 
     @staticmethod
     def _check_devices(value: str) -> None:

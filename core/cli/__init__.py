@@ -15,9 +15,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypedDict
 
-from tf_device_panel.core.catalogue import JOBS, JobSpec, ParamError, device_key, get_job, split_devices
+from tf_device_panel.core.catalogue import (
+    JOBS,
+    JobSpec,
+    ParamError,
+    ParamValues,
+    device_key,
+    get_job,
+    split_devices,
+)
 from tf_device_panel.core.catalogue.cluster_layout import cluster_commands
 from tf_device_panel.core.catalogue.script_checks import script_problem
 from tf_device_panel.core.cli.output import (
@@ -47,6 +55,7 @@ from tf_device_panel.core.config import (
     unchecked_gpus_warning,
 )
 from tf_device_panel.core.devices.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
+from tf_device_panel.core.devices.nvml import GpuSnapshotJson
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.logsetup import configure_logging
 from tf_device_panel.core.text import clip, quote
@@ -150,12 +159,22 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class NvmlInfo(TypedDict):
+    """What `devices` says of NVML (under "nvml" in its --json)."""
+
+    available: bool
+    message: str
+    driver_version: str | None
+    cuda_driver_version: str | None
+    gpus: list[GpuSnapshotJson]
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     from tf_device_panel.core.client.runtime import ConfigurationRejected, TensorFlowMissing, describe_devices
 
     config = load_config(args.config)
     nvml = shared_nvml()
-    nvml_info: dict[str, Any] = {
+    nvml_info: NvmlInfo = {
         "available": nvml.init(), "message": nvml.message, "driver_version": nvml.driver_version(),
         "cuda_driver_version": nvml.cuda_driver_version(), "gpus": [g.to_json() for g in nvml.gpus()]}
     try:
@@ -250,7 +269,7 @@ def profile_devices(config: DeviceConfig) -> tuple[dict[str, int], str]:
     return counts, " and ".join(words)
 
 
-def check_devices(spec: JobSpec, params: dict[str, Any], config: DeviceConfig) -> None:
+def check_devices(spec: JobSpec, params: ParamValues, config: DeviceConfig) -> None:
     """The devices a job's DEVICES parameters name must be among the profile's (ParamError, exit 2); a single
     DEVICE may be missing on purpose (it shows soft placement). Other machines' devices (/job:worker) and
     types other than CPU and GPU are TensorFlow's to judge."""
@@ -351,9 +370,9 @@ def cmd_share(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"--out: cannot write the profiles in {out}: {exc.strerror or exc}") from None
-    report: dict[str, Any] = {**plan.to_json(), "out": str(out),
-                              "seats": [{"seat": i, "profile": str(p), "limit_bytes": plan.seat_mib * 1024 * 1024}
-                                        for i, p in enumerate(profiles, start=1)]}
+    report: share.ShareReport = {**plan.to_json(), "out": str(out),
+                                 "seats": [{"seat": i, "profile": str(p), "limit_bytes": plan.seat_mib * 1024 * 1024}
+                                           for i, p in enumerate(profiles, start=1)]}
     if not args.json:
         reserve = (f", less {plan.reserved_mib} MiB per seat for its CUDA context and headroom"
                    if plan.reserved_mib else "")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from tf_device_panel.core.catalogue import JobError
 from tf_device_panel.core.catalogue.fit_runs import read_panel_fit, start_panel_fit
@@ -44,6 +44,41 @@ VERIFY_TIMEOUT_S = 900.0
 SEAT_HOST_MIB = {"/CPU": 700, "/GPU": 2048}
 
 
+class SharePlanJson(TypedDict):
+    device: str
+    source: str
+    total_mib: int
+    reserved_mib_per_seat: int
+    seat_limit_mib: int
+    seat_limit_bytes: int
+
+
+class _SeatBase(TypedDict):
+    seat: int
+    profile: str
+    limit_bytes: int
+
+
+class SeatRow(_SeatBase, total=False):
+    """One seat as `share --json` prints it: its profile and limit, and with --verify how its run went."""
+
+    peak_bytes: int | None
+    status: str                       # held, over, out of memory, failed
+    error: str | None
+    seconds: float
+
+
+class _ReportBase(SharePlanJson):
+    out: str
+    seats: list[SeatRow]
+
+
+class ShareReport(_ReportBase, total=False):
+    """What `share --json` prints: the plan, where the profiles went, each seat and (--verify) whether all held."""
+
+    verified: bool
+
+
 class ShareError(ValueError):
     """Bad input: what was wrong and what to do (the command line exits 2)."""
 
@@ -57,7 +92,7 @@ class SharePlan:
     seat_mib: int                # each seat's limit
     configs: tuple[DeviceConfig, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SharePlanJson:
         return {"device": self.device, "source": self.source, "total_mib": self.total_mib,
                 "reserved_mib_per_seat": self.reserved_mib, "seat_limit_mib": self.seat_mib,
                 "seat_limit_bytes": self.seat_mib * MIB}
@@ -150,7 +185,7 @@ def check_host_memory(plan: SharePlan, available_mib: int | None = None) -> None
 
 
 def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_MODEL, batch: int = VERIFY_BATCH,
-                 timeout_s: float = VERIFY_TIMEOUT_S) -> list[dict[str, Any]]:
+                 timeout_s: float = VERIFY_TIMEOUT_S) -> list[SeatRow]:
     """Start every seat's run at once, wait for all, and report each seat's peak against its limit."""
     limit = plan.seat_mib * MIB
     extra = ("-p", f"devices={'/GPU:0' if plan.device.startswith('/GPU') else '/CPU:0'}")
@@ -173,30 +208,29 @@ def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_M
         finally:
             for process in processes:
                 kill_group(process)
-        rows = []
+        rows: list[SeatRow] = []
         for number, (folder, profile) in enumerate(zip(folders, profiles, strict=True)):
-            row: dict[str, Any] = {"seat": number + 1, "profile": str(profile), "limit_bytes": limit,
-                                   "peak_bytes": None}
+            row: SeatRow = {"seat": number + 1, "profile": str(profile), "limit_bytes": limit, "peak_bytes": None}
             if number not in ended:
-                row.update(status="failed", error=f"still running after {timeout_s:.0f} s; stopped")
+                row["status"], row["error"] = "failed", f"still running after {timeout_s:.0f} s; stopped"
                 rows.append(row)
                 continue
             try:
                 run = read_panel_fit(folder, processes[number].returncode, batch, ended[number])
             except JobError as exc:
-                row.update(status="failed", error=str(exc), seconds=ended[number])
+                row["status"], row["error"], row["seconds"] = "failed", str(exc), ended[number]
                 rows.append(row)
                 continue
             # The seat's own device: a GPU seat's profile leaves that GPU alone, TensorFlow's /GPU:0.
             device = "/GPU:0" if plan.device.startswith("/GPU") else "/CPU:0"
             peak = run["peaks"].get(device, run["peak_bytes"])
-            row.update(peak_bytes=peak, seconds=run["seconds"])
+            row["peak_bytes"], row["seconds"] = peak, run["seconds"]
             if not run["fits"]:
-                row.update(status="out of memory" if "oom" in run else "failed", error=run["error"])
+                row["status"], row["error"] = "out of memory" if "oom" in run else "failed", run["error"]
             elif peak is not None and peak > limit:
-                row.update(status="over", error=f"peak {peak / MIB:.1f} MiB is over the seat's "
-                                                f"{plan.seat_mib} MiB")
+                row["status"] = "over"
+                row["error"] = f"peak {peak / MIB:.1f} MiB is over the seat's {plan.seat_mib} MiB"
             else:
-                row.update(status="held", error=None)
+                row["status"], row["error"] = "held", None
             rows.append(row)
     return rows

@@ -39,9 +39,9 @@ from tf_device_panel.core.devices.gpu_facts import GpuInfo
 from tf_device_panel.core.text import DuplicateKey, clip, object_without_duplicates, quote
 
 __all__ = ["ALLOCATORS", "LARGEST_GPU_MIB", "MAX_CPU_DEVICES", "MAX_PROFILE_BYTES", "SUPPORTED_VERSION",
-           "ConfigError", "DeviceConfig", "Field", "GpuInfo", "Kind", "Problem", "ProfileError", "config_fields",
-           "load_profile", "named_gpus", "parse_config", "save_profile", "split_field", "to_python_snippet",
-           "unchecked_gpus_warning", "validate"]
+           "ConfigError", "DeviceConfig", "Field", "GpuInfo", "Kind", "Problem", "ProfileError", "ProfileJson",
+           "SettingJson", "config_fields", "load_profile", "named_gpus", "parse_config", "save_profile",
+           "split_field", "to_python_snippet", "unchecked_gpus_warning", "validate"]
 
 SUPPORTED_VERSION = 1
 MAX_PROFILE_BYTES = 1024 * 1024  # a real profile is a few hundred bytes
@@ -51,6 +51,11 @@ ALLOCATORS = ("default", "cuda_malloc_async")
 MAX_CPU_LIMIT_MIB = 64 * 1024 * 1024  # 64 TiB: above any machine's RAM; a larger number is a typo
 LARGEST_GPU_MIB = 1024 * 1024  # 1 TiB: above any GPU made (the B200 has 180 GiB), for checks with no GPU known
 _FROM_ENVIRONMENT = "\0from the environment"
+
+# A setting's value as a profile writes it: a flag, a count, a number or a fraction (null: unset), a choice, GPU
+# indices (null: all), or GPU splits (index as text -> each logical GPU's MiB).
+SettingJson = bool | int | float | str | list[int] | dict[str, list[int]] | None
+ProfileJson = dict[str, SettingJson]        # a configuration as a profile's JSON object
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,8 @@ class DeviceConfig:
         if wrong:
             raise ConfigError(wrong)
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {}
+    def to_json(self) -> ProfileJson:
+        data: ProfileJson = {}
         for setting_field in config_fields(type(self)):
             value = getattr(self, setting_field.key)
             if (setting_field.optional and value is None) or (setting_field.omit_default

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypedDict
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +23,37 @@ GPU_LOST = "GPU is lost (fell off the bus)"
 UNAVAILABLE = 2**64 - 1  # usedGpuMemory when the driver cannot tell (WDDM, MIG)
 MIB = 2**20
 
+class QueryArgs(TypedDict, total=False):
+    """The keyword arguments of an NVML query, passed to pynvml as they are."""
+
+    version: int                      # the struct version a versioned call fills (nvmlMemory_v2)
+
+
+Query = tuple[str, str, QueryArgs]    # one way to ask NVML for a figure: (version, pynvml function, arguments)
 # Newest first. The unsuffixed process query is v1 in bindings older than the v2/v3 functions.
-PROCESS_QUERIES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+PROCESS_QUERIES: tuple[Query, ...] = (
     ("v3", "nvmlDeviceGetComputeRunningProcesses_v3", {}),
     ("v2", "nvmlDeviceGetComputeRunningProcesses_v2", {}),
     ("v1", "nvmlDeviceGetComputeRunningProcesses", {}),
 )
+
+
+class GpuProcessJson(TypedDict):
+    pid: int
+    used_mib: int | None
+    name: str
+
+
+class GpuSnapshotJson(TypedDict):
+    index: int
+    name: str | None
+    uuid: str | None
+    pci_bus_id: str | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    compute_capability: str | None
+    error: str | None
+    memory_reserved_mib: int | None
 
 
 @dataclass
@@ -37,8 +62,8 @@ class GpuProcess:
     used_mib: int | None  # None: the driver does not report it
     name: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> GpuProcessJson:
+        return {"pid": self.pid, "used_mib": self.used_mib, "name": self.name}
 
 
 @dataclass
@@ -55,8 +80,11 @@ class GpuSnapshot:
     # (an H100 80GB: 81,559 - 480 = 81,079 MiB, the most TensorFlow can be given).
     memory_reserved_mib: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> GpuSnapshotJson:
+        return {"index": self.index, "name": self.name, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id,
+                "memory_total_mib": self.memory_total_mib, "memory_used_mib": self.memory_used_mib,
+                "compute_capability": self.compute_capability, "error": self.error,
+                "memory_reserved_mib": self.memory_reserved_mib}
 
     @property
     def cuda_total_mib(self) -> int | None:
@@ -187,7 +215,7 @@ class Nvml:
             self._reported.add(key)
         log.log(level, message, *args)
 
-    def _versioned(self, family: str, gpu: int, candidates: list[tuple[str, str, dict[str, Any]]]) -> Any:
+    def _versioned(self, family: str, gpu: int, candidates: list[Query]) -> Any:
         """The first of `candidates` (version, function, keyword arguments) the driver has, found once per GPU.
 
         Probing on every tick would repeat the failing calls each time, and the driver does not change under a
@@ -316,7 +344,7 @@ class Nvml:
 
     def _memory(self, index: int) -> Any:
         # v1 counts memory the driver reserves as used (wrong "used" on R510+ drivers); v2 does not.
-        candidates: list[tuple[str, str, dict[str, Any]]] = [("v1", "nvmlDeviceGetMemoryInfo", {})]
+        candidates: list[Query] = [("v1", "nvmlDeviceGetMemoryInfo", {})]
         version_2 = getattr(self._pynvml, "nvmlMemory_v2", None)  # absent from older bindings
         if version_2 is not None:
             candidates.insert(0, ("v2", "nvmlDeviceGetMemoryInfo", {"version": version_2}))

@@ -373,6 +373,7 @@ def metrics_only(registry: Collector) -> Callable[..., Any]:
     only when it collects them)."""
     app = make_wsgi_app(registry)
 
+    # `environ` is the WSGI server's own dict (PEP 3333), handed over as is.
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         if environ.get("PATH_INFO") != METRICS_PATH:
             start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])

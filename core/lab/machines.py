@@ -24,9 +24,9 @@ import urllib.parse
 from collections import deque
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from prometheus_client.parser import text_string_to_metric_families
 from tf_device_panel.core.lab.fetch import MAX_BYTES, Cancelled, Deadline, FetchError, get
@@ -64,6 +64,32 @@ class SourceError(Exception):
     """The source as a whole cannot answer (a bad URL, Prometheus unreachable or not Prometheus)."""
 
 
+class GpuStatusJson(TypedDict):
+    index: str
+    name: str
+    uuid: str
+    memory_used_bytes: float | None
+    memory_total_bytes: float | None
+    utilization_ratio: float | None
+
+
+class MachineJson(TypedDict):
+    """A machine as `machines --json` prints it: its status, and how old its newest sample is."""
+
+    instance: str
+    name: str
+    online: bool
+    error: str
+    last_sample: float | None
+    gpus: list[GpuStatusJson]
+    host_memory_used_bytes: float | None
+    host_memory_total_bytes: float | None
+    host_cpu_utilization_ratio: float | None
+    run: dict[str, str] | None
+    exporters: list[str]
+    age_s: float | None
+
+
 @dataclass
 class GpuStatus:
     index: str
@@ -91,10 +117,17 @@ class MachineStatus:
     def age_s(self, now: float | None = None) -> float | None:
         return None if self.last_sample is None else max((now or time.time()) - self.last_sample, 0.0)
 
-    def to_json(self, now: float | None = None) -> dict[str, Any]:
-        data = asdict(self)
-        data["age_s"] = self.age_s(now)
-        return data
+    def to_json(self, now: float | None = None) -> MachineJson:
+        return {"instance": self.instance, "name": self.name, "online": self.online, "error": self.error,
+                "last_sample": self.last_sample,
+                "gpus": [{"index": gpu.index, "name": gpu.name, "uuid": gpu.uuid,
+                          "memory_used_bytes": gpu.memory_used_bytes, "memory_total_bytes": gpu.memory_total_bytes,
+                          "utilization_ratio": gpu.utilization_ratio} for gpu in self.gpus],
+                "host_memory_used_bytes": self.host_memory_used_bytes,
+                "host_memory_total_bytes": self.host_memory_total_bytes,
+                "host_cpu_utilization_ratio": self.host_cpu_utilization_ratio,
+                "run": None if self.run is None else dict(self.run), "exporters": list(self.exporters),
+                "age_s": self.age_s(now)}
 
 
 @dataclass

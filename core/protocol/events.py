@@ -64,6 +64,7 @@ class PhysicalDevice(TypedDict, total=False):
     visible: bool
     device_name: str          # GPUs only
     compute_capability: str | None
+    details_error: str        # why a GPU's model and compute capability could not be read
 
 
 class CreatedGpu(TypedDict):
@@ -74,6 +75,19 @@ class CreatedGpu(TypedDict):
     memory_mb: int
     name: str
     pci_bus_id: str
+
+
+class _EnvelopeBase(TypedDict):
+    type: str
+    job_id: str | None
+    time: float
+    data: dict[str, Any]      # the event's fields as JSON (`payload`): the wire's own edge
+
+
+class Envelope(_EnvelopeBase, total=False):
+    """An event on the wire and in the run history."""
+
+    at: int                   # the run history's: how much output came before it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +115,7 @@ class Event:
             data[_WIRE_NAMES.get(item.name, item.name)] = _plain(value)
         return data
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Envelope:
         return {"type": self.TYPE, "job_id": self.job_id, "time": self.time, "data": self.payload()}
 
     def encode(self) -> bytes:
@@ -333,10 +347,10 @@ def _accepts(hint: Any, value: Any) -> bool:
     return isinstance(value, hint)
 
 
-_HINTS: dict[type[Event], dict[str, Any]] = {}
+_HINTS: dict[type[Event], dict[str, object]] = {}   # each field's type annotation, resolved
 
 
-def _hints(cls: type[Event]) -> dict[str, Any]:
+def _hints(cls: type[Event]) -> dict[str, object]:
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
@@ -359,7 +373,7 @@ def from_json(obj: Any) -> Event:
     if not _accepts(float, at):
         raise EventError(f"{kind}: time is not a number")
     hints = _hints(cls)
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # the event's fields, each decoded from the wire and checked against its hint
     known = set()
     for item in dataclasses.fields(cls):
         if item.name in ("job_id", "time", "labels"):

@@ -23,9 +23,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from tf_device_panel.core.catalogue.cluster_layout import TASK_MODULE
+from tf_device_panel.core.catalogue.cluster_layout import TASK_MODULE, TaskAddress, TfConfig
 from tf_device_panel.core.logsetup import RepeatedFailureLog
 from tf_device_panel.core.processes import kill_group, start_module
 from tf_device_panel.core.runproc.netns import LoopbackNamespace, NamespaceUnavailable
@@ -62,13 +62,38 @@ def devices_by_task(names: Sequence[str]) -> dict[str, list[str]]:
     return grouped
 
 
+class TaskDevices(TypedDict):
+    applied: list[str]                # the tf.config calls the task's configuration made
+    logical: list[str]                # its own logical devices
+    cluster: list[str]                # every logical device it sees, the other tasks' too
+
+
+class TaskResult(TypedDict, total=False):
+    """What a task reports (core.runproc.cluster_task.report): one JSON line prefixed with RESULT_PREFIX."""
+
+    workers: int
+    losses: list[float]
+    connect_s: float
+    train_s: float
+    devices: TaskDevices
+    # mwms-worker
+    replicas_in_sync: int
+    global_batch_size: int
+    task: TaskAddress
+    # ps-coordinator
+    variables: dict[str, str]         # variable -> the device it lives on
+    values: dict[str, float]
+    steps: int
+    steps_per_s: float
+
+
 @dataclass
 class Task:
     name: str              # "worker:0"
     role: str              # the core.runproc.cluster_task role it runs
-    config: dict[str, Any]
+    config: TfConfig
     process: subprocess.Popen[bytes] | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[TaskResult] = field(default_factory=list)
     last_lines: deque[str] = field(default_factory=lambda: deque(maxlen=40))
     readers: list[threading.Thread] = field(default_factory=list)
 
@@ -110,7 +135,7 @@ class LocalCluster:
                 self.namespace = namespace
                 self.isolation = "private network namespace (loopback only)"
 
-    def start(self, name: str, role: str, config: dict[str, Any], args: Sequence[str] = ()) -> Task:
+    def start(self, name: str, role: str, config: TfConfig, args: Sequence[str] = ()) -> Task:
         task = Task(name, role, config)
         env = {**self.env, "TF_CONFIG": json.dumps(config), "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "0"}
         task.process = start_module(
@@ -129,7 +154,7 @@ class LocalCluster:
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if line.startswith(RESULT_PREFIX):
                 with contextlib.suppress(ValueError):
-                    task.results.append(json.loads(line[len(RESULT_PREFIX):]))
+                    task.results.append(json.loads(line[len(RESULT_PREFIX):]))  # written by `report`
                 continue
             task.last_lines.append(line)
             try:

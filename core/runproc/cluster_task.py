@@ -18,16 +18,16 @@ from typing import Any
 from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileError, load_profile
 from tf_device_panel.core.config.plan import StepError
 from tf_device_panel.core.processes import die_with_parent
-from tf_device_panel.core.runproc.cluster import RESULT_PREFIX
+from tf_device_panel.core.runproc.cluster import RESULT_PREFIX, TaskDevices, TaskResult
 from tf_device_panel.core.runproc.runtime_main import apply_config
 
 
-def report(result: dict[str, Any]) -> None:
+def report(result: TaskResult) -> None:
     sys.stdout.write(RESULT_PREFIX + json.dumps(result) + "\n")
     sys.stdout.flush()
 
 
-def devices(tf: Any, args: argparse.Namespace) -> dict[str, Any]:
+def devices(tf: Any, args: argparse.Namespace) -> TaskDevices:
     """What the task's configuration did, and its logical devices (ask only once the strategy exists)."""
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     own = (f"/job:{task['type']}/replica:0/task:{task['index']}/", "/job:localhost/")

@@ -12,16 +12,39 @@ import json
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TypedDict
 
 from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX
-from tf_device_panel.core.runproc.tf_facts import build_info, physical_devices
+from tf_device_panel.core.protocol.events import PhysicalDevice
+from tf_device_panel.core.runproc.tf_facts import BuildInfo, build_info, physical_devices
 
 # What the probe does, in order; each fact line names the last stage completed.
 STAGES = ("import", "GPU discovery", "first op")
 
 
-def report(facts: dict[str, Any], completed: str) -> None:
+class ProbePlacement(TypedDict):
+    requested: str                    # a GPU's logical device
+    actual: str                       # where the matmul pinned to it ran
+    value: float
+
+
+class ProbeReport(TypedDict, total=False):
+    """The facts gathered so far, as each line carries them (core.client.doctor reads them as its ProbeFacts)."""
+
+    imported: bool
+    stage: str                        # the last stage completed
+    env: dict[str, str | None]
+    import_error: str
+    import_traceback: str
+    version: str
+    build: BuildInfo
+    physical: list[PhysicalDevice]
+    logical: list[dict[str, str]]     # each logical device's name and device_type
+    placement: list[ProbePlacement]
+    runtime_error: str
+
+
+def report(facts: ProbeReport, completed: str) -> None:
     """Everything gathered so far, as one line: the doctor keeps the last it got."""
     facts["stage"] = completed
     facts["env"] = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "TF_FORCE_GPU_ALLOW_GROWTH")}
@@ -30,8 +53,8 @@ def report(facts: dict[str, Any], completed: str) -> None:
     sys.stdout.flush()
 
 
-def probe(place: bool) -> dict[str, Any]:
-    facts: dict[str, Any] = {"imported": False}
+def probe(place: bool) -> ProbeReport:
+    facts: ProbeReport = {"imported": False}
     report(facts, "started")
     try:
         import tensorflow as tf

@@ -31,11 +31,13 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from tf_device_panel.core.catalogue import JOBS, ParamError
 from tf_device_panel.core.catalogue.jobs import JobError
-from tf_device_panel.core.config import ConfigError, DeviceConfig
+from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileJson
 from tf_device_panel.core.config.plan import AppliedPlan, StepError, apply_plan, plan
 from tf_device_panel.core.devices.cudalibs import install_commands
 from tf_device_panel.core.processes import die_with_parent
@@ -46,13 +48,37 @@ from tf_device_panel.core.runproc.jobs import implementation
 from tf_device_panel.core.runproc.jobs import script as script_job
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
 from tf_device_panel.core.runproc.jobs.script import ScriptExit
-from tf_device_panel.core.runproc.tf_facts import build_info, physical_devices
+from tf_device_panel.core.runproc.tf_facts import BuildInfo, build_info, physical_devices
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
 MEMORY_REPORT_S = 0.5
 MIB = 1024 * 1024
 
 _libc = ctypes.CDLL(None)
+
+
+class ImportFailure(TypedDict, total=False):
+    """What a `startup_error` adds when `import tensorflow` failed because TensorFlow is not installed."""
+
+    not_installed: bool
+    python: str
+    message: str
+
+
+class RuntimeFacts(TypedDict, total=False):
+    """What the `warm` and `ready` events say, gathered as the process warms up (its keys are their fields)."""
+
+    tf_version: str
+    python: str
+    platform: str
+    build: BuildInfo
+    physical: list[events.PhysicalDevice]
+    pid: int
+    applied: list[str]
+    import_s: float
+    config: ProfileJson
+    logical: list[events.LogicalDevice]
+    init_s: float
 
 
 class EventWriter:
@@ -86,7 +112,7 @@ applied_plan = AppliedPlan()  # what the last apply_config did (one configuratio
 
 
 
-def import_failure(exc: BaseException) -> dict[str, Any]:
+def import_failure(exc: BaseException) -> ImportFailure:
     """What to say when `import tensorflow` failed: TensorFlow absent from this Python is not a rejected
     configuration, and says how to install it into the very interpreter the run uses."""
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "tensorflow":
@@ -97,19 +123,20 @@ def import_failure(exc: BaseException) -> dict[str, Any]:
     return {}
 
 
-def describe_physical(tf: Any) -> dict[str, Any]:
+def describe_physical(tf: Any) -> RuntimeFacts:
     """TensorFlow's build and physical devices: none of this initializes the runtime."""
     return {"tf_version": tf.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "build": build_info(tf), "physical": physical_devices(tf), "pid": os.getpid()}
 
 
-def describe_logical(tf: Any, config: DeviceConfig) -> list[dict[str, Any]]:
+def describe_logical(tf: Any, config: DeviceConfig) -> list[events.LogicalDevice]:
     """The logical devices, each GPU with the memory limit the plan gave it (none for a GPU left whole);
     listing them initializes TensorFlow."""
     logical = []
     for device in tf.config.list_logical_devices():  # this initializes the runtime
-        entry = {"name": f"/job:localhost/replica:0/task:0{device.name}", "short_name": short_device_name(device.name),
-                 "device_type": device.device_type}
+        entry: events.LogicalDevice = {"name": f"/job:localhost/replica:0/task:0{device.name}",
+                                       "short_name": short_device_name(device.name),
+                                       "device_type": device.device_type}
         logical.append(entry)
     physical = tf.config.list_physical_devices("GPU")
     visible = [physical.index(gpu) for gpu in tf.config.get_visible_devices("GPU") if gpu in physical]
@@ -122,7 +149,7 @@ def describe_logical(tf: Any, config: DeviceConfig) -> list[dict[str, Any]]:
     return logical
 
 
-def allocator_devices(logical: list[dict[str, Any]], config: DeviceConfig) -> list[str]:
+def allocator_devices(logical: list[events.LogicalDevice], config: DeviceConfig) -> list[str]:
     """The devices whose allocator keeps figures: each logical GPU, and the CPU when its allocator is BFC
     (cpu_memory_limit_mib; logical CPUs share one allocator, so CPU:0 stands for them all)."""
     names = [d["short_name"].lstrip("/") for d in logical if d["device_type"] == "GPU"]
@@ -164,7 +191,7 @@ WAIT_NOTICE_S = 0.5        # a wait for the previous run's exit this long is sai
 WAIT_LIMIT_S = 30.0
 
 
-def facts_event(kind: str, info: dict[str, Any], job_id: str | None = None) -> events.Event:
+def facts_event(kind: str, info: RuntimeFacts, job_id: str | None = None) -> events.Event:
     """The runtime's facts gathered so far (a dict that grows from `warm` to `ready`) as that event."""
     return events.from_json({"type": kind, "data": info, "job_id": job_id})
 
@@ -188,7 +215,18 @@ def wait_for_exit(pid: int, emit: EventWriter, job_id: str | None) -> None:
         os.close(pidfd)
 
 
-def read_command(fd: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Command:
+    """The one command a spare takes, as core.client.runtime sends it: a JSON object on one line."""
+
+    cmd: object                     # "run" or "describe"; anything else is refused, named as it came
+    job_id: str | None
+    job: str
+    params: Mapping[str, object]    # checked against the job's declarations when it runs
+    after_pid: int | None           # the previous run's process, to wait for before initializing
+
+
+def read_command(fd: int) -> Command | None:
     """The one command a spare waits for; None on end of file (the spare was discarded)."""
     data = b""
     while b"\n" not in data:
@@ -199,7 +237,10 @@ def read_command(fd: int) -> dict[str, Any] | None:
     command = json.loads(data.split(b"\n", 1)[0])
     if not isinstance(command, dict):
         raise ValueError(f"a command is a JSON object, got {data[:200]!r}")
-    return command
+    after = command.get("after_pid")
+    return Command(cmd=command.get("cmd"), job_id=str(command["job_id"]) if command.get("job_id") else None,
+                   job=str(command.get("job")), params=command.get("params") or {},
+                   after_pid=after if isinstance(after, int) and after > 0 else None)
 
 
 FINALIZER_RETRY_S = 0.005  # a Ctrl+C that came during a finalizer is delivered again this much later
@@ -218,7 +259,9 @@ def in_finalizer(frame: Any) -> bool:
 class Run:
     """One job on this process's main thread: its events, its status, the process's exit status."""
 
-    def __init__(self, emit: EventWriter, config: DeviceConfig, job_id: str, name: str, params: dict[str, Any]):
+    def __init__(self, emit: EventWriter, config: DeviceConfig, job_id: str, name: str,
+                 params: Mapping[str, object]):
+        """`params` as the command gave them: `execute` checks them against the job's declarations."""
         self.emit = emit
         self.config = config
         self.name = name
@@ -361,7 +404,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     except StepError as exc:
         return fail(exc.step, exc.cause, tf_version=tf.__version__)
     info = describe_physical(tf)
-    info.update(applied=steps, import_s=imported - started, config=config.to_json())
+    info.update({"applied": steps, "import_s": imported - started, "config": config.to_json()})
     emit(facts_event(events.WARM, info))
 
     try:
@@ -372,18 +415,16 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     if command is None:
         return EXIT_OK
     os.close(commands_fd)
-    kind = command.get("cmd")
-    job_id = str(command.get("job_id")) if command.get("job_id") else None
+    kind, job_id = command.cmd, command.job_id
     if kind not in ("run", "describe"):
         emit(events.Error(error_type="ProtocolError", message=f"unknown command {kind!r}"))
         return EXIT_JOB_FAILED
     run = None
     if kind == "run":
-        run = Run(emit, config, str(job_id), str(command.get("job")), command.get("params") or {})
+        run = Run(emit, config, str(job_id), command.job, command.params)
         signal.signal(signal.SIGINT, run.interrupted)
-    after = command.get("after_pid")
-    if isinstance(after, int) and after > 0:
-        wait_for_exit(after, emit, job_id)
+    if command.after_pid is not None:
+        wait_for_exit(command.after_pid, emit, job_id)
     if run is not None and run.name == "script":
         return run_script(tf, run, info)
     close_script_channel()
@@ -407,7 +448,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         memory.stopped.set()
 
 
-def run_script(tf: Any, run: Run, info: dict[str, Any]) -> int:
+def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
     """A user's script gets TensorFlow imported and configured but not initialized, as if its own first lines
     had made the profile's `tf.config` calls: its own calls then work as they do bare. The logical devices go
     out (`ready`) and memory reporting starts when the script first initializes TensorFlow, never before; if

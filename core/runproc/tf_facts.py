@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tf_device_panel.core.protocol.events import PhysicalDevice
 
-def build_info(tf: Any) -> dict[str, Any]:
+# tf.sysconfig.get_build_info()'s plain values: versions, flags, lists of compute capabilities.
+BuildInfo = dict[str, str | bool | int | list[str]]
+
+
+def build_info(tf: Any) -> BuildInfo:
     """tf.sysconfig's build facts that are plain values (CUDA and cuDNN versions, is_cuda_build, …)."""
     try:
         return {k: v for k, v in tf.sysconfig.get_build_info().items() if isinstance(v, (str, bool, list, int))}
@@ -17,7 +22,7 @@ def build_info(tf: Any) -> dict[str, Any]:
         return {"error": str(exc)}
 
 
-def physical_devices(tf: Any) -> list[dict[str, Any]]:
+def physical_devices(tf: Any) -> list[PhysicalDevice]:
     """Every physical device: its name, type, index among its type, whether it is visible, and a GPU's model
     and compute capability (or why they could not be read)."""
     devices = []
@@ -29,7 +34,7 @@ def physical_devices(tf: Any) -> list[dict[str, Any]]:
     for device in physical:
         index = counters.get(device.device_type, 0)
         counters[device.device_type] = index + 1
-        entry: dict[str, Any] = {"name": device.name, "device_type": device.device_type, "index": index,
+        entry: PhysicalDevice = {"name": device.name, "device_type": device.device_type, "index": index,
                                  "visible": device.name in visible}
         if device.device_type == "GPU":
             entry["device_name"], entry["compute_capability"] = "", None

@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from tf_device_panel.core.catalogue import split_devices
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol.output_lines import short_device_name
-from tf_device_panel.core.results import TableResult
+from tf_device_panel.core.results import Row, TableResult
 from tf_device_panel.core.runproc.jobs.context import JobContext
 from tf_device_panel.core.runproc.jobs.devices import logical_devices, resolve_device
 
@@ -164,12 +164,36 @@ def gflops(size: int, repeats: int, seconds: float) -> float:
     return 2.0 * size**3 * repeats / seconds / 1e9
 
 
-def row_math(row: dict[str, Any]) -> str:
+class BenchmarkRow(TypedDict, total=False):
+    """One figure of the benchmark's table: a device, dtype and size, and how fast it went."""
+
+    device: str
+    dtype: str                        # as the table labels it: "float32 (TF32)" on TF32 tensor cores
+    size: int
+    math: str                         # TF32 where the matmuls ran on TF32 tensor cores
+    seconds: float | None
+    gflops: float | None              # None: the device has no kernel for the dtype
+    trials: int
+    unsupported: str                  # why the figures are missing
+    vs_numpy: float | None
+    check: str
+
+
+class BestRow(TypedDict):
+    size: int
+    device: str
+    dtype: str
+    gflops: float | None
+    numpy_gflops: float | None
+    vs_numpy: float | None
+
+
+def row_math(row: BenchmarkRow) -> str:
     """What the row's matmuls really computed in: its dtype, or tf32 for float32 on TF32 tensor cores."""
     return str(row.get("math") or row["dtype"])
 
 
-def check_rows(rows: list[dict[str, Any]], peak: CpuPeak,
+def check_rows(rows: list[BenchmarkRow], peak: CpuPeak,
                gpu_peaks: dict[str, GpuPeak] | None = None) -> list[str]:
     """Fill each TF row's `vs_numpy` and `check`; return the flags raised, one line each.
 
@@ -181,9 +205,10 @@ def check_rows(rows: list[dict[str, Any]], peak: CpuPeak,
         if row["device"] == NUMPY_ROW:
             row.setdefault("vs_numpy", 1.0)
             limit = peak.gflops("float32")
-            row.setdefault("check", "ok" if row["gflops"] <= limit else f"impossible: above the CPU's peak {limit:.0f}")
+            numpy_figure = row.get("gflops") or 0.0  # NumPy has every dtype it is timed in: never missing
+            row.setdefault("check", "ok" if numpy_figure <= limit else f"impossible: above the CPU's peak {limit:.0f}")
             if row["check"] != "ok":
-                flags.append(f"NumPy {row['size']}: {row['gflops']:.1f} GFLOP/s is above the CPU's peak "
+                flags.append(f"NumPy {row['size']}: {numpy_figure:.1f} GFLOP/s is above the CPU's peak "
                              f"{limit:.0f} GFLOP/s: the CPU peak estimate is too low (its clock or core count)")
             continue
         value = row.get("gflops")
@@ -217,15 +242,15 @@ def check_rows(rows: list[dict[str, Any]], peak: CpuPeak,
     return flags
 
 
-def best_per_size(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def best_per_size(rows: list[BenchmarkRow]) -> list[BestRow]:
     """For each size, the fastest TF figure and how it compares with NumPy's."""
-    best: list[dict[str, Any]] = []
+    best: list[BestRow] = []
     for size in sorted({r["size"] for r in rows}):
         tf_rows = [r for r in rows if r["size"] == size and r["device"] != NUMPY_ROW and r.get("gflops")]
         numpy_rows = [r for r in rows if r["size"] == size and r["device"] == NUMPY_ROW]
         if not tf_rows:
             continue
-        top = max(tf_rows, key=lambda r: r["gflops"])
+        top = max(tf_rows, key=lambda r: r.get("gflops") or 0.0)
         best.append({"size": size, "device": top["device"], "dtype": top["dtype"], "gflops": top["gflops"],
                      "numpy_gflops": numpy_rows[0]["gflops"] if numpy_rows else None,
                      "vs_numpy": top.get("vs_numpy")})
@@ -322,7 +347,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
     capability = {short: p.capability for short, p in gpu_peaks.items()}
     capability.update(gpu_capabilities(targets, ctx.device_config))
     total = len(targets) * len(size_list) * len(dtype_list) + len(size_list)
-    rows: list[dict[str, Any]] = []
+    rows: list[BenchmarkRow] = []
     done = 0
 
     @tf.function
@@ -363,7 +388,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
             for size in size_list:
                 ctx.check_cancelled()
                 ctx.progress(done, total, f"{short} {label} {size}×{size}")
-                row: dict[str, Any] = {"device": short, "dtype": label, "size": size}
+                row: BenchmarkRow = {"device": short, "dtype": label, "size": size}
                 if label == TF32_LABEL:
                     row["math"] = TF32
                 try:
@@ -383,11 +408,11 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
                             note_numpy(size, numpy_seconds, trials)
                         else:
                             (seconds,), trials = timed_turns(ctx, [run_tf])
-                    row.update(seconds=seconds, gflops=gflops(size, repeats, seconds), trials=trials)
+                    row["seconds"], row["gflops"], row["trials"] = seconds, gflops(size, repeats, seconds), trials
                 except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
                         tf.errors.UnimplementedError) as exc:
-                    row.update(seconds=None, gflops=None,
-                               unsupported=str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "")
+                    row["seconds"], row["gflops"] = None, None
+                    row["unsupported"] = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
                 rows.append(row)
                 text = f"{row['gflops']:.1f} GFLOP/s" if row["gflops"] is not None else "unsupported"
                 print(f"{short:<8} {label:<14} {size:>5}: {text}", flush=True)
@@ -438,7 +463,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
         "columns": ["device", "dtype", "size", "gflops", "seconds", "vs_numpy", "check"],
         "column_titles": {"device": "Device", "dtype": "Dtype", "size": "Size", "gflops": "GFLOP/s",
                           "seconds": "Seconds", "vs_numpy": "TF ÷ NumPy", "check": "Check"},
-        "rows": rows,
+        "rows": cast(list[Row], rows),  # a table result's rows: each BenchmarkRow's figures and texts
         "repeats": repeats,
         "tf32": tf32,
         "peak": {"cpu_gflops": {d: peak.gflops(d) for d in ("float32", "float64", *HALF_DTYPES)},
@@ -446,7 +471,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
                  "gpu_gflops": {short: {m: gpu.gflops(m) for m in FLOP_PER_SM_CLOCK[gpu.capability]}
                                 for short, gpu in gpu_peaks.items()},
                  "gpu_basis": {short: gpu.basis() for short, gpu in gpu_peaks.items()}},
-        "best": best,
+        "best": cast(list[Row], best),
         "flags": flags,
         "notes": notes,
         "plot": {"x": "size", "y": "gflops", "series": ["device", "dtype"]},

@@ -19,13 +19,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from tf_device_panel.core.catalogue.fit_runs import PROBE_MODULE, read_panel_fit, start_panel_fit
 from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.oom import DumpCollector, explain
 from tf_device_panel.core.processes import kill_group, start_module
 from tf_device_panel.core.protocol.output_lines import short_device_name
+from tf_device_panel.core.results import FitBatchResult, FitProbe
 from tf_device_panel.core.runproc.jobs.context import JobContext
 
 MIB = 1024 * 1024
@@ -63,8 +63,16 @@ def predict(fixed: float, per_sample: float, budget_bytes: int) -> int:
     return max(1, min(MAX_BATCH, math.floor((budget_bytes * MARGIN - fixed) / per_sample)))
 
 
+def peak_bytes(row: FitProbe) -> int:
+    """A run's allocator peak; only a run that fitted has one."""
+    peak = row.get("peak_bytes")
+    if peak is None:
+        raise JobError(f"the {row.get('role', 'run')} at batch {row.get('batch')} reported no allocator peak")
+    return peak
+
+
 def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_size: int = 32,
-              device: str = "") -> dict[str, Any]:
+              device: str = "") -> FitBatchResult:
     short = short_device_name(device) if device.strip() else "/CPU:0"
     if short.startswith("/GPU:") and not (ctx.device_config.memory_growth or ctx.device_config.virtual_gpus):
         raise JobError(f"fit-batch on {short}: this run's own process holds nearly all of the GPU's memory (no "
@@ -73,10 +81,10 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
     if not short.startswith(("/CPU:", "/GPU:")):
         raise JobError(f"device: {device!r} is neither a CPU nor a GPU; use /CPU:0 or /GPU:N")
     budget = budget_mib * MIB
-    rows: list[dict[str, Any]] = []
+    rows: list[FitProbe] = []
     total_steps = PROBES + 3  # the probes, two verifying runs, the step up
 
-    def run(batch: int, role: str) -> dict[str, Any]:
+    def run(batch: int, role: str) -> FitProbe:
         ctx.check_cancelled()
         ctx.progress(len(rows), max(total_steps, len(rows) + 1), f"{role}: batch {batch} under {budget_mib} MiB")
         if role != "probe" and short.startswith("/CPU:"):
@@ -85,7 +93,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
             row = probe(ctx, model, batch, budget_mib, image_size, short)
         row["role"] = role
         rows.append(row)
-        verdict = f"peak {row['peak_bytes'] / MIB:.1f} MiB" if row["fits"] else "out of memory"
+        verdict = f"peak {peak_bytes(row) / MIB:.1f} MiB" if row["fits"] else "out of memory"
         print(f"{role} batch {batch}: {verdict} ({row['seconds']:.1f} s)", flush=True)
         return row
 
@@ -94,7 +102,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
         if not run(min(batch, MAX_BATCH), "probe")["fits"] or batch >= MAX_BATCH:
             break
         batch *= PROBE_GROWTH
-    fitted = [(r["batch"], r["peak_bytes"]) for r in rows if r["fits"]]
+    fitted = [(r["batch"], peak_bytes(r)) for r in rows if r["fits"]]
     flags: list[str] = []
     if not fitted:
         raise JobError(f"even a batch of {rows[0]['batch']} does not fit {budget_mib} MiB on {short} "
@@ -111,29 +119,29 @@ def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_
         predicted = max(largest_probe, min(failed_probes) - 1)  # never predict what a probe saw fail
     for attempt in range(VERIFY_TRIES):
         verify = run(predicted, "verify")
-        if verify["fits"] and verify["peak_bytes"] <= HEADROOM * budget:
+        if verify["fits"] and peak_bytes(verify) <= HEADROOM * budget:
             # Once is not enough: the same batch's peak moves by a fifth from run to run (CPU threads, oneDNN's
             # scratch), and a batch that fitted once ran out in the user's next fit. It must fit twice.
             verify = run(predicted, "verify")
-            if verify["fits"] and verify["peak_bytes"] <= HEADROOM * budget:
+            if verify["fits"] and peak_bytes(verify) <= HEADROOM * budget:
                 break
         if attempt == VERIFY_TRIES - 1:
             break
         if verify["fits"]:  # it fitted, with too little room: the next run of it may not
-            flags.append(f"batch {predicted} fitted, but its peak was {verify['peak_bytes'] / budget:.0%} of the "
+            flags.append(f"batch {predicted} fitted, but its peak was {peak_bytes(verify) / budget:.0%} of the "
                          f"budget; tried a tenth less")
             predicted = max(1, predicted * 9 // 10)
         else:
             flags.append(f"batch {predicted} did not fit (at large batches the peak grew faster than the probes' "
                          "line, and it varies from run to run); tried a fifth less")
             predicted = max(1, predicted * 4 // 5)
-    verified = bool(verify["fits"]) and verify["peak_bytes"] <= HEADROOM * budget
+    verified = bool(verify["fits"]) and peak_bytes(verify) <= HEADROOM * budget
     if predicted >= MAX_BATCH:
         flags.append(f"capped at {MAX_BATCH:,}, the fit job's largest batch: the budget holds more")
     up = min(MAX_BATCH, predicted + max(1, round(predicted * STEP_UP)))
     step_up = run(up, "step up") if up > predicted else None
     if step_up is not None and step_up["fits"]:
-        flags.append(f"the next step up, batch {up}, fits too (peak {step_up['peak_bytes'] / MIB:.1f} MiB): "
+        flags.append(f"the next step up, batch {up}, fits too (peak {peak_bytes(step_up) / MIB:.1f} MiB): "
                      f"the prediction is conservative")
     probe_s = sum(r["seconds"] for r in rows if r["role"] == "probe")
     verify_s = verify["seconds"]
@@ -173,7 +181,7 @@ def _wait(ctx: JobContext, process: subprocess.Popen[bytes], what: str) -> None:
         kill_group(process)
 
 
-def panel_fit(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: int) -> dict[str, Any]:
+def panel_fit(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: int) -> FitProbe:
     """The fit job itself at this batch, run by the panel's command line under a profile capping the CPU at the
     budget (cpu_memory_limit_mib), its record in a history of its own: whether it fitted, and its peak (the
     run's last allocator figures)."""
@@ -190,7 +198,7 @@ def panel_fit(ctx: JobContext, model: str, batch: int, budget_mib: int, image_si
     return row
 
 
-def probe(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: int, device: str) -> dict[str, Any]:
+def probe(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: int, device: str) -> FitProbe:
     """One probe in a fresh process: its figures, and for one that ran out, its OOM explained."""
     with tempfile.TemporaryDirectory(prefix="tf-fit-batch-") as folder:
         out, err = Path(folder) / "probe.json", Path(folder) / "stderr.txt"
@@ -203,7 +211,7 @@ def probe(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: 
             _wait(ctx, process, f"the probe at batch {batch}")
         stderr_text = err.read_text(errors="replace")
         try:
-            row: dict[str, Any] = json.loads(out.read_text())
+            row: FitProbe = json.loads(out.read_text())  # what core.runproc.fit_probe wrote
         except (OSError, ValueError):
             # TensorFlow can die of an OOM instead of raising it (measured: SIGSEGV after "OP_REQUIRES failed at
             # mkl_util.h:848 : RESOURCE_EXHAUSTED"): the batch does not fit all the same.
@@ -219,6 +227,7 @@ def probe(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: 
             collector.feed(stderr_text)
             oom = explain(collector.lines, row.get("error"), batch_size=batch)
             if oom is not None:
-                row["oom"] = {key: oom.get(key) for key in ("request_bytes", "limit_bytes", "in_use_bytes",
-                                                            "largest_free_bytes", "verdict")}
+                row["oom"] = {"request_bytes": oom.get("request_bytes"), "limit_bytes": oom.get("limit_bytes"),
+                              "in_use_bytes": oom.get("in_use_bytes"),
+                              "largest_free_bytes": oom.get("largest_free_bytes"), "verdict": oom.get("verdict")}
         return row

@@ -199,6 +199,7 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
         inputs, targets = np.ones((samples, 1)), np.ones((samples, 1))
         dataset = tf.data.Dataset.from_tensors(([1.0], [1.0])).repeat(samples).batch(global_batch)
 
+    # Keras hands each callback its logs as its own dict (metric name -> value), taken as given.
     class Progress(tf.keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if ctx.cancel_requested.is_set():
