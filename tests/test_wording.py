@@ -7,6 +7,7 @@ import io
 import pytest
 from tf_device_panel.core.cli.output import RunPrinter, error_text
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.protocol import events
 
 FALLBACK = events.Fallback(op="MatMul", requested="/device:GPU:2", requested_short="/GPU:2",
@@ -44,6 +45,6 @@ def test_an_error_is_said_alike_by_the_cli_and_the_log(qtbot) -> None:
 
     error = events.Error(error_type="ResourceExhaustedError", message="OOM when allocating")
     assert event_log_entry(error) == ("error", "[panel] ResourceExhaustedError: OOM when allocating")
-    assert error_text({"type": "ResourceExhaustedError", "message": "OOM when allocating"}, False) == [
+    assert error_text(RunError(type="ResourceExhaustedError", message="OOM when allocating"), False) == [
         "error: ResourceExhaustedError: OOM when allocating"]
     assert wording.job_error(error) == "ResourceExhaustedError: OOM when allocating"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 from packaging.requirements import Requirement
-from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX
+from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX, ProbePlacement
 from tf_device_panel.core.client.records import JsonObject
 from tf_device_panel.core.config import DeviceConfig, unchecked_gpus_warning, validate
 from tf_device_panel.core.devices.cudalibs import NVIDIA_VENDOR, PCI_DEVICES, TESTED_TF_VERSION, is_display_class
@@ -77,12 +77,6 @@ class TfDevice(TypedDict, total=False):
     device_name: str
     compute_capability: str | None
     details_error: str
-
-
-class ProbePlacement(TypedDict):
-    requested: str
-    actual: str
-    value: float
 
 
 class ProbeCrash(TypedDict):

@@ -14,18 +14,12 @@ import sys
 import traceback
 from typing import TypedDict
 
-from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX
+from tf_device_panel.core.catalogue.doctor_probe import PROBE_PREFIX, ProbePlacement
 from tf_device_panel.core.protocol.events import PhysicalDevice
 from tf_device_panel.core.runproc.tf_facts import BuildInfo, build_info, physical_devices
 
 # What the probe does, in order; each fact line names the last stage completed.
 STAGES = ("import", "GPU discovery", "first op")
-
-
-class ProbePlacement(TypedDict):
-    requested: str                    # a GPU's logical device
-    actual: str                       # where the matmul pinned to it ran
-    value: float
 
 
 class ProbeReport(TypedDict, total=False):
