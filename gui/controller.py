@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal
+from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.event_pump import EventPump
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager, Submission
@@ -63,7 +64,7 @@ class RuntimeController(QObject):
             callback(change)
 
     # -- what panels ask -----------------------------------------------------------------------------
-    def run(self, job: str, params: dict[str, Any]) -> Submission:
+    def run(self, job: str, params: ParamValues) -> Submission:
         """Run now if the spare is warm; while it warms (after every run, on start, after Apply) the job waits
         for it and the manager starts it by itself."""
         submission = self.manager.run(job, params)

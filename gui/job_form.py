@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QSize, Qt
@@ -17,7 +18,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.catalogue import JobSpec, Param
+from tf_device_panel.core.catalogue import JobSpec, Param, ParamValue
 from tf_device_panel.gui.form_builder import Editor, build_editor, param_declared
 
 TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns
@@ -48,7 +49,7 @@ class ParamForm(QWidget):
         super().__init__(parent)
         self.spec = spec
         self.editors: dict[str, Editor] = {}  # each parameter's editor, built from its declaration
-        self.getters: dict[str, Any] = {}
+        self.getters: dict[str, Callable[[], ParamValue]] = {}
         self.widgets: dict[str, QWidget] = {}
         self.labels: dict[str, QLabel] = {}
         self.fields: dict[str, QWidget] = {}  # the row's field: the editor above its problem
@@ -200,6 +201,8 @@ class ParamForm(QWidget):
         if not param.kind.is_number:
             return ""
         value = self.getters[name]()
+        if not isinstance(value, int | float):  # a number's editor gives a number; the kind said so
+            return ""
         low, high = param.minimum, param.maximum
         if (low is not None and value < low) or (high is not None and value > high):
             return f"{value:g} is out of range: use a value {range_text(param)}"
@@ -224,7 +227,7 @@ class ParamForm(QWidget):
                 found.append((param.label, problem))
         return found
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, ParamValue]:
         return {name: getter() for name, getter in self.getters.items()}
 
     def summary(self) -> str:

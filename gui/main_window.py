@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
 from PySide6.QtWidgets import QDialog, QDockWidget, QMainWindow, QMessageBox, QWidget
+from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import PendingRun, RunManager
 from tf_device_panel.core.client.session import RunStateChanged
@@ -213,7 +214,7 @@ class MainWindow(QMainWindow):
         """The job waiting for the spare to warm (the manager starts it, or refuses it)."""
         return self.session.pending
 
-    def run_again(self, job: str, params: dict[str, Any]) -> None:
+    def run_again(self, job: str, params: ParamValues) -> None:
         """A past run's job and parameters in the form, run at once when the runtime can take it."""
         self.runs.load_params(job, params)
         if self.manager.state in (READY, STARTING) and self.session.pending is None:

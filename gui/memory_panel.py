@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client.run_state import RunChanges
 from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged, Session
-from tf_device_panel.core.devices.inventory import DeviceInventory
+from tf_device_panel.core.devices.inventory import DeviceInventory, InventoryLogicalGpu
 from tf_device_panel.core.devices.nvml import GpuSample, Nvml
 from tf_device_panel.core.devices.telemetry import HeldOnGpu, History, Marker, Sample, Sampler
 from tf_device_panel.core.protocol.events import Event
@@ -254,7 +254,7 @@ class MemoryPanel(QWidget):
         self.paused = False
         self.last_sample: Sample | None = None
         self.redraws = 0
-        self.logical_gpus: dict[str, dict[str, Any]] = {}    # "/GPU:0" -> {nvml index, limit}
+        self.logical_gpus: dict[str, InventoryLogicalGpu] = {}    # "/GPU:0" -> its NVML index and limit
         # Markers: per plot one image of their lines (MarkerLines); labels are a few text items in the top plot.
         # (An InfiniteLine per marker and plot cost ~300 ms a redraw with 400 markers.)
         self._marker_lines: dict[str, MarkerLines] = {}  # plot -> its marker lines
@@ -612,22 +612,21 @@ class MemoryPanel(QWidget):
     def set_inventory(self, inventory: DeviceInventory) -> None:
         """A ready run's logical GPUs: on which NVML GPU each lives (the inventory matched them by PCI bus id)
         and its memory limit, drawn as a line on that GPU's plot."""
-        self.logical_gpus = {gpu.name: {"nvml_index": gpu.nvml_index, "limit_mib": gpu.limit_mib}
-                             for gpu in inventory.logical_gpus}
+        self.logical_gpus = {gpu.name: gpu for gpu in inventory.logical_gpus}
         for index, lines in self.limit_lines.items():
             for line in lines:
                 self.plots[f"gpu{index}"].removeItem(line)
         self.limit_lines = {}
         for logical, info in self.logical_gpus.items():
-            index = info["nvml_index"]
-            if index is None or f"gpu{index}" not in self.plots:
+            gpu_index = info.nvml_index
+            if gpu_index is None or f"gpu{gpu_index}" not in self.plots:
                 continue
-            line = pg.InfiniteLine(pos=info["limit_mib"], angle=0, movable=False,
+            line = pg.InfiniteLine(pos=info.limit_mib, angle=0, movable=False,
                                    pen=pg.mkPen(device_color(logical), width=1, style=Qt.PenStyle.DashDotLine),
-                                   label=f"{logical} limit {info['limit_mib']} MiB",
+                                   label=f"{logical} limit {info.limit_mib} MiB",
                                    labelOpts={"position": 0.1, "color": device_color(logical)})
-            self.plots[f"gpu{index}"].addItem(line)
-            self.limit_lines.setdefault(index, []).append(line)
+            self.plots[f"gpu{gpu_index}"].addItem(line)
+            self.limit_lines.setdefault(gpu_index, []).append(line)
         # TensorFlow's figures for a logical GPU that came before it was placed (in the ready run's own batch)
         # get their curves now.
         for logical in self.logical_gpus:
@@ -637,7 +636,8 @@ class MemoryPanel(QWidget):
     def _ensure_tf_curves(self, device: str) -> None:
         if f"tf{device}.current_mib" in self.curves:
             return
-        index = self.logical_gpus.get(device, {}).get("nvml_index")
+        known = self.logical_gpus.get(device)
+        index = known.nvml_index if known is not None else None
         # The CPU's allocator (BFC under cpu_memory_limit_mib) is drawn with the host's memory.
         key = "host" if "CPU" in device else f"gpu{index}"
         plot = self.plots.get(key)
@@ -748,8 +748,8 @@ class MemoryPanel(QWidget):
             names = ["host.ram_used_mib", "host.runtime_rss_mib"]
         else:
             names = [n for n in self.curves if n.startswith(f"{key}.")]
-            names += [n for n in self.curves if n.startswith("tf/") and
-                      self.logical_gpus.get(n[2:].split(".")[0], {}).get("nvml_index") == int(key[3:])]
+            on_this_gpu = {name for name, gpu in self.logical_gpus.items() if gpu.nvml_index == int(key[3:])}
+            names += [n for n in self.curves if n.startswith("tf/") and n[2:].split(".")[0] in on_this_gpu]
         highest = 0.0
         for name in names:
             if not math.isnan(self.curves[name].highest):

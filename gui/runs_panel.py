@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.catalogue import JOBS, ParamError
+from tf_device_panel.core.catalogue import JOBS, ParamError, ParamValues
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.config import DeviceConfig
@@ -432,7 +432,7 @@ class RunsPanel(QWidget):
         dialog.show()
         return dialog
 
-    def load_params(self, job: str, params: dict[str, Any]) -> None:
+    def load_params(self, job: str, params: ParamValues) -> None:
         """Select `job` with these values in its form (History's Run again); unknown names are skipped."""
         self.select_job(job)
         form = self.forms.get(job)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.run_record import JobOutcome, JobRun
@@ -352,7 +353,7 @@ class RunManager:
         self._flush()
         return submission
 
-    def _run(self, job: str, params: dict[str, Any]) -> Submission:
+    def _run(self, job: str, params: ParamValues) -> Submission:
         refusal = f"The runtime is {self.state}; wait until it is ready, or press Apply to start one."
         if self.pending is not None or self.running:
             return self._refuse(refusal)  # one job at a time: a second is never queued behind the first
@@ -557,7 +558,7 @@ class RunManager:
         thread.start()
         self._retired.append(thread)
 
-    def _hand_over(self, job: str, params: dict[str, Any], run: JobRun | None) -> bool:
+    def _hand_over(self, job: str, params: ParamValues, run: JobRun | None) -> bool:
         """The spare takes the job; the next spare starts warming at once."""
         spare = self.spare
         assert self.applied is not None and spare is not None

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.run_state import RunChanges, RunState
@@ -44,7 +45,7 @@ class PendingRun:
     and so its record (`run`) starts then too; with a pool, its record starts when the spare takes it."""
 
     job: str
-    params: dict[str, Any]
+    params: ParamValues
     run: JobRun | None = None
     cancelled: bool = False
 
