@@ -12,7 +12,7 @@ GPU whose memory_limit is the seat's share: TensorFlow's allocator in that proce
 (`cpu_memory_limit_mib`), each seat capped at its share.
 
 Verifying starts the N seats side by side, each running the panel's own `run fit` under its seat's profile (the
-run `fit-batch` verifies with: core.runproc.jobs.fit_batch.start_panel_fit), and reads each one's allocator
+run `fit-batch` verifies with: core.catalogue.fit_runs.start_panel_fit), and reads each one's allocator
 peak from its record. A seat holds when its run finished and its peak stayed within its limit.
 """
 

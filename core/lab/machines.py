@@ -9,7 +9,7 @@ Two sources give the same `MachineStatus` list:
   (in parallel) and parsed with prometheus-client's parser; history is what this source has fetched so far.
 
 Metric names are read from this panel's exporter and, where a lab already runs them, from NVIDIA's
-dcgm-exporter and node_exporter (`MAPPING`, also in the README), so a lab that never installed the panel's
+dcgm-exporter and node_exporter (`MAPPING`, also in docs/lab.md), so a lab that never installed the panel's
 exporter still shows its machines. A target that does not answer is a machine in the offline state with the
 reason; it never fails the others.
 """
