@@ -35,7 +35,7 @@ from tf_device_panel.core.devices.gpus import (
     tf_gpu_inventory,
     uuid_matches,
 )
-from tf_device_panel.core.devices.nvml import Nvml
+from tf_device_panel.core.devices.nvml import GpuProcessJson, GpuSnapshotJson, Nvml
 from tf_device_panel.core.processes import run_module
 
 log = logging.getLogger(__name__)
@@ -107,25 +107,10 @@ class ProbeFacts(TypedDict, total=False):
     crash: ProbeCrash
 
 
-class GpuProcessFacts(TypedDict):
-    pid: int
-    used_mib: int | None
-    name: str
-
-
-class NvmlGpu(TypedDict, total=False):
+class NvmlGpu(GpuSnapshotJson, total=False):
     """core.devices.nvml's GpuSnapshot as JSON, with the processes on it (None: the driver does not say)."""
 
-    index: int
-    name: str | None
-    uuid: str | None
-    pci_bus_id: str | None
-    memory_total_mib: int | None
-    memory_used_mib: int | None
-    memory_reserved_mib: int | None
-    compute_capability: str | None
-    error: str | None
-    processes: list[GpuProcessFacts] | None
+    processes: list[GpuProcessJson] | None
 
 
 class NvmlFacts(TypedDict, total=False):
