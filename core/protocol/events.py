@@ -92,11 +92,31 @@ class Envelope(_EnvelopeBase, total=False):
 
 @dataclass(frozen=True, kw_only=True)
 class Event:
-    """What every event has: its kind (TYPE, the wire's "type"), the job it belongs to, and when."""
+    """What every event has: its kind (TYPE, the wire's "type"), the job it belongs to, and when.
+
+    Its `__repr__`, `__eq__` and `__hash__` are the ones `@dataclass` would write for each kind (its class and
+    fields; equal when of the same class with equal fields), written once here for them all: each kind is
+    declared with `repr=False, eq=False`, as generating them for fifteen kinds was most of this module's import
+    (every run process imports it before it is warm)."""
 
     TYPE: ClassVar[str] = ""
     job_id: str | None = None
     time: float = field(default_factory=time.time)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{item.name}={getattr(self, item.name)!r}" for item in dataclasses.fields(self) if item.repr)
+        return f"{type(self).__qualname__}({shown})"
+
+    def _compared(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, item.name) for item in dataclasses.fields(self) if item.compare)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self._compared() == other._compared()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
 
     @property
     def type(self) -> str:
@@ -132,8 +152,10 @@ _ALWAYS_WRITTEN = frozenset({"step", "duration_s", "returncode", "signal", "comp
                              "killed_for_cancel"})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class _RuntimeFacts(Event):
+    """What `warm` and `ready` both say: the runtime's build, physical devices and configuration."""
+
     tf_version: str = ""
     python: str = ""
     platform: str = ""
@@ -145,7 +167,7 @@ class _RuntimeFacts(Event):
     config: JsonObject = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Warm(_RuntimeFacts):
     """A spare process: TensorFlow imported and configured, not initialized."""
 
@@ -156,7 +178,7 @@ class Warm(_RuntimeFacts):
         return Ready(**{item.name: getattr(self, item.name) for item in dataclasses.fields(self)})
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Ready(_RuntimeFacts):
     """TensorFlow initialized: the logical devices (a run's first event)."""
 
@@ -166,8 +188,10 @@ class Ready(_RuntimeFacts):
     gpu_devices: tuple[CreatedGpu, ...] = ()   # added by the panel from the runtime's output
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class StartupError(Event):
+    """The run process could not get warm: its configuration was refused, or TensorFlow failed to import."""
+
     TYPE = STARTUP_ERROR
     stage: str = ""
     error_type: str = ""
@@ -177,22 +201,26 @@ class StartupError(Event):
     python: str | None = None    # that Python
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class JobStarted(Event):
+    """A job began, with the parameters its command gave."""
+
     TYPE = JOB_STARTED
     job: str
     params: JsonObject = field(default_factory=dict)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Progress(Event):
+    """How far a job has come: `done` of `total`, and what it is doing."""
+
     TYPE = PROGRESS
     done: float
     total: float
     message: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Log(Event):
     """Lines of output, or a line the panel says itself (stream "panel")."""
 
@@ -207,7 +235,7 @@ class Log(Event):
     raw: bytes | None = None    # the bytes as printed, where the text shown differs (never on the wire)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Placement(Event):
     """One op placed on a device, from TensorFlow's placement log."""
 
@@ -224,7 +252,7 @@ class Placement(Event):
     raw: bytes | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Fallback(Event):
     """An op that ran elsewhere than the device a `tf.device` asked for."""
 
@@ -238,7 +266,7 @@ class Fallback(Event):
     line: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Metric(Event):
     """A job's figure; `labels` holds what the job says of it besides (device, dtype, size, …)."""
 
@@ -253,7 +281,7 @@ class Metric(Event):
                 "name": self.name, "value": self.value, "step": self.step}
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class TfMemory(Event):
     """TensorFlow's allocator figures for one logical GPU while a job runs."""
 
@@ -263,14 +291,18 @@ class TfMemory(Event):
     peak_mib: float
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Result(Event):
+    """A job's result, one of core.results' kinds."""
+
     TYPE = RESULT
     result: JsonObject          # one of core.results' result kinds
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Error(Event):
+    """Why a job failed (or was cancelled): its error's type and message, and its traceback if any."""
+
     TYPE = ERROR
     error_type: str = ""
     message: str = ""
@@ -278,8 +310,10 @@ class Error(Event):
     last_lines: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class JobFinished(Event):
+    """A job ended: its status, how long it took and the process's memory then."""
+
     TYPE = JOB_FINISHED
     job: str = ""
     status: str = ""            # ok, error, cancelled, crashed
@@ -288,8 +322,10 @@ class JobFinished(Event):
     rss_mib: float | None = None   # the run process's resident memory as its job ended (none after a crash)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class RuntimeExited(Event):
+    """The panel's word that a run process exited: its status, and whether that was expected."""
+
     TYPE = RUNTIME_EXITED
     returncode: int | None = None
     signal: str | None = None
@@ -299,7 +335,7 @@ class RuntimeExited(Event):
     killed_for_cancel: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
 class Exiting(Event):
     """The run's last word: its exit status, then it closes its pipes and exits."""
 

@@ -33,21 +33,19 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, TypedDict
 
 from tf_device_panel.core.catalogue import JOBS, ParamError
 from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileJson
 from tf_device_panel.core.config.plan import AppliedPlan, StepError, apply_plan, plan
-from tf_device_panel.core.devices.cudalibs import install_commands
 from tf_device_panel.core.processes import die_with_parent
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.environment import USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.runproc.jobs import implementation
-from tf_device_panel.core.runproc.jobs import script as script_job
-from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
-from tf_device_panel.core.runproc.jobs.script import ScriptExit
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
 from tf_device_panel.core.runproc.tf_facts import BuildInfo, build_info, physical_devices
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
@@ -55,6 +53,24 @@ MEMORY_REPORT_S = 0.5
 MIB = 1024 * 1024
 
 _libc = ctypes.CDLL(None)
+
+# How the interpreter buffered sys.stdout and sys.stderr at this process's start, before `main` made them
+# line-buffered: a user's script gets them back (core.runproc.jobs.script.bare_buffering).
+bare_buffering: dict[str, tuple[bool, bool]] = {}
+# The script job's module, imported only for a run of a user's script (`load_script_job`): other runs never
+# need it, and its import is a good part of this process's own. Once loaded, events wait for what the script
+# wrote before them, and the exit flushes and closes its pipes.
+script_job: ModuleType | None = None
+
+
+def load_script_job() -> ModuleType:
+    global script_job
+    if script_job is None:
+        from tf_device_panel.core.runproc.jobs import script
+
+        script.bare_buffering.update(bare_buffering)
+        script_job = script
+    return script_job
 
 
 class ImportFailure(TypedDict, total=False):
@@ -88,7 +104,8 @@ class EventWriter:
 
     def __call__(self, event: events.Event) -> None:
         data = event.encode()
-        script_job.wait_until_read()  # what a script wrote before this event is read before it
+        if script_job is not None:
+            script_job.wait_until_read()  # what a script wrote before this event is read before it
         with self._lock:
             view = memoryview(data)
             while view:
@@ -116,6 +133,8 @@ def import_failure(exc: BaseException) -> ImportFailure:
     """What to say when `import tensorflow` failed: TensorFlow absent from this Python is not a rejected
     configuration, and says how to install it into the very interpreter the run uses."""
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "tensorflow":
+        from tf_device_panel.core.devices.cudalibs import install_commands
+
         python = sys.executable
         return {"not_installed": True, "python": python,
                 "message": f"TensorFlow is not installed in this Python ({python}); install it with: "
@@ -346,8 +365,8 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     # Line by line, as on a terminal: every line the job prints reaches the panel when it is printed
     # (PYTHONUNBUFFERED would also pass to the job's own children and write each print in two pieces).
     for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
-        script_job.bare_buffering[name] = (bool(getattr(stream, "line_buffering", False)),
-                                           bool(getattr(stream, "write_through", False)))
+        bare_buffering[name] = (bool(getattr(stream, "line_buffering", False)),
+                                bool(getattr(stream, "write_through", False)))
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     parser = argparse.ArgumentParser(prog="tf-device-panel-runtime")
@@ -467,13 +486,14 @@ def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
             run.emit(events.Log(stream="panel", kind="warning", job_id=run.context.job_id,
                                 text=f"could not list the logical devices: {type(exc).__name__}: {exc}"))
 
-    script_job.watch_initialization(initialized)
-    script_job.watch_device_scopes(run.context)
-    script_job.watch_placement_logging()
+    script = load_script_job()
+    script.watch_initialization(initialized)
+    script.watch_device_scopes(run.context)
+    script.watch_placement_logging()
     user_environment()
     global script_channel
     if script_channel is not None:
-        script_job.give_script_its_fds(*script_channel)
+        script.give_script_its_fds(*script_channel)
         script_channel = None
     try:
         return run.execute()
@@ -517,12 +537,14 @@ def exit_with(status: int, events_fd: int | None) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     _libc.fflush(None)
-    script_job.finish_tee()
+    if script_job is not None:
+        script_job.finish_tee()
     if events_fd is not None:
         with contextlib.suppress(OSError):
             EventWriter(events_fd)(events.Exiting(status=status))
         close_script_channel()
-        for fd in (events_fd, 1, 2, *script_job.panel_fds, *script_job.script_pipes):
+        script_fds = (*script_job.panel_fds, *script_job.script_pipes) if script_job is not None else ()
+        for fd in (events_fd, 1, 2, *script_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)
     if status < 0:

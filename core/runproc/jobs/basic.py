@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 from tf_device_panel.core.catalogue.jobs import JobError
-from tf_device_panel.core.results import MatrixResult
 from tf_device_panel.core.runproc.jobs.context import JobContext
+
+if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
+    from tf_device_panel.core.results import MatrixResult
 
 SEED_A = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 SEED_B = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]

@@ -21,14 +21,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from tf_device_panel.core.catalogue import split_devices
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol.output_lines import short_device_name
-from tf_device_panel.core.results import Row, TableResult
 from tf_device_panel.core.runproc.jobs.context import JobContext
 from tf_device_panel.core.runproc.jobs.devices import logical_devices, resolve_device
+
+if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
+    from tf_device_panel.core.results import Row, TableResult
 
 NUMPY_ROW = "NumPy (CPU)"
 # Timings on a shared machine are noisy, and noise only ever slows a run down: each figure is the best
@@ -463,7 +465,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
         "columns": ["device", "dtype", "size", "gflops", "seconds", "vs_numpy", "check"],
         "column_titles": {"device": "Device", "dtype": "Dtype", "size": "Size", "gflops": "GFLOP/s",
                           "seconds": "Seconds", "vs_numpy": "TF ÷ NumPy", "check": "Check"},
-        "rows": cast(list[Row], rows),  # a table result's rows: each BenchmarkRow's figures and texts
+        "rows": cast("list[Row]", rows),  # a table result's rows: each BenchmarkRow's figures and texts
         "repeats": repeats,
         "tf32": tf32,
         "peak": {"cpu_gflops": {d: peak.gflops(d) for d in ("float32", "float64", *HALF_DTYPES)},
@@ -471,7 +473,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
                  "gpu_gflops": {short: {m: gpu.gflops(m) for m in FLOP_PER_SM_CLOCK[gpu.capability]}
                                 for short, gpu in gpu_peaks.items()},
                  "gpu_basis": {short: gpu.basis() for short, gpu in gpu_peaks.items()}},
-        "best": cast(list[Row], best),
+        "best": cast("list[Row]", best),
         "flags": flags,
         "notes": notes,
         "plot": {"x": "size", "y": "gflops", "series": ["device", "dtype"]},

@@ -21,6 +21,20 @@ class JobCancelled(BaseException):
     """
 
 
+class ScriptExit(Exception):
+    """A user's script ended with a non-zero status: `sys.exit(N)` or an uncaught exception.
+
+    Declared here, not with the script job (core.runproc.jobs.script), so the run process can tell it apart
+    without importing that job's module for every run."""
+
+    def __init__(self, code: int, error_type: str, message: str, traceback_text: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.error_type = error_type
+        self.message = message
+        self.traceback = traceback_text
+
+
 class JobContext:
     def __init__(self, job_id: str, emit: Callable[[events.Event], None],
                  device_config: DeviceConfig | None = None):

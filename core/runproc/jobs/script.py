@@ -40,27 +40,18 @@ import types
 from collections.abc import Callable
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tf_device_panel.core.catalogue.script_checks import compile_script
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
-from tf_device_panel.core.results import ScriptResult
-from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
+from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
+
+if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
+    from tf_device_panel.core.results import ScriptResult
 
 # Frames in this folder (the panel's engine) are not the user's: they are taken out of a script's tracebacks.
 PANEL_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-
-
-class ScriptExit(Exception):
-    """The script ended with a non-zero status: `sys.exit(N)` or an uncaught exception."""
-
-    def __init__(self, code: int, error_type: str, message: str, traceback_text: str = ""):
-        super().__init__(message)
-        self.code = code
-        self.error_type = error_type
-        self.message = message
-        self.traceback = traceback_text
 
 
 def exit_status(code: object) -> int:
@@ -186,7 +177,8 @@ def watch_placement_logging() -> None:
 
 # How the interpreter buffered sys.stdout and sys.stderr when it started, as it does for a bare run (by blocks
 # into a pipe, by lines on a terminal, unbuffered with PYTHONUNBUFFERED): (line_buffering, write_through). The
-# run process's own start (runtime_main.main) keeps it here before it makes them line-buffered for itself.
+# run process's own start (runtime_main.main) records it before it makes them line-buffered for itself, and
+# copies it here when a script's run loads this module (runtime_main.load_script_job).
 bare_buffering: dict[str, tuple[bool, bool]] = {}
 
 # The copies of the panel's output pipes that C's `stdout` and `stderr` write to once a script has its fds: the

@@ -8,10 +8,14 @@ placements like any other. Whether a node pinned to a missing device fails or mo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tf_device_panel.core.catalogue import split_devices
 from tf_device_panel.core.catalogue.jobs import JobError
-from tf_device_panel.core.results import MatrixResult
 from tf_device_panel.core.runproc.jobs.context import JobContext
+
+if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
+    from tf_device_panel.core.results import MatrixResult
 
 EXAMPLES = ("placement", "pin-cpu", "two-devices", "missing-device")
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tf_device_panel.core.catalogue import split_devices
 from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.results import TrainingResult
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext
+
+if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
+    from tf_device_panel.core.results import TrainingResult
 
 
 def pick_devices(requested: str) -> list[str]:
