@@ -48,15 +48,17 @@ class JobState:
         self.waiting = True
         self.status = "Waiting for the runtime: starts as soon as it is ready"
 
-    def start(self, job: str, now: float | None = None) -> None:
+    def start(self, job: str, now: float | None = None, *, keep_output: bool = False) -> None:
+        """`keep_output`: the run's first lines came before the news that it started (they travel apart)."""
         self.waiting = self.stopping = False
         self.started_at = time.monotonic() if now is None else now
         self.elapsed_s = None
         self.progress = None
         self.status = f"Running {job}…"
         self.live_losses = []
-        self.output.clear()
-        self.live_line = ""
+        if not keep_output:
+            self.output.clear()
+            self.live_line = ""
 
     def add_output(self, text: str, partial: bool = False) -> bool:
         """One line of the job's own output; `partial`: the line redrawn so far. True when a line was added."""

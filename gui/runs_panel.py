@@ -192,6 +192,11 @@ class RunsPanel(QWidget):
             self.result_stack.addWidget(view)
             view.shown.connect(self._result_shown)
         self.states: dict[str, JobState] = {name: JobState() for name in JOBS}
+        # The run (job id) whose lines each job's console holds. A job that waited for the spare is said to have
+        # started by the thread that handed it over, while its output comes through the event pump: on a busy
+        # machine its first lines can arrive first, and its start must not wipe them.
+        self._lines_from_run: dict[str, str] = {}
+        self._link: RuntimeController | None = None  # set by `wire`
         self.running_job: str | None = None
         self.waiting_job: str | None = None   # pressed Run while the runtime warmed; starts when it is ready
         self._runtime_ready = self._warming = False
@@ -491,6 +496,8 @@ class RunsPanel(QWidget):
         self.cancel_queued(reason)
 
     def _stop(self) -> None:
+        if self._link is None:  # connected by `wire`, which sets it
+            return
         manager = self._link.manager
         if manager.cancel_waiting():
             self.cancel_queued()
@@ -504,8 +511,9 @@ class RunsPanel(QWidget):
         for step, loss in news.losses:
             self.add_live_loss(step, loss)
         # The running job's own lines to its console (a spare's start-up lines have no job id: never there).
-        run = self._link.manager.job_run
+        run = self._link.manager.job_run if self._link is not None else None
         if news.output and run is not None and run.job_id is not None and run.job_id == change.value.job_id:
+            self._lines_from_run[run.outcome.job] = run.job_id
             self.add_output(run.outcome.job, news.output)
 
     # -- run state -------------------------------------------------------------------------------
@@ -569,7 +577,10 @@ class RunsPanel(QWidget):
             self.waiting_job = None
         self.running_job = job if job in self.results else None
         if job in self.states:
-            self.states[job].start(job)
+            run = self._link.manager.job_run if self._link is not None else None
+            lines_came_first = (run is not None and run.job_id is not None
+                                and self._lines_from_run.get(job) == run.job_id)
+            self.states[job].start(job, keep_output=lines_came_first)
         self._timer.start()
         self.result.live_losses = []
         self.result.show_message(f"<b>{html.escape(job)}</b>'s result appears here when it ends; "

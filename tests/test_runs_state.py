@@ -205,6 +205,34 @@ def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: M
     assert console.view.horizontalScrollBar().maximum() == 0
 
 
+def test_a_waiting_jobs_first_lines_that_arrive_before_its_start_stay_in_its_console(qtbot, window: MainWindow) -> None:
+    """A job that waited for the spare is said to have started by the thread that handed it over, its output by
+    the event pump: under load its first lines came first, and its start wiped them (a stress run lost a
+    script's "hello" and progress bar that way)."""
+    from tf_device_panel.core.client.run_record import JobRun
+
+    runs = window.runs
+    run = JobRun("script", {}, DeviceConfig(), None)
+    run.attach("9-1-1")
+    window.manager.job_run = run
+    runs.select_job("script")
+    window.controller.deliver([log("9-1-1", "hello from train.py"), log("9-1-1", "step 1/3", partial=True)])
+    runs.job_started("script")  # the hand-over's news, late
+    window.controller.deliver([log("9-1-1", "done")])
+    assert runs.console.view.toPlainText().splitlines() == ["hello from train.py", "done"]
+    assert runs.state.status == "Running script…"
+    runs.job_finished(outcome("script"))
+
+    # The next run of the same job starts with an empty console: its start comes before its lines.
+    second = JobRun("script", {}, DeviceConfig(), None)
+    second.attach("9-2-1")
+    window.manager.job_run = second
+    runs.job_started("script")
+    assert runs.console.view.toPlainText() == ""
+    window.controller.deliver([log("9-2-1", "second run")])
+    assert runs.console.view.toPlainText() == "second run"
+
+
 def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, window: MainWindow) -> None:
     """Item 9: soft placement and placement logging are the Configuration's; the TF1 session's and the clusters'
     own switches say plainly that they override it, and what it is."""
