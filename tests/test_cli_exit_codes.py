@@ -143,3 +143,29 @@ def test_the_windows_stop_is_on_record_as_such_and_how_it_ended() -> None:
     (line,) = runs_text([RunSummary(run_id="r", job="", status="cancelled", started=0, cancel=outcome.cancel)])
     assert "stopped by Stop in the window; killed: " in line
     manager.shutdown()
+
+
+def test_a_ctrl_c_that_python_wrapped_in_another_error_is_still_quiet(monkeypatch, capsys) -> None:
+    """A Ctrl+C landing in a class body's `__set_name__` (NumPy's `finfo`, imported in the command line's first
+    half second) reaches the launcher as "RuntimeError: Error calling __set_name__", caused by the
+    KeyboardInterrupt: a stress run printed its traceback. Any other error still propagates."""
+    from tf_device_panel.core import cli
+
+    from tf_device_panel import launcher
+
+    def interrupted_in_set_name(argv, open_window):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property' instance 'iexp'") from interrupt
+
+    monkeypatch.setattr(cli, "main", interrupted_in_set_name)
+    assert launcher.main(["run", "matmul"]) == launcher.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == ""
+
+    def broken(argv, open_window):
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(cli, "main", broken)
+    with pytest.raises(RuntimeError, match="a real bug"):
+        launcher.main(["run", "matmul"])

@@ -27,6 +27,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.main(sys.argv[1:] if argv is None else argv, open_window=open_window)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        # Python wraps a Ctrl+C that lands in some import-time machinery (a class body's `__set_name__`, as in
+        # NumPy's `finfo`) in a RuntimeError: still the person's Ctrl+C, still quiet.
+        if _caused_by_ctrl_c(exc):
+            return EXIT_INTERRUPTED
+        raise
+
+
+def _caused_by_ctrl_c(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 if __name__ == "__main__":
