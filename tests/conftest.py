@@ -163,3 +163,22 @@ def three_cpus(start_runtime: Callable[..., RuntimeProcess]) -> RuntimeProcess:
     runtime = start_runtime(DeviceConfig(cpu_devices=3))
     runtime.wait_ready()
     return runtime
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[Any]:
+    """The real main window without a runtime, shown; closed after the test, when the checks above then fail the
+    test if closing it left a thread, a timer or a process running. A test file that needs another size
+    declares its own."""
+    from PySide6.QtCore import QSettings  # Qt only for the tests that ask for a window
+    from tf_device_panel.core.client.history import RunHistory
+    from tf_device_panel.gui.main_window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    if not win.closing:
+        win.close()

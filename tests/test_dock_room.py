@@ -5,35 +5,20 @@ offscreen, no runtime."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication, QLabel
 from tf_device_panel.core.catalogue import JOBS
-from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.main_window import MainWindow
 
 SIZES = ((1280, 720), (1920, 1080))
-
-
-@pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
 
 
 def settle(qtbot) -> None:

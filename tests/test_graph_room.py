@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fake_nvml import MIB, FakeGpus, process
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.main_window import MainWindow
@@ -24,18 +20,6 @@ from tf_device_panel.gui.memory_panel import MemoryPanel
 H100_TOTAL_MIB = 81_559
 # NVML's per-process memory of the run after its first op, measured on the H100 (shared/gpu-host/README.md)
 H100_HELD_MIB = {"default": 79_274, "memory growth": 522, "split 2048+4096": 2_570, "memory_fraction 0.25": 20_790}
-
-
-@pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
 
 
 def plot_heights_in_sight(panel: MemoryPanel) -> dict[str, int]:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +19,8 @@ import pytest
 from helpers import ROOT
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QMessageBox
-from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
@@ -30,19 +28,6 @@ from tf_device_panel.gui.log_view import MAX_LOG_LINES
 from tf_device_panel.gui.main_window import MainWindow
 
 READY_TIMEOUT_MS = 120_000
-
-
-@pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    """The window, closed after the test; conftest's checks then fail the test if closing it left a thread, a
-    timer or a process (its runtime) running."""
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    if not win.closing:
-        win.close()
 
 
 def dismiss_notices(win: MainWindow) -> list[str]:

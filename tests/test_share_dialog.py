@@ -3,30 +3,14 @@ process), each seat's limit, peak and status shown; the command's own error show
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings
-from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, load_profile
 from tf_device_panel.gui.main_window import MainWindow
 from tf_device_panel.gui.share_dialog import SEAT_COLUMNS, ShareDialog
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    if not win.closing:
-        win.close()
 
 
 def _open_from_the_menu(window: MainWindow, config: DeviceConfig) -> ShareDialog:
