@@ -105,3 +105,17 @@ def test_the_cli_says_the_runs_placements_from_the_state_its_printer_fed() -> No
     outcome = JobOutcome("matmul", {}, {}, status="ok", duration_s=0.5, run_id="r")
     assert run_text(outcome, printer.run_state)[-2:] == ["placements: 4 (/CPU:0: 3, /CPU:1: 1)",
                                                          "status: ok in 0.50 s — run r"]
+
+
+def test_a_describe_runs_late_ready_does_not_wipe_the_job_in_flight() -> None:
+    """The describe run's Ready lets the waiting job start, but is told from its own reader thread: under load the
+    job's first lines came first, and the Ready (no job id) then wiped them (CI lost a script's first lines)."""
+    state = RunState()
+    state.apply_all([events.JobStarted(job="script", job_id="s"),
+                     events.Log(stream="stdout", text="hello", job_id="s"),
+                     events.Ready(job_id=None, pid=4242),
+                     events.Log(stream="stdout", text="done", job_id="s")])
+    assert list(state.output) == ["hello", "done"] and state.pid != 4242
+    state.apply(events.JobFinished(job="script", status="ok", job_id="s"))
+    changes = state.apply_all([ready(None)])
+    assert changes.fresh and list(state.output) == []

@@ -120,8 +120,15 @@ class RunState:
         id seen before is never a late line of an earlier run."""
         match event:
             case events.Ready(job_id=None):
-                return True
+                # A describe run's report can be told after the job it let start has begun to print (each
+                # process has its own reader thread): it lists the devices, and must not wipe a started job.
+                return not self.job_in_flight
         return event.job_id is not None and event.job_id != self.job_id
+
+    @property
+    def job_in_flight(self) -> bool:
+        """The run's job said it started and has not finished."""
+        return bool(self.job) and self.finished is None
 
     def apply(self, event: events.Event, changes: RunChanges | None = None) -> None:
         changes = changes if changes is not None else RunChanges()
@@ -137,7 +144,8 @@ class RunState:
             case events.Warm():
                 changes.warmed = True
             case events.Ready(pid=pid):
-                self.pid = pid
+                if event.job_id is not None or not self.job_in_flight:  # not a describe run's, during a job
+                    self.pid = pid
                 changes.readies.append(event)
                 self._mark(changes, event.time, "runtime-start", "runtime started")
             case events.JobStarted(job=job):
