@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import psutil
+from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -82,11 +83,13 @@ def progress_at_least(done: float) -> Callable[[Event], bool]:
 
 
 def children_alive() -> list[psutil.Process]:
-    """This process's descendants that still run (zombies, already dead, do not count)."""
+    """This process's descendants that still run (zombies, already dead, do not count), but for its zygotes,
+    which live as long as it does by design (the runs forked from them count)."""
     alive = []
+    zygotes = zygote.process_ids()
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):  # it ended while we looked
-            if child.status() != psutil.STATUS_ZOMBIE:
+            if child.status() != psutil.STATUS_ZOMBIE and child.pid not in zygotes:
                 alive.append(child)
     return alive
 

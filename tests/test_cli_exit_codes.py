@@ -11,9 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
-from helpers import ROOT, wait_until
+from helpers import ROOT, children_alive, wait_until
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunSummary
 from tf_device_panel.core.protocol import events
@@ -122,8 +121,7 @@ def test_ctrl_c_while_the_command_line_is_importing_is_quiet(after: str) -> None
     said = [line for line in lines if not line.startswith("import time:")]
     assert not any("Traceback" in line for line in said), "".join(said)
     assert process.returncode in (130, -signal.SIGINT), "".join(said)
-    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+    assert not children_alive()
 
 
 def test_the_windows_stop_is_on_record_as_such_and_how_it_ended() -> None:

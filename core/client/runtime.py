@@ -43,11 +43,11 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-from tf_device_panel.core.client import wording
+from tf_device_panel.core.client import wording, zygote
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.gpus import created_gpu
 from tf_device_panel.core.logsetup import RepeatedFailureLog
-from tf_device_panel.core.processes import start_module
+from tf_device_panel.core.processes import child_environment, start_module
 from tf_device_panel.core.protocol import events, output_lines
 from tf_device_panel.core.protocol.environment import PANEL_ENVIRONMENT, USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.events import Event
@@ -205,7 +205,7 @@ class RuntimeProcess:
         self._queue: deque[Event] = deque()
         self._queue_ready = threading.Condition()
         self._state_changed = threading.Condition()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | zygote.ForkedProcess | None = None
         self._commands_fd: int | None = None
         self._reader: threading.Thread | None = None
         self._stop_requested = False
@@ -215,6 +215,7 @@ class RuntimeProcess:
         self._write_lock = threading.Lock()
         self._timers: list[threading.Timer] = []
         self._announced_status: int | None = None  # the exit status the run process said it leaves with
+        self.forked = False  # forked from the zygote (TensorFlow imported there), not started by hand
 
     def recent_lines(self) -> list[str]:
         """The process's last output lines (a copy: the reader thread keeps appending)."""
@@ -264,11 +265,14 @@ class RuntimeProcess:
         self._fire("start")
         try:
             # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
-            self._process = start_module(
-                "tf_device_panel.core.runproc.supervisor", "--module", "tf_device_panel.core.runproc.runtime_main",
-                *run_args,
-                python=self.python, env=env, die_with_parent=True,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(events_w, commands_r, *script_fds))
+            pass_fds = (events_w, commands_r, *script_fds)
+            supervisor_args = ["--module", "tf_device_panel.core.runproc.runtime_main", *run_args]
+            # Forked from the zygote when one is ready for this environment (TensorFlow imported already);
+            # else started by hand, importing TensorFlow itself.
+            self._process = zygote.spawn(self.python, child_environment(env), supervisor_args, pass_fds) or \
+                start_module("tf_device_panel.core.runproc.supervisor", *supervisor_args,
+                             python=self.python, env=env, die_with_parent=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds)
         except OSError:
             for fd in {events_r, commands_w, script_out_r, script_err_r}:
                 os.close(fd)
@@ -280,6 +284,7 @@ class RuntimeProcess:
             for fd in script_fds:
                 os.close(fd)
         self._commands_fd = commands_w
+        self.forked = isinstance(self._process, zygote.ForkedProcess)
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
@@ -587,7 +592,7 @@ class RuntimeProcess:
         self._fire("exit")
         self._deliver(exited)
 
-    def _reap(self, process: subprocess.Popen[bytes]) -> int:
+    def _reap(self, process: subprocess.Popen[bytes] | zygote.ForkedProcess) -> int:
         """Wait for the supervisor (and so everything under it) to be gone; release what it held. Its status."""
         try:
             returncode = process.wait(timeout=10)

@@ -1,0 +1,296 @@
+"""The panel's side of the zygote (`core.runproc.zygote`): a process that imported TensorFlow once, from which
+each run process is forked, so a configured run process is warm in milliseconds instead of a TensorFlow import.
+
+`spawn` hands a run's arguments, environment, folder and pipes to the zygote and returns a `ForkedProcess`: what
+`subprocess.Popen` would have been for the supervisor started by hand (pid, poll, wait, send_signal, the
+stdout/stderr pipes), so `RuntimeProcess` treats both alike. It returns None whenever a fork cannot stand in
+for a fresh process, and the caller starts one by hand as before:
+
+- the zygote is still importing (the first run of a panel, or of a new environment), or it failed;
+- the run wants another Python, or an environment that differs from the zygote's in anything but the
+  variables read after the import (`LATE_VARIABLES`): those are set in the fork before TensorFlow initializes;
+  everything else (the C++ log level, library paths, Python's own variables) is read by the interpreter's
+  start or TensorFlow's import, so a different value needs a zygote of its own, started then for next time;
+- `TF_DEVICE_PANEL_NO_ZYGOTE=1` is set (every run process then starts by hand).
+
+What a fork shares with its zygote and a fresh process would not: Python's hash seed (the order of a set of
+strings is the same in every run); NumPy's global generator is reseeded in each fork.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import IO, cast
+
+from tf_device_panel.core.processes import PARENT_PID_ENV, module_command
+from tf_device_panel.core.protocol.environment import USER_ENVIRONMENT_ENV
+from tf_device_panel.core.protocol.zygote import SpawnRequest, ZygoteReply
+
+ZYGOTE_MODULE = "tf_device_panel.core.runproc.zygote"
+DISABLE_ENV = "TF_DEVICE_PANEL_NO_ZYGOTE"
+REPLY_TIMEOUT_S = 5.0
+MAX_ZYGOTES = 2  # one per environment in use; a third environment replaces the least recently used
+
+# Read by TensorFlow when it initializes (or by the panel's own code at run time), never by the interpreter's
+# start or TensorFlow's import: a fork sets them before initialization and they take effect
+# (tests/test_zygote.py proves it for each one it can on a CPU; scripts/gpu-acceptance.sh for the GPU ones).
+LATE_VARIABLES = frozenset({
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_GPU_ALLOCATOR", "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_CPU_ALLOCATOR_USE_BFC", "TF_CPU_BFC_MEM_LIMIT_IN_MB",
+    # The panel's own, per run or read at run time.
+    "TF_DEVICE_PANEL_PASS_FDS", USER_ENVIRONMENT_ENV, PARENT_PID_ENV, "TF_DEVICE_PANEL_HOME",
+    "PWD", "OLDPWD",
+    # pytest names the test and its phase here, changing it between a test's set-up and its body.
+    "PYTEST_CURRENT_TEST",
+})
+
+log = logging.getLogger(__name__)
+
+
+def environment_key(python: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """What a run process's start and TensorFlow's import read: runs that agree on it can share a zygote."""
+    return python, tuple(sorted((name, value) for name, value in env.items() if name not in LATE_VARIABLES))
+
+
+class ForkedProcess:
+    """A run's supervisor forked by the zygote, seen as the `subprocess.Popen` the panel would have started.
+
+    The zygote is its parent: it reaps it and writes its status to `status_fd`; signals go through a pidfd."""
+
+    def __init__(self, pid: int, pidfd: int, status_fd: int, stdout: IO[bytes], stderr: IO[bytes]):
+        self.pid = pid
+        self.args = [f"<run process forked by the zygote: pid {pid}>"]
+        self.returncode: int | None = None
+        self.stdout = stdout
+        self.stderr = stderr
+        self._pidfd = pidfd
+        self._status_fd = status_fd
+        self._lock = threading.Lock()
+
+    def poll(self) -> int | None:
+        return self._collect(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        returncode = self._collect(timeout)
+        if returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            signal.pidfd_send_signal(self._pidfd, sig)
+
+    def _collect(self, timeout: float | None) -> int | None:
+        with self._lock:
+            if self.returncode is not None:
+                return self.returncode
+            ready, _, _ = select.select([self._status_fd], [], [], timeout)
+            if not ready:
+                return None
+            data = b""
+            while chunk := os.read(self._status_fd, 64):
+                data += chunk
+            try:
+                self.returncode = int(data.decode().strip())
+            except ValueError:
+                # The zygote died before it could say: the supervisor got SIGHUP with it and is ending its run.
+                select.select([self._pidfd], [], [], 10.0)
+                self.returncode = -signal.SIGHUP
+            os.close(self._status_fd)
+            os.close(self._pidfd)
+            return self.returncode
+
+    def __del__(self) -> None:
+        if self.returncode is None:
+            for fd in (self._status_fd, self._pidfd):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+class Zygote:
+    """One zygote process and the socket to it. Safe from any thread."""
+
+    def __init__(self, python: str, env: Mapping[str, str]):
+        self.python = python
+        self.env = dict(env)
+        self.key = environment_key(python, env)
+        self.error: str | None = None
+        self.zygote_pid: int | None = None
+        self._lock = threading.Lock()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        try:
+            # Its parent-death signal is SIGKILL: the forks under it then get their SIGHUP and end their runs.
+            # Imported without the late variables: nothing of any run's configuration is there before the fork.
+            import_env = {name: value for name, value in env.items() if name not in LATE_VARIABLES}
+            import_env[PARENT_PID_ENV] = str(os.getpid())
+            self._process = subprocess.Popen(
+                module_command(ZYGOTE_MODULE, str(theirs.fileno()), python=python), env=import_env,
+                start_new_session=True, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        self.process_id = self._process.pid
+        self._ready: bool | None = None  # None while it imports TensorFlow
+
+    def ready(self) -> bool:
+        """Whether it has imported TensorFlow and takes requests (never blocks)."""
+        with self._lock:
+            return self._check_ready()
+
+    def _check_ready(self) -> bool:
+        if self._ready is None:
+            if not select.select([self._sock], [], [], 0)[0]:
+                if self._process.poll() is not None:
+                    self._fail(f"the zygote exited with {self._process.returncode} before it was ready")
+                return False
+            hello = self._receive()
+            if hello is None or not hello[0].get("ok"):
+                self._fail(str(hello[0].get("error")) if hello else "the zygote closed its socket")
+            else:
+                self.zygote_pid = int(hello[0]["pid"])
+                self._ready = True
+        return bool(self._ready)
+
+    def _fail(self, error: str) -> None:
+        self.error = error
+        self._ready = False
+        log.info("run processes start by hand: %s", error)
+        self.close()
+
+    def _receive(self) -> tuple[ZygoteReply, list[int]] | None:
+        try:
+            message, fds, _, _ = socket.recv_fds(self._sock, 65536, 4)
+        except OSError:
+            return None
+        if not message:
+            return None
+        return cast(ZygoteReply, json.loads(message)), fds
+
+    def spawn(self, argv: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]) -> ForkedProcess | None:
+        """The run's supervisor, forked: `argv` are the supervisor's arguments, `pass_fds` keep their numbers.
+        None when this zygote cannot fork it now (the caller starts it by hand)."""
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        status_r, status_w = os.pipe()
+        request: SpawnRequest = {"argv": argv, "env": dict(env), "cwd": os.getcwd(), "targets": [1, 2, *pass_fds]}
+        reply = None
+        try:
+            with self._lock:
+                if not self._check_ready():
+                    return None
+                try:
+                    socket.send_fds(self._sock, [json.dumps(request).encode()], [status_w, stdout_w, stderr_w,
+                                                                                  *pass_fds])
+                    if select.select([self._sock], [], [], REPLY_TIMEOUT_S)[0]:
+                        reply = self._receive()
+                except OSError as exc:
+                    self._fail(f"the zygote is not listening ({exc.strerror})")
+                    return None
+                if reply is None:
+                    self._fail("the zygote did not answer")
+                    return None
+        finally:
+            for fd in (stdout_w, stderr_w, status_w):
+                os.close(fd)
+            if reply is None:
+                for fd in (stdout_r, stderr_r, status_r):
+                    os.close(fd)
+        message, fds = reply
+        if "pid" not in message or len(fds) != 1:
+            for fd in (*fds, stdout_r, stderr_r, status_r):
+                os.close(fd)
+            log.warning("the zygote refused a run: %s", message.get("error"))
+            return None
+        return ForkedProcess(int(message["pid"]), fds[0], status_r, open(stdout_r, "rb"), open(stderr_r, "rb"))
+
+    def close(self) -> None:
+        """Let it go: it exits at end of file (its forks keep running until their runs end); one still importing
+        TensorFlow has none and is ended at once."""
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        if not self._ready:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(0 if self._ready else 5)
+
+    def kill(self) -> None:
+        self.close()
+        if self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(5)
+
+
+_zygotes: list[Zygote] = []   # most recently used last
+_zygotes_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "") in ("", "0") and sys.platform.startswith("linux") and \
+        hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
+
+
+def spawn(python: str, env: Mapping[str, str], argv: list[str], pass_fds: tuple[int, ...]) -> ForkedProcess | None:
+    """A run's supervisor forked from the zygote for this Python and environment; None (start it by hand) when
+    there is none ready. The first call for an environment starts its zygote, for the runs after it."""
+    if not enabled():
+        return None
+    key = environment_key(python, env)
+    with _zygotes_lock:
+        zygote = next((z for z in _zygotes if z.key == key and z.error is None), None)
+        if zygote is None:
+            for stale in [z for z in _zygotes if z.error is not None]:
+                _zygotes.remove(stale)
+            while len(_zygotes) >= MAX_ZYGOTES:
+                _zygotes.pop(0).close()
+            try:
+                zygote = Zygote(python, env)
+            except OSError as exc:
+                log.info("no zygote: %s", exc)
+                return None
+        else:
+            _zygotes.remove(zygote)
+        _zygotes.append(zygote)
+    return zygote.spawn(argv, env, pass_fds)
+
+
+def process_ids() -> set[int]:
+    """The zygote processes this process started and has not let go."""
+    with _zygotes_lock:
+        return {z.process_id for z in _zygotes}
+
+
+def wait_until_ready(timeout: float = 120.0) -> bool:
+    """Block until every zygote started has imported TensorFlow (benchmarks and tests that want a quiet start)."""
+    deadline = time.monotonic() + timeout
+    with _zygotes_lock:
+        zygotes = list(_zygotes)
+    for zygote in zygotes:
+        while not zygote.ready() and zygote.error is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+    return all(z.error is None for z in zygotes)
+
+
+@atexit.register
+def close_all() -> None:
+    with _zygotes_lock:
+        zygotes, _zygotes[:] = list(_zygotes), []
+    for zygote in zygotes:
+        zygote.kill()
