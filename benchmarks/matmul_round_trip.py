@@ -70,6 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    zygote.start_zygotes()  # as the window does
     warm_run(DeviceConfig())  # the first spare starts the zygote; the others are forked from it
     if not zygote.wait_until_ready(180):
         raise SystemExit("the zygote did not start")

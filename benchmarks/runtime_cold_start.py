@@ -68,6 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
+    zygote.start_zygotes()  # as the window does
     bare_seconds()  # warm the page cache once
     zygote_s = zygote_start_seconds()
     bare, ours, by_hand = [], [], []

@@ -20,10 +20,14 @@ from typing import Any
 import psutil
 import pytest
 from helpers import children_alive, wait_until
+from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt's qapp makes the QApplication
+# Every test worker runs many run processes, as the window does: they fork from a zygote (one per worker and
+# environment), which imported TensorFlow once, instead of importing it each.
+zygote.start_zygotes()
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker more than cores. A test spends part of its time waiting on its child processes

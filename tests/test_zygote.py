@@ -170,6 +170,7 @@ def test_nothing_forked_outlives_a_panel_killed_by_sigkill(tmp_path: Path) -> No
         from tf_device_panel.core.client import zygote
         from tf_device_panel.core.client.runtime import RuntimeProcess
         from tf_device_panel.core.config import DeviceConfig
+        zygote.start_zygotes()
         first = RuntimeProcess(DeviceConfig()); first.start(); first.stop()
         assert zygote.wait_until_ready(180)
         runtime = RuntimeProcess(DeviceConfig()); runtime.start(); runtime.wait_ready()
@@ -191,3 +192,17 @@ def test_nothing_forked_outlives_a_panel_killed_by_sigkill(tmp_path: Path) -> No
     panel.wait()
     for pid in pids:
         wait_until(lambda pid=pid: process_gone(pid), 30, f"pid {pid} outlived the panel")
+
+
+def test_the_command_line_starts_no_zygote(tmp_path: Path) -> None:
+    """A command that runs one job and exits would never use a zygote: it must not import TensorFlow twice."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from tf_device_panel.core.client import zygote
+        from tf_device_panel.core.client.run_manager import run_job_once
+        from tf_device_panel.core.config import DeviceConfig
+        outcome = run_job_once(DeviceConfig(), "matmul", {{}})
+        print(outcome.status, len(zygote._zygotes))
+    """)], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["ok", "0"], done.stderr[-2000:]

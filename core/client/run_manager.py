@@ -36,6 +36,7 @@ from enum import Enum
 from typing import Any
 
 from tf_device_panel.core.catalogue import ParamValues
+from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.run_record import JobOutcome, JobRun
@@ -204,6 +205,8 @@ class RunManager:
             raise ValueError(f"spares: a pool of 0 or 1 warm processes, not {spares}")
         self.history = history
         self.spares = spares
+        if spares:
+            zygote.start_zygotes()  # a pool's next spares fork from it, warm in milliseconds
         self.describe_devices = spares > 0 if describe is None else describe
         self.process_factory = process_factory
         # How long a cancelled job may take to stop before its process is killed, and how long a process may

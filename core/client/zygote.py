@@ -6,7 +6,8 @@ each run process is forked, so a configured run process is warm in milliseconds 
 stdout/stderr pipes), so `RuntimeProcess` treats both alike. It returns None whenever a fork cannot stand in
 for a fresh process, and the caller starts one by hand as before:
 
-- the zygote is still importing (the first run of a panel, or of a new environment), or it failed;
+- no zygote was asked for (`start_zygotes`: the window and the test suite ask, the one-job command line does
+  not), or it is still importing (the first run of a panel, or of a new environment), or it failed;
 - the run wants another Python, or an environment that differs from the zygote's in anything but the
   variables read after the import (`LATE_VARIABLES`): those are set in the fork before TensorFlow initializes;
   everything else (the C++ log level, library paths, Python's own variables) is read by the interpreter's
@@ -245,14 +246,27 @@ def enabled() -> bool:
         hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")
 
 
+_starting = False  # whether `spawn` starts a zygote for an environment that has none (`start_zygotes`)
+
+
+def start_zygotes() -> None:
+    """From now on, a run for an environment with no zygote starts one, for the runs after it. A process that
+    runs many (the window, its spare pool; the test suite) asks for it; the command line, which runs one job and
+    exits, does not: a zygote would be a second TensorFlow import it never uses."""
+    global _starting
+    _starting = True
+
+
 def spawn(python: str, env: Mapping[str, str], argv: list[str], pass_fds: tuple[int, ...]) -> ForkedProcess | None:
     """A run's supervisor forked from the zygote for this Python and environment; None (start it by hand) when
-    there is none ready. The first call for an environment starts its zygote, for the runs after it."""
+    there is none ready. After `start_zygotes`, the first call for an environment starts its zygote."""
     if not enabled():
         return None
     key = environment_key(python, env)
     with _zygotes_lock:
         zygote = next((z for z in _zygotes if z.key == key and z.error is None), None)
+        if zygote is None and not _starting:
+            return None
         if zygote is None:
             for stale in [z for z in _zygotes if z.error is not None]:
                 _zygotes.remove(stale)
