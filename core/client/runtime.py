@@ -114,6 +114,8 @@ PROCESS_TRANSITIONS: dict[tuple[RuntimeState, str], RuntimeState] = {
 
 LAST_LINES = 40
 READ_SIZE = 65536
+COALESCE_BELOW = 4096   # a read of the job's output smaller than this ...
+COALESCE_S = 0.001      # ... lets the next lines gather this long before the next read
 PIPES_AFTER_EXIT_S = 1.0   # how long output pipes may stay open after the supervisor exited (they should not)
 
 log = logging.getLogger(__name__)
@@ -511,12 +513,15 @@ class RuntimeProcess:
             selector.register(fd, selectors.EVENT_READ)
         open_fds = set(streams)
 
+        small_output = [False]  # this turn read a little of the job's output, and nothing else
+
         def read(fd: int, size: int = READ_SIZE) -> None:
             try:
                 chunk = os.read(fd, size)
             except OSError:
                 chunk = b""
             if chunk:
+                small_output[0] = fd != events_fd and len(chunk) < COALESCE_BELOW
                 demux.feed(streams[fd], chunk)
             else:
                 selector.unregister(fd)
@@ -526,6 +531,12 @@ class RuntimeProcess:
         exited_at: float | None = None
         try:
             while open_fds:
+                if small_output[0]:
+                    # A job printing line by line (a terminal's line buffering, PYTHONUNBUFFERED) would wake this
+                    # thread for every line, and each wake-up makes its next write dearer: let a few lines
+                    # gather. Output reaches the window a millisecond later; events are never held.
+                    small_output[0] = False
+                    time.sleep(COALESCE_S)
                 ready = [int(key.fd) for key, _ in selector.select(timeout=0.1)]
                 # Events first, alone, and the output pipes are drained for each; the others are read on the
                 # next turn, as they are then (one read now could block on a pipe that draining emptied).
