@@ -16,7 +16,9 @@ or `scripts/gpu-acceptance.sh`, which does the same. It checks, each against wha
      parameter-server clusters, and your own script);
   5. the benchmark (TF32 labelled, no figure above the GPU's peak, tf32=off measured too);
   6. the exporter during a run: TensorFlow's allocator metrics and the run's process memory;
-  7. the doctor: no check fails.
+  7. the doctor: no check fails;
+  8. the zygote: it holds no GPU, and CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH and TF_GPU_ALLOCATOR set
+     in a run forked from it take effect.
 With --record DIR it also writes the GPU's readings as fixture JSON (DIR/gpu.json, DIR/benchmark-rows.json), in
 the shape tests/fixtures/h100/ holds, to replace figures there that came from a specification.
 Exit status 0 when every check passed. Everything judged here is a pure function of the figures, tested
@@ -391,6 +393,92 @@ def held_by_run(profile: Path, seconds: float = 4.0, device: str = "/GPU:0",
     return held, "".join(output[-20:])
 
 
+ZYGOTE_SCRIPT = """
+import os, sys, time
+import tensorflow as tf
+gpus = tf.config.list_physical_devices("GPU")
+if gpus:
+    x = tf.ones((256, 256)) * 2.0
+print("ZYGOTE-RUN", os.getpid(), len(gpus), flush=True)
+time.sleep(3)
+"""
+
+
+def judge_zygote_run(name: str, forked: bool, gpus: int | None, held_mib: int | None, lines: list[str],
+                     want_gpus: int | None = None, max_held_mib: int | None = None,
+                     want_line: str | None = None) -> Result:
+    """A run forked from the zygote, with a late variable set: it must behave as a process started with it."""
+    problems = [] if forked else ["the run was started by hand, not forked from the zygote"]
+    if gpus is None:
+        problems.append("the script printed nothing")
+    elif want_gpus is not None and (gpus == 0) != (want_gpus == 0):
+        problems.append(f"{gpus} GPUs seen, {'none' if want_gpus == 0 else 'some'} expected")
+    if max_held_mib is not None and (held_mib is None or held_mib > max_held_mib):
+        problems.append(f"held {held_mib} MiB, at most {max_held_mib} expected")
+    if want_line is not None and not any(want_line in line for line in lines):
+        problems.append(f"TensorFlow never said {want_line!r}")
+    return Result("zygote", name, not problems, f"GPUs {gpus}, held {held_mib} MiB", problems)
+
+
+def zygote_checks() -> list[Result]:
+    """The zygote on a GPU: it holds no GPU (not in NVML's process list, no /dev/nvidia* open) and each variable
+    TensorFlow reads when it initializes, set in the fork, takes effect (tests/test_zygote.py proves on a CPU
+    that the fork's C library sees them; this proves TensorFlow acts on them)."""
+    from tf_device_panel.core.client import zygote
+    from tf_device_panel.core.client.runtime import RuntimeProcess
+    from tf_device_panel.core.devices.nvml import Nvml
+
+    nvml = Nvml()
+    nvml.init()
+    zygote.start_zygotes()
+    first = RuntimeProcess(DeviceConfig())
+    first.start()
+    first.stop()
+    if not zygote.wait_until_ready(300):
+        return [Result("zygote", "the zygote starts", False, "not ready in 300 s")]
+    pids = zygote.process_ids()
+    listed = {proc.pid for gpu in nvml.gpus() for proc in nvml.processes(gpu.index) or []}
+    opened = [os.readlink(f"/proc/{pid}/fd/{fd}") for pid in pids for fd in os.listdir(f"/proc/{pid}/fd")]
+    devices = [path for path in opened if path.startswith("/dev/nvidia")]
+    results = [Result("zygote", "the zygote holds no GPU", not (pids & listed) and not devices,
+                      f"zygote {sorted(pids)}; in NVML's list: {sorted(pids & listed)}; devices open: {devices}")]
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(ZYGOTE_SCRIPT)
+    cases: list[tuple[str, DeviceConfig, dict[str, str], dict[str, Any]]] = [
+        ("default", DeviceConfig(), {}, {"want_gpus": 1}),
+        ("CUDA_VISIBLE_DEVICES='' (no GPU)", DeviceConfig(), {"CUDA_VISIBLE_DEVICES": ""}, {"want_gpus": 0}),
+        ("TF_FORCE_GPU_ALLOW_GROWTH=true", DeviceConfig(), {"TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+         {"want_gpus": 1, "max_held_mib": GROWTH_MAX_MIB}),
+        ("TF_GPU_ALLOCATOR=cuda_malloc_async", DeviceConfig(gpu_allocator="cuda_malloc_async"), {},
+         {"want_gpus": 1, "want_line": "CUDA malloc Async"}),
+    ]
+    try:
+        for name, config, env, expected in cases:
+            runtime = RuntimeProcess(config, env=env)
+            runtime.start()
+            gpus: int | None = None
+            held: int | None = None
+            try:
+                runtime.wait_ready(120)
+                runtime.submit("script", {"path": script.name})
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and runtime.exited is None:
+                    event = runtime.next_event(0.2)
+                    match = re.search(r"ZYGOTE-RUN (\d+) (\d+)", str(getattr(event, "text", "")))
+                    if match:
+                        gpus = int(match.group(2))
+                        for gpu in nvml.gpus():
+                            for proc in nvml.processes(gpu.index) or []:
+                                if proc.pid == int(match.group(1)) and proc.used_mib is not None:
+                                    held = max(held or 0, proc.used_mib)
+            finally:
+                runtime.stop()
+            results.append(judge_zygote_run(name, runtime.forked, gpus, held, runtime.recent_lines(), **expected))
+    finally:
+        os.unlink(script.name)
+    return results
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -532,6 +620,7 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
         if tf32 and bench.get("status") == "ok":
             facts["benchmark_rows"] = (bench.get("result") or {}).get("rows")
     results.append(exporter_during_run(profiles["growth"]))
+    results.extend(zygote_checks())
     doctor = panel("doctor", "--json", timeout=600)
     try:
         results.append(judge_doctor(json.loads(doctor.stdout)))

@@ -264,3 +264,16 @@ def test_record_writes_fixtures_in_the_shape_the_tests_read(tmp_path) -> None:
     assert gpu["process_memory_after_first_op_mib"] == {"growth": 522, "split": 2570}
     assert gpu["source"].startswith("scripts/gpu_acceptance.py --record on 2026-11-24 07:00 UTC")
     assert files["benchmark-rows.json"]["rows"][0]["gflops"] == 376621.0
+
+
+def test_a_forked_run_is_judged_by_what_its_late_variable_implies() -> None:
+    judge = acceptance.judge_zygote_run
+    assert judge("hidden", True, 0, None, [], want_gpus=0).passed
+    assert not judge("hidden", True, 1, 530, [], want_gpus=0).passed
+    assert not judge("by hand", False, 1, 530, [], want_gpus=1).passed
+    assert judge("growth", True, 1, 600, [], want_gpus=1, max_held_mib=2048).passed
+    assert not judge("growth", True, 1, 79_000, [], want_gpus=1, max_held_mib=2048).passed
+    line = "I0000 gpu_cudamallocasync_allocator.cc:123] Using CUDA malloc Async allocator for GPU: 0"
+    assert judge("async", True, 1, 600, [line], want_gpus=1, want_line="CUDA malloc Async").passed
+    assert not judge("async", True, 1, 600, ["BFC"], want_gpus=1, want_line="CUDA malloc Async").passed
+    assert not judge("silent", True, None, None, []).passed
