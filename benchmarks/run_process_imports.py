@@ -64,7 +64,10 @@ def copy_of_the_panel(root: Path) -> Path:
 
 
 def one_measurement(path: Path, compiled: bool) -> list[tuple[str, float]]:
-    code = (f"import tensorflow; import {RUN_PROCESS_MODULE}, sys; "
+    # An editable install's finder would take the checkout's package first: the copy is the one measured.
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("
+            "'__editable__')]; "
+            f"import tensorflow; import {RUN_PROCESS_MODULE}; "
             f"assert {RUN_PROCESS_MODULE}.__file__.startswith({str(path)!r}), {RUN_PROCESS_MODULE}.__file__")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(path), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=env)

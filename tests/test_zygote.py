@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import ROOT, collect_job, of_type, output_lines, process_gone, wait_until
+from helpers import ROOT, collect_job, events_until, of_type, output_line, output_lines, process_gone, wait_until
 from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
@@ -206,3 +206,30 @@ def test_the_command_line_starts_no_zygote(tmp_path: Path) -> None:
         print(outcome.status, len(zygote._zygotes))
     """)], capture_output=True, text=True, timeout=300)
     assert done.stdout.split() == ["ok", "0"], done.stderr[-2000:]
+
+
+def test_runs_forked_from_a_zygote_let_go_still_end_as_their_scripts_end(ready_zygote: None, tmp_path: Path) -> None:
+    """A zygote is let go (a third environment took its place): the runs forked from it are not cut short."""
+    flag = tmp_path / "go-on"
+    path = tmp_path / "waits.py"
+    path.write_text(f"import os, sys, time\nprint('waiting', flush=True)\nwhile not os.path.exists({str(flag)!r}):\n"
+                    "    time.sleep(0.05)\nsys.exit(5)\n")
+    runtime = RuntimeProcess(DeviceConfig())
+    runtime.start()
+    try:
+        runtime.wait_ready()
+        assert runtime.forked
+        job_id = runtime.submit("script", {"path": str(path)})
+        events_until(runtime, output_line("waiting"), timeout=60)
+        with zygote._zygotes_lock:
+            let_go = [z for z in zygote._zygotes if z.zygote_pid is not None]
+            zygote._zygotes[:] = []
+        for one in let_go:
+            one.close()
+        flag.write_text("")
+        seen = collect_job(runtime, job_id)
+    finally:
+        runtime.stop()
+    assert of_type(seen, events.JOB_FINISHED)[0].returncode == 5
+    for one in let_go:
+        wait_until(lambda one=one: process_gone(one.process_id), 30, "a zygote let go outlived its runs")

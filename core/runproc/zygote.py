@@ -18,8 +18,9 @@ process's import would print it.
 
 The reply is `{"pid": …}` with a pidfd of the child (so the panel's signals can never reach a recycled pid). When
 the child exits, this process reaps it and writes its status (as `subprocess.Popen.returncode` has it) to the
-request's status pipe. End of file on the socket (the panel is gone, or let this zygote go) ends it; so does
-its parent's death (SIGKILL), and each child then gets its SIGHUP and ends its run.
+request's status pipe. End of file on the socket (the panel let this zygote go) ends it once the runs forked from
+it have ended; its parent's death (SIGKILL) ends it at once, and each child then gets its SIGHUP and ends its
+run.
 
 This process never initializes TensorFlow, starts no thread of its own and touches no GPU: a fork of it is a
 process in which nothing has happened yet.
@@ -151,8 +152,11 @@ def become_supervisor(request: SpawnRequest, received: list[int], import_output:
 
 def serve(sock: socket.socket, import_output: tuple[bytes, bytes]) -> None:
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status pipe)
-    while True:
-        readable, _, _ = select.select([sock.fileno(), *children], [], [])
+    listening = True
+    while listening or children:
+        # Once the panel has let this zygote go, the runs forked from it go on to their ends: their statuses are
+        # still owed (and this zygote's end would end them, by their supervisors' parent-death signal).
+        readable, _, _ = select.select([sock.fileno()] * listening + [*children], [], [])
         for pidfd in [fd for fd in readable if fd in children]:
             pid, status_fd = children.pop(pidfd)
             _, wait_status = os.waitpid(pid, 0)
@@ -160,14 +164,15 @@ def serve(sock: socket.socket, import_output: tuple[bytes, bytes]) -> None:
                 write_all(status_fd, f"{os.waitstatus_to_exitcode(wait_status)}\n".encode())
             os.close(status_fd)
             os.close(pidfd)
-        if sock.fileno() not in readable:
+        if not listening or sock.fileno() not in readable:
             continue
         try:
             message, received, _, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
         except OSError:
             message, received = b"", []
         if not message:
-            return  # the panel let this zygote go, or is gone
+            listening = False  # the panel let this zygote go (a panel that died took this process with it)
+            continue
         try:
             request = cast(SpawnRequest, json.loads(message))
             if len(received) != len(request["targets"]) + 1:
