@@ -61,7 +61,7 @@ def cli_run(script: Path, home: Path) -> tuple[float, float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--megabytes", type=int, default=200)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:

@@ -70,7 +70,7 @@ def cli_run(script: Path, home: Path, line_by_line: bool = False) -> tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "flood.py"

@@ -65,12 +65,15 @@ def copy_of_the_panel(root: Path) -> Path:
 
 def one_measurement(path: Path, compiled: bool) -> list[tuple[str, float]]:
     # An editable install's finder would take the checkout's package first: the copy is the one measured.
-    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '').startswith("
             "'__editable__')]; "
             f"import tensorflow; import {RUN_PROCESS_MODULE}; "
             f"assert {RUN_PROCESS_MODULE}.__file__.startswith({str(path)!r}), {RUN_PROCESS_MODULE}.__file__")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(path), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=env)
+    # From the copy's folder: `-c` puts the working folder first on the path, and a checkout's holds the bare
+    # tf_device_panel/ (its core/ and gui/ beside it, not inside).
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=env,
+                          cwd=path)
     if done.returncode != 0:
         raise RuntimeError(f"the run process's import failed:\n{done.stderr[-3000:]}")
     has_pyc = any((path / "tf_device_panel").rglob("*.pyc"))
