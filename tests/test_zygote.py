@@ -233,3 +233,18 @@ def test_runs_forked_from_a_zygote_let_go_still_end_as_their_scripts_end(ready_z
     assert of_type(seen, events.JOB_FINISHED)[0].returncode == 5
     for one in let_go:
         wait_until(lambda one=one: process_gone(one.process_id), 30, "a zygote let go outlived its runs")
+
+
+def test_a_zygote_that_failed_is_not_started_again_for_its_environment(tmp_path: Path) -> None:
+    """A Python without TensorFlow (or without the panel) cannot have a zygote: its runs start by hand, and no
+    run of it starts another zygote that would fail the same way."""
+    python = tmp_path / "python-without-tensorflow"
+    python.write_text("#!/bin/sh\nexec /bin/false\n")
+    python.chmod(0o755)
+    env = dict(os.environ)
+    assert zygote.spawn(str(python), env, ["--module", "x"], ()) is None  # starts its zygote, not ready yet
+    (failed,) = [z for z in zygote._zygotes if z.python == str(python)]
+    wait_until(lambda: failed.ready() or failed.error is not None, 30, "the zygote neither started nor failed")
+    assert failed.error is not None
+    assert zygote.spawn(str(python), env, ["--module", "x"], ()) is None
+    assert [z for z in zygote._zygotes if z.python == str(python)] == [failed]

@@ -264,12 +264,12 @@ def spawn(python: str, env: Mapping[str, str], argv: list[str], pass_fds: tuple[
         return None
     key = environment_key(python, env)
     with _zygotes_lock:
-        zygote = next((z for z in _zygotes if z.key == key and z.error is None), None)
+        zygote = next((z for z in _zygotes if z.key == key), None)
+        if zygote is not None and zygote.error is not None:
+            return None  # it failed (a Python without TensorFlow, say): this environment's runs start by hand
         if zygote is None and not _starting:
             return None
         if zygote is None:
-            for stale in [z for z in _zygotes if z.error is not None]:
-                _zygotes.remove(stale)
             while len(_zygotes) >= MAX_ZYGOTES:
                 _zygotes.pop(0).close()
             try:
@@ -290,7 +290,8 @@ def process_ids() -> set[int]:
 
 
 def wait_until_ready(timeout: float = 120.0) -> bool:
-    """Block until every zygote started has imported TensorFlow (benchmarks and tests that want a quiet start)."""
+    """Block until every zygote started has imported TensorFlow or failed (benchmarks and tests that want a quiet
+    start); whether one is ready."""
     deadline = time.monotonic() + timeout
     with _zygotes_lock:
         zygotes = list(_zygotes)
@@ -299,7 +300,7 @@ def wait_until_ready(timeout: float = 120.0) -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
-    return all(z.error is None for z in zygotes)
+    return any(z.error is None for z in zygotes)
 
 
 @atexit.register
