@@ -217,7 +217,6 @@ class RuntimeProcess:
         self._write_lock = threading.Lock()
         self._timers: list[threading.Timer] = []
         self._announced_status: int | None = None  # the exit status the run process said it leaves with
-        self.forked = False  # forked from the zygote (TensorFlow imported there), not started by hand
 
     def recent_lines(self) -> list[str]:
         """The process's last output lines (a copy: the reader thread keeps appending)."""
@@ -242,6 +241,11 @@ class RuntimeProcess:
         if self.warm is not None and self.warm.pid is not None:
             return self.warm.pid
         return self._process.pid if self._process else None
+
+    @property
+    def forked(self) -> bool:
+        """Forked from the zygote (TensorFlow imported there), not started by hand."""
+        return isinstance(self._process, zygote.ForkedProcess)
 
     @property
     def supervisor_pid(self) -> int | None:
@@ -286,7 +290,6 @@ class RuntimeProcess:
             for fd in script_fds:
                 os.close(fd)
         self._commands_fd = commands_w
-        self.forked = isinstance(self._process, zygote.ForkedProcess)
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
@@ -513,15 +516,16 @@ class RuntimeProcess:
             selector.register(fd, selectors.EVENT_READ)
         open_fds = set(streams)
 
-        small_output = [False]  # this turn read a little of the job's output, and nothing else
+        small_output = False  # the last read took a little of the job's output
 
         def read(fd: int, size: int = READ_SIZE) -> None:
+            nonlocal small_output
             try:
                 chunk = os.read(fd, size)
             except OSError:
                 chunk = b""
             if chunk:
-                small_output[0] = fd != events_fd and len(chunk) < COALESCE_BELOW
+                small_output = fd != events_fd and len(chunk) < COALESCE_BELOW
                 demux.feed(streams[fd], chunk)
             else:
                 selector.unregister(fd)
@@ -531,11 +535,11 @@ class RuntimeProcess:
         exited_at: float | None = None
         try:
             while open_fds:
-                if small_output[0]:
+                if small_output:
                     # A job printing line by line (a terminal's line buffering, PYTHONUNBUFFERED) would wake this
                     # thread for every line, and each wake-up makes its next write dearer: let a few lines
                     # gather. Output reaches the window a millisecond later; events are never held.
-                    small_output[0] = False
+                    small_output = False
                     time.sleep(COALESCE_S)
                 ready = [int(key.fd) for key, _ in selector.select(timeout=0.1)]
                 # Events first, alone, and the output pipes are drained for each; the others are read on the
