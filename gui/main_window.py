@@ -23,6 +23,7 @@ from tf_device_panel.gui.device_map import DeviceMapPanel
 from tf_device_panel.gui.devices_panel import DevicesPanel
 from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.doctor_panel import DoctorPanel
+from tf_device_panel.gui.garbage import GuiThreadCollection
 from tf_device_panel.gui.history_panel import HistoryPanel
 from tf_device_panel.gui.log_handler import WindowLogHandler
 from tf_device_panel.gui.log_panel import LogPanel
@@ -52,6 +53,9 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings(ORGANIZATION, APPLICATION)
         self.history = history or RunHistory()
         self.closing = False
+        # Before any thread starts: cycles holding Qt wrappers are then collected here, never on a run's reader.
+        self.garbage = GuiThreadCollection(self)
+        self.garbage.start()
         self.status = RuntimeStatusBar(self, self.apply_current)
         # Installed before the panels start their threads, so the first sampler or NVML warning is shown too.
         self.log_handler = WindowLogHandler(self.status.show_logged)
@@ -294,6 +298,7 @@ class MainWindow(QMainWindow):
         self.session.stop_telemetry()
         self.machines.stop()
         self.doctor.wait(30)
+        self.garbage.stop()
         super().closeEvent(event)
 
 

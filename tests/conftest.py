@@ -9,6 +9,7 @@ clean and only the test that leaked fails.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 import traceback
@@ -79,14 +80,21 @@ def no_child_process_left() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """For Qt tests: fails a test that leaves a QTimer active, a QThread or Python thread running, or a
-    top-level widget open. Autouse, so it is set up before the test's other fixtures and checks after they
+    """For Qt tests: fails a test that leaves a QTimer active, a QThread or Python thread running, a top-level
+    widget open, or garbage collection moved to the GUI thread (a window never closed). Autouse, so it is set up before the test's other fixtures and checks after they
     have torn down (a window fixture closes its window first)."""
     if not {"qtbot", "qapp"} & set(request.fixturenames):
         yield
         return
     from PySide6.QtCore import QThread, QTimer
     from PySide6.QtWidgets import QApplication
+    from tf_device_panel.gui import garbage
+
+    # As the window does (gui/garbage.py): a panel tested alone has threads too, and a cycle holding one of its
+    # widgets must not be collected on them. Started before QTimer is tracked, so this timer is not a leak.
+    request.getfixturevalue("qapp")  # the timer needs the application
+    collection = garbage.GuiThreadCollection()
+    collection.start()
 
     timers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
     qthreads: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -129,6 +137,10 @@ def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         with contextlib.suppress(RuntimeError):
             qthread.quit()
             qthread.wait(2000)
+    # The test's threads have ended (or are reported above). What its widgets left in cycles is freed now, here
+    # on the GUI thread: once automatic collection is back on, a later test's thread would collect it.
+    collection.stop()
+    gc.collect()
     for timer, where in alive(QTimer.isActive, timers):
         problems.append(f"QTimer started at {where} still active")
         with contextlib.suppress(RuntimeError):
@@ -137,6 +149,13 @@ def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         if widget.isVisible():
             problems.append(f"top-level widget {type(widget).__name__} {widget.windowTitle()!r} left open")
             widget.close()
+    for holder in garbage.holders():
+        owner = "an object already deleted"
+        with contextlib.suppress(RuntimeError):
+            owner = type(holder.parent()).__name__
+        problems.append(f"garbage collection still kept on the GUI thread by {owner}: a window created and "
+                        "never closed")
+        holder.stop()
     if problems:
         pytest.fail("the test left Qt work running:\n  " + "\n  ".join(problems), pytrace=False)
 

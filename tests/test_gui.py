@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -234,9 +233,6 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
                 window.controller.pump.put(events.Log(stream="stderr", kind="tf-info", text=f"line {number}",
                                                       job_id="flood-1"))
 
-    # Widgets of earlier tests still in reference cycles are freed here, on the GUI thread: freed by a
-    # collection the flood thread's allocations trigger, PySide deadlocks deleting them.
-    gc.collect()
     thread = threading.Thread(target=flood)
     thread.start()
     qtbot.waitUntil(lambda: window.log.total_lines >= 100_000, timeout=60_000)
