@@ -81,8 +81,9 @@ def no_child_process_left() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """For Qt tests: fails a test that leaves a QTimer active, a QThread or Python thread running, a top-level
-    widget open, or garbage collection moved to the GUI thread (a window never closed). Autouse, so it is set up before the test's other fixtures and checks after they
-    have torn down (a window fixture closes its window first)."""
+    widget open, or garbage collection moved to the GUI thread (a window never closed). Autouse, so it is set up
+    before the test's other fixtures and checks after they have torn down (a window fixture closes its window
+    first)."""
     if not {"qtbot", "qapp"} & set(request.fixturenames):
         yield
         return

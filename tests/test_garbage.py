@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QObject  # noqa: E402
-from tf_device_panel.core.protocol import events  # noqa: E402
-from tf_device_panel.gui import garbage  # noqa: E402
+from PySide6.QtCore import QObject
+from tf_device_panel.core.protocol import events
+from tf_device_panel.gui import garbage
 
 
 class PlainCycle:
