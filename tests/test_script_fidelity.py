@@ -254,6 +254,31 @@ def test_a_tf_device_fallback_in_a_script_is_reported_with_its_file_and_line(tmp
     assert f"soft-placement fallback: {script}, line 7: tf.device('/device:GPU:2')" in shown.stderr
 
 
+def test_entering_an_existing_devices_scope_costs_the_script_what_it_costs_bare(tmp_path: Path) -> None:
+    """The panel watches `tf.device` scopes for soft-placement fallbacks. Keras enters one at every training step
+    (its dataset iterator's `next`); the watch asked TensorFlow whether soft placement was on each time, and
+    TensorFlow builds its whole ConfigProto to answer: 2 builds a step, ~3 % of a small model's fit. Counted
+    here as the script sees them: the same number through the panel as bare, for a device that exists; the
+    fallback to a missing device is still reported (the test above)."""
+    script = write(tmp_path, """
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        built = []
+        config = context.Context.config
+        context.Context.config = property(lambda self: built.append(1) or config.fget(self))
+        x = tf.constant(1.0)
+        for _ in range(200):
+            with tf.device("/CPU:0"):
+                x = x + 1.0
+        print("CONFIG_BUILDS", len(built), "RESULT", float(x))
+    """)
+    done = cli(script)
+    bare = bare_run(script, tmp_path)
+    assert done.returncode == bare.returncode == 0, done.stderr
+    assert "RESULT 201.0" in bare.stdout
+    assert done.stdout.split("CONFIG_BUILDS")[-1] == bare.stdout.split("CONFIG_BUILDS")[-1]
+
+
 # -- what a bare run prints when a script fails: Python's own words, once -----------------------------------
 FAILURES = {
     "did-you-mean": ("import os\nos.getcwdd()\n", 1),
