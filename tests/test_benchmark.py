@@ -73,7 +73,7 @@ def test_best_per_size_names_the_fastest_device_and_its_ratio() -> None:
     assert best["device"] == "/GPU:0" and best["numpy_gflops"] == 80.0 and best["vs_numpy"] == 625.0
 
 
-def test_time_grows_with_repeats_and_figures_are_plausible() -> None:
+def test_every_repeat_runs_and_figures_are_plausible() -> None:
     # 1024: large enough that the fixed cost of a call (launch, fetch, thread wake-up) is small beside one matmul
     params = {"sizes": "1024", "dtypes": "float32", "devices": "/CPU:0"}
     config = DeviceConfig(log_placement=False)
@@ -86,12 +86,14 @@ def test_time_grows_with_repeats_and_figures_are_plausible() -> None:
         (row,) = [r for r in result["rows"] if r["device"] == "/CPU:0"]
         return row
 
-    # merged matmuls made 10 repeats cost about as much as one (ratio ≈ 1); each really runs now. Not 10×:
-    # beside other work (a second test worker, a busy CI machine) a short run's best time is the most inflated.
-    assert tf_row(ten)["seconds"] >= 3 * tf_row(one)["seconds"], (tf_row(one), tf_row(ten))
+    # Merged matmuls made 10 repeats cost about as much as one: against NumPy's chain of 10 real products, timed
+    # in turns with it on the same CPU, that read ~10×. Each repeat really runs when TensorFlow stays within a few
+    # times NumPy at both lengths. (Comparing the two runs' own seconds, 10 repeats ≥ 3 × one, failed beside two
+    # CPU burners: 0.28 s against 0.10 s, the runs minutes apart; the turns share whatever load there is.)
+    for result in (one, ten):
+        assert 0.3 <= tf_row(result)["vs_numpy"] <= 3.0, result["rows"]
     row = tf_row(ten)
     assert row["gflops"] <= ten["peak"]["cpu_gflops"]["float32"]
-    assert 0.3 <= row["vs_numpy"] <= 3.0, ten["rows"]
     assert row["check"] == "ok" and ten["flags"] == []
     assert ten["best"][0]["size"] == 1024 and any(n.startswith("CPU peak") for n in ten["notes"])
 
