@@ -15,12 +15,12 @@ from tf_device_panel.core.runproc.cluster import Task, TaskFailed
 from tf_device_panel.core.runproc.jobs.cluster_jobs import _run_cluster, crash_report
 
 NATIVE_THREAD = """
-    import ctypes, faulthandler, time
+    import ctypes, faulthandler, signal
     faulthandler.enable(all_threads=True)
     libc = ctypes.CDLL(None)
     thread = ctypes.c_ulong()
     libc.pthread_create(ctypes.byref(thread), None, ctypes.c_void_p(8), None)  # a C thread jumps to address 8
-    time.sleep(30)  # the task's main thread idles; the C thread's SIGSEGV ends the process within milliseconds
+    signal.pause()  # the task's main thread waits; the C thread's SIGSEGV ends the process (run's timeout: 60 s)
 """
 PYTHON_THREAD = """
     import ctypes, faulthandler

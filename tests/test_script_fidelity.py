@@ -363,7 +363,7 @@ def test_main_is_the_script_as_a_bare_run_makes_it(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_before_the_script_starts_exits_130_and_finalizes_the_record(tmp_path: Path) -> None:
-    script = write(tmp_path, "import time\ntime.sleep(60)\n")  # never reached: Ctrl+C comes during the import
+    script = write(tmp_path, "import signal\nsignal.pause()\n")  # never reached: Ctrl+C comes during the import
     process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: RunHistory().summaries(), timeout=60, message="the run was never recorded")
