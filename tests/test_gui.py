@@ -65,6 +65,9 @@ def placements(win: MainWindow) -> set[tuple[str, str]]:
 
 def test_replicate_on_two_logical_cpus_end_to_end(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window, cpu_devices=2)
+    # The Devices panel lists the ready report when its event reaches it, which may be a batch after the
+    # manager's state says ready (a CI run read the tree still empty).
+    qtbot.waitUntil(lambda: window.devices.tree.topLevelItem(1) is not None, timeout=10_000)
     logical = window.devices.tree.topLevelItem(1)
     assert [logical.child(i).text(0) for i in range(logical.childCount())] == ["/CPU:0", "/CPU:1"]
     assert "TensorFlow sees no GPU" in window.devices.note.text()
