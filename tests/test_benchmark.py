@@ -73,29 +73,38 @@ def test_best_per_size_names_the_fastest_device_and_its_ratio() -> None:
     assert best["device"] == "/GPU:0" and best["numpy_gflops"] == 80.0 and best["vs_numpy"] == 625.0
 
 
-def test_every_repeat_runs_and_figures_are_plausible() -> None:
-    # 1024: large enough that the fixed cost of a call (launch, fetch, thread wake-up) is small beside one matmul
-    params = {"sizes": "1024", "dtypes": "float32", "devices": "/CPU:0"}
+def test_each_timed_repeat_is_one_more_matmul_on_the_product_before() -> None:
+    # What the timing counts, checked without a clock: merged matmuls once made 10 repeats cost about as much as
+    # one. Multiplying by 2·I doubles every element, so the sum after n repeats is 2ⁿ times a's (exactly, in
+    # float32): a repeat merged, skipped or run on `a` instead of the product before gives another figure.
+    # (This test once held TensorFlow's speed within 0.3–3× NumPy's: a busy machine read 3.1–4.0. A ratio of
+    # speeds is the benchmark's to show, benchmarks/'s to measure, not a test's to assert.)
+    import numpy as np
+    import tensorflow as tf
+    from tf_device_panel.core.runproc.jobs.benchmark import matmul_chain
+
+    chain = matmul_chain(tf)
+    a = np.random.default_rng(0).integers(0, 8, (64, 64)).astype(np.float32)
+    doubling = 2 * np.eye(64, dtype=np.float32)
+    for count in (1, 2, 10):
+        assert float(chain(tf.constant(a), tf.constant(doubling), tf.constant(count))) == a.sum() * 2**count
+
+
+def test_every_repeat_is_counted_in_the_figures() -> None:
+    params = {"sizes": "256", "dtypes": "float32", "devices": "/CPU:0"}
     config = DeviceConfig(log_placement=False)
-    one, error, _ = run_job(config, "benchmark", {**params, "repeats": 1})
-    assert error is None, error
-    ten, error, _ = run_job(config, "benchmark", {**params, "repeats": 10})
-    assert error is None, error
-
-    def tf_row(result: dict) -> dict:
+    for repeats in (1, 10):
+        result, error, _ = run_job(config, "benchmark", {**params, "repeats": repeats})
+        assert error is None, error
+        assert result["repeats"] == repeats
         (row,) = [r for r in result["rows"] if r["device"] == "/CPU:0"]
-        return row
-
-    # Merged matmuls made 10 repeats cost about as much as one: against NumPy's chain of 10 real products, timed
-    # in turns with it on the same CPU, that read ~10×. Each repeat really runs when TensorFlow stays within a few
-    # times NumPy at both lengths. (Comparing the two runs' own seconds, 10 repeats ≥ 3 × one, failed beside two
-    # CPU burners: 0.28 s against 0.10 s, the runs minutes apart; the turns share whatever load there is.)
-    for result in (one, ten):
-        assert 0.3 <= tf_row(result)["vs_numpy"] <= 3.0, result["rows"]
-    row = tf_row(ten)
-    assert row["gflops"] <= ten["peak"]["cpu_gflops"]["float32"]
-    assert row["check"] == "ok" and ten["flags"] == []
-    assert ten["best"][0]["size"] == 1024 and any(n.startswith("CPU peak") for n in ten["notes"])
+        (numpy_row,) = [r for r in result["rows"] if r["device"] == NUMPY_ROW]
+        for each in (row, numpy_row):  # 2·n³ flops per matmul, `repeats` of them, in the best trial's seconds
+            assert each["gflops"] == pytest.approx(2 * 256**3 * repeats / each["seconds"] / 1e9)
+        # Load only ever slows a run down, so no figure can pass the CPU's peak, however busy the machine.
+        assert row["gflops"] <= result["peak"]["cpu_gflops"]["float32"]
+        assert "impossible" not in row["check"], row
+        assert result["best"][0]["size"] == 256 and any(n.startswith("CPU peak") for n in result["notes"])
 
 
 # -- GPU figures measured on the H100 (tests/fixtures/h100/benchmark-rows.json, gpu.json) ------------------

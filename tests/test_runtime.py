@@ -63,8 +63,7 @@ def test_a_describe_run_lists_the_logical_devices_and_is_cached() -> None:
     info, _ = describe_devices(config, descriptions=descriptions)
     assert [d["short_name"] for d in info.logical] == ["/CPU:0", "/CPU:1"]
     assert info.logical[1]["name"] == "/job:localhost/replica:0/task:0/device:CPU:1"
-    started = time.monotonic()
-    assert describe_devices(config, descriptions=descriptions)[0] is info and time.monotonic() - started < 1
+    assert describe_devices(config, descriptions=descriptions)[0] is info  # the same answer: no second run
     assert DeviceDescriptions().get(config) is None  # a cache of its owner's, not the process's
 
 

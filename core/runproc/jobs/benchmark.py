@@ -335,6 +335,20 @@ def nvml_index_of(physical: int, nvml_gpus: list[Any], by_visible: list[int | No
     return visible if visible is not None else physical
 
 
+def matmul_chain(tf: Any) -> Callable[[Any, Any, Any], Any]:
+    """The timed work: `count` matmuls, each multiplying the previous product by `b`, and the sum of every
+    element of the last product (so the whole of it is computed and consumed)."""
+
+    @tf.function
+    def chain(a: Any, b: Any, count: Any) -> Any:
+        # Each matmul takes the previous product: none can be merged, skipped or run in parallel.
+        _, product = tf.while_loop(lambda i, c: i < count, lambda i, c: (i + 1, tf.matmul(c, b)),
+                                   (tf.constant(0), a))
+        return tf.reduce_sum(tf.cast(product, tf.float32))
+
+    return chain
+
+
 def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float32,float16,bfloat16",
               repeats: int = 5, devices: str = "", tf32: bool = True) -> TableResult:
     import numpy as np
@@ -352,13 +366,7 @@ def benchmark(ctx: JobContext, sizes: str = "256,512,1024", dtypes: str = "float
     rows: list[BenchmarkRow] = []
     done = 0
 
-    @tf.function
-    def chain(a: Any, b: Any, count: Any) -> Any:
-        # Each matmul takes the previous product: none can be merged, skipped or run in parallel.
-        _, product = tf.while_loop(lambda i, c: i < count, lambda i, c: (i + 1, tf.matmul(c, b)),
-                                   (tf.constant(0), a))
-        return tf.reduce_sum(tf.cast(product, tf.float32))  # consumes every element of the last product
-
+    chain = matmul_chain(tf)
     rng = np.random.default_rng(0)
     numpy_inputs = {size: (rng.random((size, size), dtype=np.float32),
                            rng.random((size, size), dtype=np.float32) * np.float32(2.0 / size)) for size in size_list}
