@@ -550,12 +550,77 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PARAM_OPTIONS = ("-p", "--param", "--para", "--par", "--pa", "--p")  # argparse takes a long option's prefixes
+
+
+def take_params(argv: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """`run`'s job parameters taken out of `argv` in one pass: (their NAME=VALUE texts in order, the rest).
+
+    argparse looks for the next option among every option's position after each option it reads, so 100,000
+    `-p` took minutes to parse (and its append copies the list each time). Only the plain spellings are taken
+    (`-p V`, `-pV`, `-p=V`, `--param V`, `--param=V`); None, so that argparse reads everything as it always did,
+    when the command is not `run`, a value is missing or `--` ends the options."""
+    args = list(argv)
+    start = 0
+    while start < len(args) and args[start] in ("-v", "--verbose"):
+        start += 1
+    if start >= len(args) or args[start] != "run":
+        return None
+    params: list[str] = []
+    rest = args[:start + 1]
+    index = start + 1
+    while index < len(args):
+        token = args[index]
+        if token == "--":
+            return None  # what follows is positional: argparse's rules
+        name, equals, value = token.partition("=")
+        if token in PARAM_OPTIONS:
+            if index + 1 >= len(args) or args[index + 1].startswith("-"):
+                return None  # argparse says what is missing
+            params.append(args[index + 1])
+            index += 2
+            continue
+        if equals and name in PARAM_OPTIONS:
+            params.append(value)
+        elif token.startswith("-p"):  # "-pV": the value run on
+            params.append(token[2:])
+        else:  # anything else, "-vp V" too, is argparse's to read
+            rest.append(token)
+        index += 1
+    return params, rest
+
+
+def parse_command_line(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """argparse's reading of `argv`, with `run`'s parameters taken in one pass (linear in their number)."""
+    taken = take_params(sys.argv[1:] if argv is None else argv)
+    if taken is None:
+        return parser.parse_args(argv)
+    params, rest = taken
+    args = parser.parse_args(rest)
+    if getattr(args, "param", None):  # a spelling left to argparse: let it read them all, in their order
+        return parser.parse_args(argv)
+    if params:
+        args.param = params
+    return args
+
+
+MAX_PARAM_PROBLEMS_SHOWN = 8
+
+
+def param_error_text(exc: ParamError) -> str:
+    """One line for the refused parameters: the first few problems and how many more (100,000 unknown names
+    once printed a 15 MB line)."""
+    shown = "; ".join(f"{name}: {message}" for name, message in exc.problems[:MAX_PARAM_PROBLEMS_SHOWN])
+    more = len(exc.problems) - MAX_PARAM_PROBLEMS_SHOWN
+    return f"error: job {exc.job!r}: {shown}" + (f"; … and {more} more problems like these" if more > 0 else "")
+
+
 def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], int] = _no_window) -> int:
     """Run one command; `open_window(profile)` opens the window (the launcher passes it, so core never imports gui)."""
     parser = build_parser()
     args: argparse.Namespace | None = None
     try:
-        args = parser.parse_args(argv)
+        args = parse_command_line(parser, argv)
         configure_logging(verbose=getattr(args, "verbose", False))
         if args.command in (None, "gui"):
             return open_window(getattr(args, "config", None))
@@ -573,7 +638,7 @@ def main(argv: Sequence[str] | None = None, open_window: Callable[[str | None], 
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ParamError as exc:
-        print(f"error: job {exc.job!r}: " + "; ".join(f"{n}: {m}" for n, m in exc.problems), file=sys.stderr)
+        print(param_error_text(exc), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
