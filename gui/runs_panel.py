@@ -461,6 +461,9 @@ class RunsPanel(QWidget):
             return
         try:
             params = spec.resolve(self.form().values())
+            devices = self.session.run_devices()
+            if devices is not None:  # the devices named must be where the job uses them: refused now, not in TF
+                spec.check_devices(params, devices)
         except ParamError as exc:  # named by the form's labels ("Script", not the parameter's name "path")
             labels = {param.name: param.label or param.name for param in spec.params}
             self.form_error.setText("\n".join(f"{labels.get(name, name)}: {message}"

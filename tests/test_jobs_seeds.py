@@ -88,7 +88,7 @@ def test_memory_steps_on_a_logical_cpu(three_cpus: RuntimeProcess) -> None:
 
 def test_memory_on_a_device_that_does_not_exist_is_refused(three_cpus: RuntimeProcess) -> None:
     error = error_of(collect_job(three_cpus, three_cpus.submit("memory", {"device": "/GPU:0", "steps": 1})))
-    assert "/GPU:0 is not a logical device" in error.message and "/CPU:2" in error.message
+    assert "'/GPU:0' is not among this run's devices" in error.message and "/CPU:2" in error.message
 
 
 def test_benchmark_has_a_row_per_device_size_and_dtype(three_cpus: RuntimeProcess) -> None:

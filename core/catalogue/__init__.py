@@ -22,12 +22,14 @@ from tf_device_panel.core.catalogue.params import (
     ParamError,
     ParamValue,
     ParamValues,
+    RunDevices,
     device_key,
     device_spec_problem,
     path_problem,
+    profile_devices,
     split_devices,
 )
 
 __all__ = ["JOBS", "MAX_BENCHMARK_SIZES", "MAX_LIST_ITEMS", "JobError", "JobSpec", "Param", "ParamError",
-           "ParamValue", "ParamValues", "device_key", "device_spec_problem", "get_job", "load_entry", "path_problem",
-           "split_devices"]
+           "ParamValue", "ParamValues", "RunDevices", "device_key", "device_spec_problem", "get_job", "load_entry",
+           "path_problem", "profile_devices", "split_devices"]

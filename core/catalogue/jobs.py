@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import tf_device_panel.core
-from tf_device_panel.core.catalogue.params import Param, ParamError, ParamJson, ParamValue
+from tf_device_panel.core.catalogue.params import (
+    BESIDE,
+    RUN,
+    Param,
+    ParamError,
+    ParamJson,
+    ParamValue,
+    RunDevices,
+    device_problems,
+)
 from tf_device_panel.core.config import Kind
 from tf_device_panel.core.text import clip, quote
 
@@ -103,6 +112,13 @@ class JobSpec:
         if problems:
             raise ParamError(self.name, problems)
         return resolved
+
+    def check_devices(self, values: Mapping[str, ParamValue], devices: RunDevices) -> None:
+        """The devices the parameters name must be where the job uses them (ParamError naming each): checked by
+        the window, the command line and the run process alike, before any TensorFlow work."""
+        problems = device_problems(self.params, values, devices)
+        if problems:
+            raise ParamError(self.name, problems)
 
     def to_json(self) -> JobJson:
         return {"name": self.name, "title": self.title, "description": self.description,
@@ -210,7 +226,7 @@ JOBS: dict[str, JobSpec] = {
             "out-of-memory error past a logical device's limit.",
             "tf_device_panel.core.runproc.jobs.memory:memory",
             (Param("device", Kind.DEVICE, "", "Device to allocate on. Empty: the first GPU, else the CPU.",
-                   label="Device", empty_means="the first GPU, else the CPU"),
+                   label="Device", empty_means="the first GPU, else the CPU", devices_of=RUN),
              Param("step_mib", Kind.COUNT, 64, "MiB allocated per step.", minimum=1, maximum=65_536,
                    label="Allocated per step", unit="MiB"),
              Param("steps", Kind.COUNT, 8, "Number of allocation steps.", minimum=1, maximum=1000, label="Steps"),
@@ -232,7 +248,7 @@ JOBS: dict[str, JobSpec] = {
                    label="Image size", unit="px", shown_when=("model", "cnn")),
              Param("device", Kind.DEVICE, "", "The device the budget is on: /CPU:0 (capped through the CPU's BFC "
                    "allocator) or /GPU:N (a logical GPU of the budget's size). Empty: /CPU:0.",
-                   label="Device", empty_means="/CPU:0")),
+                   label="Device", empty_means="/CPU:0", devices_of=BESIDE)),
         ),
         JobSpec(
             "benchmark", "Matmul benchmark",

@@ -9,12 +9,12 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from tf_device_panel.core.config import Kind
+from tf_device_panel.core.config import DeviceConfig, GpuInfo, Kind
 from tf_device_panel.core.config.schema import MAX_NUMBER_CHARS
 from tf_device_panel.core.text import quote
 
@@ -85,6 +85,106 @@ def path_problem(text: str) -> str | None:
     return None
 
 
+# Where a device parameter's devices must be, checked before TensorFlow starts (`device_problems`):
+ANYWHERE = "anywhere"   # TensorFlow judges: a missing device shows soft placement
+RUN = "run"             # among the run's own logical devices
+BESIDE = "beside"       # in processes the job starts beside its own: /CPU:0 (each has one logical CPU) or a GPU of
+#                         this machine, whose memory the run's own process must leave free (memory growth or a split)
+
+
+@dataclass(frozen=True)
+class RunDevices:
+    """The devices a run has, as far as its parameters are checked: known before TensorFlow starts from the
+    profile and the machine's GPUs (the window, the command line), or read inside the run process."""
+
+    cpus: int                    # logical CPUs of the run
+    gpus: int                    # logical GPUs of the run
+    machine_gpus: int            # GPUs TensorFlow sees on this machine (CUDA_VISIBLE_DEVICES applied)
+    gpu_memory_left: bool        # the run's process leaves its GPUs' memory to others: memory growth or a split
+    no_gpu_reason: str = ""      # why there is no GPU, when known
+    whose: str = "the profile gives"  # "this run has", inside the run
+
+    def count(self, device_type: str) -> int | None:
+        return {"CPU": self.cpus, "GPU": self.gpus}.get(device_type)
+
+    def words(self) -> str:
+        """The run's devices in words: '/CPU:0 … /CPU:1 and no GPU (NVML sees no GPU …)'."""
+        parts = [f"/CPU:0 … /CPU:{self.cpus - 1}" if self.cpus > 1 else "/CPU:0"]
+        if self.gpus:
+            parts.append(f"/GPU:0 … /GPU:{self.gpus - 1}" if self.gpus > 1 else "/GPU:0")
+        else:
+            parts.append("no GPU" + (f" ({self.no_gpu_reason})" if self.no_gpu_reason else ""))
+        return " and ".join(parts)
+
+
+def profile_devices(config: DeviceConfig, gpus: Sequence[GpuInfo] | None, no_gpu_reason: str = "") -> RunDevices:
+    """The devices a run with `config` has on this machine, known before it starts: `gpus` are TensorFlow's
+    physical GPUs as NVML sees them (None: unknown, no driver)."""
+    from tf_device_panel.core.config.plan import logical_gpu_owners
+
+    known = sorted(gpu.index for gpu in gpus or ())
+    visible = known if config.visible_gpus is None else [i for i in config.visible_gpus if i in known]
+    return RunDevices(cpus=config.cpu_devices, gpus=len(logical_gpu_owners(config, visible)),
+                      machine_gpus=len(known), gpu_memory_left=bool(config.memory_growth or config.virtual_gpus),
+                      no_gpu_reason=no_gpu_reason if gpus is None or not known else "")
+
+
+def _is_local(key: tuple[str, str, int]) -> bool:
+    return key[0] == "" and key[2] >= 0
+
+
+def device_problems(params: tuple[Param, ...], values: ParamValues,
+                    devices: RunDevices) -> list[tuple[str, str]]:
+    """(parameter, message) for each device a job's parameters name where it cannot be: the one check the window,
+    the command line and the run process share, made before any TensorFlow work. Other machines' devices
+    (/job:worker) and types other than CPU and GPU are TensorFlow's to judge in a run's own devices."""
+    problems: list[tuple[str, str]] = []
+    for param in params:
+        text = str(values.get(param.name, "")).strip()
+        scope = param.device_scope
+        if not text or scope not in (RUN, BESIDE):
+            continue
+        items = split_devices(text) if param.kind is Kind.DEVICES else [text]
+        if scope == RUN:
+            missing = [item for item in items if _is_local(key := device_key(item))
+                       and (count := devices.count(key[1])) is not None and key[2] >= count]
+            if missing:
+                pick = "list devices from those" if param.kind is Kind.DEVICES else "pick one of those"
+                problems.append((param.name, f"{', '.join(quote(m) for m in missing[:8])} "
+                                 f"{'is' if len(missing) == 1 else 'are'} not among this run's devices: "
+                                 f"{devices.whose} {devices.words()}; {pick} (or leave it empty for the default)"))
+            continue
+        for item in items:
+            problem = _beside_problem(item, devices)
+            if problem:
+                problems.append((param.name, problem))
+                break
+    return problems
+
+
+def _beside_problem(item: str, devices: RunDevices) -> str | None:
+    """Why a device for processes started beside the run cannot take them, or None."""
+    where, device_type, index = device_key(item)
+    if where or device_type not in ("CPU", "GPU"):
+        return f"{quote(item)} is not a CPU or GPU of this machine; use /CPU:0 or /GPU:N"
+    if device_type == "CPU":
+        if index != 0:
+            return (f"{quote(item)}: the runs this job starts are processes of their own with one logical CPU, "
+                    "/CPU:0 (all logical CPUs share the CPU's one allocator); use /CPU:0")
+        return None
+    if index >= devices.machine_gpus:
+        have = (f"this machine has no GPU{f' ({devices.no_gpu_reason})' if devices.no_gpu_reason else ''}"
+                if devices.machine_gpus == 0 else
+                f"this machine's GPUs are /GPU:0 … /GPU:{devices.machine_gpus - 1}" if devices.machine_gpus > 1
+                else "this machine's one GPU is /GPU:0")
+        return f"{quote(item)}: {have}; use {'/CPU:0' if devices.machine_gpus == 0 else 'one of those or /CPU:0'}"
+    if not devices.gpu_memory_left:
+        return (f"{quote(item)}: this run's own process would hold nearly all of the GPU's memory (the profile has "
+                "no memory growth), so the runs beside it would not get theirs; turn memory growth on in the "
+                "profile, or split the GPU")
+    return None
+
+
 class ParamError(ValueError):
     """One or more bad job parameters; `problems` lists (parameter, message) pairs."""
 
@@ -129,6 +229,15 @@ class Param:
     empty_means: str = ""                      # what an empty value does ("all GPUs, else all CPUs")
     shown_when: tuple[str, str] | None = None  # (parameter, value): it only matters then (image size: cnn)
     max_items: int = MAX_LIST_ITEMS            # a list's (DEVICES, COUNTS, CHOICES) most items, said when passed
+    devices_of: str = ""                       # DEVICE/DEVICES: where the devices must be (RUN, BESIDE, ANYWHERE)
+
+    @property
+    def device_scope(self) -> str:
+        """Where the devices this parameter names must exist: a list of devices is the run's own unless declared
+        otherwise; a single device is TensorFlow's to judge (soft placement) unless declared."""
+        if self.devices_of or self.kind not in (Kind.DEVICE, Kind.DEVICES):
+            return self.devices_of
+        return RUN if self.kind is Kind.DEVICES else ANYWHERE
 
     @property
     def item_limit(self) -> int:

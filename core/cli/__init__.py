@@ -22,9 +22,9 @@ from tf_device_panel.core.catalogue import (
     JobSpec,
     ParamError,
     ParamValues,
-    device_key,
+    RunDevices,
     get_job,
-    split_devices,
+    profile_devices,
 )
 from tf_device_panel.core.catalogue.cluster_layout import cluster_commands
 from tf_device_panel.core.catalogue.script_checks import script_problem
@@ -252,41 +252,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
 
 
-def profile_devices(config: DeviceConfig) -> tuple[dict[str, int], str]:
-    """How many logical devices of each type (CPU, GPU) a run with `config` has on this machine, known before
-    it starts, and those devices in words."""
-    from tf_device_panel.core.config.plan import logical_gpu_owners
-
+def run_devices(config: DeviceConfig) -> RunDevices:
+    """The devices a run with `config` has on this machine, known before it starts."""
     gpus = nvml_gpu_inventory()
-    known = sorted(g.index for g in gpus or ())
-    visible = known if config.visible_gpus is None else [i for i in config.visible_gpus if i in known]
-    counts = {"CPU": config.cpu_devices, "GPU": len(logical_gpu_owners(config, visible))}
-    words = [f"/CPU:0 … /CPU:{counts['CPU'] - 1}" if counts["CPU"] > 1 else "/CPU:0"]
-    if counts["GPU"]:
-        words.append(f"/GPU:0 … /GPU:{counts['GPU'] - 1}" if counts["GPU"] > 1 else "/GPU:0")
-    else:
-        words.append("no GPU" + (f" ({no_gpu_reason()})" if gpus is None else ""))
-    return counts, " and ".join(words)
+    return profile_devices(config, gpus, no_gpu_reason() if gpus is None else "")
 
 
 def check_devices(spec: JobSpec, params: ParamValues, config: DeviceConfig) -> None:
-    """The devices a job's DEVICES parameters name must be among the profile's (ParamError, exit 2); a single
-    DEVICE may be missing on purpose (it shows soft placement). Other machines' devices (/job:worker) and
-    types other than CPU and GPU are TensorFlow's to judge."""
-    lists = [p for p in spec.params if p.kind is Kind.DEVICES and str(params.get(p.name, "")).strip()]
-    if not lists:
-        return
-    counts, words = profile_devices(config)
-    problems = []
-    for param in lists:
-        missing = [item for item in split_devices(str(params[param.name]))
-                   if (key := device_key(item))[0] == "" and key[1] in counts and key[2] >= counts[key[1]]]
-        if missing:
-            problems.append((param.name, f"{', '.join(quote(m) for m in missing[:8])} "
-                             f"{'is' if len(missing) == 1 else 'are'} not among this run's devices: the profile "
-                             f"gives {words}; list devices from those (or leave it empty for the default)"))
-    if problems:
-        raise ParamError(spec.name, problems)
+    """The devices the job's parameters name must be where it uses them (ParamError, exit 2): the check the window
+    and the run process make too (`JobSpec.check_devices`)."""
+    spec.check_devices(params, run_devices(config))
 
 
 def script_rejected(texts: dict[str, str]) -> int | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from tf_device_panel.core.catalogue import ParamValues
+from tf_device_panel.core.catalogue import ParamValues, RunDevices, profile_devices
 from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.run_state import RunChanges, RunState
@@ -181,6 +181,13 @@ class Session:
     def stop_telemetry(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()
+
+    def run_devices(self) -> RunDevices | None:
+        """The devices a run under the applied configuration has, known before it starts (for the job's
+        parameters' check, the one the command line and the run process make); None before anything is applied."""
+        if self.applied is None:
+            return None
+        return profile_devices(self.applied, self.inventory.gpu_infos())
 
     # -- subscribing -----------------------------------------------------------------------------
     def subscribe(self, what: str | type[C], callback: Callable[[C], None]) -> Callable[[], None]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypedDict
 
-from tf_device_panel.core.catalogue import JOBS, ParamError
+from tf_device_panel.core.catalogue import JOBS, ParamError, RunDevices
 from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileJson
 from tf_device_panel.core.config.plan import AppliedPlan, StepError, apply_plan, plan
@@ -287,6 +287,7 @@ class Run:
         self.params = params
         self.context = JobContext(job_id, emit, config)
         self.at_end: list[Any] = []  # called once the job is over, before its closing events (memory's last figures)
+        self.devices: RunDevices | None = None  # this run's devices, once TensorFlow has listed them
 
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check.
@@ -315,6 +316,8 @@ class Run:
             if spec is None:
                 raise JobError(f"unknown job {self.name!r}")
             resolved = spec.resolve(self.params)
+            if self.devices is not None:  # the check the window and the command line made, on what TF lists
+                spec.check_devices(resolved, self.devices)
             result = implementation(self.name)(self.context, **resolved)
         except (KeyboardInterrupt, JobCancelled) as exc:
             status, exit_code = "cancelled", -signal.SIGINT if self.name == "script" else EXIT_JOB_FAILED
@@ -347,6 +350,16 @@ class Run:
         self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - started,
                                      rss_mib=resident_mib(), job_id=job_id))
         return exit_code
+
+
+def runtime_devices(info: RuntimeFacts, config: DeviceConfig) -> RunDevices:
+    """This run's devices as TensorFlow listed them, for the parameters' check."""
+    logical = [device.get("short_name", "") for device in info.get("logical", [])]
+    physical_gpus = [d for d in info.get("physical", []) if d.get("device_type") == "GPU"]
+    return RunDevices(cpus=sum(name.startswith("/CPU:") for name in logical),
+                      gpus=sum(name.startswith("/GPU:") for name in logical), machine_gpus=len(physical_gpus),
+                      gpu_memory_left=bool(config.memory_growth or config.virtual_gpus),
+                      no_gpu_reason="" if physical_gpus else "TensorFlow found none", whose="this run has")
 
 
 def resident_mib() -> float | None:
@@ -458,6 +471,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     emit(facts_event(events.READY, info, job_id))
     if run is None:
         return EXIT_OK
+    run.devices = runtime_devices(info, config)
     memory = MemoryReporter(tf, allocator_devices(info["logical"], config), emit, str(job_id))
     memory.start()
     run.at_end.append(memory.sample)  # the run's final peak, whatever its length

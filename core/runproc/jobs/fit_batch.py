@@ -26,6 +26,7 @@ from tf_device_panel.core.oom import DumpCollector, explain
 from tf_device_panel.core.processes import kill_group, start_module
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
+from tf_device_panel.core.text import exception_line
 from tf_device_panel.core.runproc.jobs.context import JobContext
 
 MIB = 1024 * 1024
@@ -221,10 +222,9 @@ def probe(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: 
             # TensorFlow can die of an OOM instead of raising it (measured: SIGSEGV after "OP_REQUIRES failed at
             # mkl_util.h:848 : RESOURCE_EXHAUSTED"): the batch does not fit all the same.
             said = [line for line in stderr_text.splitlines() if "OOM when allocating" in line]
-            if not said:
-                tail = stderr_text.strip().splitlines()[-3:]
+            if not said:  # its error, not the frames of its traceback
                 raise JobError(f"the probe at batch {batch} ended without its figures (exit "
-                               f"{process.returncode}): " + " / ".join(tail)) from None
+                               f"{process.returncode}): {exception_line(stderr_text)}") from None
             row = {"batch": batch, "fits": False, "peak_bytes": None, "seconds": time.monotonic() - started,
                    "error": said[-1].split("] ", 1)[-1], "crashed": process.returncode}
         if not row["fits"]:

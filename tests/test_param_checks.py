@@ -1,0 +1,155 @@
+"""Every job's parameters are checked before TensorFlow starts, by one check the window, the command line and the
+run process share (issue 43, item 4): `run fit-batch -p device=/CPU:1` exited 1 after 6–8 s with a traceback
+fragment (`File ".../training.py", line 30, in pick_devices`), and `-p device=/GPU:0` without a GPU advised
+memory growth, whose following gave an IndexError with its `~~~~^^^^` lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import ROOT
+from job_helpers import run_job
+from tf_device_panel.core import cli
+from tf_device_panel.core.catalogue import JOBS, Param, ParamError, RunDevices, get_job, profile_devices
+from tf_device_panel.core.catalogue.params import BESIDE, RUN
+from tf_device_panel.core.config import DeviceConfig, GpuInfo, Kind
+
+TRACEBACK_MARKS = ('File "', "Traceback", "^^^^", "~~~~")
+
+
+def bad_values(param: Param) -> list[str]:
+    """Values each of a parameter's kind must refuse (a single device only where it must exist)."""
+    kind = param.kind
+    values = {Kind.COUNT: ["-1", "1.5", "abc", ""], Kind.NUMBER: ["abc", "nan", "inf", ""],
+              Kind.TOGGLE: ["maybe"], Kind.CHOICE: ["nope", ""], Kind.ARGS: ['a "b'],
+              Kind.COUNTS: ["0", "a", ",,"], Kind.CHOICES: ["float8", ","],
+              Kind.DEVICE: ["/FOO:0", "/CPU:99999999999"],
+              Kind.DEVICES: ["/CPU:0,/CPU:0", "/FOO:1", "/GPU:7", "/CPU:3"],
+              Kind.PATH: ["/no/such/file.py", ""] if param.default == "" else ["/no/such/file.py"]}[kind]
+    if param.maximum is not None and kind is Kind.COUNT:
+        values.append(str(int(param.maximum) + 1))
+    if param.minimum is not None and kind.is_number:
+        values.append(str(param.minimum - 1))
+    if kind is Kind.DEVICE and param.device_scope in (RUN, BESIDE):
+        values += ["/GPU:7", "/CPU:1"]
+    return values
+
+
+SWEEP = [(job, param.name, value) for job, spec in JOBS.items() for param in spec.params
+         for value in bad_values(param)]
+
+
+def test_every_job_declares_where_its_devices_must_be() -> None:
+    assert get_job("fit-batch").params[-1].device_scope == BESIDE  # its runs are processes of their own
+    assert {p.device_scope for p in get_job("memory").params if p.kind is Kind.DEVICE} == {RUN}
+    assert {p.device_scope for p in get_job("matmul").params} == {"anywhere"}  # soft placement is the point
+
+
+@pytest.mark.parametrize(("job", "name", "value"), SWEEP, ids=[f"{j}-{n}={v!r}" for j, n, v in SWEEP])
+def test_a_bad_value_of_every_parameter_is_refused_by_the_command_line_before_anything_starts(
+        job: str, name: str, value: str, panel_home: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def started(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError(f"a run process was started for {job} {name}={value!r}")
+
+    monkeypatch.setattr(cli, "run_job_once", started)  # refused before any process: nothing may start
+    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: None)  # this machine: no GPU, as CI has
+    assert cli.main(["run", job, "-p", f"{name}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") <= 2, err
+    assert name in err or job == "script", err  # the script's own check names the file
+    assert not any(mark in err for mark in TRACEBACK_MARKS), err
+
+
+NO_GPU = RunDevices(cpus=1, gpus=0, machine_gpus=0, gpu_memory_left=False, no_gpu_reason="NVML sees no GPU")
+
+
+@pytest.mark.parametrize(("job", "params", "said"), [
+    ("fit-batch", {"device": "/CPU:1"}, "device: '/CPU:1': the runs this job starts are processes of their own "
+                                        "with one logical CPU, /CPU:0"),
+    ("fit-batch", {"device": "/GPU:0"}, "device: '/GPU:0': this machine has no GPU (NVML sees no GPU); use /CPU:0"),
+    ("memory", {"device": "/CPU:1"}, "device: '/CPU:1' is not among this run's devices: the profile gives /CPU:0 "
+                                     "and no GPU (NVML sees no GPU); pick one of those"),
+    ("benchmark", {"devices": "/CPU:0,/GPU:1"}, "devices: '/GPU:1' is not among this run's devices"),
+])
+def test_the_shared_check_says_where_the_devices_are(job: str, params: dict[str, str], said: str) -> None:
+    spec = get_job(job)
+    with pytest.raises(ParamError) as refused:
+        spec.check_devices(spec.resolve(texts=params), NO_GPU)
+    assert "; ".join(f"{n}: {m}" for n, m in refused.value.problems).startswith(said), refused.value.problems
+
+
+def test_a_gpu_for_runs_beside_needs_memory_the_run_leaves_free() -> None:
+    fit_batch = get_job("fit-batch")
+    one_gpu = [GpuInfo(0, "H100")]
+    whole = profile_devices(DeviceConfig(), one_gpu)
+    with pytest.raises(ParamError, match="turn memory growth on in the profile"):
+        fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:0"}), whole)
+    growing = profile_devices(DeviceConfig(memory_growth=True), one_gpu)
+    fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:0"}), growing)
+    with pytest.raises(ParamError, match="this machine's one GPU is /GPU:0"):
+        fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:1"}), growing)
+    fit_batch.check_devices(fit_batch.resolve(texts={"device": ""}), whole)  # empty: /CPU:0
+
+
+@pytest.mark.parametrize(("job", "params", "said"), [
+    ("fit-batch", {"device": "/CPU:1"}, "device: '/CPU:1': the runs this job starts are processes of their own"),
+    ("memory", {"device": "/GPU:0"}, "device: '/GPU:0' is not among this run's devices: this run has /CPU:0 and no "
+                                     "GPU"),
+])
+def test_the_run_process_makes_the_same_check_before_the_job_starts(job: str, params: dict[str, str],
+                                                                   said: str) -> None:
+    # What the window or another client might hand over unchecked: refused by the run process, in the same words.
+    result, error, seen = run_job(DeviceConfig(log_placement=False), job, params)
+    assert result is None and error is not None
+    assert error.error_type == "ParamError" and error.message.startswith(said), error
+    assert not error.traceback and not any(mark in error.message for mark in TRACEBACK_MARKS)
+    assert not [e for e in seen if getattr(e, "type", "") == "progress"]  # the job itself never began
+
+
+def test_the_window_refuses_a_device_the_applied_profile_lacks(qtbot: Any) -> None:
+    from tf_device_panel.gui.runs_panel import RunsPanel
+
+    panel = RunsPanel()
+    qtbot.addWidget(panel)
+    panel.session.applied = DeviceConfig()
+    panel.set_can_run(True)
+    panel.select_job("memory")
+    panel.load_params("memory", {"device": "/CPU:1"})
+    panel.show()
+    requested: list[Any] = []
+    panel.runRequested.connect(lambda *args: requested.append(args))
+    panel.run_button.click()
+    qtbot.waitUntil(panel.form_error.isVisible)
+    assert panel.form_error.text().startswith("Device: '/CPU:1' is not among this run's devices: the profile "
+                                              "gives /CPU:0 and no GPU"), panel.form_error.text()
+    assert requested == []
+
+
+@pytest.mark.parametrize(("device", "said"), [
+    ("/CPU:1", "error: job 'fit-batch': device: '/CPU:1': the runs this job starts are processes of their own"),
+    ("/GPU:0", "error: job 'fit-batch': device: '/GPU:0': this machine has no GPU"),
+])
+def test_fit_batch_on_a_device_it_cannot_use_is_exit_2_in_words(tmp_path: Path, device: str, said: str) -> None:
+    env = {**os.environ, "TF_DEVICE_PANEL_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "fit-batch", "-p", f"device={device}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert not any(mark in done.stderr for mark in TRACEBACK_MARKS), done.stderr
+    assert not (tmp_path / "home" / "runs").exists()  # no run started
+
+
+def test_a_probe_that_died_is_told_by_its_error_not_its_frames() -> None:
+    from tf_device_panel.core.text import exception_line
+
+    stderr = ('Traceback (most recent call last):\n  File "/x/training.py", line 30, in pick_devices\n'
+              '    raise JobError(f"devices: ...")\n    ^^^^^^^^^^^^^^^^\n'
+              "tf_device_panel.core.catalogue.jobs.JobError: devices: /CPU:1 not in this runtime\n")
+    assert exception_line(stderr) == "JobError: devices: /CPU:1 not in this runtime"
+    assert json.dumps(exception_line("killed\n")) == '"killed"'
