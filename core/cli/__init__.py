@@ -48,7 +48,6 @@ from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
     GpuInfo,
-    Kind,
     ProfileError,
     load_profile,
     to_python_snippet,

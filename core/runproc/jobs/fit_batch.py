@@ -26,8 +26,8 @@ from tf_device_panel.core.oom import DumpCollector, explain
 from tf_device_panel.core.processes import kill_group, start_module
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
-from tf_device_panel.core.text import exception_line
 from tf_device_panel.core.runproc.jobs.context import JobContext
+from tf_device_panel.core.text import exception_line
 
 MIB = 1024 * 1024
 FIRST_BATCH = {"cnn": 8, "dense": 256}
