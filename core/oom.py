@@ -30,6 +30,7 @@ MIB = 1024 * 1024
 MAX_BAR_SEGMENTS = 400     # the bar the window draws: runs of chunks of one state, at most this many
 MAX_TOP_CHUNKS = 8         # the largest live allocations reported
 MAX_DUMP_LINES = 200_000   # what a collector keeps of one dump (a real one has a line per chunk)
+RUN_MARGIN = 1.1           # a cap named from a run's known allocations: the allocator rounds and keeps regions
 
 _UNITS = {"B": 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB, "TiB": 1024 * 1024 * MIB}
 _SIZE = r"([0-9.]+)\s*(B|KiB|MiB|GiB|TiB)"
@@ -57,24 +58,53 @@ def _bytes(number: str, unit: str) -> int:
     return round(float(number) * _UNITS[unit])
 
 
+def size_bytes(text: str) -> int:
+    """A size as the allocator prints it ("64.00MiB", "0B") in bytes; 0 when it is none."""
+    figure = re.fullmatch(_SIZE, text.strip())
+    return _bytes(*figure.groups()) if figure else 0
+
+
+# What a dump prints after its chunks: its totals, kept however long the dump (the chunks past the limit are not).
+_SUMMARY_MARKS = ("Total size in pool", "Sum Total of in-use", "OOM when allocating")
+_SUMMARY_STATS = ("Limit:", "InUse:", "MaxInUse:", "NumAllocs:", "MaxAllocSize:", "LargestFreeBlock:")
+
+
+def is_allocator_line(line: str) -> bool:
+    """Whether a line opens a BFC allocator's dump as TensorFlow's C++ logging writes it: its log prefix naming
+    bfc_allocator.cc before the message (a script's print of the words alone is not)."""
+    at = line.find("ran out of memory trying to allocate")
+    return at > 0 and "bfc_allocator.cc:" in line[:at] and "] " in line[:at]
+
+
 class DumpCollector:
     """Keeps the lines of allocator dumps from a run's stderr as they come (one line or a block at a time),
-    nothing else: a run prints thousands of other lines, and a dump only once it ran out of memory."""
+    nothing else: a run prints thousands of other lines, and a dump only once it ran out of memory.
+
+    Feed it TensorFlow's stderr only (a script's own output never: its text is the script's, whatever it says).
+    A dump longer than `max_lines` keeps its first lines and, after them, only its totals; `cut` counts the
+    lines left out."""
 
     def __init__(self, max_lines: int = MAX_DUMP_LINES):
         self.max_lines = max_lines
         self.lines: list[str] = []
-        self._in_dump = False
+        self.cut = 0          # lines of the last dump not kept (its chunks past `max_lines`)
+        self.dumps = 0        # dumps begun so far
+        self.open = False     # within a dump: it has not reached its "OOM when allocating" line yet
 
     def feed(self, text: str) -> None:
         for line in text.split("\n"):
-            if "ran out of memory trying to allocate" in line:
+            if "ran out of memory trying to allocate" in line and is_allocator_line(line):
                 self.lines = [line]  # the last dump is the one that ended the run
-                self._in_dump = True
-            elif self._in_dump and len(self.lines) < self.max_lines:
-                self.lines.append(line)
+                self.cut = 0
+                self.dumps += 1
+                self.open = True
+            elif self.open:
+                if len(self.lines) < self.max_lines or any(mark in line for mark in _SUMMARY_MARKS) or line.lstrip().startswith(_SUMMARY_STATS):
+                    self.lines.append(line)
+                else:
+                    self.cut += 1
                 if "OOM when allocating" in line:
-                    self._in_dump = False
+                    self.open = False
 
 
 class LiveAllocation(TypedDict):
@@ -83,6 +113,18 @@ class LiveAllocation(TypedDict):
     bytes: int
     count: int
     op: str | None
+
+
+class FindBatch(TypedDict, total=False):
+    """How to find the batch that fits, where the panel cannot name it: the fit-batch job's parameters for this
+    run's work (a user's script and its arguments, or the fit job's model) under this run's limit."""
+
+    script: str
+    args: str
+    model: str
+    image_size: int
+    budget_mib: int
+    device: str
 
 
 class OomReport(TypedDict, total=False):
@@ -108,6 +150,8 @@ class OomReport(TypedDict, total=False):
     chunks: int
     regions: int
     largest_live: list[LiveAllocation]
+    dump_cut_lines: int               # the dump's lines not read (past MAX_DUMP_LINES): figures are its totals
+    find_batch: FindBatch             # fit-batch's parameters that find the batch that fits this run's work
     bar: list[list[str | int]]        # [state, bytes] (and free bytes, for a "mixed" run) in address order
     on_gpu: bool
     verdict: str                      # shortage, fragmentation or unknown
@@ -116,12 +160,17 @@ class OomReport(TypedDict, total=False):
 
 
 def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | None = None,
-            growth: bool | None = None, batch_size: int | None = None) -> OomReport | None:
+            growth: bool | None = None, batch_size: int | None = None, cut_lines: int = 0,
+            find_batch: FindBatch | None = None, run_needs_bytes: int | None = None) -> OomReport | None:
     """The OOM as figures and advice, or None when neither the message nor the dump tells of one.
 
     `message`: the ResourceExhaustedError's text (the request's shape, dtype, device, op). `dump_lines`:
     stderr lines (any others among them are skipped). `growth`: whether the profile turned memory growth on;
-    `batch_size`: the run's batch, so "a smaller batch" can name one."""
+    `batch_size`: the run's batch where the panel set it; `find_batch`: fit-batch's parameters for this run's
+    work, which finds the batch that fits (the advice names it, never a batch worked out from one step);
+    `run_needs_bytes`: what the whole run allocates, where the panel knows it.
+    `cut_lines`: the dump's lines its collector left out: then the chunks read are only its first ones, and the
+    figures come from the dump's own totals (InUse, Limit, the pool)."""
     oom = OomReport()
     chunks: list[tuple[bool, int, str | None]] = []   # (in use, bytes, op) in address order, region by region
     regions: list[int] = []
@@ -203,7 +252,9 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
     elif by_size:
         oom["largest_live"] = [{"bytes": size, "count": count, "op": None}
                                for count, size in sorted(by_size, key=lambda pair: -pair[1])[:MAX_TOP_CHUNKS]]
-    if "free_in_pool_bytes" in oom:
+    if cut_lines:
+        _from_totals(oom, chunks, cut_lines)
+    elif "free_in_pool_bytes" in oom:
         unallocated = oom.get("unallocated_bytes")
         if unallocated is None and "limit_bytes" in oom and "pool_bytes" in oom:
             unallocated = max(oom["limit_bytes"] - oom["pool_bytes"], 0)
@@ -212,14 +263,42 @@ def explain(dump_lines: Iterable[str], message: str | None, *, on_gpu: bool | No
         oom["largest_free_bytes"] = max(oom["largest_free_chunk_bytes"], unallocated or 0)
     elif "limit_bytes" in oom and "in_use_bytes" in oom:
         oom["free_bytes"] = max(oom["limit_bytes"] - oom["in_use_bytes"], 0)
-    oom["bar"] = _bar(chunks, oom.get("unallocated_bytes") or 0, region_starts)
+    if not cut_lines:
+        oom["bar"] = _bar(chunks, oom.get("unallocated_bytes") or 0, region_starts)
     device = str(oom.get("device") or "")
     if on_gpu is None:
         on_gpu = "GPU" in device.upper() or "gpu" in str(oom.get("allocator") or "").lower().replace("_for_gpu", "")
     oom["on_gpu"] = on_gpu
     oom["verdict"], oom["explanation"] = _verdict(oom)
-    oom["advice"] = advice(oom, growth=growth, batch_size=batch_size)
+    if cut_lines:
+        oom["explanation"] += (f" (the allocator's dump ran {MAX_DUMP_LINES + cut_lines:,} lines: its first "
+                               f"{MAX_DUMP_LINES:,} were read, and the figures are its own totals)")
+    if find_batch:
+        oom["find_batch"] = find_batch
+    oom["advice"] = advice(oom, growth=growth, batch_size=batch_size, find_batch=find_batch,
+                           run_needs_bytes=run_needs_bytes)
     return oom
+
+
+def _from_totals(oom: OomReport, chunks: Sequence[tuple[bool, int, str | None]], cut_lines: int) -> None:
+    """The figures of a dump cut short: its own totals (the chunks read are only its first ones). What is free in
+    all is the limit less what is in use; the largest free block is known only if a chunk read already holds the
+    request (else the chunks not read may hold a larger one)."""
+    oom["dump_cut_lines"] = cut_lines
+    for partial in ("free_in_pool_bytes", "largest_free_chunk_bytes", "chunks", "regions"):
+        oom.pop(partial, None)  # type: ignore[misc]
+    if "in_use_bytes" not in oom or "limit_bytes" not in oom:
+        return
+    limit, in_use = oom["limit_bytes"], oom["in_use_bytes"]
+    oom["free_bytes"] = max(limit - in_use, 0)
+    pool = oom.get("pool_bytes")
+    unallocated = oom.get("unallocated_bytes", max(limit - pool, 0) if pool is not None else 0)
+    seen = max([size for used, size, _ in chunks if not used] + [unallocated])
+    if seen >= (oom.get("request_bytes") or 0) > 0:
+        oom["largest_free_bytes"] = seen
+    free_in_pool = max((pool if pool is not None else limit - unallocated) - in_use, 0)
+    oom["bar"] = [[state, size] for state, size in (("in_use", in_use), ("free", free_in_pool),
+                                                     ("unallocated", unallocated)) if size]
 
 
 def _bar(chunks: Sequence[tuple[bool, int, str | None]], unallocated: int,
@@ -285,6 +364,9 @@ def _verdict(oom: OomReport) -> tuple[str, str]:
         return "shortage", (f"a real shortage: {mib(request)} requested, "
                             f"{f'{free:,} B' if close else mib(free)} free in all "
                             f"({mib(request - free)} short){block}")
+    if largest is None and oom.get("dump_cut_lines"):
+        return "unknown", (f"{mib(free)} free in all, enough for the {mib(request)} requested, but the largest free "
+                           "block is unknown (the chunks past the dump's cut were not read): fragmentation, likely")
     if largest is not None and largest < request:
         return "fragmentation", (f"fragmentation: {mib(free)} free in all, enough for the {mib(request)} "
                                  f"requested, but the largest free block is {mib(largest)}")
@@ -292,31 +374,46 @@ def _verdict(oom: OomReport) -> tuple[str, str]:
                        "block: the memory was freed after the failure or another allocator ran out")
 
 
-def advice(oom: OomReport, *, growth: bool | None = None, batch_size: int | None = None) -> list[str]:
-    """What to try, from the figures."""
+def advice(oom: OomReport, *, growth: bool | None = None, batch_size: int | None = None,
+           find_batch: FindBatch | None = None, run_needs_bytes: int | None = None) -> list[str]:
+    """What to try, from the figures. A number only where the panel knows the quantity and it holds when followed:
+    no batch is worked out from one step's shortfall (a batch 0.9 × the limit's share of what the failing step
+    needed ran out of memory in turn, by fragmentation, 3 runs of 3); the batch that fits is found by fit-batch,
+    which searches and verifies it (`find_batch`). `batch_size`: the batch the panel set, named as this run's;
+    `run_needs_bytes`: what the whole run needs where the panel knows it (the memory job's allocations)."""
     tips: list[str] = []
     request, limit = oom.get("request_bytes"), oom.get("limit_bytes")
     in_use, largest = oom.get("in_use_bytes"), oom.get("largest_free_bytes")
-    # The limit this request needed: one more free block of its size than there was (what is free in smaller
-    # pieces stays unusable); without the chunks, what is in use plus the request.
+    # What this step needed: one more free block of its size than there was (what is free in smaller pieces stays
+    # unusable); without the chunks, what is in use plus the request. A floor for the run, never enough alone.
     if limit and request is not None and largest is not None:
         needed = limit + max(request - largest, 0)
     else:
         needed = (in_use or 0) + (request or 0)
     on_gpu = bool(oom.get("on_gpu"))
+    short_of_memory = oom.get("verdict") in ("shortage", "fragmentation") or oom.get("dump_cut_lines")
+    if short_of_memory and find_batch:
+        work = ("this script ({batch} in its arguments where it takes its batch)" if find_batch.get("script")
+                else f"the {find_batch.get('model', 'fit')} model" if find_batch.get("model") else "this work")
+        budget = f" under {find_batch['budget_mib']} MiB" if find_batch.get("budget_mib") else ""
+        this_one = f" (this run's was {batch_size})" if batch_size else ""
+        tips.append(f"find the batch that fits: the Batch that fits job (fit-batch) runs {work} at batch after "
+                    f"batch{budget} and verifies the largest that held{this_one}")
+    elif oom.get("verdict") == "shortage" and batch_size:
+        tips.append(f"a smaller batch than this run's {batch_size}, if its memory grows with the batch")
     if oom.get("verdict") == "shortage" and limit and needed > 0:
-        share = limit / needed
-        percent = max(int(share * 90), 1)  # 10% margin: temporaries grow with the batch too
-        smaller = f"a batch of at most {percent}% of this one"
-        if batch_size:
-            smaller = f"a batch of at most {max(int(batch_size * share * 0.9), 1)} (this run's was {batch_size})"
-        tips.append(f"a smaller batch: {smaller} — the {mib(limit)} limit is {share:.0%} of the {mib(needed)} this "
-                    "step needed, if the memory grows with the batch")
-        if on_gpu:
-            tips.append(f"a larger split: give this device at least {ceil_mib(needed)} MiB (virtual_gpus or "
-                        "memory_fraction), or fewer logical GPUs on it")
+        if run_needs_bytes and run_needs_bytes > limit:
+            whole = ceil_mib(run_needs_bytes * RUN_MARGIN)
+            tips.append(f"a larger {'split' if on_gpu else 'cap'}: this run allocates {mib(run_needs_bytes)} in "
+                        f"all; " + (f"give this device at least {whole} MiB (virtual_gpus or memory_fraction)"
+                                    if on_gpu else f"cpu_memory_limit_mib of at least {whole}"))
+        elif on_gpu:
+            tips.append(f"a larger split: this step alone needed {mib(needed)} of the {mib(limit)} this device has "
+                        "(virtual_gpus or memory_fraction), and later steps may need more; or fewer logical GPUs "
+                        "on it")
         else:
-            tips.append(f"a larger cap: cpu_memory_limit_mib of at least {ceil_mib(needed)}")
+            tips.append(f"a larger cap: this step alone needed {mib(needed)} of the {mib(limit)} cap "
+                        "(cpu_memory_limit_mib), and later steps may need more")
     if oom.get("verdict") == "fragmentation":
         if on_gpu:
             tips.append("TF_GPU_ALLOCATOR=cuda_malloc_async (gpu_allocator in the profile): CUDA's allocator "
@@ -333,6 +430,20 @@ def advice(oom: OomReport, *, growth: bool | None = None, batch_size: int | None
     return tips
 
 
+def find_batch_command(find: FindBatch) -> str:
+    """The command line that finds the batch that fits: `run fit-batch` with this run's work and limit."""
+    import shlex
+
+    parts = ["tf-device-panel", "run", "fit-batch"]
+    for name in ("script", "args", "model", "image_size", "budget_mib", "device"):
+        value = find.get(name)
+        if name == "args" and find.get("script") and "{batch}" not in str(value or ""):
+            value = f"{value or ''} … {{batch}} …".strip()  # where the script takes its batch: the user says
+        if value not in (None, ""):
+            parts += ["-p", shlex.quote(f"{name}={value}")]
+    return " ".join(parts)
+
+
 def mib(value: float) -> str:
     """A size in a person's words: MiB from 1 MiB up, else KiB or bytes (256 B short is not "0.00 MiB")."""
     if abs(value) >= MIB:
@@ -346,8 +457,9 @@ def ceil_mib(value: float) -> int:
     return -(-int(value) // MIB)
 
 
-def oom_text(oom: OomReport) -> list[str]:
-    """The explanation as lines, for the command line and the window's tooltips."""
+def oom_text(oom: OomReport, *, command_line: bool = False) -> list[str]:
+    """The explanation as lines, for the command line and the window's tooltips; `command_line`: the way to find
+    the batch that fits is the command that does it."""
     shape = oom.get("shape")
     what = f"tensor of shape {shape} ({oom.get('dtype')})" if shape is not None else "an allocation"
     request = oom.get("request_bytes")
@@ -365,5 +477,12 @@ def oom_text(oom: OomReport) -> list[str]:
         lines.append("  largest live allocations: " + ", ".join(
             f"{mib(a['bytes'])}" + (f" ×{a['count']}" if a.get("count") else "")
             + (f" by {a['op']}" if a.get("op") else "") for a in live[:5]))
-    lines += [f"  try: {tip}" for tip in oom.get("advice", [])]
+    if oom.get("dump_cut_lines"):
+        lines.append(f"  the allocator's dump was cut after {MAX_DUMP_LINES:,} lines ({oom['dump_cut_lines']:,} more "
+                     "not read): the figures are the dump's own totals")
+    find = oom.get("find_batch")
+    for tip in oom.get("advice", []):
+        if command_line and find and tip.startswith("find the batch that fits"):
+            tip = f"find the batch that fits: {find_batch_command(find)}"
+        lines.append(f"  try: {tip}")
     return lines

@@ -260,7 +260,8 @@ def run_text(outcome: JobOutcome, state: RunState | None = None) -> list[str]:
     """What stdout gets at the end of a run (the error goes to stderr: `error_text`); `state`: the printer's."""
     duration = f" in {outcome.duration_s:.2f} s" if outcome.duration_s is not None else ""
     return [*format_result(outcome), *placement_summary(outcome, state),
-            *(oom_text(outcome.oom) if outcome.oom else ()),
+            *(oom_text(outcome.oom, command_line=True) if outcome.oom else ()),
+            *([f"note: {outcome.oom_earlier}"] if outcome.oom_earlier else ()),
             f"status: {outcome.status}{duration} — run {outcome.run_id}"]
 
 

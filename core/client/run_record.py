@@ -16,8 +16,22 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.protocol.streams import SCRIPT
 
 MAX_KEPT_PLACEMENTS = 100_000
+
+
+# The exception TensorFlow raises when an allocation fails: a run ended in an OOM when its last uncaught exception
+# is one. The panel's own jobs say so in their words ("out of memory on /CPU:0 …: OOM when allocating …"); a
+# user's script's words are its own, so only its exception's type counts.
+OOM_ERROR_TYPES = frozenset({"ResourceExhaustedError"})
+
+
+def ended_in_oom(job: str, error_type: str | None, message: str | None) -> bool:
+    """Whether a run's error is an out-of-memory one, by its type (or, for the panel's own jobs, its message)."""
+    if error_type in OOM_ERROR_TYPES:
+        return True
+    return job != "script" and error_type != "ScriptExit" and oom_parser.is_oom_message(message)
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,7 @@ class JobOutcome:
     record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
     cancel: Cancel | None = None       # who stopped the job and how (`note_cancel`)
     oom: OomReport | None = None       # an out-of-memory error explained, when the run ended in one
+    oom_earlier: str | None = None     # an out-of-memory error the run went on after (not what ended it)
 
     @property
     def finished(self) -> bool:
@@ -68,6 +83,7 @@ class JobOutcome:
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
             "run_id": self.run_id, "record_problem": self.record_problem,
             "cancel": self.cancel.to_json() if self.cancel is not None else None, "oom": self.oom,
+            "oom_earlier": self.oom_earlier,
         }
 
 
@@ -84,7 +100,10 @@ class JobRun:
         self.recorder: RunRecorder | None = None
         self._started = time.monotonic()
         self._lock = threading.RLock()
-        self._dumps = oom_parser.DumpCollector()  # the allocator's dumps on stderr, for an OOM's explanation
+        self._dumps = oom_parser.DumpCollector()  # the allocator's dumps on TF's stderr, for an OOM's explanation
+        self._went_on_after_dump = False  # the job showed it was alive after the last dump (output, progress)
+        self._dumps_seen = 0
+        self._cpu_cap_mib = config.cpu_memory_limit_mib
         self._growth = config.memory_growth
         if history is not None:
             self.recorder = history.new_run(job, dict(params), config.to_json(), devices)
@@ -117,6 +136,7 @@ class JobRun:
             return outcome.finished
         if self.recorder is not None:
             self.recorder.append(event)
+        self._watch_dumps(event)
         match event:
             case events.Ready():
                 outcome.devices = event.payload()
@@ -132,19 +152,25 @@ class JobRun:
                 outcome.metrics.append(event.payload())
             case events.Result(result=result):
                 outcome.result = result
-            case events.Log(stream="stderr", text=text):
-                self._dumps.feed(text)
             case events.Error(error_type=error_type, message=message, traceback=trace) if event.job_id is not None:
                 outcome.error = RunError(type=error_type or "Error", message=message, traceback=trace or None)
-                self._explain_oom(message)
+                if ended_in_oom(outcome.job, error_type, message):
+                    self._explain_oom(message)
+                else:
+                    self._note_earlier_oom()
             case events.JobFinished(status=status, returncode=returncode, duration_s=duration_s):
                 outcome.status = status or "error"
                 outcome.returncode = returncode
                 outcome.duration_s = duration_s or (time.monotonic() - self._started)
                 self._finish()
             case events.RuntimeExited(returncode=returncode, description=description):
-                if outcome.oom is None and self._dumps.lines:  # TensorFlow can die of an OOM (a oneDNN kernel's
-                    self._explain_oom(None)                    # SIGSEGV after its dump) instead of raising it
+                # TensorFlow can die of an OOM instead of raising it (a oneDNN kernel's SIGSEGV after its dump): the
+                # dump is the cause when the process died in it or right after it, the job silent since.
+                if outcome.oom is None and outcome.error is None and self._dumps.lines:
+                    if self._dumps.open or not self._went_on_after_dump:
+                        self._explain_oom(None)
+                    else:
+                        self._note_earlier_oom()
                 outcome.status = "crashed"
                 outcome.returncode = returncode
                 outcome.error = outcome.error or RunError(type="RuntimeExited", message=description)
@@ -162,16 +188,69 @@ class JobRun:
             else:
                 self.outcome.cancel.how = how
 
+    def _watch_dumps(self, event: Event) -> None:
+        """The allocator's dumps, from TensorFlow's stderr only (a script's own output is its text, whatever it
+        says), and whether the job went on after the last one (printed, progressed, placed an op)."""
+        match event:
+            case events.Log(stream="stderr", text=text, source=source) if source != SCRIPT:
+                self._dumps.feed(text)
+                if self._dumps.dumps != self._dumps_seen:
+                    self._dumps_seen, self._went_on_after_dump = self._dumps.dumps, False
+                return
+            case events.Log(partial=False) | events.Progress() | events.Metric() | events.Placement():
+                if self._dumps.lines and not self._dumps.open:
+                    self._went_on_after_dump = True
+
     def _explain_oom(self, message: str | None) -> None:
-        """An error that is an out-of-memory one (by its message, or after an allocator's dump) explained."""
+        """An error that is an out-of-memory one (by its type, or after an allocator's dump) explained."""
         if not (oom_parser.is_oom_message(message) or self._dumps.lines):
             return
-        if not message:  # the error TensorFlow logged before it died, e.g. "OP_REQUIRES failed … RESOURCE_EXHAUSTED"
+        self.outcome.oom = self._explained(message)
+
+    def _explained(self, message: str | None) -> OomReport | None:
+        if not message:  # the error TensorFlow logged with its dump, e.g. "OP_REQUIRES failed … RESOURCE_EXHAUSTED"
             message = next((line for line in reversed(self._dumps.lines) if "OOM when allocating" in line), None)
         params = self.outcome.params
-        batch = params.get("batch_size") or params.get("batch_per_replica")
-        self.outcome.oom = oom_parser.explain(self._dumps.lines, message, growth=self._growth,
-                                              batch_size=batch if isinstance(batch, int) else None)
+        batch = params.get("batch_per_replica")
+        return oom_parser.explain(self._dumps.lines, message, growth=self._growth, cut_lines=self._dumps.cut,
+                                  batch_size=batch if isinstance(batch, int) else None,
+                                  find_batch=self._find_batch(), run_needs_bytes=self._run_needs_bytes())
+
+    def _find_batch(self) -> oom_parser.FindBatch | None:
+        """fit-batch's parameters for this run's work: a user's script, or the fit job's model, under this run's
+        limit (the dump's, where it printed one). None for work whose batch fit-batch cannot search."""
+        params, job = self.outcome.params, self.outcome.job
+        limit = next((line for line in self._dumps.lines if line.lstrip().startswith("Limit:")), None)
+        budget = oom_parser.ceil_mib(oom_parser.size_bytes(limit.split(":", 1)[1])) if limit else self._cpu_cap_mib
+        found: oom_parser.FindBatch = {"budget_mib": budget} if budget else {}
+        if job == "script":
+            return {"script": str(params.get("path", "")), "args": str(params.get("args", "")), **found}
+        if job == "fit" and budget:
+            return {"model": str(params.get("model", "dense")), "image_size": int(params.get("image_size", 32)),
+                    **found}
+        return None
+
+    def _run_needs_bytes(self) -> int | None:
+        """What the whole run allocates, where the job says it: the memory job's steps."""
+        params = self.outcome.params
+        if self.outcome.job != "memory":
+            return None
+        steps, step_mib = params.get("steps", 8), params.get("step_mib", 64)
+        if not (isinstance(steps, int) and isinstance(step_mib, int)):
+            return None
+        return steps * step_mib * oom_parser.MIB
+
+    def _note_earlier_oom(self) -> None:
+        """The run ended otherwise after an OOM it went on from (a script that caught ResourceExhaustedError and
+        tried a smaller batch): said as earlier and recovered, never as the cause."""
+        if not self._dumps.lines:
+            return
+        earlier = self._explained(None)
+        request = f" ({oom_parser.mib(earlier['request_bytes'])} requested)" if earlier and "request_bytes" in earlier \
+            else ""
+        device = (earlier or {}).get("short_device") or "a device"
+        self.outcome.oom_earlier = (f"an out-of-memory error on {device}{request} came earlier in this run, and the "
+                                    "run went on after it: it is not what ended the run")
 
     def fail(self, error_type: str, message: str, status: str = "error") -> None:
         """End a run that never reached the runtime (e.g. the configuration was rejected)."""

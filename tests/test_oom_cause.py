@@ -1,0 +1,172 @@
+"""An OOM is a run's cause only when the run ended in it (issue 43, item 2): a script that caught
+ResourceExhaustedError, tried a smaller batch and later raised ValueError("bad label in row 17") was reported "out
+of memory … try: a smaller batch"; a script that merely printed an allocator dump and exited 1 got the same; a dump
+of more than 200,000 lines was explained from its first 200,000 (in use 6.10 MiB where its own InUse said 60 MiB,
+the limit left out, the cut unsaid)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tf_device_panel.core.client.run_record import JobRun
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.oom import MAX_DUMP_LINES, MIB, DumpCollector, explain, oom_text
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.protocol.streams import SCRIPT
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+DUMP = (FIXTURES / "oom_cpu_bfc_64mib.stderr.txt").read_text()  # a real dump: 64 MiB cap, 60 MiB in use
+OOM_MESSAGE = json.loads((FIXTURES / "oom_cpu_bfc_messages.json").read_text())["oom_cpu_bfc_64mib.stderr.txt"]
+JOB_ID = "job-1"
+
+
+def fed(job: str, *happened: events.Event) -> JobRun:
+    run = JobRun(job, {"path": "train.py", "args": "--batch 512"} if job == "script" else {"batch_per_replica": 64},
+                 DeviceConfig(cpu_memory_limit_mib=64), None)
+    run.attach(JOB_ID)
+    for event in happened:
+        run.feed(event)
+    return run
+
+
+def tf_stderr(text: str) -> events.Log:
+    return events.Log(stream="stderr", text=text, job_id=JOB_ID)
+
+
+def script_stderr(text: str) -> events.Log:
+    return events.Log(stream="stderr", text=text, source=SCRIPT, job_id=JOB_ID)
+
+
+def error(error_type: str, message: str) -> events.Error:
+    return events.Error(error_type=error_type, message=message, job_id=JOB_ID)
+
+
+def test_an_oom_the_script_ended_in_is_its_cause() -> None:
+    outcome = fed("script", tf_stderr(DUMP), error("ResourceExhaustedError", OOM_MESSAGE)).outcome
+    assert outcome.oom is not None and outcome.oom["in_use_bytes"] == 60 * MIB and outcome.oom_earlier is None
+
+
+def test_a_recovered_oom_is_noted_as_earlier_and_the_later_error_is_the_failure() -> None:
+    outcome = fed("script", tf_stderr(DUMP), script_stderr("out of memory at batch 512; trying 256"),
+                  error("ValueError", "bad label in row 17")).outcome
+    assert outcome.oom is None
+    assert outcome.error is not None and outcome.error.type == "ValueError"
+    assert outcome.oom_earlier == ("an out-of-memory error on /CPU:0 (4.00 MiB requested) came earlier in this "
+                                   "run, and the run went on after it: it is not what ended the run")
+
+
+@pytest.mark.parametrize("printed", [
+    DUMP,  # the allocator's own words, prefix and all, printed by the script
+    "\n".join(line.split("] ", 1)[-1] for line in DUMP.splitlines()),  # the words alone
+], ids=["tensorflows-words", "the-words-alone"])
+def test_a_dump_a_script_prints_is_never_taken_for_the_allocators(printed: str) -> None:
+    outcome = fed("script", script_stderr(printed), error("ScriptExit", "train.py exited with status 1")).outcome
+    assert outcome.oom is None and outcome.oom_earlier is None
+    # Nor a message that reads like one, when the exception is the script's own.
+    outcome = fed("script", script_stderr(printed), error("RuntimeError", OOM_MESSAGE)).outcome
+    assert outcome.oom is None
+
+
+def test_dump_words_on_stderr_without_tensorflows_log_prefix_open_no_dump() -> None:
+    collector = DumpCollector()
+    collector.feed("Allocator (x) ran out of memory trying to allocate 4.00MiB (rounded to 4194304)\nLimit: 1B")
+    assert collector.lines == [] and collector.dumps == 0
+    collector.feed(DUMP)
+    assert collector.dumps == 1 and collector.lines[0].startswith("W0000")
+
+
+def test_a_run_that_died_in_or_right_after_the_dump_died_of_it() -> None:
+    died = events.RuntimeExited(returncode=-11, description="crashed: SIGSEGV", job_id=JOB_ID)
+    head = DUMP.split("Limit:")[0]  # the process died while printing its dump
+    outcome = fed("fit", tf_stderr(head), died).outcome
+    assert outcome.oom is not None and outcome.status == "crashed"
+    outcome = fed("fit", tf_stderr(DUMP), tf_stderr("W0000 op_kernel.cc:1858] OP_REQUIRES failed"), died).outcome
+    assert outcome.oom is not None  # TensorFlow's own lines after it: still right after the dump
+    # The job went on after the dump (its progress, its output): the crash is something else.
+    outcome = fed("fit", tf_stderr(DUMP), events.Progress(done=3, total=10, job_id=JOB_ID), died).outcome
+    assert outcome.oom is None and outcome.oom_earlier is not None
+
+
+def huge_dump(chunks: int) -> str:
+    """The real dump with `chunks` more chunk lines (1 KiB in use each) before its totals."""
+    head, totals = DUMP.split("Summary of in-use Chunks by size")
+    head_lines = head.splitlines()
+    summary_line = head_lines.pop()
+    extra = [f"I0000 00:00:1795659719.714948   14562 bfc_allocator.cc:1105] InUse at {n:x} of size 1024 next {n + 1}"
+             for n in range(chunks)]
+    return "\n".join([*head_lines, *extra, summary_line + "Summary of in-use Chunks by size" + totals])
+
+
+def test_a_dump_longer_than_the_limit_says_it_was_cut_and_uses_its_own_totals() -> None:
+    collector = DumpCollector()
+    collector.feed(huge_dump(MAX_DUMP_LINES + 50_000))
+    assert len(collector.lines) < MAX_DUMP_LINES + 100 and collector.cut > 50_000
+    oom = explain(collector.lines, OOM_MESSAGE, cut_lines=collector.cut)
+    assert oom is not None
+    assert oom["in_use_bytes"] == 60 * MIB and oom["limit_bytes"] == 64 * MIB  # the dump's InUse: and Limit:
+    assert oom["free_bytes"] == 4 * MIB and oom["dump_cut_lines"] == collector.cut
+    assert oom["verdict"] in ("shortage", "unknown") and "were read, and the figures are its own totals" in \
+        oom["explanation"]
+    assert sum(size for _, size in oom["bar"]) == 64 * MIB
+    text = "\n".join(oom_text(oom))
+    assert "limit 64.00 MiB, in use 60.00 MiB" in text
+    assert f"the allocator's dump was cut after {MAX_DUMP_LINES:,} lines ({collector.cut:,} more not read)" in text
+
+
+def test_the_run_record_reads_a_cut_dump_by_its_totals() -> None:
+    outcome = fed("fit", tf_stderr(huge_dump(MAX_DUMP_LINES + 10)), error("ResourceExhaustedError", OOM_MESSAGE)).outcome
+    assert outcome.oom is not None and outcome.oom["in_use_bytes"] == 60 * MIB and outcome.oom["dump_cut_lines"]
+
+
+# -- end to end: the issue's scripts through `run script` under a 64 MiB cap ---------------------------------------
+
+RECOVERS = """
+import tensorflow as tf
+
+def train(batch):
+    kept = [tf.random.normal([batch, 1024]) for _ in range(64)]
+    return sum(float(tf.reduce_sum(k)) for k in kept)
+
+try:
+    train(1024)
+except tf.errors.ResourceExhaustedError:
+    print("batch 1024 ran out of memory; trying 32")
+train(32)
+raise ValueError("bad label in row 17")
+"""
+
+
+def run_script(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    profile = tmp_path / "cap64.json"
+    profile.write_text('{"version": 1, "cpu_memory_limit_mib": 64}')
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "--config", str(profile), "-p",
+                           f"path={script}", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "TF_DEVICE_PANEL_HOME": str(tmp_path / "home")})
+    return done, json.loads(done.stdout)
+
+
+def test_a_script_that_recovered_from_an_oom_fails_of_its_own_error(tmp_path: Path) -> None:
+    done, outcome = run_script(tmp_path, RECOVERS)
+    assert done.returncode == 1, done.stderr
+    assert outcome["error"]["type"] == "ValueError" and outcome["oom"] is None
+    assert outcome["oom_earlier"].startswith("an out-of-memory error on /CPU:0"), outcome  # TF's dump was seen
+    (record,) = (tmp_path / "home").rglob(f"{outcome['run_id']}/run.json")
+    assert json.loads(record.read_text())["oom"] is None
+
+
+def test_a_script_that_prints_a_dump_and_exits_1_is_no_oom(tmp_path: Path) -> None:
+    code = ("import os, sys\n"
+            f"sys.stderr.write({DUMP!r})\n"
+            f"os.write(2, {DUMP.encode()!r})\n"
+            "sys.exit(1)\n")
+    done, outcome = run_script(tmp_path, code)
+    assert done.returncode == 1, done.stderr
+    assert outcome["oom"] is None and outcome["oom_earlier"] is None, outcome
