@@ -76,6 +76,11 @@ def is_allocator_line(line: str) -> bool:
     return at > 0 and "bfc_allocator.cc:" in line[:at] and "] " in line[:at]
 
 
+def is_dump_total(line: str) -> bool:
+    """Whether a dump's line is one of its totals (Limit:, InUse:, the pool's size, the sum in use)."""
+    return line.lstrip().startswith(_SUMMARY_STATS) or any(mark in line for mark in _SUMMARY_MARKS)
+
+
 class DumpCollector:
     """Keeps the lines of allocator dumps from a run's stderr as they come (one line or a block at a time),
     nothing else: a run prints thousands of other lines, and a dump only once it ran out of memory.
@@ -99,7 +104,7 @@ class DumpCollector:
                 self.dumps += 1
                 self.open = True
             elif self.open:
-                if len(self.lines) < self.max_lines or any(mark in line for mark in _SUMMARY_MARKS) or line.lstrip().startswith(_SUMMARY_STATS):
+                if len(self.lines) < self.max_lines or is_dump_total(line):  # past the limit, its totals only
                     self.lines.append(line)
                 else:
                     self.cut += 1

@@ -120,7 +120,8 @@ def test_a_dump_longer_than_the_limit_says_it_was_cut_and_uses_its_own_totals() 
 
 
 def test_the_run_record_reads_a_cut_dump_by_its_totals() -> None:
-    outcome = fed("fit", tf_stderr(huge_dump(MAX_DUMP_LINES + 10)), error("ResourceExhaustedError", OOM_MESSAGE)).outcome
+    dump = tf_stderr(huge_dump(MAX_DUMP_LINES + 10))
+    outcome = fed("fit", dump, error("ResourceExhaustedError", OOM_MESSAGE)).outcome
     assert outcome.oom is not None and outcome.oom["in_use_bytes"] == 60 * MIB and outcome.oom["dump_cut_lines"]
 
 
