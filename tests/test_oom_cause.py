@@ -88,9 +88,19 @@ def test_a_run_that_died_in_or_right_after_the_dump_died_of_it() -> None:
     assert outcome.oom is not None and outcome.status == "crashed"
     outcome = fed("fit", tf_stderr(DUMP), tf_stderr("W0000 op_kernel.cc:1858] OP_REQUIRES failed"), died).outcome
     assert outcome.oom is not None  # TensorFlow's own lines after it: still right after the dump
+    # As the run manager tells a death: its error first (type RuntimeExited), then the job's end, then the exit.
+    told = (error("RuntimeExited", "the runtime killed by SIGSEGV while the job was running"),
+            events.JobFinished(job="fit", status="crashed", returncode=-11, job_id=JOB_ID), died)
+    outcome = fed("fit", tf_stderr(DUMP), *told).outcome
+    assert outcome.oom is not None and outcome.oom_earlier is None and outcome.status == "crashed"
     # The job went on after the dump (its progress, its output): the crash is something else.
-    outcome = fed("fit", tf_stderr(DUMP), events.Progress(done=3, total=10, job_id=JOB_ID), died).outcome
+    progress = [events.Progress(done=step, total=10, job_id=JOB_ID) for step in (3, 4)]
+    outcome = fed("fit", tf_stderr(DUMP), *progress, died).outcome
     assert outcome.oom is None and outcome.oom_earlier is not None
+    # Its output, and one report, may be from before the dump read after it (stdout is written by blocks).
+    stdout = events.Log(stream="stdout", text="1/1 ━━━━ loss: 0.69", job_id=JOB_ID)
+    outcome = fed("fit", tf_stderr(DUMP), stdout, progress[0], died).outcome
+    assert outcome.oom is not None
 
 
 def huge_dump(chunks: int) -> str:

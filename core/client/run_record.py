@@ -25,6 +25,7 @@ MAX_KEPT_PLACEMENTS = 100_000
 # is one. The panel's own jobs say so in their words ("out of memory on /CPU:0 …: OOM when allocating …"); a
 # user's script's words are its own, so only its exception's type counts.
 OOM_ERROR_TYPES = frozenset({"ResourceExhaustedError"})
+WENT_ON_REPORTS = 2  # a job that reported this often after a dump went on from it (a crash then is not the OOM)
 
 
 def ended_in_oom(job: str, error_type: str | None, message: str | None) -> bool:
@@ -101,7 +102,7 @@ class JobRun:
         self._started = time.monotonic()
         self._lock = threading.RLock()
         self._dumps = oom_parser.DumpCollector()  # the allocator's dumps on TF's stderr, for an OOM's explanation
-        self._went_on_after_dump = False  # the job showed it was alive after the last dump (output, progress)
+        self._reports_after_dump = 0  # the job's progress and metrics since the last dump ended
         self._dumps_seen = 0
         self._cpu_cap_mib = config.cpu_memory_limit_mib
         self._growth = config.memory_growth
@@ -154,7 +155,9 @@ class JobRun:
                 outcome.result = result
             case events.Error(error_type=error_type, message=message, traceback=trace) if event.job_id is not None:
                 outcome.error = RunError(type=error_type or "Error", message=message, traceback=trace or None)
-                if ended_in_oom(outcome.job, error_type, message):
+                if error_type == "RuntimeExited":  # the panel's word that the process died during the job
+                    self._judge_death()
+                elif ended_in_oom(outcome.job, error_type, message):
                     self._explain_oom(message)
                 else:
                     self._note_earlier_oom()
@@ -164,13 +167,8 @@ class JobRun:
                 outcome.duration_s = duration_s or (time.monotonic() - self._started)
                 self._finish()
             case events.RuntimeExited(returncode=returncode, description=description):
-                # TensorFlow can die of an OOM instead of raising it (a oneDNN kernel's SIGSEGV after its dump): the
-                # dump is the cause when the process died in it or right after it, the job silent since.
-                if outcome.oom is None and outcome.error is None and self._dumps.lines:
-                    if self._dumps.open or not self._went_on_after_dump:
-                        self._explain_oom(None)
-                    else:
-                        self._note_earlier_oom()
+                if outcome.error is None:
+                    self._judge_death()
                 outcome.status = "crashed"
                 outcome.returncode = returncode
                 outcome.error = outcome.error or RunError(type="RuntimeExited", message=description)
@@ -190,16 +188,27 @@ class JobRun:
 
     def _watch_dumps(self, event: Event) -> None:
         """The allocator's dumps, from TensorFlow's stderr only (a script's own output is its text, whatever it
-        says), and whether the job went on after the last one (printed, progressed, placed an op)."""
+        says), and whether the job went on after the last one: progress or metrics it reported since, on the
+        events pipe. (Not its output: stdout is written by blocks, and a block from before the dump came after
+        it; and two reports, not one: a report written just before the dump may be read just after it.)"""
         match event:
             case events.Log(stream="stderr", text=text, source=source) if source != SCRIPT:
                 self._dumps.feed(text)
                 if self._dumps.dumps != self._dumps_seen:
-                    self._dumps_seen, self._went_on_after_dump = self._dumps.dumps, False
-                return
-            case events.Log(partial=False) | events.Progress() | events.Metric() | events.Placement():
-                if self._dumps.lines and not self._dumps.open:
-                    self._went_on_after_dump = True
+                    self._dumps_seen, self._reports_after_dump = self._dumps.dumps, 0
+            case events.Progress() | events.Metric() if self._dumps.lines and not self._dumps.open:
+                self._reports_after_dump += 1
+
+    def _judge_death(self) -> None:
+        """The process died during the job. TensorFlow can die of an OOM instead of raising it (a oneDNN kernel's
+        SIGSEGV after its dump): the dump is the cause when the process died in it or right after it, the job
+        silent since; an earlier one the job went on from is noted."""
+        if self.outcome.oom is not None or not self._dumps.lines:
+            return
+        if self._dumps.open or self._reports_after_dump < WENT_ON_REPORTS:
+            self._explain_oom(None)
+        else:
+            self._note_earlier_oom()
 
     def _explain_oom(self, message: str | None) -> None:
         """An error that is an out-of-memory one (by its type, or after an allocator's dump) explained."""
