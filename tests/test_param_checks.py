@@ -127,8 +127,8 @@ def test_the_window_refuses_a_device_the_applied_profile_lacks(qtbot: Any) -> No
     panel.runRequested.connect(lambda *args: requested.append(args))
     panel.run_button.click()
     qtbot.waitUntil(panel.form_error.isVisible)
-    assert panel.form_error.text().startswith("Device: '/CPU:1' is not among this run's devices: the profile "
-                                              "gives /CPU:0 and no GPU"), panel.form_error.text()
+    assert panel.form_error.text().startswith("Device: '/CPU:1' is not among this run's devices: the applied "
+                                              "configuration gives /CPU:0 and no GPU"), panel.form_error.text()
     assert requested == []
 
 

@@ -103,6 +103,7 @@ class RunDevices:
     gpu_memory_left: bool        # the run's process leaves its GPUs' memory to others: memory growth or a split
     no_gpu_reason: str = ""      # why there is no GPU, when known
     whose: str = "the profile gives"  # "this run has", inside the run
+    settings: str = "the profile"     # what the user changes: "the configuration" in the window
 
     def count(self, device_type: str) -> int | None:
         return {"CPU": self.cpus, "GPU": self.gpus}.get(device_type)
@@ -179,9 +180,9 @@ def _beside_problem(item: str, devices: RunDevices) -> str | None:
                 else "this machine's one GPU is /GPU:0")
         return f"{quote(item)}: {have}; use {'/CPU:0' if devices.machine_gpus == 0 else 'one of those or /CPU:0'}"
     if not devices.gpu_memory_left:
-        return (f"{quote(item)}: this run's own process would hold nearly all of the GPU's memory (the profile has "
-                "no memory growth), so the runs beside it would not get theirs; turn memory growth on in the "
-                "profile, or split the GPU")
+        return (f"{quote(item)}: this run's own process would hold nearly all of the GPU's memory ({devices.settings} "
+                f"has no memory growth), so the runs beside it would not get theirs; turn memory growth on in "
+                f"{devices.settings}, or split the GPU")
     return None
 
 

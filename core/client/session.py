@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
 from tf_device_panel.core.catalogue import ParamValues, RunDevices, profile_devices
@@ -187,7 +187,8 @@ class Session:
         parameters' check, the one the command line and the run process make); None before anything is applied."""
         if self.applied is None:
             return None
-        return profile_devices(self.applied, self.inventory.gpu_infos())
+        devices = profile_devices(self.applied, self.inventory.gpu_infos())
+        return replace(devices, whose="the applied configuration gives", settings="the configuration")
 
     # -- subscribing -----------------------------------------------------------------------------
     def subscribe(self, what: str | type[C], callback: Callable[[C], None]) -> Callable[[], None]:
