@@ -171,6 +171,8 @@ def test_a_script_that_recovered_from_an_oom_fails_of_its_own_error(tmp_path: Pa
     assert outcome["oom_earlier"].startswith("an out-of-memory error on /CPU:0"), outcome  # TF's dump was seen
     (record,) = (tmp_path / "home").rglob(f"{outcome['run_id']}/run.json")
     assert json.loads(record.read_text())["oom"] is None
+    kept = (record.parent / "events.jsonl").read_text()
+    assert "came earlier in this run, and the run went on after it" in kept  # the record keeps the note
 
 
 def test_a_script_that_prints_a_dump_and_exits_1_is_no_oom(tmp_path: Path) -> None:

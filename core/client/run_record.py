@@ -260,6 +260,9 @@ class JobRun:
         device = (earlier or {}).get("short_device") or "a device"
         self.outcome.oom_earlier = (f"an out-of-memory error on {device}{request} came earlier in this run, and the "
                                     "run went on after it: it is not what ended the run")
+        if self.recorder is not None:  # the record keeps the note among the run's lines
+            self.recorder.append(events.Log(stream="panel", kind="warning", text=self.outcome.oom_earlier,
+                                            job_id=self.outcome.job_id))
 
     def fail(self, error_type: str, message: str, status: str = "error") -> None:
         """End a run that never reached the runtime (e.g. the configuration was rejected)."""
