@@ -183,3 +183,32 @@ def test_a_script_that_prints_a_dump_and_exits_1_is_no_oom(tmp_path: Path) -> No
     done, outcome = run_script(tmp_path, code)
     assert done.returncode == 1, done.stderr
     assert outcome["oom"] is None and outcome["oom_earlier"] is None, outcome
+
+
+# -- advice that holds (issue 40, item 4) ---------------------------------------------------------------------------
+
+def test_a_scripts_oom_says_how_to_find_the_batch_that_fits_and_invents_none() -> None:
+    outcome = fed("script", tf_stderr(DUMP), error("ResourceExhaustedError", OOM_MESSAGE)).outcome
+    assert outcome.oom is not None
+    advice = outcome.oom["advice"]
+    assert not any("%" in tip or "at most" in tip for tip in advice), advice  # "77 % of this one" was invented
+    assert advice[0] == ("find the batch that fits: the Batch that fits job (fit-batch) runs this script ({batch} in "
+                         "its arguments where it takes its batch) at batch after batch under 64 MiB and verifies the "
+                         "largest that held")
+    printed = "\n".join(oom_text(outcome.oom, command_line=True))
+    assert ("try: find the batch that fits: tf-device-panel run fit-batch -p script=train.py -p 'args=--batch 512 … "
+            "{batch} …' -p budget_mib=64") in printed
+    assert "tf-device-panel" not in "\n".join(oom_text(outcome.oom))  # the window's words name no command
+
+
+def test_the_fit_jobs_oom_names_fit_batch_with_its_model_and_the_gpu_that_ran_out() -> None:
+    run = JobRun("fit", {"model": "cnn", "image_size": 32, "batch_per_replica": 600}, DeviceConfig(), None)
+    run.attach(JOB_ID)
+    run.feed(tf_stderr(DUMP.replace("bfc_cpu_allocator_for_gpu", "GPU_1_bfc")))
+    run.feed(error("ResourceExhaustedError", OOM_MESSAGE.replace("CPU:0", "GPU:1")))
+    oom = run.outcome.oom
+    assert oom is not None and oom["find_batch"] == {"model": "cnn", "image_size": 32, "budget_mib": 64,
+                                                     "device": "/GPU:1"}
+    assert "(this run's was 600)" in oom["advice"][0]
+    assert ("tf-device-panel run fit-batch -p model=cnn -p image_size=32 -p budget_mib=64 -p device=/GPU:1"
+            in "\n".join(oom_text(oom, command_line=True)))

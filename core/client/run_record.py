@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -232,6 +233,9 @@ class JobRun:
         limit = next((line for line in self._dumps.lines if line.lstrip().startswith("Limit:")), None)
         budget = oom_parser.ceil_mib(oom_parser.size_bytes(limit.split(":", 1)[1])) if limit else self._cpu_cap_mib
         found: oom_parser.FindBatch = {"budget_mib": budget} if budget else {}
+        gpu = re.search(r"Allocator \(GPU_(\d+)_bfc\)", self._dumps.lines[0]) if self._dumps.lines else None
+        if gpu is not None:  # the GPU whose allocator ran out (fit-batch's default is /CPU:0)
+            found["device"] = f"/GPU:{gpu.group(1)}"
         if job == "script":
             return {"script": str(params.get("path", "")), "args": str(params.get("args", "")), **found}
         if job == "fit" and budget:
