@@ -46,7 +46,8 @@ SWEEP = [(job, param.name, value) for job, spec in JOBS.items() for param in spe
 
 
 def test_every_job_declares_where_its_devices_must_be() -> None:
-    assert get_job("fit-batch").params[-1].device_scope == BESIDE  # its runs are processes of their own
+    (fit_batch_device,) = [p for p in get_job("fit-batch").params if p.name == "device"]
+    assert fit_batch_device.device_scope == BESIDE  # its runs are processes of their own
     assert {p.device_scope for p in get_job("memory").params if p.kind is Kind.DEVICE} == {RUN}
     assert {p.device_scope for p in get_job("matmul").params} == {"anywhere"}  # soft placement is the point
 
