@@ -70,10 +70,12 @@ class CellReport:
 
 
 def _op_callback(placements: list[PlacementLine]) -> Callable[..., None]:
-    def record(op_type: str, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
+    def record(op_type: str | bytes, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
                graph: Any = None) -> None:
         if graph is not None:
             return  # a function being traced: its ops are placed later, when it runs
+        if isinstance(op_type, bytes):  # eager ops name their type in bytes, a function's call in text
+            op_type = op_type.decode("utf-8", errors="replace")
         for output in outputs or ():
             device = getattr(output, "device", "")
             if device:
@@ -113,9 +115,10 @@ def _missing_device_target(spec: Any, devices: list[str]) -> str | None:
 
 
 @contextlib.contextmanager
-def watch_fallbacks(cell_file: str) -> Iterator[list[Fallback]]:
+def watch_fallbacks(cell_file: str, line_offset: int = 0) -> Iterator[list[Fallback]]:
     """Each `tf.device(...)` the cell (code compiled as `cell_file`) enters eagerly that soft placement will move,
-    while the block runs; once per line and device."""
+    while the block runs; once per line and device. `line_offset`: the lines above the code in the cell as
+    the notebook numbers them (the `%%tf_run` line)."""
     from tensorflow.python.eager import context
 
     found: list[Fallback] = []
@@ -134,7 +137,7 @@ def watch_fallbacks(cell_file: str) -> Iterator[list[Fallback]]:
         frame: Any = sys._getframe(2)
         while frame is not None and frame.f_code.co_filename != cell_file:
             frame = frame.f_back
-        line = frame.f_lineno if frame is not None else None
+        line = frame.f_lineno + line_offset if frame is not None else None
         if (line, requested) not in seen:
             seen.add((line, requested))
             found.append(Fallback(requested, actual, line))
@@ -195,18 +198,19 @@ def is_out_of_memory(tf: Any, exc: BaseException) -> bool:
     return isinstance(exc, tf.errors.ResourceExhaustedError) or is_oom_message(str(exc))
 
 
-def run_cell(run: Callable[[], Any], cell_file: str, sieve: OutputSieve) -> tuple[CellReport, Any]:
-    """Run the cell (`run()`, its code compiled as `cell_file`) and gather its report; returns (report, the
-    value of its last expression). An out-of-memory error is explained in the report, not raised; any other
-    error is kept in `report.error` for the caller to raise after showing the report. KeyboardInterrupt and
-    other BaseExceptions pass through."""
+def run_cell(run: Callable[[], Any], cell_file: str, sieve: OutputSieve,
+             line_offset: int = 0) -> tuple[CellReport, Any]:
+    """Run the cell (`run()`, its code compiled as `cell_file`, `line_offset` lines below the cell's top) and
+    gather its report; returns (report, the value of its last expression). An out-of-memory error is explained
+    in the report, not raised; any other error is kept in `report.error` for the caller to raise after showing
+    the report. KeyboardInterrupt and other BaseExceptions pass through."""
     import tensorflow as tf
 
     report = CellReport()
     value = None
     reset_peaks(tf)
     captured: Captured
-    with sieve.capture() as captured, eager_placements() as eager, watch_fallbacks(cell_file) as fallbacks:
+    with sieve.capture() as captured, eager_placements() as eager, watch_fallbacks(cell_file, line_offset) as fallbacks:
         start = time.perf_counter()
         try:
             value = run()

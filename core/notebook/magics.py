@@ -86,8 +86,9 @@ class DevicePanelMagics(Magics):
             exec(body, namespace)
             return eval(result, namespace) if result is not None else None
 
-        report, value = run_cell(run, cell_file, self.sieve)
-        display(CellRunView(report))
+        report, value = run_cell(run, cell_file, self.sieve, line_offset=1)  # below the %%tf_run line
+        if report.error is None or report.placements or report.fallbacks:
+            display(CellRunView(report))  # (a cell that failed before any op ran has nothing to show but its error)
         if report.error is not None:
             raise report.error
         return value

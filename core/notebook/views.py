@@ -179,7 +179,7 @@ class CellRunView:
     def headline(self) -> str:
         report = self.report
         ops = len(report.placements)
-        where = "placement log" if report.from_log else "eager ops"
+        where = ("from TensorFlow's placement log" if report.from_log else "eager ops") if ops else "no op ran"
         text = f"%%tf_run: {report.wall_s:.3f} s wall, {ops} op placement(s) ({where})"
         if report.oom is not None and not report.oom_caught_by_cell:
             text += " — ran out of memory"
