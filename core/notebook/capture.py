@@ -131,6 +131,7 @@ class OutputSieve:
         self._captured: Captured | None = None
         self._in_dump = False
         self._syncs = 0
+        self._swallow_newline = False
 
     @property
     def installed(self) -> bool:
@@ -203,12 +204,17 @@ class OutputSieve:
 
     def python_text(self, text: str) -> str:
         """What of `text`, written to Python's sys.stdout, goes on: all but TensorFlow's eager-op echoes (kept
-        while capturing)."""
+        while capturing). An echo written without its newline (as print() writes it) takes the next newline."""
+        if self._swallow_newline:
+            self._swallow_newline = False
+            if text.startswith("\n"):
+                text = text[1:]
         if _EAGER_ECHO not in text:
             return text
         kept = []
         for line in text.splitlines(keepends=True):
             if line.startswith(_EAGER_ECHO) and line.rstrip("\n").count(" ") == 5:  # Executing op X in device Y
+                self._swallow_newline = not line.endswith("\n")
                 with self._lock:
                     if self._captured is not None:
                         self._captured.lines.append(("stderr", _EAGER_PREFIX + line.rstrip("\r\n")))
