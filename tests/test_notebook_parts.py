@@ -63,19 +63,23 @@ SIEVE_CHILD = textwrap.dedent("""\
     import json, os, sys
     from tf_device_panel.core.notebook.capture import OutputSieve
 
+    CPU = b"/job:localhost/replica:0/task:0/device:CPU:"
+    LOG = b"I0000 00:00:1.5 1 "
     sieve = OutputSieve()
     sieve.install()
-    os.write(2, b"I0000 00:00:1.5 1 placer.cc:162] MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:1\\n")
+    os.write(2, LOG + b"placer.cc:162] MatMul: (MatMul): " + CPU + b"1\\n")
     os.write(2, b"between cells\\n")
     sieve.sync()
     with sieve.capture() as captured:
-        os.write(1, b"MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:1\\n")
-        os.write(2, b"I0000 00:00:1.5 1 execute.cc:1775] Executing op MatMul in device /job:localhost/replica:0/task:0/device:CPU:1\\n")
-        print("Executing op AddV2 in device /job:localhost/replica:0/task:0/device:CPU:0")
+        os.write(1, b"MatMul: (MatMul): " + CPU + b"1\\n")
+        os.write(2, LOG + b"execute.cc:1775] Executing op MatMul in device " + CPU + b"1\\n")
+        print("Executing op AddV2 in device " + CPU.decode() + "0")
         sys.stdout.flush()
-        os.write(2, b"W0000 00:00:1.5 1 bfc_allocator.cc:502] Allocator (bfc) ran out of memory trying to allocate 4.00MiB (rounded to 4194304)requested by op AddV2\\n")
+        os.write(2, b"W0000 00:00:1.5 1 bfc_allocator.cc:502] Allocator (bfc) ran out of memory trying to "
+                    b"allocate 4.00MiB (rounded to 4194304)requested by op AddV2\\n")
         os.write(2, b"Limit:                        64.00MiB\\n")
-        os.write(2, b"W0000 00:00:1.5 1 op_kernel.cc:1858] OP_REQUIRES failed : RESOURCE_EXHAUSTED: OOM when allocating tensor with shape[1024,1024] and type float on /job:localhost/replica:0/task:0/device:CPU:0\\n")
+        os.write(2, b"W0000 00:00:1.5 1 op_kernel.cc:1858] OP_REQUIRES failed : RESOURCE_EXHAUSTED: OOM when "
+                    b"allocating tensor with shape[1024,1024] and type float on " + CPU + b"0\\n")
         os.write(2, b"the user's own line\\n")
         os.write(2, b"an unfinished line")
     sieve.uninstall()
