@@ -15,7 +15,7 @@ from tf_device_panel.core.oom import OomReport, mib, oom_text
 from tf_device_panel.core.protocol.output_lines import canonical_device
 
 MAX_OP_TYPES = 6       # op types named per device (the most frequent), the rest counted
-SVG_WIDTH = 560
+SVG_WIDTH = 600
 _COLORS = {"in_use": "#d1495b", "free": "#66a182", "unallocated": "#d9d9d9", "mixed": "#edae49"}
 _STYLE = ("<style>.tfdp{font-family:system-ui,sans-serif;font-size:13px}.tfdp table{border-collapse:collapse;"
           "margin:4px 0}.tfdp th,.tfdp td{border:1px solid #ccc;padding:2px 8px;text-align:left}"
@@ -244,11 +244,13 @@ def memory_bar_svg(oom: OomReport) -> str:
                       f"fill='{_COLORS.get(state, '#999')}'><title>{escape(state)} {escape(mib(int(segment[1])))}"
                       "</title></rect>")
         x += width
-    legend = "".join(f"<rect x='{i * 120}' y='24' width='10' height='10' fill='{color}'/>"
+    shown = {str(segment[0]) for segment in bar}
+    labels = [(label, state) for label, state in (("in use", "in_use"), ("free", "free"),
+                                                   ("not yet taken", "unallocated"), ("small, mixed", "mixed"))
+              if state in shown]
+    legend = "".join(f"<rect x='{i * 120}' y='24' width='10' height='10' fill='{_COLORS[state]}'/>"
                      f"<text x='{i * 120 + 14}' y='33' font-size='11'>{label}</text>"
-                     for i, (label, color) in enumerate((("in use", _COLORS["in_use"]), ("free", _COLORS["free"]),
-                                                         ("not yet taken", _COLORS["unallocated"]),
-                                                         ("small mixed", _COLORS["mixed"]))))
+                     for i, (label, state) in enumerate(labels))
     return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{SVG_WIDTH}' height='38' role='img' "
             f"aria-label='allocator memory map'>{''.join(shapes)}{legend}</svg>")
 
@@ -256,8 +258,8 @@ def memory_bar_svg(oom: OomReport) -> str:
 def device_map_svg(rows: Sequence[Sequence[str]], report: CellReport) -> str:
     """The devices as boxes, each with a bar of its ops (scaled to the busiest), and each fallback as an arrow from
     the device asked for (absent) to the one the ops ran on."""
-    row_height, label_width = 30, 90
-    bar_width = SVG_WIDTH - label_width - 150
+    row_height, label_width, bar_width = 30, 90, 240
+    text_x = label_width + bar_width + 10  # the figures in a column of their own, right of the longest bar
     most = max((int(row[1]) for row in rows), default=0) or 1
     shapes = []
     y_of: dict[str, int] = {}
@@ -270,9 +272,9 @@ def device_map_svg(rows: Sequence[Sequence[str]], report: CellReport) -> str:
                       f"fill='#eef3fb' stroke='#4a6fa5'/><text x='8' y='{y + 20}' font-size='12'>"
                       f"{escape(row[0])}</text>")
         shapes.append(f"<rect x='{label_width}' y='{y + 8}' width='{max(width, 1):.1f}' height='12' "
-                      f"fill='{'#4a6fa5' if ops else '#ccc'}'/><text x='{label_width + max(width, 1) + 6:.1f}' "
+                      f"fill='{'#4a6fa5' if ops else '#ccc'}'/><text x='{text_x}' "
                       f"y='{y + 19}' font-size='11'>{ops} op{'s' if ops != 1 else ''}"
-                      f"{escape(' · peak ' + row[3]) if row[3] else ''}</text>")
+                      f"{escape(' · peak ' + row[3].split(' (')[0]) if row[3] else ''}</text>")
     height = len(rows) * row_height
     for offset, fallback in enumerate(report.fallbacks):
         y = height + offset * row_height
