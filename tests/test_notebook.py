@@ -85,6 +85,7 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
         "%load_ext tf_device_panel",
         ("%tf_config cpu_devices=0", RAISES),
         ("%tf_config cpu_devices=two bogus=1 memory_growth=maybe", RAISES),
+        ("%tf_config visible_gpus=99 cpu_devices=3", RAISES),  # no GPU 99: validation or the plan's check refuses
         "%tf_config cpu_devices=2",
         "import tensorflow as tf\nprint([d.name for d in tf.config.list_logical_devices('CPU')])",
         ("%tf_config cpu_devices=3", RAISES),
@@ -98,7 +99,7 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
             moved.shape"""),
         "%tf_devices",
     ], tmp_path)
-    load, zero, wrong, configured, imported, refused, placed, devices = cells
+    load, zero, wrong, no_gpu, configured, imported, refused, placed, devices = cells
 
     # Bad input: the schema's own messages, every problem at once, and nothing applied.
     assert all(message in text(zero) for message in schema_messages({"cpu_devices": 0})), text(zero)
@@ -106,6 +107,8 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
     for message in schema_messages({"cpu_devices": "two", "bogus": 1, "memory_growth": "maybe"}):
         assert message in text(wrong), (message, text(wrong))
 
+    # Where NVML sees no GPU, the plan's own check (a run's) refuses the index, before any step of the plan.
+    assert "was not applied" in text(no_gpu) and "GPU 99" in text(no_gpu), text(no_gpu)
     assert "set_logical_device_configuration(CPU:0, 2 logical CPUs)" in text(configured)
     assert "<ol>" in html(configured)
     assert "['/device:CPU:0', '/device:CPU:1']" in text(imported)

@@ -30,6 +30,8 @@ def test_settings_are_read_as_a_profile_would_hold_them() -> None:
                     "visible_gpus": [0, 1], "virtual_gpus": {"0": [1024, 1024]},
                     "gpu_allocator": "cuda_malloc_async", "memory_fraction": None, "cpu_memory_limit_mib": 64}
     assert read_config("cpu_devices=3 log_placement=off") == DeviceConfig(cpu_devices=3, log_placement=False)
+    assert profile_json(["visible_gpus=1"])[0]["visible_gpus"] == [1]          # one GPU, as "0,1" is two
+    assert profile_json(["visible_gpus=null"])[0]["visible_gpus"] is None
 
 
 def test_bad_settings_get_the_schemas_own_messages_every_one_at_once() -> None:

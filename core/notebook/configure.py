@@ -72,18 +72,21 @@ def refusal(tf: Any) -> str:
 
 def _value(declared: Any, key: str, text: str) -> Any:
     """A `key=value` value as the profile would hold it: JSON first (2, true, [0, 1], {"0": [2048, 2048]},
-    null), then the command line's spellings of the setting's kind (yes/on/off for a toggle, "0,1" for GPU
+    null), then the command line's spellings of the setting's kind (yes/on/off for a toggle, "0,1" or "1" for GPU
     indices); anything else stays text, for the schema to refuse with its own message."""
+    indices = declared is not None and declared.kind is Kind.GPU_INDICES
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
         pass
+    else:
+        return [value] if indices and isinstance(value, int) and not isinstance(value, bool) else value
     if declared is not None and declared.kind is Kind.TOGGLE:
         try:
             return Kind.TOGGLE.read_text(text)
         except ValueError:
             return text
-    if declared is not None and declared.kind is Kind.GPU_INDICES and text.replace(",", "").replace(" ", "").isdigit():
+    if indices and text.replace(",", "").replace(" ", "").isdigit():
         return [int(part) for part in text.split(",") if part.strip()]
     return text
 
@@ -157,6 +160,7 @@ class KernelConfiguration:
     steps: list[str] = field(default_factory=list)
     imported_before: bool = False      # TensorFlow was imported before it: GPU discovery had already run
     _environment: dict[str, str | None] | None = None
+    _configured: bool = False          # a plan's tf.config steps ran (perhaps not all): the next one resets them
 
     def apply(self, config: DeviceConfig) -> list[str]:
         """Apply `config`'s plan before TensorFlow initializes (importing TensorFlow if needed); returns the
@@ -177,8 +181,9 @@ class KernelConfiguration:
         done = apply_plan(None, early)
         import tensorflow as tf
 
-        if self.config is not None:
+        if self._configured:
             reset_devices(tf)
+        self._configured = True
         try:
             done.steps += apply_plan(tf, [step for step in steps if not step.before_import]).steps
         except StepError as exc:
@@ -194,6 +199,10 @@ class KernelConfiguration:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+# One TensorFlow per process, so one record of its configuration (kept across %reload_ext).
+kernel_configuration = KernelConfiguration()
 
 
 def reset_devices(tf: Any) -> None:

@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 from tf_device_panel.core.notebook.capture import OutputSieve
 from tf_device_panel.core.notebook.cell_run import run_cell
-from tf_device_panel.core.notebook.configure import ConfigUsageError, KernelConfiguration, read_config
+from tf_device_panel.core.notebook.configure import ConfigUsageError, kernel_configuration, read_config
 from tf_device_panel.core.notebook.devices import devices_view
 from tf_device_panel.core.notebook.views import CellRunView, ConfigView
 
@@ -23,7 +23,7 @@ from tf_device_panel.core.notebook.views import CellRunView, ConfigView
 class DevicePanelMagics(Magics):
     def __init__(self, shell: Any):
         super().__init__(shell)
-        self.configuration = KernelConfiguration()
+        self.configuration = kernel_configuration
         self.sieve = OutputSieve()
 
     @line_magic
