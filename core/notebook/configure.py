@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tf_device_panel.core.config import (
-    ConfigError,
     DeviceConfig,
     GpuInfo,
     Kind,
@@ -32,6 +31,7 @@ from tf_device_panel.core.config.plan import StepError, apply_plan, plan
 from tf_device_panel.core.config.steps import ALLOCATOR_ENV, CPU_BFC_ENV, CPU_LIMIT_ENV, DEVICE_ORDER_ENV
 from tf_device_panel.core.devices.gpus import tf_gpu_inventory
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
+from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.text import quote
 
 # The environment variables a plan may set: put back as they were before a second %tf_config, so each
@@ -57,7 +57,7 @@ def tensorflow_initialized() -> bool:
 
 def logical_device_names(tf: Any) -> list[str]:
     """The logical devices, short ('/CPU:0'); only call once TensorFlow is initialized (listing initializes)."""
-    return ["/" + device.name.split("device:", 1)[-1] for device in tf.config.list_logical_devices()]
+    return [short_device_name(device.name) for device in tf.config.list_logical_devices()]
 
 
 def refusal(tf: Any) -> str:
@@ -70,7 +70,7 @@ def refusal(tf: Any) -> str:
 
 # -- reading the magic's words ---------------------------------------------------------------------------------
 
-def _value(declared: Any, key: str, text: str) -> Any:
+def _value(declared: Any, text: str) -> Any:
     """A `key=value` value as the profile would hold it: JSON first (2, true, [0, 1], {"0": [2048, 2048]},
     null), then the command line's spellings of the setting's kind (yes/on/off for a toggle, "0,1" or "1" for GPU
     indices); anything else stays text, for the schema to refuse with its own message."""
@@ -114,7 +114,7 @@ def profile_json(words: Sequence[str]) -> tuple[dict[str, Any], str | None]:
         if key in given:
             raise ConfigUsageError(f"{key} is given twice; keep the one you mean")
         given.add(key)
-        data[key] = _value(declared.get(key), key, text.strip())
+        data[key] = _value(declared.get(key), text.strip())
     data.setdefault("version", DeviceConfig().version)
     return data, path
 
@@ -138,14 +138,12 @@ def read_config(line: str) -> DeviceConfig:
     data, path = profile_json(words)
     config, problems = parse_config(data)
     if not problems and config is not None:
-        try:
-            problems = config.problems(machine_gpus())
-        except ConfigError as exc:
-            problems = exc.problems
+        problems = config.problems(machine_gpus())  # the same rules again, and the machine's GPUs' where known
     if problems or config is None:
-        where = f"{path} with " if path else ""
-        raise ConfigUsageError(f"the configuration ({where}{' '.join(words[1 if path else 0:]) or 'its settings'}) "
-                               "was not applied:\n" + "\n".join(f"  {p}" for p in problems))
+        settings = " ".join(words[1:] if path else words)
+        asked = f"{path} with {settings}" if path and settings else path or settings
+        raise ConfigUsageError(f"the configuration ({asked}) was not applied:\n"
+                               + "\n".join(f"  {p}" for p in problems))
     return config
 
 
