@@ -93,7 +93,7 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
             %%tf_run
             with tf.device("/CPU:1"):
                 product = tf.matmul(tf.ones([3, 3]), tf.ones([3, 3]))
-            with tf.device("/GPU:0"):
+            with tf.device("/GPU:99"):
                 moved = product + 1
             print("cell output", product.device)
             moved.shape"""),
@@ -115,20 +115,21 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
 
     # After initialization: one sentence (what was initialized, how to go on), not TensorFlow's RuntimeError.
     refusal = text(refused)
-    assert ("TensorFlow is already initialized in this kernel (its runtime started with /CPU:0, /CPU:1), so its "
-            "devices can no longer be configured: restart the kernel, then run this %tf_config cell first"
-            in refusal), refusal
+    assert "TensorFlow is already initialized in this kernel (its runtime started with /CPU:0, /CPU:1" in refusal
+    assert ("), so its devices can no longer be configured: restart the kernel, then run this %tf_config cell "
+            "first, before anything that uses TensorFlow.") in refusal, refusal
     assert "RuntimeError" not in refusal and "cannot be modified" not in refusal and "Traceback" not in refusal
 
-    # The matmul on /CPU:1, the /GPU:0 block moved by soft placement, the cell's own output and value kept,
+    # The matmul on /CPU:1, the /GPU:99 block moved by soft placement, the cell's own output and value kept,
     # and none of TensorFlow's placement lines printed under the cell.
     report = text(placed)
     rows = {line.split()[0]: line for line in report.splitlines() if line.strip().startswith("/CPU:")}
     assert "MatMul" in rows["/CPU:1"] and "MatMul" not in rows["/CPU:0"], report
-    assert "AddV2" in rows["/CPU:0"], report
+    if "/GPU:0" not in report:  # without a GPU, soft placement runs the block on the first CPU
+        assert "AddV2" in rows["/CPU:0"], report
     assert "from TensorFlow's placement log" in report
-    assert ("soft-placement fallback: line 4: tf.device('/GPU:0') names no device here (/GPU:0); its ops ran on "
-            "/CPU:0") in report, report
+    assert ("soft-placement fallback: line 4: tf.device('/GPU:99') names no device here (/GPU:99); its ops ran "
+            "on /") in report, report
     assert "cell output /job:localhost/replica:0/task:0/device:CPU:1" in streams(placed)
     assert "TensorShape([3, 3])" in report
     assert "Executing op" not in streams(placed) and "placer.cc" not in streams(placed), streams(placed)
@@ -136,7 +137,9 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
 
     listed = text(devices)
     assert "Physical devices:" in listed and "/physical_device:CPU:0" in listed
-    assert "Logical devices: /CPU:0, /CPU:1" in listed and "2 logical CPUs" in listed
+    assert "Logical devices: /CPU:0, /CPU:1" in listed
+    gpus = "TensorFlow sees no GPU." not in listed
+    assert f"Configuration: %tf_config: {'all GPUs' if gpus else 'no GPU on this machine'}, 2 logical CPUs" in listed
     assert "NVML:" in listed and "<table>" in html(devices)
     assert "UsageError" not in text(load)
 
@@ -177,7 +180,7 @@ def test_an_out_of_memory_cell_is_explained_and_the_kernel_goes_on(tmp_path: Pat
     # The allocator's dump is explained, not printed.
     assert "bfc_allocator" not in streams(oom) and "InUse at" not in streams(oom), streams(oom)
     assert "requested" in html(oom) and "largest free block" in html(oom) and "<svg" in html(oom)
-    assert "still running 13 4.0" in streams(after) or "still running" in streams(after), streams(after)
+    assert streams(after).startswith("still running") and streams(after).endswith(" 4.0\n"), streams(after)
 
 
 def test_importing_the_package_stays_light_and_finds_the_extension() -> None:
@@ -201,6 +204,7 @@ def test_the_example_notebook_runs_top_to_bottom_and_renders_to_html(tmp_path: P
     assert "out of memory — the kernel is still running" in shown
     assert "the kernel is alive: 3.0" in shown
     assert "TensorFlow is already initialized in this kernel" in shown
+    gpus = "TensorFlow sees no GPU." not in shown
 
     from jupyter_core.paths import jupyter_path
     from nbconvert import HTMLExporter
@@ -214,4 +218,5 @@ def test_the_example_notebook_runs_top_to_bottom_and_renders_to_html(tmp_path: P
     (tmp_path / "device-panel.html").write_text(page, encoding="utf-8")
     # (nbconvert writes the outputs' HTML again, attributes in double quotes)
     assert 'aria-label="device map: ops per device"' in page and 'aria-label="allocator memory map"' in page
-    assert "soft placement ran its ops on /CPU:0" in page and "largest free block" in page
+    assert "largest free block" in page
+    assert gpus or "soft placement ran its ops on /CPU:0" in page  # the example's /GPU:0, on a machine without

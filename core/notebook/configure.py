@@ -157,6 +157,7 @@ class KernelConfiguration:
     config: DeviceConfig | None = None
     steps: list[str] = field(default_factory=list)
     imported_before: bool = False      # TensorFlow was imported before it: GPU discovery had already run
+    gpus_present: bool | None = None   # whether TensorFlow sees a GPU (listing them does not initialize it)
     _environment: dict[str, str | None] | None = None
     _configured: bool = False          # a plan's tf.config steps ran (perhaps not all): the next one resets them
 
@@ -189,7 +190,12 @@ class KernelConfiguration:
                 raise ConfigUsageError(refusal(tf)) from None
             raise ConfigUsageError(f"the configuration was not applied: {exc.step} failed: {exc.cause}") from None
         self.config, self.steps, self.imported_before = config, list(done.steps), imported_before
+        self.gpus_present = bool(tf.config.list_physical_devices("GPU"))
         return self.steps
+
+    def summary(self) -> str:
+        """The applied configuration in a few words ("no GPU on this machine, 2 logical CPUs, …")."""
+        return "" if self.config is None else self.config.summary(self.gpus_present) or "the defaults"
 
     def _restore_environment(self) -> None:
         for name, value in (self._environment or {}).items():

@@ -15,7 +15,7 @@ def devices_view(configuration: KernelConfiguration) -> DevicesView:
     import tensorflow as tf
 
     if configuration.config is not None:
-        applied = f"%tf_config: {configuration.config.summary() or 'the defaults'}"
+        applied = f"%tf_config: {configuration.summary()}"
     elif tensorflow_initialized():
         applied = "TensorFlow's defaults (no %tf_config ran in this kernel)"
     else:

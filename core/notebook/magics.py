@@ -53,7 +53,7 @@ class DevicePanelMagics(Magics):
         if self.configuration.imported_before:
             notes.append("TensorFlow was imported before this cell: what it reads as it imports (the GPUs' order, "
                          "CUDA_DEVICE_ORDER) was already fixed; everything else applies.")
-        display(ConfigView(config.summary() or "the defaults", steps, notes))
+        display(ConfigView(self.configuration.summary(), steps, notes))
 
     @line_magic
     def tf_devices(self, line: str) -> None:
