@@ -129,3 +129,26 @@ def test_the_report_as_text() -> None:
     assert rows[1] == ["/CPU:1", "2", "MatMul", "×2"]
     page = CellRunView(report)._repr_html_()
     assert "<script" not in page and page.count("<svg") == 2
+
+
+def test_a_process_the_cell_left_running_keeps_its_output_after_the_capture(tmp_path: Path) -> None:
+    """A child started during a captured cell inherits the pipe on fd 2: once the capture ends its output still
+    reaches the real stderr, and the capture does not wait for it to exit."""
+    child = textwrap.dedent("""\
+        import subprocess, sys, time
+        from tf_device_panel.core.notebook.capture import OutputSieve
+
+        sieve = OutputSieve()
+        sieve.install()
+        with sieve.capture():
+            server = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); "
+                                       "sys.stderr.write('the server says goodbye\\\\n')"], stdin=subprocess.PIPE)
+        started = time.monotonic()
+        sieve.uninstall()
+        print(f"returned {time.monotonic() - started < 3}", flush=True)
+        server.stdin.close()
+        server.wait(timeout=30)
+        """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "returned True\n" and "the server says goodbye" in done.stderr, (done.stdout, done.stderr)

@@ -33,6 +33,7 @@ from tf_device_panel.core.protocol.output_lines import PLACEMENT, parse_line
 
 STREAMS = {1: "stdout", 2: "stderr"}
 SYNC_TIMEOUT_S = 5.0
+CLOSE_WAIT_S = 1.0
 _RAN_OUT = "ran out of memory trying to allocate"
 _NOT_A_FAILURE = "not a failure"  # BFC's warning when a caller retries with less: no dump follows
 _OOM = "OOM when allocating"
@@ -84,9 +85,11 @@ class _Tap:
                 chunk = os.read(self.read_end, 65536)
             except OSError:
                 chunk = b""
-            if not chunk:
+            if not chunk:  # every writer is gone (the fd was put back): the thread's fds are its to close
                 if self._pending:
                     self.on_line(self.stream, self._pending, self.forward)
+                os.close(self.read_end)
+                os.close(self.saved)
                 return
             self._pending += chunk
             *complete, self._pending = self._pending.split(b"\n")
@@ -115,10 +118,11 @@ class _Tap:
         return mark
 
     def close(self) -> None:
-        os.dup2(self.saved, self.fd)  # the pipe's last writer closes: the thread reads to its end and stops
-        self.thread.join(SYNC_TIMEOUT_S)
-        os.close(self.read_end)
-        os.close(self.saved)
+        """Put the fd back. The pipe's last writer closes with it, so the thread reads to the end and stops,
+        unless a process started meanwhile inherited the pipe (a server the cell left running): the thread
+        then goes on passing that process's output to where it belongs until it exits."""
+        os.dup2(self.saved, self.fd)
+        self.thread.join(CLOSE_WAIT_S)
 
 
 class OutputSieve:
