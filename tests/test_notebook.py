@@ -89,6 +89,7 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
         "%tf_config cpu_devices=2",
         "import tensorflow as tf\nprint([d.name for d in tf.config.list_logical_devices('CPU')])",
         ("%tf_config cpu_devices=3", RAISES),
+        "print('plain cell', float(tf.reduce_sum(tf.ones([2]) * 2)))",
         textwrap.dedent("""\
             %%tf_run
             with tf.device("/CPU:1"):
@@ -99,7 +100,7 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
             moved.shape"""),
         "%tf_devices",
     ], tmp_path)
-    load, zero, wrong, no_gpu, configured, imported, refused, placed, devices = cells
+    load, zero, wrong, no_gpu, configured, imported, refused, plain, placed, devices = cells
 
     # Bad input: the schema's own messages, every problem at once, and nothing applied.
     assert all(message in text(zero) for message in schema_messages({"cpu_devices": 0})), text(zero)
@@ -119,6 +120,10 @@ def test_configure_before_tensorflow_starts_then_see_placements_and_the_refusal(
     assert ("), so its devices can no longer be configured: restart the kernel, then run this %tf_config cell "
             "first, before anything that uses TensorFlow.") in refusal, refusal
     assert "RuntimeError" not in refusal and "cannot be modified" not in refusal and "Traceback" not in refusal
+
+    # The placement log is on (the profile's default) but belongs under %%tf_run cells: a plain cell shows only
+    # its own output.
+    assert streams(plain) == "plain cell 4.0\n", streams(plain)
 
     # The matmul on /CPU:1, the /GPU:99 block moved by soft placement, the cell's own output and value kept,
     # and none of TensorFlow's placement lines printed under the cell.
