@@ -152,3 +152,32 @@ def test_a_process_the_cell_left_running_keeps_its_output_after_the_capture(tmp_
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "returned True\n" and "the server says goodbye" in done.stderr, (done.stdout, done.stderr)
+
+
+def test_an_oom_the_cell_caught_itself_is_still_explained_from_the_dump() -> None:
+    """The cell handled the ResourceExhaustedError (no error reaches %%tf_run), but the allocator's dump went by on
+    fd 2: the report explains it, and the dump does not reach the output (in a child process: TensorFlow and fd 2).
+    The dump is the one recorded from TensorFlow 2.21 under a 64 MiB cap."""
+    child = textwrap.dedent("""\
+        import json, os, sys
+        from tf_device_panel.core.notebook.capture import OutputSieve
+        from tf_device_panel.core.notebook.cell_run import run_cell
+
+        def cell():
+            with open(sys.argv[1], "rb") as dump:
+                os.write(2, dump.read())
+            return "the cell's value"
+
+        report, value = run_cell(cell, "<cell>", OutputSieve())
+        print(json.dumps({"value": value, "caught": report.oom_caught_by_cell, "error": repr(report.error),
+                          "request": report.oom and report.oom.get("request_bytes"),
+                          "verdict": report.oom and report.oom.get("verdict")}))
+        """)
+    fixture = ROOT / "tests" / "fixtures" / "oom_cpu_bfc_64mib.stderr.txt"
+    done = subprocess.run([sys.executable, "-c", child, str(fixture)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"value": "the cell's value", "caught": True, "error": "None", "request": 4 * 1024 * 1024,
+                      "verdict": result["verdict"]} and result["verdict"] in ("shortage", "fragmentation"), result
+    assert "bfc_allocator" not in done.stderr and "InUse at" not in done.stderr, done.stderr[-2000:]
