@@ -191,18 +191,15 @@ class OutputSieve:
         kind, _ = parse_line(text, stream)
         with self._lock:
             captured = self._captured
-            if captured is None:
-                if kind != PLACEMENT:
-                    forward(raw)
-                return
-            captured.lines.append((stream, text))
-            captured.dump.feed(text)
-            if _RAN_OUT in text and _NOT_A_FAILURE not in text:
-                self._in_dump = True
-            held = self._in_dump or _OOM in text
+            if captured is not None:
+                captured.lines.append((stream, text))
+                captured.dump.feed(text)
+                if _RAN_OUT in text and _NOT_A_FAILURE not in text:
+                    self._in_dump = True
+            held = captured is not None and (self._in_dump or _OOM in text)
             if _OOM in text:
                 self._in_dump = False
-        if not held and kind != PLACEMENT:
+        if not held and kind != PLACEMENT:  # written outside the lock: where it goes may be slow to read
             forward(raw)
 
 
