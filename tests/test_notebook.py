@@ -6,6 +6,7 @@ BFC allocator for a small GPU)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -157,12 +158,21 @@ def test_without_tf_config_each_eager_op_is_still_placed(tmp_path: Path) -> None
         "%tf_devices",
         "import tensorflow as tf\nvalue = tf.constant(2.0)",
         "%%tf_run\nwith tf.device('/CPU:0'):\n    squared = tf.square(tf.fill([2, 2], 3.0))",
+        ("%%tf_run\nhalved = squared / 2\nbroken = 1 / 0", RAISES),
     ], tmp_path)
     before = text(cells[1])
     assert "Logical devices: not created yet: TensorFlow is not initialized" in before, before
     report = text(cells[3])
     assert "(eager ops)" in report and "Square ×1" in report and "Fill ×1" in report, report
     assert "placement log was off when it initialized" in report
+
+    # Any other error: the report of what ran, then the error as in a plain cell, its lines numbered as the
+    # notebook numbers them (the %%tf_run line is line 1).
+    failed = cells[4]
+    assert "RealDiv ×1" in text(failed) and failed.outputs[-1].output_type == "error", text(failed)
+    traceback = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(failed.outputs[-1].traceback))
+    assert failed.outputs[-1].ename == "ZeroDivisionError" and "----> 3 broken = 1 / 0" in traceback, traceback
+    assert "cell_run.py" not in traceback and "magics.py" not in traceback, traceback
 
 
 def test_an_out_of_memory_cell_is_explained_and_the_kernel_goes_on(tmp_path: Path) -> None:

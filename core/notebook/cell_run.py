@@ -115,10 +115,9 @@ def _missing_device_target(spec: Any, devices: list[str]) -> str | None:
 
 
 @contextlib.contextmanager
-def watch_fallbacks(cell_file: str, line_offset: int = 0) -> Iterator[list[Fallback]]:
+def watch_fallbacks(cell_file: str) -> Iterator[list[Fallback]]:
     """Each `tf.device(...)` the cell (code compiled as `cell_file`) enters eagerly that soft placement will move,
-    while the block runs; once per line and device. `line_offset`: the lines above the code in the cell as
-    the notebook numbers them (the `%%tf_run` line)."""
+    while the block runs; once per line and device."""
     from tensorflow.python.eager import context
 
     found: list[Fallback] = []
@@ -137,7 +136,7 @@ def watch_fallbacks(cell_file: str, line_offset: int = 0) -> Iterator[list[Fallb
         frame: Any = sys._getframe(2)
         while frame is not None and frame.f_code.co_filename != cell_file:
             frame = frame.f_back
-        line = frame.f_lineno + line_offset if frame is not None else None
+        line = frame.f_lineno if frame is not None else None
         if (line, requested) not in seen:
             seen.add((line, requested))
             found.append(Fallback(requested, actual, line))
@@ -198,19 +197,19 @@ def is_out_of_memory(tf: Any, exc: BaseException) -> bool:
     return isinstance(exc, tf.errors.ResourceExhaustedError) or is_oom_message(str(exc))
 
 
-def run_cell(run: Callable[[], Any], cell_file: str, sieve: OutputSieve,
-             line_offset: int = 0) -> tuple[CellReport, Any]:
-    """Run the cell (`run()`, its code compiled as `cell_file`, `line_offset` lines below the cell's top) and
-    gather its report; returns (report, the value of its last expression). An out-of-memory error is explained
-    in the report, not raised; any other error is kept in `report.error` for the caller to raise after showing
-    the report. KeyboardInterrupt and other BaseExceptions pass through."""
+def run_cell(run: Callable[[], Any], cell_file: str, sieve: OutputSieve) -> tuple[CellReport, Any]:
+    """Run the cell (`run()`, its code compiled as `cell_file`) and gather its report; returns (report, the value
+    of its last expression). An out-of-memory error is explained in the report, not raised; any other error is
+    kept in `report.error` for the caller to raise after showing the report. KeyboardInterrupt and other
+    BaseExceptions pass through."""
+    __tracebackhide__ = True  # IPython leaves this frame out of the cell's traceback
     import tensorflow as tf
 
     report = CellReport()
     value = None
     reset_peaks(tf)
     captured: Captured
-    with sieve.capture() as captured, eager_placements() as eager, watch_fallbacks(cell_file, line_offset) as fallbacks:
+    with sieve.capture() as captured, eager_placements() as eager, watch_fallbacks(cell_file) as fallbacks:
         start = time.perf_counter()
         try:
             value = run()

@@ -72,7 +72,9 @@ class DevicePanelMagics(Magics):
             raise UsageError("%%tf_run takes no arguments; put the code in the cell below it")
         shell = self.shell
         assert shell is not None
-        source = shell.transform_cell(cell)
+        # A blank first line stands for the %%tf_run line: tracebacks and fallbacks then name the lines as the
+        # notebook numbers them.
+        source = "\n" + shell.transform_cell(cell)
         cell_file = shell.compile.cache(source, shell.execution_count, raw_code=cell)
         tree = shell.transform_ast(shell.compile.ast_parse(source, filename=cell_file))
         # The last expression's value is the cell's result, as in a plain cell.
@@ -86,7 +88,7 @@ class DevicePanelMagics(Magics):
             exec(body, namespace)
             return eval(result, namespace) if result is not None else None
 
-        report, value = run_cell(run, cell_file, self.sieve, line_offset=1)  # below the %%tf_run line
+        report, value = run_cell(run, cell_file, self.sieve)
         if report.error is None or report.placements or report.fallbacks:
             display(CellRunView(report))  # (a cell that failed before any op ran has nothing to show but its error)
         if report.error is not None:
