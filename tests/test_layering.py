@@ -11,6 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 QT_MODULES = {"PySide6", "shiboken6", "pyqtgraph", "PyQt5", "PyQt6", "qtpy"}
 TF_MODULES = {"tensorflow", "keras", "tf_keras"}
+# How many import contracts pyproject.toml declares: each plant below breaks exactly one (or two) of them.
+CONTRACTS = (ROOT / "pyproject.toml").read_text(encoding="utf-8").count("\n[[tool.importlinter.contracts]]\n")
+ONE_BROKEN = f"{CONTRACTS - 1} kept, 1 broken"
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -78,7 +81,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     lint = _lint_script()
     clean = lint.stage(tmp_path / "clean")
     done = _contracts(clean)
-    assert done.returncode == 0 and "5 kept, 0 broken" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and f"{CONTRACTS} kept, 0 broken" in done.stdout, done.stdout + done.stderr
 
     # Each plant must break exactly its contract: if the checker read the installed package instead of
     # the staged tree, or ignored function-level imports, these would pass.
@@ -93,7 +96,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
         f.write("\n\ndef _planted():\n    import tensorflow\n    return tensorflow\n")
     done = _contracts(gui_plant)
     assert done.returncode != 0 and "the window never imports TensorFlow" in done.stdout, done.stdout
-    assert "4 kept, 1 broken" in done.stdout, done.stdout
+    assert ONE_BROKEN in done.stdout, done.stdout
 
     # A panel that reaches another panel (even inside a function) breaks the panels' independence.
     panel_plant = lint.stage(tmp_path / "panel-plant")
@@ -102,7 +105,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     done = _contracts(panel_plant)
     assert done.returncode != 0 and "the window's panels are independent of each other BROKEN" in done.stdout, (
         done.stdout)
-    assert "4 kept, 1 broken" in done.stdout, done.stdout
+    assert ONE_BROKEN in done.stdout, done.stdout
 
     # The process layout: the run process's side never imports the panel's side, and what both sides share
     # imports neither.
@@ -116,7 +119,7 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
         with (tree / "tf_device_panel" / "core" / package / module).open("a") as f:
             f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
         done = _contracts(tree)
-        assert done.returncode != 0 and layout in done.stdout and "4 kept, 1 broken" in done.stdout, done.stdout
+        assert done.returncode != 0 and layout in done.stdout and ONE_BROKEN in done.stdout, done.stdout
 
 
 def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
@@ -132,7 +135,7 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
         with (tree / "tf_device_panel" / package / module).open("a") as f:
             f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
         done = _contracts(tree)
-        assert done.returncode != 0 and broken in done.stdout and "4 kept, 1 broken" in done.stdout, (plant,
+        assert done.returncode != 0 and broken in done.stdout and ONE_BROKEN in done.stdout, (plant,
                                                                                                      done.stdout)
 
     # The catalogue sits below the run process: its importing a job's code breaks the layers, and through the
@@ -141,4 +144,34 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
     with (tree / "tf_device_panel" / "core" / "catalogue" / "jobs.py").open("a") as f:
         f.write("\n\ndef _planted():\n    import tf_device_panel.core.runproc.jobs.basic\n    return None\n")
     done = _contracts(tree)
-    assert done.returncode != 0 and broken in done.stdout and "3 kept, 2 broken" in done.stdout, done.stdout
+    two_broken = f"{CONTRACTS - 2} kept, 2 broken"
+    assert done.returncode != 0 and broken in done.stdout and two_broken in done.stdout, done.stdout
+
+
+def test_nothing_of_the_panel_imports_the_notebook_extension(tmp_path: Path) -> None:
+    """The notebook extension runs TensorFlow in the user's kernel: the panel's side (window, command line,
+    client, lab) never imports it, the run process's side and what both share sit below it, and it never
+    imports the panel's side (it is a run process of its own, in the kernel)."""
+    lint = _lint_script()
+    forbidden = "nothing of the panel imports the notebook extension BROKEN"
+    layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
+    for plant, (package, module, imported, broken) in (
+            ("gui-notebook", ("gui", "colors.py", "notebook.views", forbidden)),
+            ("client-notebook", ("core/client", "share.py", "notebook.cell_run", forbidden)),
+            ("runproc-notebook", ("core/runproc", "tf_facts.py", "notebook.capture", layout)),
+            ("notebook-client", ("core/notebook", "cell_run.py", "client.history", layout))):
+        tree = lint.stage(tmp_path / plant)
+        with (tree / "tf_device_panel" / package / module).open("a") as f:
+            f.write(f"\n\ndef _planted():\n    import tf_device_panel.core.{imported}\n    return None\n")
+        done = _contracts(tree)
+        assert done.returncode != 0 and broken in done.stdout, (plant, done.stdout)
+        # The client sits above the notebook in the layers: only the forbidden contract catches its import (these
+        # modules of the extension import nothing of core.runproc, whose contract would break too).
+        assert ONE_BROKEN in done.stdout, (plant, done.stdout)
+
+    # Qt in the extension breaks core's own contract.
+    tree = lint.stage(tmp_path / "notebook-qt")
+    with (tree / "tf_device_panel" / "core" / "notebook" / "views.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    from PySide6 import QtCore\n    return QtCore\n")
+    done = _contracts(tree)
+    assert done.returncode != 0 and "core is Qt-free and never imports the window BROKEN" in done.stdout, done.stdout
