@@ -86,6 +86,7 @@ def test_the_history_dock_shows_each_runs_peak_and_compares_two(qtbot) -> None:
     panel = HistoryPanel(history)
     qtbot.addWidget(panel)
     panel.refresh()
+    assert panel.wait_until_loaded()
     peak = COLUMNS.index("Peak")
     rows = {panel.table.item(r, 0).data(0x0100): r for r in range(panel.table.rowCount())}  # UserRole
     assert panel.table.item(rows[older], peak).text() == "100.0 MiB"

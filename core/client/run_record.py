@@ -11,7 +11,7 @@ from typing import Any
 
 from tf_device_panel.core import oom as oom_parser
 from tf_device_panel.core.client.history import RunHistory, RunRecorder
-from tf_device_panel.core.client.records import Cancel, JsonObject, RunError
+from tf_device_panel.core.client.records import Cancel, JsonObject, RunError, RunPeaks
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
@@ -55,6 +55,7 @@ class JobOutcome:
     record_problem: str | None = None  # what of the run's record could not be written (it is incomplete)
     cancel: Cancel | None = None       # who stopped the job and how (`note_cancel`)
     oom: OomReport | None = None       # an out-of-memory error explained, when the run ended in one
+    peaks: RunPeaks = field(default_factory=RunPeaks)  # the allocator's peak per device, the process's RSS peak
 
     @property
     def finished(self) -> bool:
@@ -68,6 +69,7 @@ class JobOutcome:
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
             "run_id": self.run_id, "record_problem": self.record_problem,
             "cancel": self.cancel.to_json() if self.cancel is not None else None, "oom": self.oom,
+            "peaks": self.peaks.to_json(),
         }
 
 
@@ -117,6 +119,7 @@ class JobRun:
             return outcome.finished
         if self.recorder is not None:
             self.recorder.append(event)
+        outcome.peaks.take(event)
         match event:
             case events.Ready():
                 outcome.devices = event.payload()
