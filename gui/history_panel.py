@@ -59,6 +59,7 @@ class PageRead:
     total: int
     offset: int
     runs: list[RunSummary]
+    texts: dict[str, tuple[str, str]]  # run -> its parameters and configuration in words (made here, off the GUI)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
     except HistoryError as exc:
         results.put(LoadEnded(generation, str(exc)))
         return
-    results.put(PageRead(generation, total, offset, runs))
+    texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
+    results.put(PageRead(generation, total, offset, runs, texts))
     for run in runs:
         if run.peaks is not None or not run.job:  # kept at the run's end; an unreadable run has no events to read
             continue
@@ -131,6 +133,7 @@ class HistoryPanel(QWidget):
         self.history = history
         self.summaries: dict[str, RunSummary] = {}  # the page listed
         self._rows: dict[str, int] = {}               # its runs' rows
+        self._texts: dict[str, tuple[str, str]] = {}  # its runs' parameters and configuration in words
         self._read_peaks: dict[str, tuple[EventsKey, RunPeaks]] = {}  # runs whose run.json keeps none, read once
         self.total_runs = 0
         self.page_offset = 0
@@ -245,8 +248,9 @@ class HistoryPanel(QWidget):
             if getattr(result, "generation", None) != self._generation:
                 continue  # a refresh since: its loader's results count
             match result:
-                case PageRead(total=total, offset=offset, runs=runs):
+                case PageRead(total=total, offset=offset, runs=runs, texts=texts):
                     self.total_runs, self.page_offset = total, offset
+                    self._texts = texts
                     self._fill(runs)
                 case PeaksRead(run_id=run_id, key=key, peaks=peaks):
                     self._read_peaks[run_id] = (key, peaks)
@@ -300,7 +304,8 @@ class HistoryPanel(QWidget):
             peak_item.setText(f"{max(allocator.values()):,.1f} MiB" if allocator else "")
         memory = (f"Peak memory: {peaks_text(allocator)}\nProcess peak (RSS): {rss_text(peaks)}" if peaks is not None
                   else f"Peak memory: {NOT_READ_YET}")
-        tip = f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n{memory}\n(run {run_id})"
+        params, config = self._texts.get(run_id) or (params_text(run), config_text(run))
+        tip = f"Parameters: {params}\nConfiguration: {config}\n{memory}\n(run {run_id})"
         for column in range(len(COLUMNS)):
             item = self.table.item(row, column)
             if item is not None:
