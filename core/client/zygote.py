@@ -191,13 +191,16 @@ class Zygote:
         self.was_ready = False
         self.replaced = False             # killed for not serving: restarted once reaped
         self.returncode: int | None = None
-        # Waits for its end and reaps it at once (no zombie), then says so (`_ended`): a zygote that died is
-        # restarted, its runs go on.
-        threading.Thread(target=self._reap, name=f"zygote-reaper-{self.process_id}", daemon=True).start()
+        self.restarted = False            # started again by the watcher after one died
+        # The watcher thread reaps it the moment it ends (no zombie) and says so (`_ended`): a zygote that died
+        # is restarted, its runs go on.
+        self.pidfd = os.pidfd_open(self.process_id)
+        _watch(self)
 
-    def _reap(self) -> None:
-        self.returncode = self._process.wait()
-        _ended(self)
+    def reaped(self) -> bool:
+        """Collect its exit status if it has ended (the watcher calls this when its pidfd says so)."""
+        self.returncode = self._process.poll()
+        return self.returncode is not None
 
     def stopped(self) -> bool:
         """Whether it is stopped (SIGSTOP, a debugger) or dead, read from /proc without waiting: such a zygote
@@ -318,6 +321,7 @@ class Zygote:
 
 _zygotes: list[Zygote] = []   # most recently used last
 _zygotes_lock = threading.Lock()
+_watched_lock = threading.Lock()
 
 STEADY_S = 60.0        # a zygote that lived this long before it died is restarted at once
 BACKOFF_FIRST_S = 2.0  # one that keeps dying sooner waits this long before its next restart, doubling each time
@@ -337,8 +341,9 @@ class Restart:
 
 _restarts: dict[tuple[str, tuple[tuple[str, str], ...]], Restart] = {}
 _streaks: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
-_keeper_wake = threading.Condition(_zygotes_lock)
-_keeper: threading.Thread | None = None
+_watched: set[Zygote] = set()    # every zygote started and not yet reaped, those let go included
+_wake = os.pipe() if hasattr(os, "pidfd_open") else (-1, -1)  # a byte here: the watcher looks again
+_watcher: threading.Thread | None = None
 _closing = False
 _listeners: list[weakref.WeakMethod[Callable[[str], None]]] = []
 
@@ -357,49 +362,29 @@ def ended_how(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def _ended(zygote: Zygote) -> None:
-    """A zygote's process ended (reaped by its reaper thread). One let go is no news; one that died or was
-    replaced is started again, at once or, when it keeps dying, after a backoff. Its runs go on."""
-    if not zygote.let_go and not zygote.was_ready and not zygote.replaced:
-        with zygote._lock:
-            zygote._check_ready()  # its hello may be waiting unread: then it was ready, and died after
-    if zygote.let_go:
-        return
-    if not zygote.was_ready and not zygote.replaced:  # it could not import TensorFlow: no use starting it again
-        zygote.error = zygote.error or f"the zygote {ended_how(zygote.returncode or 0)} before it was ready"
-        log.info("run processes start by hand: %s", zygote.error)
-        return
-    global _keeper
-    now = time.monotonic()
-    how = f"{ended_how(zygote.returncode or 0)} ({zygote.error})" if zygote.error else ended_how(zygote.returncode or 0)
-    with _zygotes_lock:
-        if zygote not in _zygotes or _closing:
-            return
-        _zygotes.remove(zygote)
-        key = zygote.key
-        deaths = _streaks.get(key, 0) + 1 if now - zygote.started_at < STEADY_S else 1
-        _streaks[key] = deaths
-        delay = 0.0 if deaths == 1 else min(BACKOFF_FIRST_S * 2 ** (deaths - 2), BACKOFF_MAX_S)
-        _restarts[key] = Restart(zygote.python, zygote.env, now + delay, how, deaths)
-        if _keeper is None:  # the zygotes it starts die with the thread that forked them: this one never ends
-            _keeper = threading.Thread(target=_keep, name="zygote-keeper", daemon=True)
-            _keeper.start()
-        _keeper_wake.notify_all()
-    when = "now" if not delay else f"in {delay:.0f} s ({deaths} deaths in a row)"
-    message = (f"The zygote (pid {zygote.process_id}) {how}: runs in progress go on; it is restarted {when}, and "
-               "spares start by hand meanwhile (a TensorFlow import each).")
-    log.warning("%s", message)
-    for listener in list(_listeners):
-        callback = listener()
-        if callback is not None:
-            with contextlib.suppress(Exception):  # a listener's bug must not stop the reaper
-                callback(message)
+def _watch(zygote: Zygote) -> None:
+    """Have the watcher thread reap `zygote` when it ends (started by `start_zygotes` or with the first zygote: the
+    zygotes it restarts die with the thread that forked them, and this one never ends)."""
+    global _watcher
+    with _watched_lock:
+        _watched.add(zygote)
+        if _watcher is None:
+            _watcher = threading.Thread(target=_watch_loop, name="zygote-watcher", daemon=True)
+            _watcher.start()
+    _poke()
 
 
-def _keep() -> None:
-    """The keeper thread: starts each zygote whose restart is due."""
-    with _zygotes_lock:
-        while True:
+def _poke() -> None:
+    with contextlib.suppress(OSError):
+        os.write(_wake[1], b"x")
+
+
+def _watch_loop() -> None:
+    """The watcher thread: reaps each zygote the moment it ends, and starts again each one whose restart is due."""
+    while True:
+        with _watched_lock:
+            watching = {z.pidfd: z for z in _watched}
+        with _zygotes_lock:
             now = time.monotonic()
             for key, restart in list(_restarts.items()):
                 if restart.at > now or _closing:
@@ -410,11 +395,60 @@ def _keep() -> None:
                 while len(_zygotes) >= MAX_ZYGOTES:
                     _zygotes.pop(0).close()
                 try:
-                    _zygotes.append(Zygote(restart.python, restart.env))
+                    restarted = Zygote(restart.python, restart.env)
                 except OSError as exc:
                     log.info("the zygote could not be restarted: %s", exc)
+                    continue
+                restarted.restarted = True
+                _zygotes.append(restarted)
             due = [restart.at for restart in _restarts.values()]
-            _keeper_wake.wait(max(min(due) - now, 0.01) if due and not _closing else None)
+        timeout = max(min(due) - time.monotonic(), 0.01) if due else None
+        readable, _, _ = select.select([_wake[0], *watching], [], [], timeout)
+        if _wake[0] in readable:
+            os.read(_wake[0], 4096)
+        for fd in readable:
+            zygote = watching.get(fd)
+            if zygote is not None and zygote.reaped():
+                with _watched_lock:
+                    _watched.discard(zygote)
+                os.close(fd)
+                _ended(zygote)
+
+
+def _ended(zygote: Zygote) -> None:
+    """A zygote's process ended (reaped by the watcher). One let go is no news; one that died or was replaced is
+    started again, at once or, when it keeps dying, after a backoff. Its runs go on."""
+    if zygote.let_go:
+        return
+    with zygote._lock:
+        with contextlib.suppress(OSError, ValueError):  # its hello may be waiting unread: it was ready, died after
+            if not zygote.was_ready and select.select([zygote._sock], [], [], 0)[0]:
+                hello = zygote._receive()
+                zygote.was_ready = hello is not None and bool(hello[0].get("ok"))
+        if not zygote.was_ready and not zygote.replaced and not zygote.restarted:
+            # It could not import TensorFlow (a Python without it, say): no use starting it again.
+            zygote._fail(f"the zygote {ended_how(zygote.returncode or 0)} before it was ready")
+            return
+    now = time.monotonic()
+    how = ended_how(zygote.returncode or 0) + (f" ({zygote.error})" if zygote.error else "")
+    with _zygotes_lock:
+        if zygote not in _zygotes or _closing:
+            return
+        _zygotes.remove(zygote)
+        key = zygote.key
+        deaths = _streaks.get(key, 0) + 1 if now - zygote.started_at < STEADY_S else 1
+        _streaks[key] = deaths
+        delay = 0.0 if deaths == 1 else min(BACKOFF_FIRST_S * 2 ** (deaths - 2), BACKOFF_MAX_S)
+        _restarts[key] = Restart(zygote.python, zygote.env, now + delay, how, deaths)
+    when = "now" if not delay else f"in {delay:.0f} s ({deaths} deaths in a row)"
+    message = (f"The zygote (pid {zygote.process_id}) {how}: runs in progress go on; it is restarted {when}, and "
+               "spares start by hand meanwhile (a TensorFlow import each).")
+    log.warning("%s", message)
+    for listener in list(_listeners):
+        callback = listener()
+        if callback is not None:
+            with contextlib.suppress(Exception):  # a listener's bug must not stop the watcher
+                callback(message)
 
 
 def state_text() -> str | None:
@@ -443,8 +477,12 @@ def start_zygotes() -> None:
     """From now on, a run for an environment with no zygote starts one, for the runs after it. A process that
     runs many (the window, its spare pool; the test suite) asks for it; the command line, which runs one job and
     exits, does not: a zygote would be a second TensorFlow import it never uses."""
-    global _starting
+    global _starting, _watcher
     _starting = True
+    with _watched_lock:
+        if _watcher is None and enabled():  # started now, before any run: it lives as long as this process
+            _watcher = threading.Thread(target=_watch_loop, name="zygote-watcher", daemon=True)
+            _watcher.start()
 
 
 def spawn(python: str, env: Mapping[str, str], argv: list[str], pass_fds: tuple[int, ...]) -> ForkedProcess | None:
@@ -499,7 +537,6 @@ def close_all() -> None:
     with _zygotes_lock:
         _closing = True
         _restarts.clear()
-        _keeper_wake.notify_all()
         zygotes, _zygotes[:] = list(_zygotes), []
     for zygote in zygotes:
         zygote.kill()
