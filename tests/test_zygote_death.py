@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import collect_job, events_until, of_type, output_line, wait_until
 from tf_device_panel.core.client import zygote
+from tf_device_panel.core.client.history import RunHistory
+from tf_device_panel.core.client.run_manager import RunManager, Submission
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.runtime import READY, RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
@@ -165,3 +168,34 @@ def test_a_stopped_zygote_holds_up_no_run_and_ends_none(ready_zygote: zygote.Zyg
     # The stopped zygote was replaced: killed, reaped and restarted.
     wait_until(lambda: reaped(ready_zygote.process_id), 30, "the stopped zygote was not replaced and reaped")
     wait_until(lambda: any(z.ready() for z in others(ready_zygote)), 180, "the zygote was not restarted")
+
+
+def test_run_pressed_after_the_zygote_died_starts_the_job(ready_zygote: zygote.Zygote, tmp_path: Path) -> None:
+    """The window's own path (the run manager): the zygote dies during a run; the run ends as its script does, and
+    the next Run is taken by the spare at once — never "not listening (Broken pipe)", never "busy"."""
+    path, flag = waiting_script(tmp_path, 5)
+    quick = tmp_path / "quick.py"
+    quick.write_text("print('quick', flush=True)\n")
+    problems: list[str] = []
+    outcomes: list[JobOutcome] = []
+    manager = RunManager(RunHistory(), spares=1, describe=False)
+    manager.subscribe(problem=problems.append, job_finished=outcomes.append)
+    try:
+        manager.apply(DeviceConfig())
+        wait_until(lambda: manager.state == READY, 180, lambda: f"the manager is {manager.state}: {problems}")
+        assert manager.run("script", {"path": str(path)}) == Submission.STARTED
+        running = manager.current
+        assert running is not None and running.forked
+        wait_until(lambda: "waiting" in running.recent_lines(), 60, "the script did not start")
+        os.kill(ready_zygote.process_id, signal.SIGKILL)
+        wait_until(lambda: any("zygote" in problem for problem in problems), 30, "the zygote's death was not told")
+        flag.write_text("")
+        wait_until(lambda: outcomes, 60, "the run did not end")
+        assert outcomes[0].status == "error" and outcomes[0].returncode == 5, outcomes[0]
+        wait_until(lambda: manager.state == READY, 60, lambda: f"the manager is {manager.state}")
+        assert manager.run("script", {"path": str(quick)}) == Submission.STARTED
+        wait_until(lambda: len(outcomes) == 2, 60, "the next run did not end")
+        assert outcomes[1].status == "ok"
+    finally:
+        manager.shutdown()
+    assert not [p for p in problems if "Broken pipe" in p or "busy" in p or "not listening" in p], problems

@@ -444,6 +444,7 @@ def _ended(zygote: Zygote) -> None:
     message = (f"The zygote (pid {zygote.process_id}) {how}: runs in progress go on; it is restarted {when}, and "
                "spares start by hand meanwhile (a TensorFlow import each).")
     log.warning("%s", message)
+    _listeners[:] = [listener for listener in _listeners if listener() is not None]
     for listener in list(_listeners):
         callback = listener()
         if callback is not None:
