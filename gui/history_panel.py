@@ -79,9 +79,10 @@ class LoadEnded:
 
 
 def load_page(history: RunHistory, offset: int, generation: int, known: dict[str, tuple[EventsKey, RunPeaks]],
-              results: queue.SimpleQueue[object]) -> None:
+              results: queue.SimpleQueue[object], superseded: threading.Event) -> None:
     """On the loader thread: one page of summaries, then the peaks run.json does not keep (from `known` where the
-    events file has not changed since). Touches no widget: everything goes through `results`."""
+    events file has not changed since), until `superseded` (a newer refresh reads them). Touches no widget:
+    everything goes through `results`."""
     try:
         total = len(history.run_ids())
         runs = history.summaries(limit=PAGE_SIZE, offset=offset)
@@ -91,6 +92,8 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
     texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
     results.put(PageRead(generation, total, offset, runs, texts))
     for run in runs:
+        if superseded.is_set():
+            return
         if run.peaks is not None or not run.job:  # kept at the run's end; an unreadable run has no events to read
             continue
         try:
@@ -140,6 +143,7 @@ class HistoryPanel(QWidget):
         self.loading = False
         self._generation = 0  # a newer refresh makes an older loader's results stale
         self._results: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._superseded = threading.Event()
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self._take_results)
@@ -212,11 +216,13 @@ class HistoryPanel(QWidget):
     def refresh(self) -> None:
         """Read the page shown again, off the GUI thread (the table fills when it has been read)."""
         self._generation += 1
+        self._superseded.set()  # the loader before stops: its page is not the one to show now
+        self._superseded = threading.Event()
         self.loading = True
         self._update_paging()
         thread = threading.Thread(target=load_page, name="history-loader", daemon=True,
                                   args=(self.history, self.page_offset, self._generation, dict(self._read_peaks),
-                                        self._results))
+                                        self._results, self._superseded))
         thread.start()
         self._poll.start()
 
