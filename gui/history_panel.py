@@ -13,7 +13,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
@@ -76,6 +76,17 @@ class PeaksRead:
 class LoadEnded:
     generation: int
     error: str | None = None   # the history folder itself could not be listed
+    # Set by the GUI thread once it has taken this (and so stopped its timer): the loader ends only then, so no
+    # timer outlives the loader's thread.
+    taken: threading.Event = field(default_factory=threading.Event)
+
+
+TAKEN_WAIT_S = 5.0  # how long a loader waits for the GUI thread to take its last result (none after a close)
+
+
+def _end(results: queue.SimpleQueue[object], ended: LoadEnded) -> None:
+    results.put(ended)
+    ended.taken.wait(TAKEN_WAIT_S)
 
 
 def load_page(history: RunHistory, offset: int, generation: int, known: dict[str, tuple[EventsKey, RunPeaks]],
@@ -87,7 +98,7 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
         total = len(history.run_ids())
         runs = history.summaries(limit=PAGE_SIZE, offset=offset)
     except HistoryError as exc:
-        results.put(LoadEnded(generation, str(exc)))
+        _end(results, LoadEnded(generation, str(exc)))
         return
     texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
     results.put(PageRead(generation, total, offset, runs, texts))
@@ -104,7 +115,7 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
         cached = known.get(run.run_id)
         peaks = cached[1] if cached is not None and cached[0] == key else events_peaks(history, run.run_id)
         results.put(PeaksRead(generation, run.run_id, key, peaks))
-    results.put(LoadEnded(generation))
+    _end(results, LoadEnded(generation))
 
 
 def date_text(summary: RunSummary) -> str:
@@ -252,6 +263,8 @@ class HistoryPanel(QWidget):
             except queue.Empty:
                 return
             if getattr(result, "generation", None) != self._generation:
+                if isinstance(result, LoadEnded):
+                    result.taken.set()
                 continue  # a refresh since: its loader's results count
             match result:
                 case PageRead(total=total, offset=offset, runs=runs, texts=texts):
@@ -264,6 +277,7 @@ class HistoryPanel(QWidget):
                 case LoadEnded(error=error):
                     self.loading = False
                     self._poll.stop()
+                    result.taken.set()
                     if error is not None:  # the folder itself is unusable; a damaged run is a row of its own
                         self.summaries = {}
                         self.total_runs = 0
