@@ -6,8 +6,10 @@ The bare figure is initialization (list_logical_devices) + the same matmul, time
 its import, twice: at once, and after the process idled as long as the spare did before its job (IDLE_S).
 A spare always idles before its job, and idling costs the first op: on this shared machine a bare process's
 init + first matmul took 57 ms at once against 114 ms after a 0.5 s sleep (caches and TLBs taken by other
-processes meanwhile). Target: median round trip ≤ 1.05 × the bare figure, in each mode. Spares are forked from
-the zygote (core.client.zygote), as in the panel. With placement logging on and off.
+processes meanwhile). Target (issue 43's decision): median round trip ≤ 1.25 × the bare process that idled as long
+as the spare, with placement logging on and off; the ratio to a bare process right after its import is printed
+beside it. Spares are forked from the zygote (core.client.zygote), as in the panel; a spare never initializes
+TensorFlow before its job.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 
 IDLE_S = 0.5
+TARGET = 1.25  # × the bare process that idled as long as the spare
 
 BARE = """
 import time, tensorflow as tf
@@ -89,14 +92,16 @@ def main() -> None:
         for baseline in ("hot", "idle"):
             ratio = median["trip"] / median[baseline]
             when = "right after import" if baseline == "hot" else f"after idling {IDLE_S} s like the spare"
+            verdict = (f"target ≤ {TARGET:g}: {'OK' if ratio <= TARGET else 'OVER TARGET'}" if baseline == "idle"
+                       else "no target")
             print(f"{label}: bare TF init + first matmul {when}: median {median[baseline]:.0f} ms; warm spare "
                   f"(idled {IDLE_S} s): submit → first event {median['first']:.0f} ms, submit → job finished "
-                  f"{median['trip']:.0f} ms; ratio {ratio:.2f} (target ≤ 1.05) "
-                  f"{'OK' if ratio <= 1.05 else 'OVER TARGET'}"
-                  f"  (n={args.repeat})")
-            ratios.append((ratio, f"{label}, bare {when}"))
+                  f"{median['trip']:.0f} ms; ratio {ratio:.2f} ({verdict})  (n={args.repeat})")
+            if baseline == "idle":
+                ratios.append((ratio, f"{label}: {median['trip']:.0f} ms vs {median['idle']:.0f} ms"))
     worst, mode = max(ratios)
-    report("matmul round trip ÷ bare init + first op, worst of four modes", worst, 1.05, detail=mode)
+    report("matmul round trip ÷ a bare process's init + first op after idling as long, worst of two modes", worst,
+           TARGET, detail=mode)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,13 @@ HERE = Path(__file__).resolve().parent
 # In the order they run: the quick, in-process ones first, so a mistake shows in seconds.
 BENCHMARKS = ("placement_parsing", "oom_parsing", "telemetry", "machines_grid", "exporter_scrape", "runtime_cold_start",
               "run_process_imports", "matmul_round_trip", "output_flood", "long_line", "training_overhead",
-              "fit_batch_cost")
+              "fit_batch_cost", "history_open")
 # --quick: fewer repeats, for checking that every benchmark still runs, not for judging.
 QUICK_ARGS = {"runtime_cold_start": ["--repeat", "2"], "run_process_imports": ["--repeat", "1"],
               "matmul_round_trip": ["--repeat", "1"],
               "output_flood": ["--repeat", "1"], "long_line": ["--repeat", "1", "--megabytes", "20"],
               "training_overhead": ["--repeat", "1", "--epochs", "2"],
-              "fit_batch_cost": ["--repeat", "1"]}
+              "fit_batch_cost": ["--repeat", "1"], "history_open": ["--runs", "50", "--minutes", "5"]}
 
 
 def run_one(name: str, quick: bool) -> tuple[list[dict[str, object]], str | None, float]:

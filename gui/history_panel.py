@@ -1,14 +1,24 @@
 """Past runs from the run history: when, what and with which configuration; each opens with its log,
-placements and result, and can run again or give back its configuration."""
+placements and result, and can run again or give back its configuration.
+
+The history is read off the GUI thread, a page of PAGE_SIZE runs at a time (Newer/Older reach every run): a
+loader thread reads the page's summaries, then the peaks of the runs whose run.json does not keep them (records
+from before it did: their events.jsonl is read, a second for an hour-long run), and hands each result over a
+queue that a timer on the GUI thread drains. The GUI thread reads no record's events."""
 
 from __future__ import annotations
 
 import html
+import os
+import queue
+import threading
 import time
+from dataclasses import dataclass, field
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
+    QApplication,
     QDialog,
     QGridLayout,
     QHBoxLayout,
@@ -23,8 +33,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client.history import HistoryError, RunHistory
-from tf_device_panel.core.client.records import RunError, RunSummary
-from tf_device_panel.core.client.run_memory import peaks_text, run_peaks
+from tf_device_panel.core.client.records import RunError, RunPeaks, RunSummary
+from tf_device_panel.core.client.run_memory import events_peaks, peaks_text, rss_text
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
@@ -34,6 +44,78 @@ from tf_device_panel.gui.result_view import ResultView
 
 COLUMNS = ("Date", "Job", "Status", "Duration", "Peak")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
+PAGE_SIZE = 500            # runs listed at once; Newer and Older page through the rest
+POLL_MS = 25               # how often the GUI thread takes what the loader read
+NOT_READ_YET = "being read…"
+
+EventsKey = tuple[int, int]  # an events.jsonl's (size, mtime): its peaks are read again only when it changed
+
+
+@dataclass(frozen=True)
+class PageRead:
+    """The loader's first word: how many runs there are, and the page's summaries."""
+
+    generation: int
+    total: int
+    offset: int
+    runs: list[RunSummary]
+    texts: dict[str, tuple[str, str]]  # run -> its parameters and configuration in words (made here, off the GUI)
+
+
+@dataclass(frozen=True)
+class PeaksRead:
+    """The peaks of one run whose run.json does not keep them, read from its events.jsonl."""
+
+    generation: int
+    run_id: str
+    key: EventsKey
+    peaks: RunPeaks
+
+
+@dataclass(frozen=True)
+class LoadEnded:
+    generation: int
+    error: str | None = None   # the history folder itself could not be listed
+    # Set by the GUI thread once it has taken this (and so stopped its timer): the loader ends only then, so no
+    # timer outlives the loader's thread.
+    taken: threading.Event = field(default_factory=threading.Event)
+
+
+TAKEN_WAIT_S = 5.0  # how long a loader waits for the GUI thread to take its last result (none after a close)
+
+
+def _end(results: queue.SimpleQueue[object], ended: LoadEnded) -> None:
+    results.put(ended)
+    ended.taken.wait(TAKEN_WAIT_S)
+
+
+def load_page(history: RunHistory, offset: int, generation: int, known: dict[str, tuple[EventsKey, RunPeaks]],
+              results: queue.SimpleQueue[object], superseded: threading.Event) -> None:
+    """On the loader thread: one page of summaries, then the peaks run.json does not keep (from `known` where the
+    events file has not changed since), until `superseded` (a newer refresh reads them). Touches no widget:
+    everything goes through `results`."""
+    try:
+        total = len(history.run_ids())
+        runs = history.summaries(limit=PAGE_SIZE, offset=offset)
+    except HistoryError as exc:
+        _end(results, LoadEnded(generation, str(exc)))
+        return
+    texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
+    results.put(PageRead(generation, total, offset, runs, texts))
+    for run in runs:
+        if superseded.is_set():
+            return
+        if run.peaks is not None or not run.job:  # kept at the run's end; an unreadable run has no events to read
+            continue
+        try:
+            info = os.stat(history.root / run.run_id / "events.jsonl")
+            key = (info.st_size, info.st_mtime_ns)
+        except OSError:
+            key = (-1, -1)
+        cached = known.get(run.run_id)
+        peaks = cached[1] if cached is not None and cached[0] == key else events_peaks(history, run.run_id)
+        results.put(PeaksRead(generation, run.run_id, key, peaks))
+    _end(results, LoadEnded(generation))
 
 
 def date_text(summary: RunSummary) -> str:
@@ -63,8 +145,19 @@ class HistoryPanel(QWidget):
     def __init__(self, history: RunHistory, parent: QWidget | None = None):
         super().__init__(parent)
         self.history = history
-        self.summaries: dict[str, RunSummary] = {}
-        self._peaks: dict[str, tuple[tuple[int, int], dict[str, float]]] = {}  # run -> (events file's size, mtime)
+        self.summaries: dict[str, RunSummary] = {}  # the page listed
+        self._rows: dict[str, int] = {}               # its runs' rows
+        self._texts: dict[str, tuple[str, str]] = {}  # its runs' parameters and configuration in words
+        self._read_peaks: dict[str, tuple[EventsKey, RunPeaks]] = {}  # runs whose run.json keeps none, read once
+        self.total_runs = 0
+        self.page_offset = 0
+        self.loading = False
+        self._generation = 0  # a newer refresh makes an older loader's results stale
+        self._results: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._superseded = threading.Event()
+        self._poll = QTimer(self)
+        self._poll.setInterval(POLL_MS)
+        self._poll.timeout.connect(self._take_results)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
@@ -105,6 +198,18 @@ class HistoryPanel(QWidget):
         self.compare_button.setEnabled(False)
         self.compare_button.clicked.connect(self.compare_selected)
         self.table.itemSelectionChanged.connect(self._selection_changed)
+        self.newer_button = QPushButton("‹ Newer")
+        self.newer_button.setToolTip(f"The {PAGE_SIZE} runs before these")
+        self.newer_button.clicked.connect(self.newer_page)
+        self.older_button = QPushButton("Older ›")
+        self.older_button.setToolTip(f"The {PAGE_SIZE} runs after these")
+        self.older_button.clicked.connect(self.older_page)
+        self.page_label = QLabel("")
+        paging = QHBoxLayout()
+        paging.addWidget(self.newer_button)
+        paging.addWidget(self.page_label, 1, Qt.AlignmentFlag.AlignCenter)
+        paging.addWidget(self.older_button)
+        self._update_paging()
         # Two rows: five buttons in one would widen the dock past what the forms beside it can spare at 1280 px.
         buttons = QGridLayout()
         for index, button in enumerate((refresh, open_button, self.run_again_button, self.apply_button,
@@ -115,34 +220,131 @@ class HistoryPanel(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
+        layout.addLayout(paging)
         layout.addWidget(self.details)
         self.dialogs: list[QDialog] = []
 
     def refresh(self) -> None:
-        try:
-            runs = self.history.summaries(limit=500)
-        except HistoryError as exc:  # the folder itself is unusable; a damaged run is a row of its own
-            self.summaries = {}
-            self.table.setRowCount(0)
-            self.details.setText(html.escape(str(exc)))
-            return
+        """Read the page shown again, off the GUI thread (the table fills when it has been read)."""
+        self._generation += 1
+        self._superseded.set()  # the loader before stops: its page is not the one to show now
+        self._superseded = threading.Event()
+        self.loading = True
+        self._update_paging()
+        thread = threading.Thread(target=load_page, name="history-loader", daemon=True,
+                                  args=(self.history, self.page_offset, self._generation, dict(self._read_peaks),
+                                        self._results, self._superseded))
+        thread.start()
+        self._poll.start()
+
+    def newer_page(self) -> None:
+        if self.page_offset > 0:
+            self.page_offset = max(self.page_offset - PAGE_SIZE, 0)
+            self.refresh()
+
+    def older_page(self) -> None:
+        if self.page_offset + PAGE_SIZE < self.total_runs:
+            self.page_offset += PAGE_SIZE
+            self.refresh()
+
+    def wait_until_loaded(self, timeout_s: float = 30.0) -> bool:
+        """Let the GUI thread take the loader's results until the page and its peaks are in (tests, scripts)."""
+        deadline = time.monotonic() + timeout_s
+        while self.loading and time.monotonic() < deadline:
+            QApplication.processEvents()
+            self._take_results()
+            time.sleep(0.005)
+        return not self.loading
+
+    def _take_results(self) -> None:
+        while True:
+            try:
+                result = self._results.get_nowait()
+            except queue.Empty:
+                return
+            if getattr(result, "generation", None) != self._generation:
+                if isinstance(result, LoadEnded):
+                    result.taken.set()
+                continue  # a refresh since: its loader's results count
+            match result:
+                case PageRead(total=total, offset=offset, runs=runs, texts=texts):
+                    self.total_runs, self.page_offset = total, offset
+                    self._texts = texts
+                    self._fill(runs)
+                case PeaksRead(run_id=run_id, key=key, peaks=peaks):
+                    self._read_peaks[run_id] = (key, peaks)
+                    self._show_peaks(run_id)
+                case LoadEnded(error=error):
+                    self.loading = False
+                    self._poll.stop()
+                    result.taken.set()
+                    if error is not None:  # the folder itself is unusable; a damaged run is a row of its own
+                        self.summaries = {}
+                        self.total_runs = 0
+                        self.table.setRowCount(0)
+                        self.details.setText(html.escape(error))
+                    self._update_paging()
+
+    def _fill(self, runs: list[RunSummary]) -> None:
+        selected = self.selected_run()
         self.summaries = {run.run_id: run for run in runs}
-        self.table.setRowCount(len(runs))
-        for row, run in enumerate(runs):
-            duration = run.duration_s
-            peaks = self.peaks(run.run_id)
-            values = [date_text(run), run.job or "?", run.status,
-                      f"{duration:.2f} s" if duration is not None else "",
-                      f"{max(peaks.values()):,.1f} MiB" if peaks else ""]
-            for column, value in enumerate(values):
-                item = QTableWidgetItem(str(value))
-                item.setData(Qt.ItemDataRole.UserRole, run.run_id)
-                item.setToolTip(f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n"
-                                f"Peak memory: {peaks_text(peaks)}\n(run {run.run_id})")
-                self.table.setItem(row, column, item)
+        self._rows = {run.run_id: row for row, run in enumerate(runs)}
+        self.table.setUpdatesEnabled(False)
+        try:
+            self.table.setRowCount(len(runs))
+            for row, run in enumerate(runs):
+                duration = run.duration_s
+                values = [date_text(run), run.job or "?", run.status,
+                          f"{duration:.2f} s" if duration is not None else "", ""]
+                for column, value in enumerate(values):
+                    item = QTableWidgetItem(str(value))
+                    item.setData(Qt.ItemDataRole.UserRole, run.run_id)
+                    self.table.setItem(row, column, item)
+                self._show_peaks(run.run_id, row)
+        finally:
+            self.table.setUpdatesEnabled(True)
+        rows = [row for row, run in enumerate(runs) if run.run_id == selected]
         if runs:
-            self.table.setCurrentCell(0, 0)
+            self.table.setCurrentCell(rows[0] if rows else 0, 0)
+        self._update_paging()
         self._show_details()
+
+    def _show_peaks(self, run_id: str, row: int | None = None) -> None:
+        """The run's Peak cell and tooltips (its peaks, or that they are being read)."""
+        run = self.summaries.get(run_id)
+        if run is None:
+            return
+        row = self._rows.get(run_id) if row is None else row
+        if row is None:
+            return
+        peaks = self.run_peaks(run_id)
+        allocator = peaks.allocator_mib if peaks is not None else {}
+        peak_item = self.table.item(row, COLUMNS.index("Peak"))
+        if peak_item is not None:
+            peak_item.setText(f"{max(allocator.values()):,.1f} MiB" if allocator else "")
+        memory = (f"Peak memory: {peaks_text(allocator)}\nProcess peak (RSS): {rss_text(peaks)}" if peaks is not None
+                  else f"Peak memory: {NOT_READ_YET}")
+        params, config = self._texts.get(run_id) or (params_text(run), config_text(run))
+        tip = f"Parameters: {params}\nConfiguration: {config}\n{memory}\n(run {run_id})"
+        for column in range(len(COLUMNS)):
+            item = self.table.item(row, column)
+            if item is not None:
+                item.setToolTip(tip)
+        if run_id == self.selected_run():
+            self._show_details()
+
+    def _update_paging(self) -> None:
+        shown = len(self.summaries)
+        if self.loading and not shown:
+            text = "Reading the history…"
+        elif not self.total_runs:
+            text = "No runs yet"
+        else:
+            first, last = self.page_offset + 1, self.page_offset + shown
+            text = f"Runs {first:,}–{last:,} of {self.total_runs:,}, newest first"
+        self.page_label.setText(text)
+        self.newer_button.setEnabled(self.page_offset > 0)
+        self.older_button.setEnabled(self.page_offset + PAGE_SIZE < self.total_runs)
 
     def _show_details(self) -> None:
         run_id = self.selected_run()
@@ -150,22 +352,29 @@ class HistoryPanel(QWidget):
         if summary is None:
             self.details.setText("Select a run to see its parameters and configuration.")
             return
+        peaks = self.run_peaks(summary.run_id)
+        memory = (f"{html.escape(peaks_text(peaks.allocator_mib))}; <b>process peak (RSS):</b> "
+                  f"{html.escape(rss_text(peaks))}" if peaks is not None else NOT_READ_YET)
         self.details.setText(f"<b>{html.escape(summary.job or '?')}</b> on {date_text(summary)}<br>"
                              f"<b>Parameters:</b> {html.escape(params_text(summary))}<br>"
                              f"<b>Configuration:</b> {html.escape(config_text(summary))}<br>"
-                             f"<b>Peak memory:</b> {html.escape(peaks_text(self.peaks(summary.run_id)))}")
+                             f"<b>Peak memory:</b> {memory}")
+
+    def run_peaks(self, run_id: str) -> RunPeaks | None:
+        """The run's peaks as far as they are known on the GUI thread: kept in its run.json, or read by the loader
+        from its events; None while they are being read."""
+        summary = self.summaries.get(run_id)
+        if summary is not None and summary.peaks is not None:
+            return summary.peaks
+        read = self._read_peaks.get(run_id)
+        if read is not None:
+            return read[1]
+        return RunPeaks() if summary is not None and not summary.job else None
 
     def peaks(self, run_id: str) -> dict[str, float]:
-        """The run's allocator peak per device (MiB), read once per change of its record."""
-        try:
-            info = (self.history.root / run_id / "events.jsonl").stat()
-            key = (info.st_size, info.st_mtime_ns)
-        except OSError:
-            key = (-1, -1)
-        cached = self._peaks.get(run_id)
-        if cached is None or cached[0] != key:
-            cached = self._peaks[run_id] = (key, run_peaks(self.history, run_id))
-        return cached[1]
+        """The run's allocator peak per device (MiB); {} while unknown."""
+        peaks = self.run_peaks(run_id)
+        return peaks.allocator_mib if peaks is not None else {}
 
     def selected_runs(self) -> list[str]:
         """The selected runs, top to bottom (the newest first)."""

@@ -76,6 +76,7 @@ def test_replicate_on_two_logical_cpus_end_to_end(qtbot, window: MainWindow) -> 
     assert {("MatMul", "/CPU:0"), ("MatMul", "/CPU:1"), ("AddN", "/CPU:0")} <= placements(window)
     assert "/CPU:1" in window.log.summary.text()
     window.history_panel.refresh()
+    assert window.history_panel.wait_until_loaded()
     assert window.history_panel.table.item(0, 1).text() == "replicate"
     dialog = window.history_panel.open_run(window.history_panel.table.item(0, 1).data(Qt.ItemDataRole.UserRole))
     assert ("MatMul", "/CPU:1") in {(row[1], row[2]) for row in dialog.log.model.rows}

@@ -282,6 +282,7 @@ def test_the_windows_history_lists_a_damaged_run_as_unreadable_and_opens_it(pane
     panel = HistoryPanel(RunHistory())
     qtbot.addWidget(panel)
     panel.refresh()
+    assert panel.wait_until_loaded()
     statuses = {panel.table.item(row, 0).data(256): panel.table.item(row, 2).text() for row in range(2)}
     assert statuses == {GOOD_ID: "ok", damaged.name: "unreadable"}
     dialog = RunDialog(RunHistory(), damaged.name)
@@ -290,4 +291,5 @@ def test_the_windows_history_lists_a_damaged_run_as_unreadable_and_opens_it(pane
     (panel_home / "runs").rename(panel_home / "moved")
     (panel_home / "runs").write_text("")
     panel.refresh()
+    assert panel.wait_until_loaded()
     assert panel.table.rowCount() == 0 and "is a file, not a folder" in panel.details.text()

@@ -249,6 +249,7 @@ def test_the_windows_history_lists_a_fifo_run_and_opens_one_with_a_fifo_event_lo
     panel = HistoryPanel(RunHistory())
     qtbot.addWidget(panel)
     panel.refresh()
+    assert panel.wait_until_loaded()
     statuses = {panel.table.item(row, 0).data(256): panel.table.item(row, 2).text()
                 for row in range(panel.table.rowCount())}
     assert statuses == {GOOD_ID: "ok", SPECIAL_ID: "unreadable", "20260101-000003-matmul-cccccc": "ok"}

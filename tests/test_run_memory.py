@@ -60,15 +60,24 @@ def test_two_runs_compared_device_by_device() -> None:
 def test_real_runs_under_a_cpu_cap_record_peaks_that_grow_with_the_batch(tmp_path: Path, panel_home: Path) -> None:
     profile = tmp_path / "cap.json"
     profile.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 256, "log_placement": False}))
+    told = []
     for batch in (8, 128):
         done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "fit", "--config", str(profile),
                                "-p", "model=cnn", "-p", f"batch_per_replica={batch}", "-p", f"samples={batch}",
                                "-p", "epochs=1", "--json"], cwd=ROOT, capture_output=True, text=True,
                               timeout=600, env=os.environ.copy())
         assert done.returncode == 0, done.stderr
+        told.append(json.loads(done.stdout)["peaks"])
     history = RunHistory()
     newer, older = (run.run_id for run in history.summaries())
     small, large = run_peaks(history, older), run_peaks(history, newer)
+    # Issue 40 item 4: `run --json` and `runs --json` carry the allocator's peak per device and the process's RSS
+    # peak (a process that imported TensorFlow holds hundreds of MiB).
+    assert [peaks["allocator_mib"] for peaks in told] == [small, large]
+    assert all(peaks["rss_mib"] > 100 for peaks in told), told
+    listed = subprocess.run([sys.executable, "-m", "tf_device_panel", "runs", "--json"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, env=os.environ.copy())
+    assert [run["peaks"] for run in json.loads(listed.stdout)] == told[::-1]
     assert set(small) == set(large) == {"/CPU:0"}
     assert 0 < small["/CPU:0"] < large["/CPU:0"] <= 256
     (row,) = compare_peaks(small, large)
@@ -86,6 +95,7 @@ def test_the_history_dock_shows_each_runs_peak_and_compares_two(qtbot) -> None:
     panel = HistoryPanel(history)
     qtbot.addWidget(panel)
     panel.refresh()
+    assert panel.wait_until_loaded()
     peak = COLUMNS.index("Peak")
     rows = {panel.table.item(r, 0).data(0x0100): r for r in range(panel.table.rowCount())}  # UserRole
     assert panel.table.item(rows[older], peak).text() == "100.0 MiB"

@@ -474,6 +474,7 @@ def test_history_shows_date_parameters_and_configuration_and_offers_run_again_an
     recorder.finish(status="ok", result=RESULTS["fit"], error=None, duration_s=2.5)
     panel = window.history_panel
     panel.refresh()
+    assert panel.wait_until_loaded()
     row = {panel.table.horizontalHeaderItem(c).text(): panel.table.item(0, c).text()
            for c in range(panel.table.columnCount())}
     assert row["Job"] == "fit" and row["Date"][:2] == "20" and row["Duration"] == "2.50 s"

@@ -35,13 +35,14 @@ from tf_device_panel.core.cli.output import (
     error_text,
     jobs_text,
     problems_text,
+    run_line,
     run_text,
-    runs_text,
     script_process_factory,
 )
 from tf_device_panel.core.client import share
-from tf_device_panel.core.client.history import HistoryError, RunHistory
+from tf_device_panel.core.client.history import INCOMPLETE, UNREADABLE, HistoryError, RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.run_memory import summary_peaks
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import shell_status
 from tf_device_panel.core.config import (
@@ -311,13 +312,26 @@ def cmd_cluster_config(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = RunHistory().summaries(limit=args.limit)
-    if args.json:
-        _emit_json([run.to_json() for run in runs])
-    elif not runs and args.limit != 0:
-        print(f"no runs yet (history folder: {RunHistory().root})")
-    else:
-        _print_lines(runs_text(runs))
+    """The history, newest first, streamed: each run's summary is read, printed and let go before the next, so
+    `runs --json --limit 10000` holds one run at a time."""
+    history = RunHistory()
+    runs = history.iter_summaries(limit=args.limit)
+    printed = False
+    if args.json:  # what json.dumps(list, indent=2) prints, one run at a time
+        print("[", end="")
+        for run in runs:
+            if run.peaks is None and run.status not in (UNREADABLE, INCOMPLETE):  # recorded before runs kept them
+                run.peaks = summary_peaks(history, run)
+            text = json.dumps(run.to_json(), indent=2, default=str).replace("\n", "\n  ")
+            print(("," if printed else "") + "\n  " + text, end="")
+            printed = True
+        print("\n]" if printed else "]")
+        return EXIT_OK
+    for run in runs:
+        print(run_line(run))
+        printed = True
+    if not printed and args.limit != 0:
+        print(f"no runs yet (history folder: {history.root})")
     return EXIT_OK
 
 

@@ -358,16 +358,18 @@ def one_line(text: str, width: int = ERROR_WIDTH) -> str:
     return first + (" …" if more else "")
 
 
-def runs_text(runs: Sequence[RunSummary]) -> list[str]:
-    lines = []
-    for run in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started))
-        duration = f"{run.duration_s:.2f} s" if run.duration_s is not None else ""
-        error = one_line(run.error.message if run.error is not None else "")
-        cancel = run.cancel
-        if cancel is not None and run.status == "cancelled":  # who stopped it, and how
-            error = one_line(f"stopped by {cancel.by or '?'}; {cancel.how}")
-        if run.incomplete:
-            error = one_line(f"record incomplete: {run.incomplete}") + (f"; {error}" if error else "")
-        lines.append(f"{run.run_id:<40} {started}  {run.status:<11} {duration:>9}  {error}".rstrip())
-    return lines
+def runs_text(runs: Iterable[RunSummary]) -> list[str]:
+    return [run_line(run) for run in runs]
+
+
+def run_line(run: RunSummary) -> str:
+    """One run's line in `runs`: id, start, status, duration and why it failed (or who stopped it)."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started))
+    duration = f"{run.duration_s:.2f} s" if run.duration_s is not None else ""
+    error = one_line(run.error.message if run.error is not None else "")
+    cancel = run.cancel
+    if cancel is not None and run.status == "cancelled":  # who stopped it, and how
+        error = one_line(f"stopped by {cancel.by or '?'}; {cancel.how}")
+    if run.incomplete:
+        error = one_line(f"record incomplete: {run.incomplete}") + (f"; {error}" if error else "")
+    return f"{run.run_id:<40} {started}  {run.status:<11} {duration:>9}  {error}".rstrip()

@@ -52,6 +52,7 @@ from tf_device_panel.core.client.records import (
     JsonObject,
     OutputRecord,
     RunError,
+    RunPeaks,
     RunSummary,
     SummaryError,
     TailSegment,
@@ -260,6 +261,7 @@ class RunRecorder:
         self._segments = 0
         self._closed = False
         self._summary_written = False
+        self._peaks = RunPeaks()  # taken from the events as they come, written into run.json at the end
         self._guarded(folder, lambda: _make_run_folder(folder))
         self._guarded(folder / "run.json",
                       lambda: _write_json_atomic(folder / "run.json", summary.to_json(), reserve=RESERVED_BYTES))
@@ -293,6 +295,8 @@ class RunRecorder:
         self._output = self._events = None
 
     def append(self, event: Event) -> None:
+        if not self._closed:
+            self._peaks.take(event)
         if self._closed or self.problem is not None or (isinstance(event, Log) and event.partial):
             return
         if isinstance(event, (Log, Placement)) and is_output_line(event):
@@ -386,6 +390,7 @@ class RunRecorder:
         summary.status, summary.result, summary.error, summary.duration_s = status, result, error, duration_s
         summary.returncode, summary.oom, summary.fallbacks = returncode, oom, list(fallbacks)
         summary.placement_counts, summary.cancel = list(placement_counts), cancel
+        summary.peaks = self._peaks  # kept with the run: History and `runs` read them here, not from its events
         summary.show(*OUTCOME_FIELDS)
         summary.output = self._output_summary()
         summary.finished = time.time()
@@ -443,20 +448,27 @@ class RunHistory:
                     "scripts print; it was left as it is: `chmod -R go= %s` makes it private (said once)",
                     ", ".join(f"{path} {mode:o}" for path, mode in modes), root.parent)
 
-    def summaries(self, limit: int | None = None) -> list[RunSummary]:
-        """At most `limit` summaries (all with None), newest first; a run whose client died mid-run shows as
-        'interrupted', a run whose run.json is damaged as 'unreadable' with the reason. Raises HistoryError
-        only when the history folder itself cannot be listed."""
+    def summaries(self, limit: int | None = None, offset: int = 0) -> list[RunSummary]:
+        """At most `limit` summaries (all with None), newest first, after skipping the `offset` newest; a run whose
+        client died mid-run shows as 'interrupted', a run whose run.json is damaged as 'unreadable' with the reason.
+        Raises HistoryError only when the history folder itself cannot be listed."""
+        return list(self.iter_summaries(limit, offset))
+
+    def iter_summaries(self, limit: int | None = None, offset: int = 0) -> Iterator[RunSummary]:
+        """`summaries` one at a time, each read when it is asked for: a caller that lets each go before the next
+        (`runs --json`) holds one run's summary at a time, however long the history. The folder is listed now
+        (HistoryError is raised here, before any summary)."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
-        if limit == 0:
-            return []
-        runs = []
-        for folder in self._run_folders():
-            runs.append(self._summary(folder))
-            if limit is not None and len(runs) >= limit:
-                break
-        return runs
+        if offset < 0:
+            raise ValueError(f"offset must be 0 or more, got {offset}")
+        folders = self._run_folders() if limit != 0 else []
+        chosen = itertools.islice(folders, offset, None if limit is None else offset + limit)
+        return (self._summary(folder) for folder in chosen)
+
+    def run_ids(self) -> list[str]:
+        """Every run's id (its folder's name), newest first: one listing of the folder, no record read."""
+        return [folder.name for folder in self._run_folders()]
 
     def _run_folders(self) -> list[Path]:
         root = self.root

@@ -2,8 +2,8 @@
 encoded once where it is written (`to_json`); everything else reads attributes.
 
 Records written by every earlier version still load: fields were only ever added (`client_pid`, `returncode`,
-`job_id`, `cancel`, `oom`, `output`, `incomplete` came later), so a missing one takes its default. A field with
-the wrong type raises `SummaryError` naming it; a field this version does not know is kept as it is
+`job_id`, `cancel`, `oom`, `output`, `incomplete`, `peaks` came later), so a missing one takes its default. A
+field with the wrong type raises `SummaryError` naming it; a field this version does not know is kept as it is
 (`RunSummary.unknown`) and written back unchanged.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tf_device_panel.core.oom import OomReport
-from tf_device_panel.core.protocol.events import JsonObject
+from tf_device_panel.core.protocol.events import JobFinished, JsonObject, TfMemory
 from tf_device_panel.core.text import clip
 
 MAX_PID = 2**31 - 1        # pid_t's range; a pid above the system's pid_max is simply not running
@@ -144,9 +144,47 @@ class OutputRecord:
                 "cap_bytes": self.cap_bytes, "tail": [segment.to_json() for segment in self.tail]}
 
 
+@dataclass
+class RunPeaks:
+    """A run's memory peaks: the allocator's per device (MiB: the largest `tf_memory` peak the run reported) and
+    its run process's peak resident memory (MiB, Linux's VmHWM as the job ended; None after a crash).
+
+    `take` is the one reader of peaks from events: the recorder keeps them as the run goes (written into run.json
+    at its end), and a record written before run.json kept them is read through it once more
+    (`core.client.run_memory.run_peaks`)."""
+
+    allocator_mib: dict[str, float] = field(default_factory=dict)
+    rss_mib: float | None = None
+
+    def take(self, event: object) -> None:
+        match event:
+            case TfMemory(device=device, peak_mib=peak) if is_number(peak):
+                self.allocator_mib[device] = max(self.allocator_mib.get(device, 0.0), float(peak))
+            case JobFinished(rss_peak_mib=peak) if is_number(peak):
+                self.rss_mib = max(self.rss_mib or 0.0, float(peak))  # type: ignore[arg-type]
+
+    @property
+    def empty(self) -> bool:
+        return not self.allocator_mib and self.rss_mib is None
+
+    @classmethod
+    def from_json(cls, data: object) -> RunPeaks:
+        if not isinstance(data, dict):
+            raise ValueError("an object")
+        allocator, rss = data.get("allocator_mib", {}), data.get("rss_mib")
+        if not (isinstance(allocator, dict) and all(isinstance(k, str) and is_number(v) for k, v in allocator.items())
+                and (rss is None or is_number(rss))):
+            raise ValueError("numbers")
+        return cls(allocator_mib={device: float(mib) for device, mib in allocator.items()},
+                   rss_mib=None if rss is None else float(rss))
+
+    def to_json(self) -> dict[str, object]:
+        return {"allocator_mib": dict(sorted(self.allocator_mib.items())), "rss_mib": self.rss_mib}
+
+
 # What run.json holds from the run's start, and what it adds (null or not) when the run finishes.
 STARTED_FIELDS = ("run_id", "job", "params", "config", "devices", "status", "started", "client_pid")
-OUTCOME_FIELDS = ("result", "error", "duration_s", "returncode", "oom", "fallbacks", "placement_counts")
+OUTCOME_FIELDS = ("result", "error", "duration_s", "returncode", "oom", "fallbacks", "placement_counts", "peaks")
 
 
 @dataclass
@@ -174,6 +212,7 @@ class RunSummary:
     fallbacks: list[JsonObject] = field(default_factory=list)
     placement_counts: list[list[object]] = field(default_factory=list)  # [op_type, device, count]
     output: OutputRecord | None = None
+    peaks: RunPeaks | None = None       # memory peaks, kept at the run's end (None: a record from before)
     incomplete: str | None = None       # why the record is incomplete (a write failed)
     unknown: JsonObject = field(default_factory=dict)  # fields this version does not know, kept as they were
     # The fields run.json writes even when they hold nothing, in its order: those a record was read with, or
@@ -207,6 +246,7 @@ class RunSummary:
             fallbacks=list(data.get("fallbacks") or []),
             placement_counts=list(data.get("placement_counts") or []),
             output=OutputRecord.from_json(output) if output is not None else None,
+            peaks=RunPeaks.from_json(data["peaks"]) if data.get("peaks") is not None else None,
             incomplete=data.get("incomplete"),
             unknown={key: value for key, value in data.items() if key not in KNOWN}, shown=tuple(data))
 
@@ -222,6 +262,7 @@ class RunSummary:
             "fallbacks": self.fallbacks, "placement_counts": self.placement_counts,
             "cancel": self.cancel.to_json() if self.cancel is not None else None,
             "output": self.output.to_json() if self.output is not None else None,
+            "peaks": self.peaks.to_json() if self.peaks is not None else None,
             "finished": self.finished, "incomplete": self.incomplete, **self.unknown}
         data = {key: fields[key] for key in self.shown if key in fields}
         data.update((key, value) for key, value in fields.items() if key not in data and _holds_something(value))
@@ -239,6 +280,14 @@ def _holds_something(value: object) -> bool:
 def _output_ok(value: object) -> bool:
     try:
         OutputRecord.from_json(value)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _peaks_ok(value: object) -> bool:
+    try:
+        RunPeaks.from_json(value)
     except (ValueError, TypeError):
         return False
     return True
@@ -266,6 +315,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "fallbacks": (lambda v: isinstance(v, list), "a list"),
     "placement_counts": (lambda v: isinstance(v, list), "a list"),
     "output": (lambda v: v is None or _output_ok(v), "null or the output's sizes and tail segments"),
+    "peaks": (lambda v: v is None or _peaks_ok(v), "null or an object of memory peaks in MiB"),
 }
 REQUIRED = ("job", "status", "started")
 KNOWN = {*_FIELDS, "result", "oom"}

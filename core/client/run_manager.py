@@ -207,6 +207,7 @@ class RunManager:
         self.spares = spares
         if spares:
             zygote.start_zygotes()  # a pool's next spares fork from it, warm in milliseconds
+            zygote.subscribe(self._zygote_news)  # a zygote that died: the window says so (its runs go on)
         self.describe_devices = spares > 0 if describe is None else describe
         self.process_factory = process_factory
         # How long a cancelled job may take to stop before its process is killed, and how long a process may
@@ -299,7 +300,17 @@ class RunManager:
         return self.devices.replace(pid=warm.pid) if warm is not None else self.devices
 
     def status_text(self) -> str:
-        """The spare's and the run's state in a few words, for the status bar."""
+        """The spare's and the run's state in a few words, for the status bar (and the zygote's, when it died)."""
+        text = self._status_text()
+        trouble = zygote.state_text() if self.spares else None
+        return f"{text}; {trouble}" if trouble else text
+
+    def _zygote_news(self, message: str) -> None:
+        """On the thread that reaped a zygote: the listeners hear it as a problem (the window notifies)."""
+        self._later(self.listeners.problem, message)
+        self._flush()
+
+    def _status_text(self) -> str:
         if self.running and self.job_run is not None:
             return f"running {self.job_run.outcome.job} (pid {self.current.pid if self.current else '?'})"
         spare = self.spare

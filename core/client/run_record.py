@@ -12,7 +12,7 @@ from typing import Any
 
 from tf_device_panel.core import oom as oom_parser
 from tf_device_panel.core.client.history import RunHistory, RunRecorder
-from tf_device_panel.core.client.records import Cancel, JsonObject, RunError
+from tf_device_panel.core.client.records import Cancel, JsonObject, RunError, RunPeaks
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
@@ -72,6 +72,7 @@ class JobOutcome:
     cancel: Cancel | None = None       # who stopped the job and how (`note_cancel`)
     oom: OomReport | None = None       # an out-of-memory error explained, when the run ended in one
     oom_earlier: str | None = None     # an out-of-memory error the run went on after (not what ended it)
+    peaks: RunPeaks = field(default_factory=RunPeaks)  # the allocator's peak per device, the process's RSS peak
 
     @property
     def finished(self) -> bool:
@@ -86,6 +87,7 @@ class JobOutcome:
             "run_id": self.run_id, "record_problem": self.record_problem,
             "cancel": self.cancel.to_json() if self.cancel is not None else None, "oom": self.oom,
             "oom_earlier": self.oom_earlier,
+            "peaks": self.peaks.to_json(),
         }
 
 
@@ -139,6 +141,7 @@ class JobRun:
         if self.recorder is not None:
             self.recorder.append(event)
         self._watch_dumps(event)
+        outcome.peaks.take(event)
         match event:
             case events.Ready():
                 outcome.devices = event.payload()

@@ -320,6 +320,7 @@ class JobFinished(Event):
     duration_s: float | None = None
     returncode: int | None = None  # the run process's exit status as Popen gives it (negative: by a signal)
     rss_mib: float | None = None   # the run process's resident memory as its job ended (none after a crash)
+    rss_peak_mib: float | None = None  # the run process's peak resident memory (Linux's VmHWM) as its job ended
 
 
 @dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)

@@ -348,7 +348,7 @@ class Run:
         if result is not None:
             self.emit(events.Result(result=result, job_id=job_id))
         self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - started,
-                                     rss_mib=resident_mib(), job_id=job_id))
+                                     rss_mib=resident_mib(), rss_peak_mib=peak_resident_mib(), job_id=job_id))
         return exit_code
 
 
@@ -370,6 +370,16 @@ def resident_mib() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_resident_mib() -> float | None:
+    """This process's peak resident memory so far (Linux's VmHWM; None where it cannot be read)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            line = next(line for line in status if line.startswith(b"VmHWM:"))
+        return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def main(argv: list[str] | None = None) -> tuple[int, int | None]:

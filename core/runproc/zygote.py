@@ -19,8 +19,15 @@ process's import would print it.
 The reply is `{"pid": …}` with a pidfd of the child (so the panel's signals can never reach a recycled pid). When
 the child exits, this process reaps it and writes its status (as `subprocess.Popen.returncode` has it) to the
 request's status pipe. End of file on the socket (the panel let this zygote go) ends it once the runs forked from
-it have ended; its parent's death (SIGKILL) ends it at once, and each child then gets its SIGHUP and ends its
-run.
+it have ended; its parent's death (SIGKILL) ends it at once.
+
+A run outlives this process: the child's life is tied to the panel's, not to its parent's. It has no parent-death
+signal (that would name this zygote); instead it holds a pidfd of the panel, opened here at the start, and a
+thread started once its run process is forked waits on it and, when the panel is gone, gives the supervisor the
+SIGHUP that ends the run. The child also holds the status pipe and writes its own status there as it exits, so
+the panel learns how the run ended when this zygote died (SIGKILL, a crash) before it could say; the zygote's
+word, when it comes too, is the same. The run process itself, a fork of the child, closes both at once: it holds
+only what a process started by hand would.
 
 This process never initializes TensorFlow, starts no thread of its own and touches no GPU: a fork of it is a
 process in which nothing has happened yet.
@@ -38,6 +45,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import traceback
 from typing import cast
 
@@ -98,36 +106,41 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def become_supervisor(request: SpawnRequest, received: list[int], import_output: tuple[bytes, bytes],
-                      zygote_pid: int) -> None:
+                      panel_pidfd: int | None) -> None:
     """In the forked child: take the request's fds, environment and folder, then be the run's supervisor.
     Never returns."""
+    status_fd: int | None = None
     try:
         os.setsid()  # a session and process group of its own, as `start_module` gives the supervisor
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         targets = [int(fd) for fd in request["targets"]]
-        given = received[1:]  # received[0] is the status pipe: the zygote's, never the run's
         floor = max([*targets, 2]) + 1
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in given]
+        # received[0] is the status pipe: this child's own (it writes its status there), never the run's.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in received]
+        if panel_pidfd is not None:
+            panel_pidfd = fcntl.fcntl(panel_pidfd, fcntl.F_DUPFD_CLOEXEC, floor)
         # Nothing of the zygote's but these: a fresh process started with `pass_fds` has no other fd.
-        keep = set(high)
+        keep = {*high, panel_pidfd}
         for name in os.listdir("/proc/self/fd"):
             fd = int(name)
             if fd > 2 and fd not in keep:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        for source, target in zip(high, targets, strict=True):
+        status_fd, given = high[0], high[1:]
+        for source, target in zip(given, targets, strict=True):
             os.dup2(source, target)  # inheritable, as pass_fds makes them
-        for fd in high:
+        for fd in given:
             os.close(fd)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
         os.chdir(request["cwd"])
         env = {str(k): str(v) for k, v in request["env"].items()}
-        env[PARENT_PID_ENV] = str(zygote_pid)  # the supervisor's parent-death signal names the zygote
+        env.pop(PARENT_PID_ENV, None)  # no parent-death signal: its parent is this zygote (see the module's doc)
         os.environ.clear()
         os.environ.update(env)
+        tie_to_panel(status_fd, panel_pidfd)
         # What a fresh process gets that a fork would share: NumPy's global generator seeded from the OS
         # (Python's `random` reseeds itself in every fork).
         numpy = sys.modules.get("numpy")
@@ -143,14 +156,52 @@ def become_supervisor(request: SpawnRequest, received: list[int], import_output:
         module = None
         if argv[:1] == ["--module"]:
             module, argv = argv[1], argv[2:]
-        supervisor.exit_like(supervisor.Supervisor(argv, module).main())
+        status = supervisor.Supervisor(argv, module).main()
+        with contextlib.suppress(OSError):
+            write_all(status_fd, f"{status}\n".encode())
+        supervisor.exit_like(status)
     except BaseException:
         with contextlib.suppress(Exception):
             write_all(2, traceback.format_exc().encode())
+    if status_fd is not None:
+        with contextlib.suppress(OSError):
+            write_all(status_fd, b"1\n")
     os._exit(1)
 
 
-def serve(sock: socket.socket, import_output: tuple[bytes, bytes]) -> None:
+def tie_to_panel(status_fd: int, panel_pidfd: int | None) -> None:
+    """In the child, once: its first fork (the run process) closes the status pipe and the panel's pidfd, and the
+    child then watches the panel from a thread (started after that fork: a fork of a process with threads would
+    warn in the run's output). Later forks, the run's own, are left alone."""
+    armed = [True]
+
+    def in_run_process() -> None:
+        if armed[0]:
+            armed[0] = False
+            for fd in (status_fd, panel_pidfd):
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+
+    def in_supervisor() -> None:
+        if armed[0]:
+            armed[0] = False
+            if panel_pidfd is not None:
+                threading.Thread(target=end_with_panel, args=(panel_pidfd, threading.main_thread().ident),
+                                 name="panel-watch", daemon=True).start()
+
+    os.register_at_fork(after_in_child=in_run_process, after_in_parent=in_supervisor)
+
+
+def end_with_panel(panel_pidfd: int, main_thread: int | None) -> None:
+    """Wait for the panel's end, then SIGHUP to the supervisor's main thread (it ends the run and everything it
+    started), as the parent-death signal of a supervisor the panel started by hand does."""
+    select.select([panel_pidfd], [], [])
+    if main_thread is not None:
+        signal.pthread_kill(main_thread, signal.SIGHUP)
+
+
+def serve(sock: socket.socket, import_output: tuple[bytes, bytes], panel_pidfd: int | None) -> None:
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status pipe)
     listening = True
     while listening or children:
@@ -185,7 +236,7 @@ def serve(sock: socket.socket, import_output: tuple[bytes, bytes]) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
-            become_supervisor(request, received, import_output, os.getppid())
+            become_supervisor(request, received, import_output, panel_pidfd)
         for fd in received[1:]:
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -194,15 +245,19 @@ def serve(sock: socket.socket, import_output: tuple[bytes, bytes]) -> None:
 
 
 def main() -> int:
+    panel = os.environ.get(PARENT_PID_ENV, "")
     die_with_parent()
     # Its own session: the panel's Ctrl+C is the panel's; its death is this process's SIGKILL.
+    # The panel's pidfd, for each child to watch (opened once the parent-death signal is set: a panel that died
+    # before is caught there, so this pidfd names the panel and no recycled pid).
+    panel_pidfd = os.pidfd_open(int(panel)) if panel.isdigit() else None
     sock = socket.socket(fileno=int(sys.argv[1]))
     stdout, stderr, error = import_capturing_output()
     if error is not None:
         send(sock, {"ok": False, "error": error})
         return 1
     send(sock, {"ok": True, "pid": os.getpid()})
-    serve(sock, (stdout, stderr))
+    serve(sock, (stdout, stderr), panel_pidfd)
     return 0
 
 
