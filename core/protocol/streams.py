@@ -32,6 +32,11 @@ OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
 LINE_CAP_BYTES = 8 * 1024 * 1024  # an output line longer than this keeps its first and last half of it
 LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from at most its last this many bytes
 
+# The step a run's `warm` event lists when the profile turned TensorFlow's placement log on (core.config.steps).
+PANELS_PLACEMENT_STEP = "set_log_device_placement(True)"
+# Where a line of TensorFlow's placement log may be: its C++ log (stderr) and its echo (stdout).
+_PLACEMENT_HINT = {STDERR: (b"placer.cc:", b"execute.cc:"), STDOUT: (b"): /job:",)}
+
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
 # Anything in a block of lines that `output_lines.parse_line` could take for more than plain output. A block
@@ -155,6 +160,9 @@ class StreamDemux:
         self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
         self._stderr_tf = False  # that message was TensorFlow's C++ log (its continuation lines are too)
+        # The run's placement log is the profile's (its `warm` event says it applied it): TensorFlow's placement
+        # lines are then taken out of a script's own streams (they stay the panel's).
+        self._placement_is_the_panels = False
 
     def buffered_bytes(self, stream: str) -> int:
         """How much of `stream`'s open line is held (bounded by the line cap for output streams)."""
@@ -222,6 +230,8 @@ class StreamDemux:
             event = event_from_json(json.loads(raw))
         except (ValueError, KeyError) as exc:
             event = Log(stream=EVENTS, kind=output_lines.ERROR, text=f"unreadable event ({exc}): {raw[:200]!r}")
+        if isinstance(event, events.Warm):
+            self._placement_is_the_panels = PANELS_PLACEMENT_STEP in event.applied
         if isinstance(event, events.JOB_CLOSING) and event.job_id:
             self.closing.append(event)
         else:
@@ -263,11 +273,15 @@ class StreamDemux:
             self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id(),
                               source=output_lines.TENSORFLOW if tensorflow else None))
 
-    # -- the script's own output: always the script's, never classified by its shape ---------------------
+    # -- the script's own output: the script's, but for TensorFlow's placement lines -------------------------
     def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:
         """The script's finished lines of one stream, as one log event a batch, its `raw` the bytes exactly as
         written (line ends included; at the end, a last piece without one as it is); bounded like any output
-        line. Its `text` is what a terminal shows (`\r` redraws collapsed, bytes that are not UTF-8 replaced)."""
+        line. Its `text` is what a terminal shows (`\r` redraws collapsed, bytes that are not UTF-8 replaced).
+
+        TensorFlow's C++ log and placement echo reach the script's fds as in a bare run: its placement lines
+        (`placer.cc`/`execute.cc` lines on stderr) are also placement events for the device map, and when the
+        placement log is the profile's, not the script's, they (and their echo on stdout) are taken out."""
         stream = STDOUT if key == SCRIPT_STDOUT else STDERR
         buffer = self._partial[key]
         lines: list[bytes] = []
@@ -281,10 +295,18 @@ class StreamDemux:
             if last_end > first_end:
                 lines += data[first_end + 1:last_end].split(b"\n")
             buffer.add(data[last_end + 1:])
-        exact = b"".join(line + b"\n" for line in lines)  # each finished line with its line end
         if at_end and buffer.kept_bytes:
-            lines.append(buffer.take())
-            exact += lines[-1]  # the stream's last piece, without a line end: as written
+            lines.append(buffer.take())  # the stream's last piece, without a line end: as written
+            last_piece = lines[-1]
+        else:
+            last_piece = None
+        if lines and any(hint in data or hint in lines[0] for hint in _PLACEMENT_HINT[stream]):
+            lines = self._placements(lines, stream)
+            if last_piece is not None and (not lines or lines[-1] is not last_piece):
+                last_piece = None
+        exact = b"".join(line + b"\n" for line in (lines[:-1] if last_piece is not None else lines))
+        if last_piece is not None:
+            exact += last_piece
         if lines:
             shown = [visible_text(line) for line in lines] if any(b"\r" in line for line in lines) else lines
             self._live[key] = b""
@@ -299,3 +321,21 @@ class StreamDemux:
                 self._live[key] = live
                 self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, partial=True, source=SCRIPT,
                                   text=live.decode("utf-8", errors="replace"), job_id=self._job_id()))
+
+    def _placements(self, lines: list[bytes], stream: str) -> list[bytes]:
+        """Deliver the placement events of TensorFlow's lines among a script's `lines`; returns the lines that stay
+        the script's (all of them, unless the placement log is the profile's)."""
+        kept: list[bytes] = []
+        for raw in lines:
+            if not any(hint in raw for hint in _PLACEMENT_HINT[stream]):
+                kept.append(raw)
+                continue
+            line = raw.decode("utf-8", errors="replace")
+            kind, placed = output_lines.parse_line(line, stream)
+            if placed is not None:
+                self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
+                                               device=placed.device, short_device=placed.short_device,
+                                               mode=placed.mode, stream=stream, line=line, job_id=self._job_id()))
+            if kind != output_lines.PLACEMENT or not self._placement_is_the_panels:
+                kept.append(raw)
+        return kept

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypedDict
@@ -287,6 +287,7 @@ class Run:
         self.params = params
         self.context = JobContext(job_id, emit, config)
         self.at_end: list[Any] = []  # called once the job is over, before its closing events (memory's last figures)
+        self.started = time.monotonic()
 
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check.
@@ -305,17 +306,26 @@ class Run:
         signal.default_int_handler(signum, frame)
 
     def execute(self) -> int:
+        self.begin()
+        return self.conclude(self.job)
+
+    def begin(self) -> None:
+        self.started = time.monotonic()
+        self.emit(events.JobStarted(job=self.name, params=self.params, job_id=self.context.job_id))
+
+    def job(self) -> Any:
+        spec = JOBS.get(self.name)
+        if spec is None:
+            raise JobError(f"unknown job {self.name!r}")
+        return implementation(self.name)(self.context, **spec.resolve(self.params))
+
+    def conclude(self, job: Callable[[], Any]) -> int:
+        """`job()`'s outcome told (its result, or what it raised) with the run's closing events; the exit status."""
         job_id = self.context.job_id
-        started = time.monotonic()
         status, result, exit_code = "ok", None, EXIT_OK
         error: events.Error | None = None
-        self.emit(events.JobStarted(job=self.name, params=self.params, job_id=job_id))
         try:
-            spec = JOBS.get(self.name)
-            if spec is None:
-                raise JobError(f"unknown job {self.name!r}")
-            resolved = spec.resolve(self.params)
-            result = implementation(self.name)(self.context, **resolved)
+            result = job()
         except (KeyboardInterrupt, JobCancelled) as exc:
             status, exit_code = "cancelled", -signal.SIGINT if self.name == "script" else EXIT_JOB_FAILED
             error = events.Error(error_type="Cancelled", message=str(exc) or "cancelled by the user", job_id=job_id)
@@ -344,7 +354,7 @@ class Run:
             self.emit(error)
         if result is not None:
             self.emit(events.Result(result=result, job_id=job_id))
-        self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - started,
+        self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - self.started,
                                      rss_mib=resident_mib(), job_id=job_id))
         return exit_code
 
@@ -376,12 +386,15 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     parser.add_argument("--script-stderr-fd", type=int, help="a user's script's fd 2, copied byte for byte")
     parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
-    global script_channel
+    global script_channel, events_fd_at_exit
+    events_fd_at_exit = args.events_fd
     if args.script_stdout_fd is not None and args.script_stderr_fd is not None:
         script_channel = (args.script_stdout_fd, args.script_stderr_fd)
     return serve(args.events_fd, args.commands_fd, args.config), args.events_fd
 
 
+# The events pipe, for a script's run, which ends at the interpreter's top level (`run_script`'s `finish`).
+events_fd_at_exit: int | None = None
 # The pipes a user's script gets as its fds 1 and 2, until they are given to it or closed.
 script_channel: tuple[int, int] | None = None
 
@@ -489,17 +502,40 @@ def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
     script = load_script_job()
     script.watch_initialization(initialized)
     script.watch_device_scopes(run.context)
-    script.watch_placement_logging()
     user_environment()
     global script_channel
     if script_channel is not None:
-        script.give_script_its_fds(*script_channel)
+        script.give_script_its_fds(*script_channel, placement_is_the_panels=run.config.log_placement)
         script_channel = None
-    try:
-        return run.execute()
-    finally:
+
+    def stop_memory() -> None:
         for reporter in memory:
             reporter.stopped.set()
+
+    run.begin()
+    try:
+        prepared = script.prepare(**JOBS["script"].resolve(run.params))
+    except BaseException as exc:
+        refusal = exc
+
+        def refused() -> None:
+            raise refusal
+
+        try:
+            return run.conclude(refused)
+        finally:
+            stop_memory()
+
+    def finish(outcome: Callable[[], Any]) -> None:
+        """After the script's module code, at the interpreter's top level: the run's end, then the process's."""
+        try:
+            status = run.conclude(outcome)
+        finally:
+            stop_memory()
+        exit_with(status, events_fd_at_exit)
+
+    script.hand_over(run.context, prepared, finish)  # leaves for the interpreter's top level: never returns
+    return EXIT_JOB_FAILED
 
 
 def user_environment() -> None:
@@ -537,13 +573,11 @@ def exit_with(status: int, events_fd: int | None) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     _libc.fflush(None)
-    if script_job is not None:
-        script_job.finish_tee()
     if events_fd is not None:
         with contextlib.suppress(OSError):
             EventWriter(events_fd)(events.Exiting(status=status))
         close_script_channel()
-        script_fds = (*script_job.panel_fds, *script_job.script_pipes) if script_job is not None else ()
+        script_fds = script_job.script_pipes if script_job is not None else ()
         for fd in (events_fd, 1, 2, *script_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -43,6 +43,7 @@ from typing import cast
 
 from tf_device_panel.core.processes import PARENT_PID_ENV, die_with_parent
 from tf_device_panel.core.protocol.zygote import SpawnRequest, ZygoteReply
+from tf_device_panel.core.runproc.supervisor import HandOver
 
 MAX_FDS = 16
 MAX_MESSAGE = 1 << 20
@@ -144,6 +145,8 @@ def become_supervisor(request: SpawnRequest, received: list[int], import_output:
         if argv[:1] == ["--module"]:
             module, argv = argv[1], argv[2:]
         supervisor.exit_like(supervisor.Supervisor(argv, module).main())
+    except HandOver:
+        raise  # a run process leaving for the interpreter's top level (supervisor.HandOver)
     except BaseException:
         with contextlib.suppress(Exception):
             write_all(2, traceback.format_exc().encode())
