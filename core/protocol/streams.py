@@ -34,8 +34,21 @@ LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from a
 
 # The step a run's `warm` event lists when the profile turned TensorFlow's placement log on (core.config.steps).
 PANELS_PLACEMENT_STEP = "set_log_device_placement(True)"
-# Where a line of TensorFlow's placement log may be: its C++ log (stderr) and its echo (stdout).
-_PLACEMENT_HINT = {STDERR: (b"placer.cc:", b"execute.cc:"), STDOUT: (b"): /job:",)}
+# A line of TensorFlow's placement log in its C++ log (absl's prefix as TensorFlow's log has it, `I0000 00:00:`
+# and the seconds since the epoch, then the thread and placer.cc or execute.cc): on a script's stderr, only
+# this exact shape is taken for TensorFlow's. Its echo on stdout is the run process's to take out
+# (core.runproc.jobs.script.give_script_its_fds).
+_TF_PLACEMENT_LINE = re.compile(rb"^I0000 00:00:\d+\.\d+ +\d+ (?:placer|execute)\.cc:\d+\] ")
+
+PANEL = "panel"  # a Log event's stream when the panel says the line itself
+
+
+def scripts_placement_log(job_id: str | None) -> Log:
+    """What the run process says when a script turns TensorFlow's placement log on itself: from then on the
+    placement lines on its streams stay there, as bare (`StreamDemux`)."""
+    return Log(stream=PANEL, kind=output_lines.PLACEMENT, job_id=job_id,
+               text="your script turned TensorFlow's placement log on: its lines are on your streams, as bare")
+
 
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
@@ -232,6 +245,8 @@ class StreamDemux:
             event = Log(stream=EVENTS, kind=output_lines.ERROR, text=f"unreadable event ({exc}): {raw[:200]!r}")
         if isinstance(event, events.Warm):
             self._placement_is_the_panels = PANELS_PLACEMENT_STEP in event.applied
+        elif isinstance(event, Log) and event.stream == PANEL and event.kind == output_lines.PLACEMENT:
+            self._placement_is_the_panels = False  # the script turned it on too: bare, it sees the lines
         if isinstance(event, events.JOB_CLOSING) and event.job_id:
             self.closing.append(event)
         else:
@@ -279,9 +294,9 @@ class StreamDemux:
         written (line ends included; at the end, a last piece without one as it is); bounded like any output
         line. Its `text` is what a terminal shows (`\r` redraws collapsed, bytes that are not UTF-8 replaced).
 
-        TensorFlow's C++ log and placement echo reach the script's fds as in a bare run: its placement lines
-        (`placer.cc`/`execute.cc` lines on stderr) are also placement events for the device map, and when the
-        placement log is the profile's, not the script's, they (and their echo on stdout) are taken out."""
+        TensorFlow's C++ log reaches the script's stderr as in a bare run: its placement lines (`placer.cc` and
+        `execute.cc`) are also placement events for the device map, and when the placement log is the profile's,
+        not the script's, they are taken out (their echo on stdout never reaches the pipe then)."""
         stream = STDOUT if key == SCRIPT_STDOUT else STDERR
         buffer = self._partial[key]
         lines: list[bytes] = []
@@ -300,8 +315,8 @@ class StreamDemux:
             last_piece = lines[-1]
         else:
             last_piece = None
-        if lines and any(hint in data or hint in lines[0] for hint in _PLACEMENT_HINT[stream]):
-            lines = self._placements(lines, stream)
+        if lines and stream == STDERR and (b".cc:" in data or b".cc:" in lines[0]):
+            lines = self._placements(lines)
             if last_piece is not None and (not lines or lines[-1] is not last_piece):
                 last_piece = None
         exact = b"".join(line + b"\n" for line in (lines[:-1] if last_piece is not None else lines))
@@ -322,20 +337,20 @@ class StreamDemux:
                 self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, partial=True, source=SCRIPT,
                                   text=live.decode("utf-8", errors="replace"), job_id=self._job_id()))
 
-    def _placements(self, lines: list[bytes], stream: str) -> list[bytes]:
-        """Deliver the placement events of TensorFlow's lines among a script's `lines`; returns the lines that stay
-        the script's (all of them, unless the placement log is the profile's)."""
+    def _placements(self, lines: list[bytes]) -> list[bytes]:
+        """Deliver the placement events of TensorFlow's lines among a script's stderr `lines`; returns the lines
+        that stay the script's (all of them, unless the placement log is the profile's)."""
         kept: list[bytes] = []
         for raw in lines:
-            if not any(hint in raw for hint in _PLACEMENT_HINT[stream]):
+            if not _TF_PLACEMENT_LINE.match(raw):
                 kept.append(raw)
                 continue
             line = raw.decode("utf-8", errors="replace")
-            kind, placed = output_lines.parse_line(line, stream)
+            _, placed = output_lines.parse_line(line, STDERR)
             if placed is not None:
                 self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
                                                device=placed.device, short_device=placed.short_device,
-                                               mode=placed.mode, stream=stream, line=line, job_id=self._job_id()))
-            if kind != output_lines.PLACEMENT or not self._placement_is_the_panels:
+                                               mode=placed.mode, stream=STDERR, line=line, job_id=self._job_id()))
+            if placed is None or not self._placement_is_the_panels:
                 kept.append(raw)
         return kept

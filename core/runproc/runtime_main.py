@@ -502,6 +502,7 @@ def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
     script = load_script_job()
     script.watch_initialization(initialized)
     script.watch_device_scopes(run.context)
+    script.watch_placement_logging(run.context, events_fd_at_exit)
     user_environment()
     global script_channel
     if script_channel is not None:

@@ -42,6 +42,7 @@ import importlib.machinery
 import io
 import itertools
 import os
+import re
 import runpy
 import shlex
 import signal
@@ -68,6 +69,7 @@ from tf_device_panel.core.catalogue.script_checks import (
 )
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
+from tf_device_panel.core.protocol.streams import scripts_placement_log
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
 from tf_device_panel.core.runproc.supervisor import HandOver
 
@@ -102,14 +104,16 @@ script_pipes: list[int] = []
 READ_WAIT_S = 0.5  # at most this long per event: a reader held up (a slow terminal) only blurs the order
 
 
-def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
+def wait_until_read(limit_s: float = READ_WAIT_S, pipes: list[int] | None = None) -> None:
     """Until the panel has read every byte written so far to the script's fds 1 and 2 (by the script, `os.write`,
-    a child), or `limit_s` has passed. The pipes' fill level is the kernel's (FIONREAD, on the write end)."""
-    if not script_pipes:
+    a child), or to `pipes`, or `limit_s` has passed. The pipes' fill level is the kernel's (FIONREAD, on the
+    write end)."""
+    pipes = script_pipes if pipes is None else pipes
+    if not pipes:
         return
     deadline = time.monotonic() + limit_s
     level = array.array("i", [0])
-    for fd in script_pipes:
+    for fd in pipes:
         while True:
             try:
                 fcntl.ioctl(fd, termios.FIONREAD, level, True)
@@ -126,6 +130,60 @@ def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
 # copies it here when a script's run loads this module (runtime_main.load_script_job).
 bare_buffering: dict[str, tuple[bool, bool]] = {}
 
+# TensorFlow's echo of a placement on C's stdout (placer.cc's `printf("%s: (%s): %s\n", …)`).
+_ECHO = re.compile(rb"^\S.*: \(\w+\): /job:[\w-]+/replica:\d+/task:\d+/device:\w+:\d+$")
+_COOKIE_WRITE = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+class _CookieFunctions(ctypes.Structure):
+    """glibc's `cookie_io_functions_t`: a FILE* whose writes are a function's."""
+
+    _fields_ = [("read", ctypes.c_void_p), ("write", _COOKIE_WRITE), ("seek", ctypes.c_void_p),
+                ("close", ctypes.c_void_p)]
+
+
+_libc.fopencookie.restype = ctypes.c_void_p
+_libc.fopencookie.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CookieFunctions]
+
+
+class EchoFilter:
+    """C's `stdout` while the placement log is the profile's: a FILE* buffered exactly as a bare run's C stdout
+    (by blocks of the pipe's size, or not at all), whose every flush goes to fd 1 at once, in the caller's
+    thread, as a bare flush would, less TensorFlow's placement echo lines. A line cut by a full buffer is held
+    to the next flush (it may be an echo line whose rest is still in the buffer)."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.filtering = True
+        self.held = b""
+        self.callback = _COOKIE_WRITE(self.write)  # kept: C calls it for as long as the process lives
+
+    def write(self, _cookie: int | None, buffer: int | None, size: int) -> int:
+        try:
+            data = self.held + ctypes.string_at(buffer, size) if buffer else self.held
+            self.held = b""
+            if self.filtering:
+                lines = data.split(b"\n")
+                tail = lines.pop()
+                out = b"".join(line + b"\n" for line in lines if not _ECHO.match(line))
+                if tail and size == self.block_size:
+                    self.held = tail
+                else:
+                    out += tail
+            else:
+                out = data
+            view = memoryview(out)
+            while view:
+                view = view[os.write(1, view):]
+        except BaseException:  # never an exception into C: the bytes are lost, as on a closed pipe
+            pass
+        return size
+
+
+echo_filter: EchoFilter | None = None
+_kept_alive: list[object] = []  # the C stdout buffer and functions of `echo_filter`
+
+
 def give_script_its_fds(stdout_fd: int, stderr_fd: int, placement_is_the_panels: bool = False) -> None:
     """The script's fds 1 and 2 become its own channels (`stdout_fd`, `stderr_fd`: pipes the panel copies byte
     for byte): `print`, `os.write(1, …)`, a child process's output and C code writing to C's `stdout` and
@@ -135,8 +193,8 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int, placement_is_the_panels:
     with PYTHONUNBUFFERED (`bare_buffering`); C's `stderr` is unbuffered. TensorFlow's C++ log (C's `stderr`)
     and its placement echo (C's `stdout`) are there too, as bare; the panel reads the placements from them
     (`core.protocol.streams`). When the placement log is the profile's (`placement_is_the_panels`), the panel
-    takes those lines out of the script's streams, and C's `stdout` is line-buffered so that each echo line
-    reaches the pipe whole. `sys.stdout` and `sys.stderr` keep their objects (a logging handler made earlier
+    takes those lines out of the script's stderr, and C's `stdout` is an `EchoFilter`, which leaves the echo
+    out. `sys.stdout` and `sys.stderr` keep their objects (a logging handler made earlier
     still writes to them) and are buffered as the interpreter buffered them at its start."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -152,10 +210,24 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int, placement_is_the_panels:
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=line_buffering, write_through=write_through)  # type: ignore[union-attr]
     unbuffered = bare_buffering.get("stdout", (False, False))[1]
-    mode = _IOLBF if placement_is_the_panels else _IONBF if unbuffered else _IOFBF
-    c_stdout = ctypes.c_void_p.in_dll(_libc, "stdout").value
-    if c_stdout:
-        _libc.setvbuf(c_stdout, None, mode, 0)
+    c_stdout = ctypes.c_void_p.in_dll(_libc, "stdout")
+    if placement_is_the_panels:
+        global echo_filter
+        block_size = os.fstat(1).st_blksize or 4096  # what glibc gives a stream on fd 1 (a pipe: 4096)
+        echo_filter = EchoFilter(block_size)
+        handle = _libc.fopencookie(None, b"w", _CookieFunctions(None, echo_filter.callback, None, None))
+        if handle:
+            buffer = ctypes.create_string_buffer(block_size)
+            _kept_alive.extend((echo_filter, buffer))
+            if unbuffered:
+                _libc.setvbuf(handle, None, _IONBF, 0)
+            else:
+                _libc.setvbuf(handle, buffer, _IOFBF, block_size)
+            c_stdout.value = handle
+            return
+        echo_filter = None
+    if c_stdout.value:
+        _libc.setvbuf(c_stdout.value, None, _IONBF if unbuffered else _IOFBF, 0)
 
 
 # -- its end -------------------------------------------------------------------------------------
@@ -259,6 +331,29 @@ def tensorflow_as_at_its_import() -> None:
 
 
 # -- TensorFlow, watched but not touched ------------------------------------------------------------
+def watch_placement_logging(ctx: JobContext, events_fd: int | None) -> None:
+    """A script that turns TensorFlow's placement log on itself (`tf.debugging.set_log_device_placement(True)`)
+    keeps its lines on its own streams, as bare, even where the profile turned it on too: TensorFlow's setter,
+    wrapped, tells the panel (`streams.scripts_placement_log`) and waits until the panel has read that, so every
+    placement line after it is read after it."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    original = cls.log_device_placement
+
+    def set_log_device_placement(self: Any, enable: Any) -> None:
+        if enable:
+            if echo_filter is not None:
+                echo_filter.filtering = False
+            with contextlib.suppress(Exception):  # the script's call goes on whatever happens to the report
+                ctx.emit(scripts_placement_log(ctx.job_id))
+                if events_fd is not None:
+                    wait_until_read(pipes=[events_fd])
+        original.fset(self, enable)
+
+    cls.log_device_placement = property(original.fget, set_log_device_placement, doc=original.__doc__)
+
+
 def watch_initialization(on_initialized: Callable[[], None]) -> None:
     """Call `on_initialized()` once, right after the script's first initialization of TensorFlow (its first
     op, device listing, strategy...). The watch is TensorFlow's own `ensure_initialized` wrapped until then,
