@@ -3,9 +3,10 @@
 CLI, stdout and stderr byte for byte in the run record, stderr byte for byte on the CLI once the panel's own
 lines are taken out, and the same exit status.
 
-Normalised, and nothing else: TensorFlow's C++ log lines in the bare run's stderr (`I0000 …` and the lines
-around them; through the panel TensorFlow is imported before the script, and its C++ log goes to the panel's
-own lines, shown with --verbose) and, for the graph error, TensorFlow's node numbering and timings."""
+Normalised, and nothing else: what TensorFlow's import and its first look at the devices print in the bare
+run's stderr (through the panel both happen before the script, on the panel's own lines, shown with
+--verbose), the time and thread of each line of TensorFlow's C++ log, and, for the graph error, TensorFlow's
+node numbering and timings. TensorFlow's C++ log during the script is on the script's stderr, as bare."""
 
 from __future__ import annotations
 
@@ -44,11 +45,16 @@ def user_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
 
 
-def bare(args: list[str], cwd: Path, cpp_log: bool = False) -> tuple[int, bytes, bytes]:
+def bare(args: list[str], cwd: Path, cpp_log: bool = True) -> tuple[int, bytes, bytes]:
     """`cpp_log`: the script's TensorFlow C++ log is kept, but for what TensorFlow's import printed."""
     done = subprocess.run([PYTHON, *args], cwd=cwd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
                           env=user_environment())
     return done.returncode, done.stdout, (IMPORT_LOG if cpp_log else CPP_LOG).sub(b"", done.stderr)
+
+
+def without_times(data: bytes) -> bytes:
+    """The time and thread id of each line of TensorFlow's C++ log taken out."""
+    return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
 
 
 def through_panel(args: list[str], cwd: Path, config: Path | None) -> tuple[int, bytes, bytes, bytes, bytes]:
@@ -76,10 +82,18 @@ def two_cpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def no_placement_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("profile") / "no-placement-log.json"
+    path.write_text(json.dumps({"version": 1, "log_placement": False}))
+    return path
+
+
 def compare(args: list[str], cwd: Path, config: Path | None, normalise=lambda data: data,
-            cpp_log: bool = False) -> None:
+            cpp_log: bool = True) -> None:
     status, out, err = bare(args, cwd, cpp_log)
     panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config)
+    normalise = (lambda given: lambda data: without_times(given(data)))(normalise)
     assert panel_status == status, panel_err.decode(errors="replace")
     assert normalise(panel_out) == normalise(out)
     assert normalise(record_out) == normalise(out)
@@ -120,7 +134,38 @@ def test_file_argv_handler_and_buffering_as_bare_with_dots_in_the_path(tmp_path:
 
 
 def test_a_script_that_turns_placement_logging_on_sees_tensorflows_lines_as_bare() -> None:
-    def normalise(data: bytes) -> bytes:  # the time and thread id of each C++ log line
-        return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
+    compare(["own_placement_log.py"], CORPUS, None)
 
-    compare(["own_placement_log.py"], CORPUS, None, normalise, cpp_log=True)
+
+@pytest.mark.parametrize("profile", ["default", "no-placement-log"])
+@pytest.mark.parametrize("end", ["", "os_exit"])
+def test_placement_lines_the_script_turned_on_come_as_bare_and_os_exit_loses_what_bare_loses(
+        end: str, profile: str, no_placement_log: Path) -> None:
+    # Bare into a pipe, the echo on C's stdout waits in C's buffer for the exit (os._exit loses it); the C++ log
+    # lines on stderr come right after the op, before what the script prints after it.
+    compare(["placement_echo.py", *([end] if end else [])], CORPUS,
+            no_placement_log if profile == "no-placement-log" else None)
+
+
+@pytest.mark.parametrize("profile", ["default", "no-placement-log"])
+@pytest.mark.parametrize("end", ["", "exit"])
+def test_c_stdio_is_the_scripts_own_in_order_and_buffered_as_bare(end: str, profile: str,
+                                                                  no_placement_log: Path) -> None:
+    # The default profile logs placements (C's stdout then leaves TensorFlow's echo out at each flush); the
+    # other gives the script C's own stdout untouched.
+    compare(["c_stdio.py", *([end] if end else [])], CORPUS,
+            no_placement_log if profile == "no-placement-log" else None)
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_tensorflows_logger_is_as_its_import_leaves_it(order: str) -> None:
+    # basicConfig before the import: no handler of TensorFlow's, each warning once; after: twice, as bare.
+    compare(["logging_order.py", order], CORPUS, None)
+
+
+def test_no_frame_of_the_panels_is_under_the_script() -> None:
+    compare(["frames.py"], CORPUS, None)
+
+
+def test_the_recursion_limit_is_the_interpreters_until_the_script_imports_tensorflow() -> None:
+    compare(["recursion_limit.py"], CORPUS, None)

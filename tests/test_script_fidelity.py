@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import signal
 import subprocess
 import sys
 import textwrap
+import zipapp
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -425,11 +428,25 @@ def test_stdout_and_stderr_keep_their_order(tmp_path: Path) -> None:
 
 
 # -- a script that cannot run at all ---------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["folder", "not-utf8", "syntax-error", "unreadable"])
+@pytest.mark.parametrize("case", ["folder", "zip", "symlink-loop", "bad-pyc", "not-utf8", "syntax-error",
+                                  "unreadable"])
 def test_a_script_that_cannot_run_is_one_line_and_exit_2_before_tensorflow(tmp_path: Path, case: str) -> None:
+    # Python's own reason where Python gives one: `python: can't find '__main__' module in '…'`, `can't open
+    # file '…': [Errno 40] Too many levels of symbolic links`, `RuntimeError: Bad magic number in .pyc file`.
     if case == "folder":
-        path, expected = tmp_path / "project", "is a folder"
+        path, expected = tmp_path / "project", "can't find '__main__' module in"
         path.mkdir()
+        (path / "helper.py").write_text("print(1)\n")
+    elif case == "zip":
+        path, expected = tmp_path / "app.pyz", "can't find '__main__' module in"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("helper.py", "print(1)\n")
+    elif case == "symlink-loop":
+        path, expected = tmp_path / "loop.py", "[Errno 40] Too many levels of symbolic links"
+        path.symlink_to(tmp_path / "loop.py")
+    elif case == "bad-pyc":
+        path, expected = tmp_path / "old.pyc", "RuntimeError: Bad magic number in .pyc file"
+        path.write_bytes(b"\0\0\0\0" + bytes(12) + b"junk")
     elif case == "not-utf8":
         path, expected = tmp_path / "latin.py", "latin.py, line 2: not valid UTF-8 (byte 0xe9 at column 12)"
         path.write_bytes(b"x = 1\nname = 'caf\xe9'\n")
@@ -449,6 +466,41 @@ def test_a_script_that_cannot_run_is_one_line_and_exit_2_before_tensorflow(tmp_p
     assert "runtime ready" not in done.stdout + done.stderr
     (summary,) = RunHistory().summaries()
     assert summary.status == "error" and expected in summary.error.message
+
+
+@pytest.mark.parametrize("case", ["pyc", "folder", "zip-app"])
+def test_what_python_runs_run_script_runs(tmp_path: Path, case: str) -> None:
+    # A compiled .pyc, a folder with __main__.py (runpy's frames under the script's, as bare) and a zip
+    # application: the same output, traceback and status as `python FILE`.
+    body = textwrap.dedent("""
+        import sys, traceback
+        import helper
+        print(__name__, __file__.replace(sys.path[0], "<root>"), __package__, sys.argv[1:], helper.VALUE)
+        traceback.print_stack()
+        raise SystemExit(4)
+    """)
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "helper.py").write_text("VALUE = 42\n")
+    (source / "__main__.py").write_text(body)
+    if case == "pyc":
+        path = tmp_path / "compiled" / "main.pyc"
+        path.parent.mkdir()
+        py_compile.compile(str(source / "__main__.py"), cfile=str(path), dfile="main.py", doraise=True)
+        (path.parent / "helper.py").write_text("VALUE = 42\n")
+    elif case == "folder":
+        path = source
+    else:
+        path = tmp_path / "app.pyz"
+        zipapp.create_archive(source, path)
+    bare = subprocess.run([sys.executable, str(path), "an argument"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={path}",
+                           "-p", "args='an argument'"], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bare.returncode == 4 and done.returncode == 4, done.stderr
+    assert done.stdout == bare.stdout and "helper" not in bare.stderr
+    assert bare.stderr in done.stderr  # the same stack (runpy's frames for a folder or zip file, as bare)
 
 
 def test_a_latin1_script_that_declares_its_encoding_runs(tmp_path: Path) -> None:

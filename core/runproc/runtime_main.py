@@ -570,6 +570,8 @@ def exit_with(status: int, events_fd: int | None) -> None:
     if shutdown_threads is not None:
         shutdown_threads()
     atexit._run_exitfuncs()
+    if script_job is not None:
+        script_job.clear_main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

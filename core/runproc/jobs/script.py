@@ -270,6 +270,24 @@ def report_uncaught(exc: BaseException) -> str:
     return tee.copy.getvalue()
 
 
+scripts_main: list[types.ModuleType] = []  # the script's `__main__`, once it is
+
+
+def clear_main() -> None:
+    """What the interpreter's finalization does to `__main__` after atexit (`_PyModule_ClearDict`): its names
+    set to None, those starting with one underscore first, `__builtins__` left, so the `__del__` of what only
+    they held runs, and prints, as bare. The rest of the teardown (TensorFlow's modules) is skipped."""
+    if not scripts_main:
+        return
+    names = scripts_main[0].__dict__
+    with contextlib.suppress(Exception):
+        for first in (True, False):
+            for name in list(names):
+                if isinstance(name, str) and name != "__builtins__" and \
+                        (not first or (name.startswith("_") and not name.startswith("__"))):
+                    names[name] = None
+
+
 # -- TensorFlow's Python logger ----------------------------------------------------------------------
 class _FirstImport(importlib.machinery.ModuleSpec):
     """The class a module spec of TensorFlow's (or Keras's) takes until the script first imports one of them: the
@@ -564,6 +582,7 @@ def _become_main(prepared: Prepared) -> None:
     # `__main__` of its import (the panel's), and a pool's result thread finds the script's classes there; a
     # spawned or forkserver child re-runs the script from `__file__`, as it does bare.
     sys.modules["__main__"] = sys.modules["__mp_main__"] = prepared.main
+    scripts_main[:] = [prepared.main]
     sys.argv = list(prepared.argv)
     sys.executable = python_as_typed(sys.executable)
     sys.orig_argv = [sys.executable, *prepared.argv]
