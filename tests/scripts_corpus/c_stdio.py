@@ -15,4 +15,4 @@ print("python 3", flush=True)
 libc.printf(b"C printf, flushed at the exit, after Python's own buffer\n")
 print("python 4")
 if sys.argv[1:] == ["exit"]:
-    sys.exit("leaving by sys.exit: C's stdout is flushed before Python's buffer")
+    sys.exit("leaving by sys.exit: Python's buffer flushed, then C's")

@@ -5,7 +5,7 @@ import sys
 
 if sys.argv[1] == "before":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s [%(name)s] %(message)s")
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 if sys.argv[1] == "after":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s [%(name)s] %(message)s")

@@ -629,7 +629,6 @@ def outcome(ctx: JobContext, prepared: Prepared, signals: _Signals) -> Callable[
     if prepared.end.cancelled_before:
         failure = JobCancelled("cancelled before the script started")
     elif isinstance(exc, SystemExit):
-        _libc.fflush(ctypes.c_void_p.in_dll(_libc, "stdout"))  # as Python does first for SystemExit
         status = exit_status(exc.code)
         if status != 0:
             failure = ScriptExit(status, "ScriptExit", f"{file.name} exited with status {status}")
