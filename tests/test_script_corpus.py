@@ -169,6 +169,10 @@ def test_tensorflows_logger_is_as_its_import_leaves_it(order: str) -> None:
     compare(["logging_order.py", order], CORPUS, None, normalise)
 
 
+def test_a_v1_sessions_placement_log_under_the_profiles_is_the_panels() -> None:
+    compare(["session_v1.py"], CORPUS, None)
+
+
 def test_no_frame_of_the_panels_is_under_the_script() -> None:
     compare(["frames.py"], CORPUS, None)
 

@@ -38,7 +38,10 @@ PANELS_PLACEMENT_STEP = "set_log_device_placement(True)"
 # and the seconds since the epoch, then the thread and placer.cc or execute.cc): on a script's stderr, only
 # this exact shape is taken for TensorFlow's. Its echo on stdout is the run process's to take out
 # (core.runproc.jobs.script.give_script_its_fds).
-_TF_PLACEMENT_LINE = re.compile(rb"^I0000 00:00:\d+\.\d+ +\d+ (?:placer|execute)\.cc:\d+\] ")
+_TF_PLACEMENT_LINE = re.compile(rb"^I0000 00:00:\d+\.\d+ +\d+ (?:placer\.cc:\d+\] |execute\.cc:\d+\] "
+                                rb"|direct_session\.cc:\d+\] Device mapping:)")
+# The lines that continue a Session's "Device mapping:" (one a device: `/job:…/device:GPU:0 -> device: 0, …`).
+_MAPPING_LINE = re.compile(rb"^/job:[\w-]+/replica:\d+/task:\d+/device:\w+:\d+ -> ")
 
 PANEL = "panel"  # a Log event's stream when the panel says the line itself
 
@@ -176,6 +179,7 @@ class StreamDemux:
         # The run's placement log is the profile's (its `warm` event says it applied it): TensorFlow's placement
         # lines are then taken out of a script's own streams (they stay the panel's).
         self._placement_is_the_panels = False
+        self._in_mapping = False  # within the lines of a Session's "Device mapping:" on a script's stderr
 
     def buffered_bytes(self, stream: str) -> int:
         """How much of `stream`'s open line is held (bounded by the line cap for output streams)."""
@@ -315,7 +319,7 @@ class StreamDemux:
             last_piece = lines[-1]
         else:
             last_piece = None
-        if lines and stream == STDERR and (b".cc:" in data or b".cc:" in lines[0]):
+        if lines and stream == STDERR and (b".cc:" in data or b".cc:" in lines[0] or self._in_mapping):
             lines = self._placements(lines)
             if last_piece is not None and (not lines or lines[-1] is not last_piece):
                 last_piece = None
@@ -342,8 +346,18 @@ class StreamDemux:
         that stay the script's (all of them, unless the placement log is the profile's)."""
         kept: list[bytes] = []
         for raw in lines:
+            if self._in_mapping and _MAPPING_LINE.match(raw):
+                if not self._placement_is_the_panels:
+                    kept.append(raw)
+                continue
+            self._in_mapping = False
             if not _TF_PLACEMENT_LINE.match(raw):
                 kept.append(raw)
+                continue
+            if b"Device mapping:" in raw:  # the placement log's account of a Session's devices
+                self._in_mapping = True
+                if not self._placement_is_the_panels:
+                    kept.append(raw)
                 continue
             line = raw.decode("utf-8", errors="replace")
             _, placed = output_lines.parse_line(line, STDERR)
