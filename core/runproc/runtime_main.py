@@ -527,8 +527,21 @@ def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
         finally:
             stop_memory()
 
+    run_pid = os.getpid()
+
     def finish(outcome: Callable[[], Any]) -> None:
-        """After the script's module code, at the interpreter's top level: the run's end, then the process's."""
+        """After the script's module code, at the interpreter's top level: the run's end, then the process's.
+        A child the script forked that ran on to the end of the script ends as a bare one would, telling the
+        panel nothing."""
+        if os.getpid() != run_pid:
+            try:
+                outcome()
+                status = 0
+            except ScriptExit as exc:
+                status = exc.code
+            except BaseException:
+                status = -signal.SIGINT
+            exit_with(status, None)
         try:
             status = run.conclude(outcome)
         finally:

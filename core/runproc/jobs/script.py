@@ -633,7 +633,6 @@ def outcome(ctx: JobContext, prepared: Prepared, signals: _Signals) -> Callable[
         if status != 0:
             failure = ScriptExit(status, "ScriptExit", f"{file.name} exited with status {status}")
     elif isinstance(exc, KeyboardInterrupt) and ctx.cancel_requested.is_set():
-        report_uncaught(exc)  # printed as bare Ctrl+C prints it
         failure = exc  # the user's Ctrl+C (Stop): the run is cancelled
     elif exc is not None:
         text = report_uncaught(exc)
