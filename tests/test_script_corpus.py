@@ -40,15 +40,17 @@ PANEL_LINE = re.compile(rb"^(?:\xe2\x80\xa6 .*|runtime ready: .*|  placed .*|  \
                         rb"placements: .*|status: .*|error: .*|runtime exited .*)\n", re.M)
 
 
-def user_environment() -> dict[str, str]:
-    """As a user's shell has it: stdout buffered by blocks into a pipe."""
-    return {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+def user_environment(unbuffered: bool = False) -> dict[str, str]:
+    """As a user's shell has it: stdout buffered by blocks into a pipe (or, `unbuffered`, with PYTHONUNBUFFERED=1,
+    as many containers set it: Python's streams and C's stdio unbuffered)."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    return {**environment, "PYTHONUNBUFFERED": "1"} if unbuffered else environment
 
 
-def bare(args: list[str], cwd: Path, cpp_log: bool = True) -> tuple[int, bytes, bytes]:
+def bare(args: list[str], cwd: Path, cpp_log: bool = True, unbuffered: bool = False) -> tuple[int, bytes, bytes]:
     """`cpp_log`: the script's TensorFlow C++ log is kept, but for what TensorFlow's import printed."""
     done = subprocess.run([PYTHON, *args], cwd=cwd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env=user_environment())
+                          env=user_environment(unbuffered))
     return done.returncode, done.stdout, (IMPORT_LOG if cpp_log else CPP_LOG).sub(b"", done.stderr)
 
 
@@ -57,14 +59,15 @@ def without_times(data: bytes) -> bytes:
     return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
 
 
-def through_panel(args: list[str], cwd: Path, config: Path | None) -> tuple[int, bytes, bytes, bytes, bytes]:
+def through_panel(args: list[str], cwd: Path, config: Path | None,
+                  unbuffered: bool = False) -> tuple[int, bytes, bytes, bytes, bytes]:
     """(status, CLI stdout, CLI stderr without the panel's lines, the record's stdout, the record's stderr)."""
     command = [sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={args[0]}"]
     if args[1:]:
         command += ["-p", "args=" + shlex.join(args[1:])]
     if config is not None:
         command += ["--config", str(config)]
-    env = {**user_environment(), "PYTHONPATH": str(ROOT)}
+    env = {**user_environment(unbuffered), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=cwd, capture_output=True, timeout=180, env=env)
     history = RunHistory()
     run_id = history.summaries(limit=1)[0].run_id
@@ -90,9 +93,9 @@ def no_placement_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def compare(args: list[str], cwd: Path, config: Path | None, normalise=lambda data: data,
-            cpp_log: bool = True) -> None:
-    status, out, err = bare(args, cwd, cpp_log)
-    panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config)
+            cpp_log: bool = True, unbuffered: bool = False) -> None:
+    status, out, err = bare(args, cwd, cpp_log, unbuffered)
+    panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config, unbuffered)
     normalise = (lambda given: lambda data: without_times(given(data)))(normalise)
     assert panel_status == status, panel_err.decode(errors="replace")
     assert normalise(panel_out) == normalise(out)
@@ -140,24 +143,27 @@ def test_a_script_that_turns_placement_logging_on_sees_tensorflows_lines_as_bare
     compare(["own_placement_log.py"], CORPUS, None)
 
 
+@pytest.mark.parametrize("buffering", ["blocks", "unbuffered"])
 @pytest.mark.parametrize("profile", ["default", "no-placement-log"])
 @pytest.mark.parametrize("end", ["", "os_exit"])
 def test_placement_lines_the_script_turned_on_come_as_bare_and_os_exit_loses_what_bare_loses(
-        end: str, profile: str, no_placement_log: Path) -> None:
-    # Bare into a pipe, the echo on C's stdout waits in C's buffer for the exit (os._exit loses it); the C++ log
-    # lines on stderr come right after the op, before what the script prints after it.
+        end: str, profile: str, buffering: str, no_placement_log: Path) -> None:
+    # Bare into a pipe, the echo on C's stdout waits in C's buffer for the exit (os._exit loses it); with
+    # PYTHONUNBUFFERED=1 it comes right after the op, before what the script prints next, and os._exit keeps it.
+    # The C++ log lines on stderr come right after the op either way.
     compare(["placement_echo.py", *([end] if end else [])], CORPUS,
-            no_placement_log if profile == "no-placement-log" else None)
+            no_placement_log if profile == "no-placement-log" else None, unbuffered=buffering == "unbuffered")
 
 
+@pytest.mark.parametrize("buffering", ["blocks", "unbuffered"])
 @pytest.mark.parametrize("profile", ["default", "no-placement-log"])
 @pytest.mark.parametrize("end", ["", "exit"])
-def test_c_stdio_is_the_scripts_own_in_order_and_buffered_as_bare(end: str, profile: str,
+def test_c_stdio_is_the_scripts_own_in_order_and_buffered_as_bare(end: str, profile: str, buffering: str,
                                                                   no_placement_log: Path) -> None:
     # The default profile logs placements (C's stdout then leaves TensorFlow's echo out at each flush); the
     # other gives the script C's own stdout untouched.
     compare(["c_stdio.py", *([end] if end else [])], CORPUS,
-            no_placement_log if profile == "no-placement-log" else None)
+            no_placement_log if profile == "no-placement-log" else None, unbuffered=buffering == "unbuffered")
 
 
 @pytest.mark.parametrize("order", ["before", "after"])
