@@ -6,14 +6,17 @@ Started (in a fork of `core.runproc.supervisor`) by `core.client.runtime.Runtime
 the configuration, says `warm`, and waits for ONE command on the commands pipe:
 - `run`: initialize TensorFlow (its devices go out as `ready`), run the job on this main thread, exit with
   the job's status through a normal interpreter exit (atexit handlers run); a user's `script` gets TensorFlow
-  configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`);
+  configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`),
+  and the script runs at the interpreter's top level, the run having left every frame of its own for it
+  (`script.hand_over`), as the outermost frame;
 - `describe`: initialize, report the devices, exit;
 - end of file (the panel discarded this spare, or is gone): exit 0 at once.
 
 Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there); a
 user's script gets pipes of its own as its fds 1 and 2 (`--script-stdout-fd`, `--script-stderr-fd`), copied byte
-for byte, while TensorFlow's C++ output stays on the process's first stdout and stderr
-(`script.give_script_its_fds`). Nothing is ever written into them but what TensorFlow and the job print.
+for byte, C's `stdout` and `stderr` (TensorFlow's C++ log and placement echo) writing to them as bare
+(`script.give_script_its_fds`); before that, what TensorFlow's import printed is on the process's first stdout
+and stderr. Nothing is ever written into them but what TensorFlow and the job print.
 """
 
 from __future__ import annotations
@@ -573,8 +576,9 @@ def exit_with(status: int, events_fd: int | None) -> None:
     """Leave as the interpreter does at exit, as far as a job can tell: wait for its non-daemon threads, run
     its atexit handlers, flush every buffer (C stdio too: TensorFlow's stdout copies of placer lines), then
     exit with `status`; a negative status ends the process by that signal, as Python does after an uncaught
-    KeyboardInterrupt. What is skipped is the interpreter's own teardown of TensorFlow's modules, which
-    took 1.5 s after every run and is invisible to the job.
+    KeyboardInterrupt. A script's `__main__` globals are cleared as finalization clears them (their `__del__`
+    runs); what is skipped is the rest of the interpreter's teardown (TensorFlow's modules), which took 1.5 s
+    after every run: what that teardown would print is missing (docs/runs.md, "What differs").
 
     Last, the status goes out as an `exiting` event and the pipes are closed: the client has the whole run
     (every byte, every event, the status) at end of file, without waiting for the kernel to tear down
