@@ -16,9 +16,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, process_gone, wait_until
+from helpers import ROOT, collect_job, output_lines, process_gone, wait_until
+from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.protocol import events
@@ -528,3 +530,42 @@ def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) ->
     panel.on_events(seen[ready + 1:])  # as the window hands them on after the run's ready report
     assert len(panel.canvas.current_map().arrows) == 1
     assert panel.canvas.current_map().segment("/CPU:0") is not None
+
+
+FRAMES = """
+    import inspect, sys, warnings
+    deepest = 0
+    def deeper(depth):
+        global deepest
+        deepest = depth
+        deeper(depth + 1)
+    try:
+        deeper(1)
+    except RecursionError:
+        pass
+    print("frames", len(inspect.stack()), sys._getframe().f_back, "depth", deepest, sys.getrecursionlimit())
+    warnings.warn("top", stacklevel=2)
+"""
+
+
+def test_a_script_forked_from_the_zygote_runs_as_the_outermost_frame(tmp_path: Path) -> None:
+    # The window's runs are forks of the zygote (TensorFlow imported there): the hand-over to the interpreter's top
+    # level passes the zygote's frames too, and the script has none of the panel's under it.
+    script = write(tmp_path, FRAMES)
+    bare = bare_run(script, tmp_path)
+    first = RuntimeProcess(DeviceConfig())
+    first.start()
+    first.stop()
+    assert zygote.wait_until_ready(180), "the zygote did not import TensorFlow"
+    runtime = RuntimeProcess(DeviceConfig())
+    runtime.start()
+    try:
+        runtime.wait_ready()
+        seen = collect_job(runtime, runtime.submit("script", {"path": str(script)}))
+    finally:
+        runtime.stop()
+    assert runtime.forked
+    assert output_lines(seen)[:1] == bare.stdout.splitlines() == ["frames 1 None depth 999 1000"]
+    stderr = "".join(e.raw.decode() for e in seen
+                     if isinstance(e, events.Log) and e.source == "script" and e.stream == "stderr" and e.raw)
+    assert stderr == bare.stderr == "sys:1: UserWarning: top\n"
