@@ -3,9 +3,10 @@
 CLI, stdout and stderr byte for byte in the run record, stderr byte for byte on the CLI once the panel's own
 lines are taken out, and the same exit status.
 
-Normalised, and nothing else: TensorFlow's C++ log lines in the bare run's stderr (`I0000 …` and the lines
-around them; through the panel TensorFlow is imported before the script, and its C++ log goes to the panel's
-own lines, shown with --verbose) and, for the graph error, TensorFlow's node numbering and timings."""
+Normalised, and nothing else: what TensorFlow's import and its first look at the devices print in the bare
+run's stderr (through the panel both happen before the script, on the panel's own lines, shown with
+--verbose), the time and thread of each line of TensorFlow's C++ log, and, for the graph error, TensorFlow's
+node numbering and timings. TensorFlow's C++ log during the script is on the script's stderr, as bare."""
 
 from __future__ import annotations
 
@@ -39,26 +40,34 @@ PANEL_LINE = re.compile(rb"^(?:\xe2\x80\xa6 .*|runtime ready: .*|  placed .*|  \
                         rb"placements: .*|status: .*|error: .*|runtime exited .*)\n", re.M)
 
 
-def user_environment() -> dict[str, str]:
-    """As a user's shell has it: stdout buffered by blocks into a pipe."""
-    return {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+def user_environment(unbuffered: bool = False) -> dict[str, str]:
+    """As a user's shell has it: stdout buffered by blocks into a pipe (or, `unbuffered`, with PYTHONUNBUFFERED=1,
+    as many containers set it: Python's streams and C's stdio unbuffered)."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    return {**environment, "PYTHONUNBUFFERED": "1"} if unbuffered else environment
 
 
-def bare(args: list[str], cwd: Path, cpp_log: bool = False) -> tuple[int, bytes, bytes]:
+def bare(args: list[str], cwd: Path, cpp_log: bool = True, unbuffered: bool = False) -> tuple[int, bytes, bytes]:
     """`cpp_log`: the script's TensorFlow C++ log is kept, but for what TensorFlow's import printed."""
     done = subprocess.run([PYTHON, *args], cwd=cwd, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env=user_environment())
+                          env=user_environment(unbuffered))
     return done.returncode, done.stdout, (IMPORT_LOG if cpp_log else CPP_LOG).sub(b"", done.stderr)
 
 
-def through_panel(args: list[str], cwd: Path, config: Path | None) -> tuple[int, bytes, bytes, bytes, bytes]:
+def without_times(data: bytes) -> bytes:
+    """The time and thread id of each line of TensorFlow's C++ log taken out."""
+    return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
+
+
+def through_panel(args: list[str], cwd: Path, config: Path | None,
+                  unbuffered: bool = False) -> tuple[int, bytes, bytes, bytes, bytes]:
     """(status, CLI stdout, CLI stderr without the panel's lines, the record's stdout, the record's stderr)."""
     command = [sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={args[0]}"]
     if args[1:]:
         command += ["-p", "args=" + shlex.join(args[1:])]
     if config is not None:
         command += ["--config", str(config)]
-    env = {**user_environment(), "PYTHONPATH": str(ROOT)}
+    env = {**user_environment(unbuffered), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=cwd, capture_output=True, timeout=180, env=env)
     history = RunHistory()
     run_id = history.summaries(limit=1)[0].run_id
@@ -76,10 +85,18 @@ def two_cpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def no_placement_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("profile") / "no-placement-log.json"
+    path.write_text(json.dumps({"version": 1, "log_placement": False}))
+    return path
+
+
 def compare(args: list[str], cwd: Path, config: Path | None, normalise=lambda data: data,
-            cpp_log: bool = False) -> None:
-    status, out, err = bare(args, cwd, cpp_log)
-    panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config)
+            cpp_log: bool = True, unbuffered: bool = False) -> None:
+    status, out, err = bare(args, cwd, cpp_log, unbuffered)
+    panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config, unbuffered)
+    normalise = (lambda given: lambda data: without_times(given(data)))(normalise)
     assert panel_status == status, panel_err.decode(errors="replace")
     assert normalise(panel_out) == normalise(out)
     assert normalise(record_out) == normalise(out)
@@ -108,6 +125,9 @@ def test_tensorflows_python_log_and_warnings_print_as_bare_and_placements_stay_t
 
 def test_a_graph_errors_defined_at_stack_and_traceback_show_the_scripts_frames_only() -> None:
     def normalise(data: bytes) -> bytes:
+        # and the line TensorFlow's teardown logs at a bare run's exit (the panel skips that teardown)
+        data = re.sub(rb"^W\d{4} .* local_rendezvous.cc:\d+\] Local rendezvous is aborting with status: ABORTED: "
+                      rb"Shutdown\n", b"", data, flags=re.M)
         return re.sub(rb"__inference_take_\d+|node [\w/]+ defined at", b"N", data)
 
     compare(["graph_error.py"], CORPUS, None, normalise)
@@ -120,7 +140,48 @@ def test_file_argv_handler_and_buffering_as_bare_with_dots_in_the_path(tmp_path:
 
 
 def test_a_script_that_turns_placement_logging_on_sees_tensorflows_lines_as_bare() -> None:
-    def normalise(data: bytes) -> bytes:  # the time and thread id of each C++ log line
-        return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
+    compare(["own_placement_log.py"], CORPUS, None)
 
-    compare(["own_placement_log.py"], CORPUS, None, normalise, cpp_log=True)
+
+@pytest.mark.parametrize("buffering", ["blocks", "unbuffered"])
+@pytest.mark.parametrize("profile", ["default", "no-placement-log"])
+@pytest.mark.parametrize("end", ["", "os_exit"])
+def test_placement_lines_the_script_turned_on_come_as_bare_and_os_exit_loses_what_bare_loses(
+        end: str, profile: str, buffering: str, no_placement_log: Path) -> None:
+    # Bare into a pipe, the echo on C's stdout waits in C's buffer for the exit (os._exit loses it); with
+    # PYTHONUNBUFFERED=1 it comes right after the op, before what the script prints next, and os._exit keeps it.
+    # The C++ log lines on stderr come right after the op either way.
+    compare(["placement_echo.py", *([end] if end else [])], CORPUS,
+            no_placement_log if profile == "no-placement-log" else None, unbuffered=buffering == "unbuffered")
+
+
+@pytest.mark.parametrize("buffering", ["blocks", "unbuffered"])
+@pytest.mark.parametrize("profile", ["default", "no-placement-log"])
+@pytest.mark.parametrize("end", ["", "exit"])
+def test_c_stdio_is_the_scripts_own_in_order_and_buffered_as_bare(end: str, profile: str, buffering: str,
+                                                                  no_placement_log: Path) -> None:
+    # The default profile logs placements (C's stdout then leaves TensorFlow's echo out at each flush); the
+    # other gives the script C's own stdout untouched.
+    compare(["c_stdio.py", *([end] if end else [])], CORPUS,
+            no_placement_log if profile == "no-placement-log" else None, unbuffered=buffering == "unbuffered")
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_tensorflows_logger_is_as_its_import_leaves_it(order: str) -> None:
+    # basicConfig before the import: no handler of TensorFlow's, each warning once; after: twice, as bare.
+    def normalise(data: bytes) -> bytes:  # the traced function's address
+        return re.sub(rb"0x[0-9a-f]+", b"0x...", data)
+
+    compare(["logging_order.py", order], CORPUS, None, normalise)
+
+
+def test_a_v1_sessions_placement_log_under_the_profiles_is_the_panels() -> None:
+    compare(["session_v1.py"], CORPUS, None)
+
+
+def test_no_frame_of_the_panels_is_under_the_script() -> None:
+    compare(["frames.py"], CORPUS, None)
+
+
+def test_the_recursion_limit_is_the_interpreters_until_the_script_imports_tensorflow() -> None:
+    compare(["recursion_limit.py"], CORPUS, None)

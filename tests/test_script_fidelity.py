@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import signal
 import subprocess
 import sys
 import textwrap
+import zipapp
+import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, process_gone, wait_until
+from helpers import ROOT, collect_job, output_lines, process_gone, wait_until
+from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.protocol import events
@@ -425,11 +430,25 @@ def test_stdout_and_stderr_keep_their_order(tmp_path: Path) -> None:
 
 
 # -- a script that cannot run at all ---------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["folder", "not-utf8", "syntax-error", "unreadable"])
+@pytest.mark.parametrize("case", ["folder", "zip", "symlink-loop", "bad-pyc", "not-utf8", "syntax-error",
+                                  "unreadable"])
 def test_a_script_that_cannot_run_is_one_line_and_exit_2_before_tensorflow(tmp_path: Path, case: str) -> None:
+    # Python's own reason where Python gives one: `python: can't find '__main__' module in '…'`, `can't open
+    # file '…': [Errno 40] Too many levels of symbolic links`, `RuntimeError: Bad magic number in .pyc file`.
     if case == "folder":
-        path, expected = tmp_path / "project", "is a folder"
+        path, expected = tmp_path / "project", "can't find '__main__' module in"
         path.mkdir()
+        (path / "helper.py").write_text("print(1)\n")
+    elif case == "zip":
+        path, expected = tmp_path / "app.pyz", "can't find '__main__' module in"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("helper.py", "print(1)\n")
+    elif case == "symlink-loop":
+        path, expected = tmp_path / "loop.py", "[Errno 40] Too many levels of symbolic links"
+        path.symlink_to(tmp_path / "loop.py")
+    elif case == "bad-pyc":
+        path, expected = tmp_path / "old.pyc", "RuntimeError: Bad magic number in .pyc file"
+        path.write_bytes(b"\0\0\0\0" + bytes(12) + b"junk")
     elif case == "not-utf8":
         path, expected = tmp_path / "latin.py", "latin.py, line 2: not valid UTF-8 (byte 0xe9 at column 12)"
         path.write_bytes(b"x = 1\nname = 'caf\xe9'\n")
@@ -449,6 +468,41 @@ def test_a_script_that_cannot_run_is_one_line_and_exit_2_before_tensorflow(tmp_p
     assert "runtime ready" not in done.stdout + done.stderr
     (summary,) = RunHistory().summaries()
     assert summary.status == "error" and expected in summary.error.message
+
+
+@pytest.mark.parametrize("case", ["pyc", "folder", "zip-app"])
+def test_what_python_runs_run_script_runs(tmp_path: Path, case: str) -> None:
+    # A compiled .pyc, a folder with __main__.py (runpy's frames under the script's, as bare) and a zip
+    # application: the same output, traceback and status as `python FILE`.
+    body = textwrap.dedent("""
+        import sys, traceback
+        import helper
+        print(__name__, __file__.replace(sys.path[0], "<root>"), __package__, sys.argv[1:], helper.VALUE)
+        traceback.print_stack()
+        raise SystemExit(4)
+    """)
+    source = tmp_path / "project"
+    source.mkdir()
+    (source / "helper.py").write_text("VALUE = 42\n")
+    (source / "__main__.py").write_text(body)
+    if case == "pyc":
+        path = tmp_path / "compiled" / "main.pyc"
+        path.parent.mkdir()
+        py_compile.compile(str(source / "__main__.py"), cfile=str(path), dfile="main.py", doraise=True)
+        (path.parent / "helper.py").write_text("VALUE = 42\n")
+    elif case == "folder":
+        path = source
+    else:
+        path = tmp_path / "app.pyz"
+        zipapp.create_archive(source, path)
+    bare = subprocess.run([sys.executable, str(path), "an argument"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={path}",
+                           "-p", "args='an argument'"], capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bare.returncode == 4 and done.returncode == 4, done.stderr
+    assert done.stdout == bare.stdout and "helper" not in bare.stderr
+    assert bare.stderr in done.stderr  # the same stack (runpy's frames for a folder or zip file, as bare)
 
 
 def test_a_latin1_script_that_declares_its_encoding_runs(tmp_path: Path) -> None:
@@ -476,3 +530,42 @@ def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) ->
     panel.on_events(seen[ready + 1:])  # as the window hands them on after the run's ready report
     assert len(panel.canvas.current_map().arrows) == 1
     assert panel.canvas.current_map().segment("/CPU:0") is not None
+
+
+FRAMES = """
+    import inspect, sys, warnings
+    deepest = 0
+    def deeper(depth):
+        global deepest
+        deepest = depth
+        deeper(depth + 1)
+    try:
+        deeper(1)
+    except RecursionError:
+        pass
+    print("frames", len(inspect.stack()), sys._getframe().f_back, "depth", deepest, sys.getrecursionlimit())
+    warnings.warn("top", stacklevel=2)
+"""
+
+
+def test_a_script_forked_from_the_zygote_runs_as_the_outermost_frame(tmp_path: Path) -> None:
+    # The window's runs are forks of the zygote (TensorFlow imported there): the hand-over to the interpreter's top
+    # level passes the zygote's frames too, and the script has none of the panel's under it.
+    script = write(tmp_path, FRAMES)
+    bare = bare_run(script, tmp_path)
+    first = RuntimeProcess(DeviceConfig())
+    first.start()
+    first.stop()
+    assert zygote.wait_until_ready(180), "the zygote did not import TensorFlow"
+    runtime = RuntimeProcess(DeviceConfig())
+    runtime.start()
+    try:
+        runtime.wait_ready()
+        seen = collect_job(runtime, runtime.submit("script", {"path": str(script)}))
+    finally:
+        runtime.stop()
+    assert runtime.forked
+    assert output_lines(seen)[:1] == bare.stdout.splitlines() == ["frames 1 None depth 999 1000"]
+    stderr = "".join(e.raw.decode() for e in seen
+                     if isinstance(e, events.Log) and e.source == "script" and e.stream == "stderr" and e.raw)
+    assert stderr == bare.stderr == "sys:1: UserWarning: top\n"

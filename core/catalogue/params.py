@@ -5,6 +5,7 @@ Device names, paths and lists of items are checked here, before any process star
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -74,8 +75,15 @@ def path_problem(text: str) -> str | None:
         user = text.strip().split("/")[0]
         return f"{quote(text)}: {quote(user)} names no user of this machine, so it has no home folder; check the path"
     try:
+        os.stat(file)
+    except OSError as exc:  # Python's own words for what it cannot open (a symlink loop: "[Errno 40] Too many …")
+        if exc.errno != errno.ENOENT:
+            return f"{quote(text)}: can't open file: [Errno {exc.errno}] {exc.strerror or exc}"
+    try:
         if not file.exists():
             return f"{quote(text)} does not exist (looked in {quote(str(Path.cwd()))}); check the path"
+        if file.is_dir():
+            return None  # what `python FOLDER` runs: its `__main__` (core.catalogue.script_checks)
         if not file.is_file():
             return f"{quote(text)} is not a file"
     except OSError as exc:  # a name too long for the file system, a permission denied on a folder

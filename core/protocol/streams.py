@@ -32,6 +32,27 @@ OUTPUT_STREAMS = frozenset({STDOUT, STDERR})
 LINE_CAP_BYTES = 8 * 1024 * 1024  # an output line longer than this keeps its first and last half of it
 LIVE_WINDOW_BYTES = 64 * 1024      # a partial line's live state is drawn from at most its last this many bytes
 
+# The step a run's `warm` event lists when the profile turned TensorFlow's placement log on (core.config.steps).
+PANELS_PLACEMENT_STEP = "set_log_device_placement(True)"
+# A line of TensorFlow's placement log in its C++ log (absl's prefix as TensorFlow's log has it, `I0000 00:00:`
+# and the seconds since the epoch, then the thread and placer.cc or execute.cc): on a script's stderr, only
+# this exact shape is taken for TensorFlow's. Its echo on stdout is the run process's to take out
+# (core.runproc.jobs.script.give_script_its_fds).
+_TF_PLACEMENT_LINE = re.compile(rb"^I0000 00:00:\d+\.\d+ +\d+ (?:placer\.cc:\d+\] |execute\.cc:\d+\] "
+                                rb"|direct_session\.cc:\d+\] Device mapping:)")
+# The lines that continue a Session's "Device mapping:" (one a device: `/job:…/device:GPU:0 -> device: 0, …`).
+_MAPPING_LINE = re.compile(rb"^/job:[\w-]+/replica:\d+/task:\d+/device:\w+:\d+ -> ")
+
+PANEL = "panel"  # a Log event's stream when the panel says the line itself
+
+
+def scripts_placement_log(job_id: str | None) -> Log:
+    """What the run process says when a script turns TensorFlow's placement log on itself: from then on the
+    placement lines on its streams stay there, as bare (`StreamDemux`)."""
+    return Log(stream=PANEL, kind=output_lines.PLACEMENT, job_id=job_id,
+               text="your script turned TensorFlow's placement log on: its lines are on your streams, as bare")
+
+
 KEPT_LINES = 40  # `on_line` sees at most this many lines of a block of plain output (the client keeps the last)
 
 # Anything in a block of lines that `output_lines.parse_line` could take for more than plain output. A block
@@ -155,6 +176,10 @@ class StreamDemux:
         self.closing: list[Event] = []
         self._stderr_kind = ""  # the kind of the C++ message whose unprefixed continuation lines may follow
         self._stderr_tf = False  # that message was TensorFlow's C++ log (its continuation lines are too)
+        # The run's placement log is the profile's (its `warm` event says it applied it): TensorFlow's placement
+        # lines are then taken out of a script's own streams (they stay the panel's).
+        self._placement_is_the_panels = False
+        self._in_mapping = False  # within the lines of a Session's "Device mapping:" on a script's stderr
 
     def buffered_bytes(self, stream: str) -> int:
         """How much of `stream`'s open line is held (bounded by the line cap for output streams)."""
@@ -222,6 +247,10 @@ class StreamDemux:
             event = event_from_json(json.loads(raw))
         except (ValueError, KeyError) as exc:
             event = Log(stream=EVENTS, kind=output_lines.ERROR, text=f"unreadable event ({exc}): {raw[:200]!r}")
+        if isinstance(event, events.Warm):
+            self._placement_is_the_panels = PANELS_PLACEMENT_STEP in event.applied
+        elif isinstance(event, Log) and event.stream == PANEL and event.kind == output_lines.PLACEMENT:
+            self._placement_is_the_panels = False  # the script turned it on too: bare, it sees the lines
         if isinstance(event, events.JOB_CLOSING) and event.job_id:
             self.closing.append(event)
         else:
@@ -263,11 +292,15 @@ class StreamDemux:
             self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id(),
                               source=output_lines.TENSORFLOW if tensorflow else None))
 
-    # -- the script's own output: always the script's, never classified by its shape ---------------------
+    # -- the script's own output: the script's, but for TensorFlow's placement lines -------------------------
     def _script_lines(self, key: str, data: bytes, at_end: bool = False) -> None:
         """The script's finished lines of one stream, as one log event a batch, its `raw` the bytes exactly as
         written (line ends included; at the end, a last piece without one as it is); bounded like any output
-        line. Its `text` is what a terminal shows (`\r` redraws collapsed, bytes that are not UTF-8 replaced)."""
+        line. Its `text` is what a terminal shows (`\r` redraws collapsed, bytes that are not UTF-8 replaced).
+
+        TensorFlow's C++ log reaches the script's stderr as in a bare run: its placement lines (`placer.cc` and
+        `execute.cc`) are also placement events for the device map, and when the placement log is the profile's,
+        not the script's, they are taken out (their echo on stdout never reaches the pipe then)."""
         stream = STDOUT if key == SCRIPT_STDOUT else STDERR
         buffer = self._partial[key]
         lines: list[bytes] = []
@@ -281,10 +314,18 @@ class StreamDemux:
             if last_end > first_end:
                 lines += data[first_end + 1:last_end].split(b"\n")
             buffer.add(data[last_end + 1:])
-        exact = b"".join(line + b"\n" for line in lines)  # each finished line with its line end
         if at_end and buffer.kept_bytes:
-            lines.append(buffer.take())
-            exact += lines[-1]  # the stream's last piece, without a line end: as written
+            lines.append(buffer.take())  # the stream's last piece, without a line end: as written
+            last_piece = lines[-1]
+        else:
+            last_piece = None
+        if lines and stream == STDERR and (b".cc:" in data or b".cc:" in lines[0] or self._in_mapping):
+            lines = self._placements(lines)
+            if last_piece is not None and (not lines or lines[-1] is not last_piece):
+                last_piece = None
+        exact = b"".join(line + b"\n" for line in (lines[:-1] if last_piece is not None else lines))
+        if last_piece is not None:
+            exact += last_piece
         if lines:
             shown = [visible_text(line) for line in lines] if any(b"\r" in line for line in lines) else lines
             self._live[key] = b""
@@ -299,3 +340,31 @@ class StreamDemux:
                 self._live[key] = live
                 self._deliver(Log(stream=stream, kind=output_lines.OUTPUT, partial=True, source=SCRIPT,
                                   text=live.decode("utf-8", errors="replace"), job_id=self._job_id()))
+
+    def _placements(self, lines: list[bytes]) -> list[bytes]:
+        """Deliver the placement events of TensorFlow's lines among a script's stderr `lines`; returns the lines
+        that stay the script's (all of them, unless the placement log is the profile's)."""
+        kept: list[bytes] = []
+        for raw in lines:
+            if self._in_mapping and _MAPPING_LINE.match(raw):
+                if not self._placement_is_the_panels:
+                    kept.append(raw)
+                continue
+            self._in_mapping = False
+            if not _TF_PLACEMENT_LINE.match(raw):
+                kept.append(raw)
+                continue
+            if b"Device mapping:" in raw:  # the placement log's account of a Session's devices
+                self._in_mapping = True
+                if not self._placement_is_the_panels:
+                    kept.append(raw)
+                continue
+            line = raw.decode("utf-8", errors="replace")
+            _, placed = output_lines.parse_line(line, STDERR)
+            if placed is not None:
+                self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
+                                               device=placed.device, short_device=placed.short_device,
+                                               mode=placed.mode, stream=STDERR, line=line, job_id=self._job_id()))
+            if placed is None or not self._placement_is_the_panels:
+                kept.append(raw)
+        return kept

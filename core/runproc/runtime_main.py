@@ -6,14 +6,17 @@ Started (in a fork of `core.runproc.supervisor`) by `core.client.runtime.Runtime
 the configuration, says `warm`, and waits for ONE command on the commands pipe:
 - `run`: initialize TensorFlow (its devices go out as `ready`), run the job on this main thread, exit with
   the job's status through a normal interpreter exit (atexit handlers run); a user's `script` gets TensorFlow
-  configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`);
+  configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`),
+  and the script runs at the interpreter's top level, the run having left every frame of its own for it
+  (`script.hand_over`), as the outermost frame;
 - `describe`: initialize, report the devices, exit;
 - end of file (the panel discarded this spare, or is gone): exit 0 at once.
 
 Events go to the events pipe as JSON lines (TensorFlow's C++ code writes to fds 1 and 2, never there); a
 user's script gets pipes of its own as its fds 1 and 2 (`--script-stdout-fd`, `--script-stderr-fd`), copied byte
-for byte, while TensorFlow's C++ output stays on the process's first stdout and stderr
-(`script.give_script_its_fds`). Nothing is ever written into them but what TensorFlow and the job print.
+for byte, C's `stdout` and `stderr` (TensorFlow's C++ log and placement echo) writing to them as bare
+(`script.give_script_its_fds`); before that, what TensorFlow's import printed is on the process's first stdout
+and stderr. Nothing is ever written into them but what TensorFlow and the job print.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypedDict
@@ -288,6 +291,7 @@ class Run:
         self.context = JobContext(job_id, emit, config)
         self.at_end: list[Any] = []  # called once the job is over, before its closing events (memory's last figures)
         self.devices: RunDevices | None = None  # this run's devices, once TensorFlow has listed them
+        self.started = time.monotonic()
 
     def interrupted(self, signum: int, frame: Any) -> None:
         """SIGINT: what Ctrl+C does in a terminal (KeyboardInterrupt here), and the flag jobs check.
@@ -306,19 +310,29 @@ class Run:
         signal.default_int_handler(signum, frame)
 
     def execute(self) -> int:
+        self.begin()
+        return self.conclude(self.job)
+
+    def begin(self) -> None:
+        self.started = time.monotonic()
+        self.emit(events.JobStarted(job=self.name, params=self.params, job_id=self.context.job_id))
+
+    def job(self) -> Any:
+        spec = JOBS.get(self.name)
+        if spec is None:
+            raise JobError(f"unknown job {self.name!r}")
+        resolved = spec.resolve(self.params)
+        if self.devices is not None:  # the check the window and the command line made, on what TF lists
+            spec.check_devices(resolved, self.devices)
+        return implementation(self.name)(self.context, **resolved)
+
+    def conclude(self, job: Callable[[], Any]) -> int:
+        """`job()`'s outcome told (its result, or what it raised) with the run's closing events; the exit status."""
         job_id = self.context.job_id
-        started = time.monotonic()
         status, result, exit_code = "ok", None, EXIT_OK
         error: events.Error | None = None
-        self.emit(events.JobStarted(job=self.name, params=self.params, job_id=job_id))
         try:
-            spec = JOBS.get(self.name)
-            if spec is None:
-                raise JobError(f"unknown job {self.name!r}")
-            resolved = spec.resolve(self.params)
-            if self.devices is not None:  # the check the window and the command line made, on what TF lists
-                spec.check_devices(resolved, self.devices)
-            result = implementation(self.name)(self.context, **resolved)
+            result = job()
         except (KeyboardInterrupt, JobCancelled) as exc:
             status, exit_code = "cancelled", -signal.SIGINT if self.name == "script" else EXIT_JOB_FAILED
             error = events.Error(error_type="Cancelled", message=str(exc) or "cancelled by the user", job_id=job_id)
@@ -347,7 +361,7 @@ class Run:
             self.emit(error)
         if result is not None:
             self.emit(events.Result(result=result, job_id=job_id))
-        self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - started,
+        self.emit(events.JobFinished(job=self.name, status=status, duration_s=time.monotonic() - self.started,
                                      rss_mib=resident_mib(), rss_peak_mib=peak_resident_mib(), job_id=job_id))
         return exit_code
 
@@ -399,12 +413,15 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     parser.add_argument("--script-stderr-fd", type=int, help="a user's script's fd 2, copied byte for byte")
     parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
-    global script_channel
+    global script_channel, events_fd_at_exit
+    events_fd_at_exit = args.events_fd
     if args.script_stdout_fd is not None and args.script_stderr_fd is not None:
         script_channel = (args.script_stdout_fd, args.script_stderr_fd)
     return serve(args.events_fd, args.commands_fd, args.config), args.events_fd
 
 
+# The events pipe, for a script's run, which ends at the interpreter's top level (`run_script`'s `finish`).
+events_fd_at_exit: int | None = None
 # The pipes a user's script gets as its fds 1 and 2, until they are given to it or closed.
 script_channel: tuple[int, int] | None = None
 
@@ -513,17 +530,54 @@ def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
     script = load_script_job()
     script.watch_initialization(initialized)
     script.watch_device_scopes(run.context)
-    script.watch_placement_logging()
+    script.watch_placement_logging(run.context, events_fd_at_exit)
     user_environment()
     global script_channel
     if script_channel is not None:
-        script.give_script_its_fds(*script_channel)
+        script.give_script_its_fds(*script_channel, placement_is_the_panels=run.config.log_placement)
         script_channel = None
-    try:
-        return run.execute()
-    finally:
+
+    def stop_memory() -> None:
         for reporter in memory:
             reporter.stopped.set()
+
+    run.begin()
+    try:
+        prepared = script.prepare(**JOBS["script"].resolve(run.params))
+    except BaseException as exc:
+        refusal = exc
+
+        def refused() -> None:
+            raise refusal
+
+        try:
+            return run.conclude(refused)
+        finally:
+            stop_memory()
+
+    run_pid = os.getpid()
+
+    def finish(outcome: Callable[[], Any]) -> None:
+        """After the script's module code, at the interpreter's top level: the run's end, then the process's.
+        A child the script forked that ran on to the end of the script ends as a bare one would, telling the
+        panel nothing."""
+        if os.getpid() != run_pid:
+            try:
+                outcome()
+                status = 0
+            except ScriptExit as exc:
+                status = exc.code
+            except BaseException:
+                status = -signal.SIGINT
+            exit_with(status, None)
+        try:
+            status = run.conclude(outcome)
+        finally:
+            stop_memory()
+        exit_with(status, events_fd_at_exit)
+
+    script.hand_over(run.context, prepared, finish)  # leaves for the interpreter's top level: never returns
+    return EXIT_JOB_FAILED
 
 
 def user_environment() -> None:
@@ -547,8 +601,9 @@ def exit_with(status: int, events_fd: int | None) -> None:
     """Leave as the interpreter does at exit, as far as a job can tell: wait for its non-daemon threads, run
     its atexit handlers, flush every buffer (C stdio too: TensorFlow's stdout copies of placer lines), then
     exit with `status`; a negative status ends the process by that signal, as Python does after an uncaught
-    KeyboardInterrupt. What is skipped is the interpreter's own teardown of TensorFlow's modules, which
-    took 1.5 s after every run and is invisible to the job.
+    KeyboardInterrupt. A script's `__main__` globals are cleared as finalization clears them (their `__del__`
+    runs); what is skipped is the rest of the interpreter's teardown (TensorFlow's modules), which took 1.5 s
+    after every run: what that teardown would print is missing (docs/runs.md, "What differs").
 
     Last, the status goes out as an `exiting` event and the pipes are closed: the client has the whole run
     (every byte, every event, the status) at end of file, without waiting for the kernel to tear down
@@ -557,17 +612,17 @@ def exit_with(status: int, events_fd: int | None) -> None:
     if shutdown_threads is not None:
         shutdown_threads()
     atexit._run_exitfuncs()
+    if script_job is not None:
+        script_job.clear_main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     _libc.fflush(None)
-    if script_job is not None:
-        script_job.finish_tee()
     if events_fd is not None:
         with contextlib.suppress(OSError):
             EventWriter(events_fd)(events.Exiting(status=status))
         close_script_channel()
-        script_fds = (*script_job.panel_fds, *script_job.script_pipes) if script_job is not None else ()
+        script_fds = script_job.script_pipes if script_job is not None else ()
         for fd in (events_fd, 1, 2, *script_fds):
             with contextlib.suppress(OSError):
                 os.close(fd)

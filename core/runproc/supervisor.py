@@ -96,10 +96,21 @@ def end_descendants(grace_s: float) -> None:
         time.sleep(0.02)
 
 
+class HandOver(SystemExit):
+    """Raised by a run process to leave every frame it is in, down to the interpreter's own top level, where the
+    interpreter finalizes: what the run set up there (`core.runproc.jobs.script.hand_over`) then runs with no
+    frame of Python's below it, as a bare `python file.py` runs its file. Nothing on the way may catch it (the
+    zygote's child and `run_module_here` let it pass); the interpreter takes it for `sys.exit()`. Known by its
+    `hands_over` attribute: this module may run as `__main__` too, whose class is another object."""
+
+    hands_over = True
+
+
 def run_module_here(module: str, args: list[str], env: dict[str, str]) -> None:
     """In a fork of the supervisor: become `python -m module args` (a fresh interpreter's signal dispositions,
-    environment and standard input), and never return into the supervisor's code."""
+    environment and standard input), and never return into the supervisor's code (except by a HandOver)."""
     status = 1
+    handing_over = False
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -113,6 +124,9 @@ def run_module_here(module: str, args: list[str], env: dict[str, str]) -> None:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         status = 0
     except SystemExit as exc:
+        if getattr(exc, "hands_over", False):
+            handing_over = True
+            raise
         if exc.code is None or isinstance(exc.code, int):
             status = exc.code or 0
         else:
@@ -122,10 +136,11 @@ def run_module_here(module: str, args: list[str], env: dict[str, str]) -> None:
 
         traceback.print_exc()
     finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(status & 0xFF)
+        if not handing_over:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(status & 0xFF)
 
 
 class Supervisor:

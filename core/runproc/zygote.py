@@ -51,6 +51,7 @@ from typing import cast
 
 from tf_device_panel.core.processes import PARENT_PID_ENV, die_with_parent
 from tf_device_panel.core.protocol.zygote import SpawnRequest, ZygoteReply
+from tf_device_panel.core.runproc.supervisor import HandOver
 
 MAX_FDS = 16
 MAX_MESSAGE = 1 << 20
@@ -160,6 +161,8 @@ def become_supervisor(request: SpawnRequest, received: list[int], import_output:
         with contextlib.suppress(OSError):
             write_all(status_fd, f"{status}\n".encode())
         supervisor.exit_like(status)
+    except HandOver:
+        raise  # a run process leaving for the interpreter's top level (supervisor.HandOver)
     except BaseException:
         with contextlib.suppress(Exception):
             write_all(2, traceback.format_exc().encode())

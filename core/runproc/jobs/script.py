@@ -1,35 +1,49 @@
-"""Run the user's own Python file in the run process, exactly as `python file.py` would under the configuration.
+"""Run the user's own file in the run process, exactly as `python FILE` would under the configuration.
 
-The run process is fresh and the script runs on its main thread, so signal handlers, atexit, module state
-and the working folder behave as in a bare run. What the script gets, and how it differs from a bare run:
+The run process is fresh, and the script runs on its main thread with no frame of the panel's under it: the run
+hands over (`hand_over`) by leaving every frame it is in down to the interpreter's own top level (a
+`supervisor.HandOver`, which the interpreter takes for `sys.exit()`), and the interpreter's finalization, which
+first calls `threading._shutdown()`, finds there a chain of calls made from C: the script's last preparations,
+the script's module code itself (its frame the outermost, as in a bare run), then the run's end (`finish`). So
+recursion depth, `traceback.print_stack()`, `stack_info`, `warnings` stack levels and `sys._getframe` are
+as bare, and signal handlers, atexit, module state and the working folder behave as in a bare run.
+
+What the script gets, and how it differs from a bare run:
 
 - TensorFlow imported and configured (the profile's `tf.config` calls made) but NOT initialized: the script's
   own `tf.config` calls work as they do bare. The panel watches for the first initialization (to list the
   logical devices and start memory reporting then) and for `tf.device` scopes naming a device that does not
   exist (a soft-placement fallback, reported with the script's file and line); it makes no `tf.config` or
-  `tf.debugging` call of its own once the script has started.
+  `tf.debugging` call of its own once the script has started. TensorFlow's Python logger is as the script's
+  own first import of TensorFlow would leave it (`tensorflow_logger_as_at_its_import`).
 - `__main__` (and `__mp_main__`) as bare: a fresh module, `__file__` the path as given joined to the working
   folder, `__package__` None, kept in `sys.modules` until the process exits (a thread may still pickle the
   script's classes after its body ends); `sys.argv`, `sys.orig_argv`, `sys.executable`, the SIGINT handler
-  and the streams' buffering as bare.
-- Its fds 1 and 2 are pipes of its own, copied byte for byte, so Python's writes, `os.write` and children keep
-  one order; TensorFlow's C++ log and placement echo go to the panel's pipes through C's `stdout`/`stderr`
-  FILE*s (`give_script_its_fds`), and to the script's too once it turns placement logging on itself.
+  and the streams' buffering as bare. A `.pyc`, a folder or a zip file holding `__main__` run as Python runs
+  them (the latter two by runpy, whose frames are then under the script's, as bare).
+- Its fds 1 and 2 are pipes of its own, copied byte for byte, and C's `stdout` and `stderr` write to them, so
+  Python's writes, `os.write`, C code and children keep one order, buffered as bare (`give_script_its_fds`).
+  TensorFlow's C++ log and placement echo are on them too, as bare; the panel reads its placements there,
+  and takes them out when the placement log is the profile's, not the script's.
 - An uncaught exception goes to `sys.excepthook` (Python's own printing: `Did you mean`, notes, chained
-  exceptions, groups) with the panel's frames taken out, as are they from the stacks TensorFlow records
-  (a graph error's "defined at"); its status is 1, or death by SIGINT for a KeyboardInterrupt.
+  exceptions, groups); its status is 1, or death by SIGINT for a KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
-import _thread
 import array
+import ast
 import builtins
 import contextlib
 import ctypes
 import fcntl
+import functools
+import importlib.machinery
 import io
+import itertools
 import os
+import re
+import runpy
 import shlex
 import signal
 import sys
@@ -38,14 +52,26 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from importlib.machinery import SourceFileLoader
+from dataclasses import dataclass, field
+from importlib.machinery import SourceFileLoader, SourcelessFileLoader
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from tf_device_panel.core.catalogue.script_checks import compile_script
+from tf_device_panel.core.catalogue.script_checks import (
+    COMPILED,
+    PACKAGE,
+    SOURCE,
+    MainFile,
+    compile_tree,
+    main_file,
+    parse_script,
+    read_compiled,
+)
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import canonical_device, short_device_name
+from tf_device_panel.core.protocol.streams import scripts_placement_log
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
+from tf_device_panel.core.runproc.supervisor import HandOver
 
 if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
     from tf_device_panel.core.results import ScriptResult
@@ -67,8 +93,6 @@ def exit_status(code: object) -> int:
 
 # -- its output -----------------------------------------------------------------------------------
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.fdopen.restype = ctypes.c_void_p
-_libc.fdopen.argtypes = [ctypes.c_int, ctypes.c_char_p]
 _libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_size_t]
 _libc.fflush.argtypes = [ctypes.c_void_p]
 _IOFBF, _IOLBF, _IONBF = 0, 1, 2
@@ -80,14 +104,16 @@ script_pipes: list[int] = []
 READ_WAIT_S = 0.5  # at most this long per event: a reader held up (a slow terminal) only blurs the order
 
 
-def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
+def wait_until_read(limit_s: float = READ_WAIT_S, pipes: list[int] | None = None) -> None:
     """Until the panel has read every byte written so far to the script's fds 1 and 2 (by the script, `os.write`,
-    a child), or `limit_s` has passed. The pipes' fill level is the kernel's (FIONREAD, on the write end)."""
-    if not script_pipes:
+    a child), or to `pipes`, or `limit_s` has passed. The pipes' fill level is the kernel's (FIONREAD, on the
+    write end)."""
+    pipes = script_pipes if pipes is None else pipes
+    if not pipes:
         return
     deadline = time.monotonic() + limit_s
     level = array.array("i", [0])
-    for fd in script_pipes:
+    for fd in pipes:
         while True:
             try:
                 fcntl.ioctl(fd, termios.FIONREAD, level, True)
@@ -98,118 +124,82 @@ def wait_until_read(limit_s: float = READ_WAIT_S) -> None:
             time.sleep(0.0002)
 
 
-# The panel's copies of fds 1 and 2 that C's `stdout` and `stderr` write to, by name, while the script's own
-# output is apart; and, once the script turned placement logging on, the pipes teeing them to it too.
-panel_c_fds: dict[str, int] = {}
-tee_pipes: list[int] = []
-tee_done: list[threading.Event] = []
-
-
-def _tee(read_fd: int, script_fd: int, panel_fd: int, done: threading.Event) -> None:
-    """Copy what C writes to both the script's fd (1 or 2, whatever it is now, as C's own stream would) and the
-    panel's pipe, until end of file."""
-    try:
-        while chunk := os.read(read_fd, 65536):
-            for fd in (script_fd, panel_fd):
-                view = memoryview(chunk)
-                with contextlib.suppress(OSError):
-                    while view:
-                        view = view[os.write(fd, view):]
-    except OSError:
-        pass
-    finally:
-        os.close(read_fd)
-        done.set()
-
-
-def give_tensorflows_output_to_the_script() -> None:
-    """TensorFlow's C++ log and placement echo go to the script's fds 1 and 2, as in a bare run, and still to
-    the panel (its placements): C's `stdout` and `stderr` write into pipes a thread of the run copies to both
-    (not a `threading` thread: the script's `threading.enumerate()` does not list it)."""
-    if not panel_c_fds or tee_pipes:
-        return
-    _libc.fflush(None)
-    for name, script_fd in (("stdout", 1), ("stderr", 2)):
-        panel_fd = panel_c_fds.get(name)
-        if panel_fd is None:
-            continue
-        read_fd, write_fd = os.pipe()
-        handle = _libc.fdopen(write_fd, b"w")
-        if not handle:
-            os.close(read_fd)
-            os.close(write_fd)
-            continue
-        # Buffered as C buffers them for a bare run into a pipe: stdout by blocks, stderr not at all.
-        _libc.setvbuf(handle, None, _IOFBF if name == "stdout" else _IONBF, 0)
-        done = threading.Event()
-        _thread.start_new_thread(_tee, (read_fd, script_fd, panel_fd, done))
-        tee_pipes.append(write_fd)
-        tee_done.append(done)
-        ctypes.c_void_p.in_dll(_libc, name).value = handle
-
-
-def finish_tee(limit_s: float = 2.0) -> None:
-    """At the run's end (C's buffers flushed): the tee pipes closed, and what they held copied on."""
-    for fd in tee_pipes:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    deadline = time.monotonic() + limit_s
-    for done in tee_done:
-        done.wait(max(0.0, deadline - time.monotonic()))
-
-
-def watch_placement_logging() -> None:
-    """A script that turns TensorFlow's placement log on itself (`tf.debugging.set_log_device_placement(True)`)
-    sees it as bare, on its own stdout and stderr: TensorFlow's setter, wrapped, has TensorFlow's output copied
-    to the script's fds too (`give_tensorflows_output_to_the_script`)."""
-    from tensorflow.python.eager import context
-
-    cls = context.Context
-    original = cls.log_device_placement
-
-    def set_log_device_placement(self: Any, enable: Any) -> None:
-        original.fset(self, enable)
-        if enable:
-            give_tensorflows_output_to_the_script()
-
-    cls.log_device_placement = property(original.fget, set_log_device_placement, doc=original.__doc__)
-
-
 # How the interpreter buffered sys.stdout and sys.stderr when it started, as it does for a bare run (by blocks
 # into a pipe, by lines on a terminal, unbuffered with PYTHONUNBUFFERED): (line_buffering, write_through). The
 # run process's own start (runtime_main.main) records it before it makes them line-buffered for itself, and
 # copies it here when a script's run loads this module (runtime_main.load_script_job).
 bare_buffering: dict[str, tuple[bool, bool]] = {}
 
-# The copies of the panel's output pipes that C's `stdout` and `stderr` write to once a script has its fds: the
-# run closes them at its end, with fds 1 and 2, so the panel sees end of file before the process is torn down.
-panel_fds: list[int] = []
+# TensorFlow's echo of a placement on C's stdout (placer.cc's `printf("%s: (%s): %s\n", …)`).
+_ECHO = re.compile(rb"^\S.*: \(\w+\): /job:[\w-]+/replica:\d+/task:\d+/device:\w+:\d+$")
+_COOKIE_WRITE = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
-def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
+class _CookieFunctions(ctypes.Structure):
+    """glibc's `cookie_io_functions_t`: a FILE* whose writes are a function's."""
+
+    _fields_ = [("read", ctypes.c_void_p), ("write", _COOKIE_WRITE), ("seek", ctypes.c_void_p),
+                ("close", ctypes.c_void_p)]
+
+
+_libc.fopencookie.restype = ctypes.c_void_p
+_libc.fopencookie.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CookieFunctions]
+
+
+class EchoFilter:
+    """C's `stdout` while the placement log is the profile's: a FILE* buffered exactly as a bare run's C stdout
+    (by blocks of the pipe's size, or not at all), whose every flush goes to fd 1 at once, in the caller's
+    thread, as a bare flush would, less TensorFlow's placement echo lines. A line cut by a full buffer is held
+    to the next flush (it may be an echo line whose rest is still in the buffer)."""
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.filtering = True
+        self.held = b""
+        self.callback = _COOKIE_WRITE(self.write)  # kept: C calls it for as long as the process lives
+
+    def write(self, _cookie: int | None, buffer: int | None, size: int) -> int:
+        try:
+            data = self.held + ctypes.string_at(buffer, size) if buffer else self.held
+            self.held = b""
+            if self.filtering:
+                lines = data.split(b"\n")
+                tail = lines.pop()
+                out = b"".join(line + b"\n" for line in lines if not _ECHO.match(line))
+                if tail and size == self.block_size:
+                    self.held = tail
+                else:
+                    out += tail
+            else:
+                out = data
+            view = memoryview(out)
+            while view:
+                view = view[os.write(1, view):]
+        except BaseException:  # never an exception into C: the bytes are lost, as on a closed pipe
+            pass
+        return size
+
+
+echo_filter: EchoFilter | None = None
+_kept_alive: list[object] = []  # the C stdout buffer and functions of `echo_filter`
+
+
+def give_script_its_fds(stdout_fd: int, stderr_fd: int, placement_is_the_panels: bool = False) -> None:
     """The script's fds 1 and 2 become its own channels (`stdout_fd`, `stderr_fd`: pipes the panel copies byte
-    for byte): `print`, `os.write(1, …)`, a child process's output and C code writing to fd 1 or 2 all reach
-    them in the order they were written, as in a bare run.
+    for byte): `print`, `os.write(1, …)`, a child process's output and C code writing to C's `stdout` and
+    `stderr` all reach them in the order they were written, as in a bare run.
 
-    TensorFlow's C++ logging and its placement echo (written through C's `stderr` and `stdout` FILE*s) stay on
-    the panel's own pipes, where fds 1 and 2 were: C's `stdout` and `stderr` are pointed at copies of those
-    fds, so the panel's placement log never reaches the script's streams. `sys.stdout` and `sys.stderr` keep
-    their objects (a logging handler made earlier still writes to them) and are buffered as the interpreter
-    buffered them at its start, as a bare run's (`bare_buffering`)."""
+    C's `stdout` is buffered as the interpreter buffers it for a bare run into a pipe: by blocks, or not at all
+    with PYTHONUNBUFFERED (`bare_buffering`); C's `stderr` is unbuffered. TensorFlow's C++ log (C's `stderr`)
+    and its placement echo (C's `stdout`) are there too, as bare; the panel reads the placements from them
+    (`core.protocol.streams`). When the placement log is the profile's (`placement_is_the_panels`), the panel
+    takes those lines out of the script's stderr, and C's `stdout` is an `EchoFilter`, which leaves the echo
+    out. `sys.stdout` and `sys.stderr` keep their objects (a logging handler made earlier
+    still writes to them) and are buffered as the interpreter buffered them at its start."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
     _libc.fflush(None)
-    for name, fd, mode, buffering in (("stdout", 1, b"w", _IOLBF), ("stderr", 2, b"w", _IONBF)):
-        panel_copy = os.dup(fd)
-        handle = _libc.fdopen(panel_copy, mode)
-        if not handle:
-            os.close(panel_copy)
-            continue
-        _libc.setvbuf(handle, None, buffering, 0)
-        ctypes.c_void_p.in_dll(_libc, name).value = handle
-        panel_c_fds[name] = panel_copy
-        panel_fds.append(panel_copy)
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
     for fd in {stdout_fd, stderr_fd} - {1, 2}:
@@ -219,38 +209,28 @@ def give_script_its_fds(stdout_fd: int, stderr_fd: int) -> None:
         line_buffering, write_through = bare_buffering.get(name, (False, False))
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=line_buffering, write_through=write_through)  # type: ignore[union-attr]
+    unbuffered = bare_buffering.get("stdout", (False, False))[1]
+    c_stdout = ctypes.c_void_p.in_dll(_libc, "stdout")
+    if placement_is_the_panels:
+        global echo_filter
+        block_size = os.fstat(1).st_blksize or 4096  # what glibc gives a stream on fd 1 (a pipe: 4096)
+        echo_filter = EchoFilter(block_size)
+        handle = _libc.fopencookie(None, b"w", _CookieFunctions(None, echo_filter.callback, None, None))
+        if handle:
+            buffer = ctypes.create_string_buffer(block_size)
+            _kept_alive.extend((echo_filter, buffer))
+            if unbuffered:
+                _libc.setvbuf(handle, None, _IONBF, 0)
+            else:
+                _libc.setvbuf(handle, buffer, _IOFBF, block_size)
+            c_stdout.value = handle
+            return
+        echo_filter = None
+    if c_stdout.value:
+        _libc.setvbuf(c_stdout.value, None, _IONBF if unbuffered else _IOFBF, 0)
 
 
-# -- its tracebacks -------------------------------------------------------------------------------
-def _is_panel_frame(tb: types.TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(PANEL_DIR)
-
-
-def without_panel_frames(exc: BaseException | None, seen: set[int] | None = None) -> None:
-    """Take the panel's frames out of `exc`'s traceback and those of its causes, contexts and group members:
-    what remains is what a bare run's traceback shows."""
-    seen = set() if seen is None else seen
-    if exc is None or id(exc) in seen:
-        return
-    seen.add(id(exc))
-    kept = []
-    tb = exc.__traceback__
-    while tb is not None:
-        if not _is_panel_frame(tb):
-            kept.append(tb)
-        tb = tb.tb_next
-    rebuilt: types.TracebackType | None = None
-    for entry in reversed(kept):
-        rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    exc.__traceback__ = rebuilt
-    without_panel_frames(exc.__cause__, seen)
-    without_panel_frames(exc.__context__, seen)
-    members = getattr(exc, "exceptions", ())  # an exception group's (Python 3.11+)
-    for member in members if isinstance(members, tuple) else ():
-        if isinstance(member, BaseException):
-            without_panel_frames(member, seen)
-
-
+# -- its end -------------------------------------------------------------------------------------
 class _Tee:
     """sys.stderr while an uncaught exception is reported: it prints, and the run record keeps a copy."""
 
@@ -267,9 +247,10 @@ class _Tee:
 
 
 def report_uncaught(exc: BaseException) -> str:
-    """Report `exc` as the interpreter does at the end of a script: through `sys.excepthook` (the script may
-    have set its own), and, if the hook itself fails, as Python says it then. Returns what was printed."""
-    without_panel_frames(exc)
+    """Report `exc` as the interpreter does at the end of a script (`PyErr_Print`): `sys.last_type`,
+    `sys.last_value` and `sys.last_traceback` set, then `sys.excepthook` (the script may have set its own), and,
+    if the hook itself fails, as Python says it then. Returns what was printed."""
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
     stderr = sys.stderr
     tee = _Tee(stderr)
     sys.stderr = tee
@@ -277,7 +258,6 @@ def report_uncaught(exc: BaseException) -> str:
         try:
             sys.excepthook(type(exc), exc, exc.__traceback__)
         except BaseException as hook_error:
-            without_panel_frames(hook_error)
             print("Error in sys.excepthook:", file=sys.stderr)
             sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
             print("\nOriginal exception was:", file=sys.stderr)
@@ -290,7 +270,108 @@ def report_uncaught(exc: BaseException) -> str:
     return tee.copy.getvalue()
 
 
+scripts_main: list[types.ModuleType] = []  # the script's `__main__`, once it is
+
+
+def clear_main() -> None:
+    """What the interpreter's finalization does to `__main__` after atexit (`_PyModule_ClearDict`): its names
+    set to None, those starting with one underscore first, `__builtins__` left, so the `__del__` of what only
+    they held runs, and prints, as bare. The rest of the teardown (TensorFlow's modules) is skipped."""
+    if not scripts_main:
+        return
+    names = scripts_main[0].__dict__
+    with contextlib.suppress(Exception):
+        for first in (True, False):
+            for name in list(names):
+                if isinstance(name, str) and name != "__builtins__" and \
+                        (not first or (name.startswith("_") and not name.startswith("__"))):
+                    names[name] = None
+
+
+# -- TensorFlow's Python logger ----------------------------------------------------------------------
+class _FirstImport(importlib.machinery.ModuleSpec):
+    """The class a module spec of TensorFlow's (or Keras's) takes until the script first imports one of them: the
+    import statement asks the spec whether the module is still initializing (`_initializing`), which runs
+    `on_first_import` once; then every spec gets its own class back."""
+
+    armed: ClassVar[list[importlib.machinery.ModuleSpec]] = []
+    on_first_import: ClassVar[Callable[[], None]] = staticmethod(lambda: None)
+
+    @property
+    def _initializing(self) -> bool:
+        first = _FirstImport.on_first_import
+        for spec in _FirstImport.armed:
+            spec.__class__ = importlib.machinery.ModuleSpec
+        _FirstImport.armed = []
+        _FirstImport.on_first_import = staticmethod(lambda: None)
+        with contextlib.suppress(Exception):  # the script's import goes on whatever happens here
+            first()
+        return bool(self.__dict__.get("_initializing", False))
+
+
+INTERPRETERS_RECURSION_LIMIT = 1000  # what a fresh interpreter starts with
+
+
+def tensorflow_as_at_its_import() -> None:
+    """What TensorFlow's import does to the interpreter, done when the script first imports TensorFlow (or a module
+    of it, or Keras), not before its first line, as bare:
+
+    - TensorFlow's import raises the recursion limit (1000 to 3000, measured): the script starts with the
+      interpreter's, and gets TensorFlow's at its import;
+    - TensorFlow's Python logger gets a handler of its own at the import only if the root logger has none then
+      (`tf_logging.get_logger`, "prevents double logging"): here TensorFlow was imported with no root handler,
+      so its handler is taken away at the script's import if the script has given the root logger one by then
+      (`logging.basicConfig()` before `import tensorflow`)."""
+    import logging
+
+    tensorflow_logger = logging.getLogger("tensorflow")
+    tensorflows_own = [handler for handler in tensorflow_logger.handlers
+                       if type(handler) is logging.StreamHandler]
+    tensorflows_limit = sys.getrecursionlimit()
+
+    def on_first_import() -> None:
+        if sys.getrecursionlimit() == INTERPRETERS_RECURSION_LIMIT:  # unless the script set its own
+            sys.setrecursionlimit(tensorflows_limit)
+        if logging.getLogger().handlers:
+            for handler in tensorflows_own:
+                tensorflow_logger.removeHandler(handler)
+
+    armed = []
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in ("tensorflow", "keras", "tf_keras"):
+            spec = getattr(module, "__spec__", None)
+            if type(spec) is importlib.machinery.ModuleSpec:
+                spec.__class__ = _FirstImport
+                armed.append(spec)
+    _FirstImport.armed = armed
+    _FirstImport.on_first_import = staticmethod(on_first_import)
+    sys.setrecursionlimit(INTERPRETERS_RECURSION_LIMIT)
+
+
 # -- TensorFlow, watched but not touched ------------------------------------------------------------
+def watch_placement_logging(ctx: JobContext, events_fd: int | None) -> None:
+    """A script that turns TensorFlow's placement log on itself (`tf.debugging.set_log_device_placement(True)`)
+    keeps its lines on its own streams, as bare, even where the profile turned it on too: TensorFlow's setter,
+    wrapped, tells the panel (`streams.scripts_placement_log`) and waits until the panel has read that, so every
+    placement line after it is read after it."""
+    from tensorflow.python.eager import context
+
+    cls = context.Context
+    original = cls.log_device_placement
+
+    def set_log_device_placement(self: Any, enable: Any) -> None:
+        if enable:
+            if echo_filter is not None:
+                echo_filter.filtering = False
+            with contextlib.suppress(Exception):  # the script's call goes on whatever happens to the report
+                ctx.emit(scripts_placement_log(ctx.job_id))
+                if events_fd is not None:
+                    wait_until_read(pipes=[events_fd])
+        original.fset(self, enable)
+
+    cls.log_device_placement = property(original.fget, set_log_device_placement, doc=original.__doc__)
+
+
 def watch_initialization(on_initialized: Callable[[], None]) -> None:
     """Call `on_initialized()` once, right after the script's first initialization of TensorFlow (its first
     op, device listing, strategy...). The watch is TensorFlow's own `ensure_initialized` wrapped until then,
@@ -388,26 +469,6 @@ def watch_device_scopes(ctx: JobContext) -> None:
     cls.__enter__ = __enter__
 
 
-def without_panel_frames_in_tensorflows_stacks() -> Any:
-    """A context in which the stacks TensorFlow records on this thread (where an op was defined: a graph error's
-    "defined at") leave out the panel's frames below the script: TensorFlow's own stack filter, given the files
-    of every frame on the stack now (the interpreter's `-c` and runpy, the supervisor, this run, this job)."""
-    from tensorflow.python.util import tf_stack
-
-    below = set()
-    frame: types.FrameType | None = sys._getframe()
-    while frame is not None:
-        below.add(frame.f_code.co_filename)
-        frame = frame.f_back
-    panel_files = frozenset(below)
-
-    class PanelFrames(tf_stack.StackTraceFilter):
-        def get_filtered_filenames(self) -> frozenset[str]:
-            return panel_files
-
-    return PanelFrames()
-
-
 def signalled(wakeup_r: int) -> bool:
     """Whether SIGINT was handled since the last look (the interpreter wrote its number to the wakeup fd)."""
     seen = b""
@@ -428,51 +489,228 @@ def python_as_typed(executable: str) -> str:
 
 
 # -- the job --------------------------------------------------------------------------------------
-def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
-    code = compile_script(path)
-    file = Path(path.strip()).expanduser()
+# A string no script holds: the constant the end of the script's module code is compiled with, replaced by the
+# run's ScriptEnd in the compiled code's constants (`with_its_end_caught`).
+_END = "\0tf-device-panel: the script's end\0"
+
+
+class ScriptEnd:
+    """What ended the script's module code: the exception that left it, caught by the handler the code was
+    compiled with (outermost, in the module's own frame, so no frame is added below it)."""
+
+    caught_types = BaseException
+
+    def __init__(self) -> None:
+        self.exception: BaseException | None = None
+        self.started = False
+        self.cancelled_before = False
+
+    def caught(self) -> None:
+        self.exception = sys.exc_info()[1]
+
+
+def with_its_end_caught(tree: ast.Module) -> ast.Module:
+    """The module's statements (after its docstring and `__future__` imports, which must stay first) inside
+    `try: … except BaseException: <end>.caught()`; the handler's lines are the last statement's."""
+    body = tree.body
+    start = 0
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        start = 1
+    while start < len(body) and isinstance(future := body[start], ast.ImportFrom) and future.module == "__future__":
+        start += 1
+    rest = body[start:]
+    if not rest:
+        return tree
+    last = rest[-1]
+    line = last.end_lineno or last.lineno
+
+    def place(node: ast.AST) -> None:
+        for child in ast.walk(node):
+            child.lineno, child.col_offset, child.end_lineno, child.end_col_offset = line, 0, line, 0  # type: ignore[attr-defined]
+
+    def end_attribute(name: str) -> ast.Attribute:
+        return ast.Attribute(value=ast.Constant(_END), attr=name, ctx=ast.Load())
+
+    handler = ast.ExceptHandler(type=end_attribute("caught_types"), name=None, body=[
+        ast.Expr(ast.Call(func=end_attribute("caught"), args=[], keywords=[]))])
+    place(handler)
+    guard = ast.Try(body=rest, handlers=[handler], orelse=[], finalbody=[], lineno=rest[0].lineno,
+                    col_offset=rest[0].col_offset, end_lineno=line, end_col_offset=0)
+    tree.body = [*body[:start], guard]
+    return tree
+
+
+@dataclass
+class Prepared:
+    """A script ready to run: what `python FILE` would run, its module, its arguments."""
+
+    file: MainFile
+    code: types.CodeType | None  # None for a folder or zip file: runpy finds its `__main__`
+    main: types.ModuleType
+    argv: list[str]
+    end: ScriptEnd = field(default_factory=ScriptEnd)
+
+
+def prepare(path: str, args: str = "") -> Prepared:
+    """Read and compile the script as `python FILE` would (ScriptProblem where Python refuses it); its module
+    and arguments made, nothing of the process changed yet."""
+    file = main_file(path)
+    end = ScriptEnd()
+    code: types.CodeType | None = None
+    if file.kind == SOURCE:
+        code = compile_tree(path, with_its_end_caught(parse_script(path)))
+        code = code.replace(co_consts=tuple(end if isinstance(value, str) and value == _END else value
+                                            for value in code.co_consts))
+    elif file.kind == COMPILED:
+        code = read_compiled(path)
     argv = [os.path.expanduser(path.strip()), *shlex.split(args)]
-    absolute = code.co_filename
     main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=absolute, __cached__=None, __builtins__=builtins, __annotations__={},
-                         __loader__=SourceFileLoader("__main__", absolute))
+    main.__dict__.update(__builtins__=builtins, __annotations__={})
+    if file.kind == SOURCE:
+        main.__dict__.update(__file__=file.filename, __cached__=None,
+                             __loader__=SourceFileLoader("__main__", file.filename))
+    elif file.kind == COMPILED:
+        main.__dict__.update(__file__=file.filename, __cached__=None,
+                             __loader__=SourcelessFileLoader("__main__", file.filename))
+    return Prepared(file, code, main, argv, end)
+
+
+def _become_main(prepared: Prepared) -> None:
+    """`__main__`, `sys.argv` and the rest as `python FILE` sets them."""
     # Kept until the process exits, as a bare run's. `__mp_main__` too: multiprocessing made it an alias of the
     # `__main__` of its import (the panel's), and a pool's result thread finds the script's classes there; a
     # spawned or forkserver child re-runs the script from `__file__`, as it does bare.
-    sys.modules["__main__"] = sys.modules["__mp_main__"] = main
-    sys.argv = argv
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = prepared.main
+    scripts_main[:] = [prepared.main]
+    sys.argv = list(prepared.argv)
     sys.executable = python_as_typed(sys.executable)
-    sys.orig_argv = [sys.executable, *argv]
-    sys.path.insert(0, os.path.dirname(os.path.realpath(file)))  # as `python file.py` puts the script's folder
-    ctx.progress(0, 1, f"running {file.name}")
-    # Ctrl+C as bare: Python's own handler. The panel learns that a KeyboardInterrupt came from a signal (Stop)
-    # through the interpreter's wakeup fd, which every handled signal writes to.
-    wakeup_r, wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wakeup_w, warn_on_full_buffer=False)
-    panel_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with without_panel_frames_in_tensorflows_stacks():
-            exec(code, main.__dict__)
-    except SystemExit as exc:
-        status = exit_status(exc.code)
-        if status != 0:
-            raise ScriptExit(status, "ScriptExit", f"{file.name} exited with status {status}") from None
-    except JobCancelled:
-        raise
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and (ctx.cancel_requested.is_set() or signalled(wakeup_r)):
-            ctx.cancel_requested.set()
-            raise  # the user's Ctrl+C (Stop): the run is cancelled
-        text = report_uncaught(exc)
-        status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
-        raise ScriptExit(status, type(exc).__name__, str(exc).strip() or type(exc).__name__, text) from None
-    finally:
-        signal.signal(signal.SIGINT, panel_handler)
-        if signalled(wakeup_r):  # a Ctrl+C the script caught: the run's own handler has it from here on
-            ctx.cancel_requested.set()
+    sys.orig_argv = [sys.executable, *prepared.argv]
+    if prepared.file.kind == PACKAGE:
+        sys.path.insert(0, prepared.file.filename)  # the folder or zip file itself, where runpy finds `__main__`
+    else:  # as `python file.py` puts the script's folder
+        sys.path.insert(0, os.path.dirname(os.path.realpath(prepared.file.filename)))
+    tensorflow_as_at_its_import()
+
+
+class _Signals:
+    """Ctrl+C as bare while the script runs: Python's own handler. The panel learns that a KeyboardInterrupt came
+    from a signal (Stop) through the interpreter's wakeup fd, which every handled signal writes to."""
+
+    def __init__(self) -> None:
+        self.wakeup_r, self.wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def start(self) -> None:
+        signal.set_wakeup_fd(self.wakeup_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def stop(self, ctx: JobContext) -> bool:
+        """Back to the run's own watch (Ctrl+C only noted from here on); whether SIGINT came meanwhile."""
+        signal.signal(signal.SIGINT, lambda *_: ctx.cancel_requested.set())
+        came = signalled(self.wakeup_r)
         with contextlib.suppress(ValueError):
             signal.set_wakeup_fd(-1)
-        os.close(wakeup_r)
-        os.close(wakeup_w)
-    ctx.progress(1, 1, "done", force=True)
-    return {"kind": "script", "path": absolute, "argv": argv, "exit_code": 0}
+        os.close(self.wakeup_r)
+        os.close(self.wakeup_w)
+        return came
+
+
+def outcome(ctx: JobContext, prepared: Prepared, signals: _Signals) -> Callable[[], ScriptResult]:
+    """What ended the script, reported as the interpreter reports it at that moment (`sys.exit`'s message, an
+    uncaught exception's traceback: before non-daemon threads are waited for and atexit runs); returns the job's
+    outcome for the run (its result, or ScriptExit, JobCancelled, KeyboardInterrupt raised)."""
+    exc = prepared.end.exception
+    if signals.stop(ctx):  # a Ctrl+C (Stop) that came while the script ran, caught by it or not
+        ctx.cancel_requested.set()
+    file = Path(prepared.file.filename)
+    result: ScriptResult = {"kind": "script", "path": prepared.file.filename, "argv": prepared.argv,
+                            "exit_code": 0}
+    failure: BaseException | None = None
+    if prepared.end.cancelled_before:
+        failure = JobCancelled("cancelled before the script started")
+    elif isinstance(exc, SystemExit):
+        status = exit_status(exc.code)
+        if status != 0:
+            failure = ScriptExit(status, "ScriptExit", f"{file.name} exited with status {status}")
+    elif isinstance(exc, KeyboardInterrupt) and ctx.cancel_requested.is_set():
+        failure = exc  # the user's Ctrl+C (Stop): the run is cancelled
+    elif exc is not None:
+        text = report_uncaught(exc)
+        status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+        failure = ScriptExit(status, type(exc).__name__, str(exc).strip() or type(exc).__name__, text)
+    if failure is None:
+        ctx.progress(1, 1, "done", force=True)
+
+    def job_outcome() -> ScriptResult:
+        if failure is not None:
+            raise failure
+        return result
+
+    return job_outcome
+
+
+def hand_over(ctx: JobContext, prepared: Prepared, finish: Callable[[Callable[[], ScriptResult]], None]) -> None:
+    """Leave for the interpreter's top level, where the script then runs as the outermost frame; never returns.
+    `finish(outcome)` is called after it (its outcome as `outcome` gives it) and must end the process.
+
+    The interpreter's finalization calls `threading._shutdown()` first, from C: it is replaced by a chain of calls
+    made from C (`list` over `itertools.chain` of `starmap`s, which add no frame and no recursion depth): the last
+    preparations (`threading._shutdown` put back, `__main__`, `sys.argv`, Ctrl+C as bare), the script's module
+    code as a function of its globals (run with them as its locals, as `exec` runs it), then `finish`. A `.pyc`'s
+    code and a folder's or zip file's `__main__` (run by runpy, as bare) have no handler of the run's compiled in:
+    an exception that leaves them reaches `sys.unraisablehook`, the run's until then."""
+    shutdown = threading._shutdown  # type: ignore[attr-defined]
+    signals = _Signals()
+    end = prepared.end
+    if prepared.code is not None:
+        body: Callable[[], object] = types.FunctionType(prepared.code, prepared.main.__dict__)
+    else:
+        body = functools.partial(runpy._run_module_as_main, "__main__", False)  # type: ignore[attr-defined]
+    unraisablehook = sys.unraisablehook
+
+    def conclude() -> None:
+        sys.unraisablehook = unraisablehook
+        finish(outcome(ctx, prepared, signals))
+        os._exit(1)  # `finish` ends the process; never past it
+
+    def before() -> None:
+        threading._shutdown = shutdown  # type: ignore[attr-defined]
+        _become_main(prepared)
+        signals.start()
+        if ctx.cancel_requested.is_set():  # Stop came while the run handed over: the script does not start
+            end.cancelled_before = True
+            conclude()
+        end.started = True
+        ctx.progress(0, 1, f"running {os.path.basename(prepared.file.filename)}")
+
+    def exception_left(unraisable: Any) -> None:
+        if unraisable.object is threading and end.started and end.exception is None:
+            end.exception = unraisable.exc_value
+            conclude()
+        unraisablehook(unraisable)
+
+    if prepared.code is None or prepared.file.kind == COMPILED:
+        sys.unraisablehook = exception_left
+    threading._shutdown = functools.partial(list, itertools.chain(  # type: ignore[attr-defined]
+        itertools.starmap(before, [()]), itertools.starmap(body, [()]), itertools.starmap(conclude, [()])))
+    # Ctrl+C while the frames unwind: noted, and the script does not start (`before`).
+    signal.signal(signal.SIGINT, lambda *_: ctx.cancel_requested.set())
+    raise HandOver
+
+
+def script(ctx: JobContext, path: str, args: str = "") -> ScriptResult:
+    """The job as the catalogue names it: the run process runs a script through `prepare` and `hand_over`
+    (core.runproc.runtime_main.run_script); this runs it in place, on the calling thread, for a caller that
+    cannot hand over."""
+    prepared = prepare(path, args)
+    signals = _Signals()
+    _become_main(prepared)
+    signals.start()
+    try:
+        if prepared.code is not None:
+            exec(prepared.code, prepared.main.__dict__)
+        else:
+            runpy._run_module_as_main("__main__", False)  # type: ignore[attr-defined]
+    except BaseException as exc:
+        prepared.end.exception = exc
+    return outcome(ctx, prepared, signals)()
