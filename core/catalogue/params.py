@@ -129,6 +129,9 @@ class Param:
     empty_means: str = ""                      # what an empty value does ("all GPUs, else all CPUs")
     shown_when: tuple[str, str] | None = None  # (parameter, value): it only matters then (image size: cnn)
     max_items: int = MAX_LIST_ITEMS            # a list's (DEVICES, COUNTS, CHOICES) most items, said when passed
+    # A PATH's file type, e.g. (".keras", "Keras models"): the file must end so, and the form's Browse… shows only
+    # those. A PATH with `choices` takes one of them (a built-in's name) or such a file.
+    file_type: tuple[str, str] | None = None
 
     @property
     def item_limit(self) -> int:
@@ -197,9 +200,16 @@ class Param:
                 if unknown or not items:
                     raise ValueError(f"{', '.join(unknown) or 'nothing'} chosen; use some of: "
                                      f"{', '.join(self.choices)}")
+            case Kind.PATH if value in self.choices:
+                pass
             case Kind.PATH:
-                if self.default == "" and not value.strip():
+                if self.default == "" and not self.empty_means and not value.strip():
                     raise ValueError("a file is required")
+                if self.file_type and value.strip() and not value.strip().lower().endswith(self.file_type[0]):
+                    suffix, what = self.file_type
+                    built_in = f"one of {', '.join(self.choices)} or " if self.choices else ""
+                    raise ValueError(f"{quote(value)} is not a {what} (its name does not end in {suffix}); give "
+                                     f"{built_in}the path of a {suffix} file")
                 if value.strip():
                     problem = path_problem(value)
                     if problem:

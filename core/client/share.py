@@ -18,8 +18,6 @@ peak from its record. A seat holds when its run finished and its peak stayed wit
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -27,9 +25,18 @@ from pathlib import Path
 from typing import TypedDict
 
 from tf_device_panel.core.catalogue import JobError
-from tf_device_panel.core.catalogue.fit_runs import read_panel_fit, start_panel_fit
+from tf_device_panel.core.catalogue.fit_runs import (
+    POLL_S,
+    GpuSampler,
+    PanelRun,
+    poll_run,
+    read_run,
+    run_device,
+    start_run,
+    stop_run,
+)
+from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
-from tf_device_panel.core.processes import kill_group
 
 MIB = 1024 * 1024
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
@@ -66,6 +73,7 @@ class SeatRow(_SeatBase, total=False):
     status: str                       # held, over, out of memory, failed
     error: str | None
     seconds: float
+    process_peak_bytes: int | None    # its processes' own peak: resident set on the CPU, NVML's on a GPU
 
 
 class _ReportBase(SharePlanJson):
@@ -184,49 +192,49 @@ def check_host_memory(plan: SharePlan, available_mib: int | None = None) -> None
                          "profiles without --verify, and verify a smaller split), or free memory")
 
 
-def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_MODEL, batch: int = VERIFY_BATCH,
+def verify_seats(plan: SharePlan, profiles: list[Path], *, work: Work | None = None, batch: int = VERIFY_BATCH,
                  timeout_s: float = VERIFY_TIMEOUT_S) -> list[SeatRow]:
-    """Start every seat's run at once, wait for all, and report each seat's peak against its limit."""
+    """Start every seat's run of the work at once, wait for all, and report each seat's peak against its limit
+    and its processes' own peak memory."""
+    work = work or Work(VERIFY_MODEL)
     limit = plan.seat_mib * MIB
-    extra = ("-p", f"devices={'/GPU:0' if plan.device.startswith('/GPU') else '/CPU:0'}")
+    device = run_device(plan.device)
     with tempfile.TemporaryDirectory(prefix="tf-share-") as root:
-        folders = [Path(root) / f"seat-{i}" for i in range(1, len(profiles) + 1)]
-        processes = []
-        started = time.monotonic()
+        runs: list[PanelRun] = []
+        sampler = GpuSampler() if plan.device.startswith("/GPU") else None
         try:
-            for folder, profile in zip(folders, profiles, strict=True):
+            for number, profile in enumerate(profiles, start=1):
+                folder = Path(root) / f"seat-{number}"
                 folder.mkdir()
-                processes.append(start_panel_fit(profile, folder, model, batch, 32, extra))
-            ended: dict[int, float] = {}
-            while len(ended) < len(processes) and time.monotonic() - started < timeout_s:
-                pending = [n for n in range(len(processes)) if n not in ended]
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    processes[pending[0]].wait(0.2)
-                for number in pending:
-                    if processes[number].poll() is not None:
-                        ended[number] = time.monotonic() - started
+                runs.append(start_run(work, batch, profile, folder, plan.device))
+            started = time.monotonic()
+            while time.monotonic() - started < timeout_s:
+                if all([poll_run(run, sampler) for run in runs]):
+                    break
+                time.sleep(POLL_S)
         finally:
-            for process in processes:
-                kill_group(process)
+            for run in runs:
+                if run.seconds is None:  # still running at the time limit: stopped, and left unfinished
+                    stop_run(run)
+                    run.seconds = None
         rows: list[SeatRow] = []
-        for number, (folder, profile) in enumerate(zip(folders, profiles, strict=True)):
-            row: SeatRow = {"seat": number + 1, "profile": str(profile), "limit_bytes": limit, "peak_bytes": None}
-            if number not in ended:
+        for number, (run, profile) in enumerate(zip(runs, profiles, strict=True), start=1):
+            row: SeatRow = {"seat": number, "profile": str(profile), "limit_bytes": limit, "peak_bytes": None}
+            if run.seconds is None:
                 row["status"], row["error"] = "failed", f"still running after {timeout_s:.0f} s; stopped"
                 rows.append(row)
                 continue
             try:
-                run = read_panel_fit(folder, processes[number].returncode, batch, ended[number])
+                outcome = read_run(run)
             except JobError as exc:
-                row["status"], row["error"], row["seconds"] = "failed", str(exc), ended[number]
+                row["status"], row["error"], row["seconds"] = "failed", str(exc), run.seconds
                 rows.append(row)
                 continue
-            # The seat's own device: a GPU seat's profile leaves that GPU alone, TensorFlow's /GPU:0.
-            device = "/GPU:0" if plan.device.startswith("/GPU") else "/CPU:0"
-            peak = run["peaks"].get(device, run["peak_bytes"])
-            row["peak_bytes"], row["seconds"] = peak, run["seconds"]
-            if not run["fits"]:
-                row["status"], row["error"] = "out of memory" if "oom" in run else "failed", run["error"]
+            peak = outcome["peaks"].get(device, outcome["peak_bytes"])
+            row["peak_bytes"], row["seconds"] = peak, run.seconds
+            row["process_peak_bytes"] = outcome.get("gpu_process_peak_bytes") or outcome.get("rss_peak_bytes")
+            if not outcome["fits"]:
+                row["status"], row["error"] = "out of memory" if "oom" in outcome else "failed", outcome["error"]
             elif peak is not None and peak > limit:
                 row["status"] = "over"
                 row["error"] = f"peak {peak / MIB:.1f} MiB is over the seat's {plan.seat_mib} MiB"
