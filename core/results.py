@@ -423,6 +423,7 @@ class FitProbe(TypedDict, total=False):
     predicted_peak_bytes: float
     seconds: float
     error: str | None
+    side_by_side: int                 # how many runs at this batch ran at once (this one among them)
     peaks: dict[str, int]             # the allocator's peak per device
     oom: dict[str, Scalar]
 

@@ -60,6 +60,7 @@ class PanelRun:
     gpu_peak_bytes: int | None = None
     rss_peak_bytes: int | None = None
     seconds: float | None = None
+    stopped: bool = False           # killed before its end (a time limit, a cancel)
 
 
 def start_run(work: Work, batch: int, profile: Path, folder: Path, device: str = "/CPU:0") -> PanelRun:
@@ -92,8 +93,9 @@ def poll_run(run: PanelRun, nvml_sampler: GpuSampler | None = None) -> bool:
 
 
 def stop_run(run: PanelRun) -> None:
-    """Kill the run's whole process group and reap it."""
+    """Kill the run's whole process group and reap it; a run stopped so is marked `stopped`."""
     if run.seconds is None:
+        run.stopped = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(run.process.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
@@ -109,14 +111,17 @@ def _kill_rest(run: PanelRun) -> None:
         os.killpg(run.process.pid, signal.SIGKILL)
 
 
-def wait_run(run: PanelRun, timeout_s: float, stop: threading.Event | None = None,
-             on_gpu: bool = False) -> bool:
-    """Wait for the run's end; False (and the run killed) when `stop` is set or it took over timeout_s."""
+def wait_runs(runs: list[PanelRun], timeout_s: float, stop: threading.Event | None = None,
+              on_gpu: bool = False) -> bool:
+    """Wait for every run's end; False (and those still running killed) when `stop` is set or they took over
+    timeout_s."""
     sampler = GpuSampler() if on_gpu else None
+    started = time.monotonic()
     try:
-        while not poll_run(run, sampler):
-            if (stop is not None and stop.is_set()) or time.monotonic() - run.started > timeout_s:
-                stop_run(run)
+        while not all([poll_run(run, sampler) for run in runs]):
+            if (stop is not None and stop.is_set()) or time.monotonic() - started > timeout_s:
+                for run in runs:
+                    stop_run(run)
                 return False
             if stop is not None:
                 stop.wait(POLL_S)
@@ -124,7 +129,8 @@ def wait_run(run: PanelRun, timeout_s: float, stop: threading.Event | None = Non
                 time.sleep(POLL_S)
         return True
     except BaseException:
-        stop_run(run)
+        for run in runs:
+            stop_run(run)
         raise
 
 

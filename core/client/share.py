@@ -19,21 +19,18 @@ peak from its record. A seat holds when its run finished and its peak stayed wit
 from __future__ import annotations
 
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
 from tf_device_panel.core.catalogue import JobError
 from tf_device_panel.core.catalogue.fit_runs import (
-    POLL_S,
-    GpuSampler,
     PanelRun,
-    poll_run,
     read_run,
     run_device,
     start_run,
     stop_run,
+    wait_runs,
 )
 from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
@@ -201,26 +198,20 @@ def verify_seats(plan: SharePlan, profiles: list[Path], *, work: Work | None = N
     device = run_device(plan.device)
     with tempfile.TemporaryDirectory(prefix="tf-share-") as root:
         runs: list[PanelRun] = []
-        sampler = GpuSampler() if plan.device.startswith("/GPU") else None
         try:
             for number, profile in enumerate(profiles, start=1):
                 folder = Path(root) / f"seat-{number}"
                 folder.mkdir()
                 runs.append(start_run(work, batch, profile, folder, plan.device))
-            started = time.monotonic()
-            while time.monotonic() - started < timeout_s:
-                if all([poll_run(run, sampler) for run in runs]):
-                    break
-                time.sleep(POLL_S)
-        finally:
+        except BaseException:
             for run in runs:
-                if run.seconds is None:  # still running at the time limit: stopped, and left unfinished
-                    stop_run(run)
-                    run.seconds = None
+                stop_run(run)
+            raise
+        wait_runs(runs, timeout_s, on_gpu=plan.device.startswith("/GPU"))
         rows: list[SeatRow] = []
         for number, (run, profile) in enumerate(zip(runs, profiles, strict=True), start=1):
             row: SeatRow = {"seat": number, "profile": str(profile), "limit_bytes": limit, "peak_bytes": None}
-            if run.seconds is None:
+            if run.stopped:
                 row["status"], row["error"] = "failed", f"still running after {timeout_s:.0f} s; stopped"
                 rows.append(row)
                 continue
