@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import tf_device_panel.core
 from tf_device_panel.core.text import quote
 
 BATCH = "{batch}"                   # in a script's arguments: replaced by each batch tried
@@ -23,7 +22,7 @@ BUILT_IN_MODELS = ("dense", "cnn")
 KERAS_SUFFIX = ".keras"
 # The script that trains a saved model a few steps at one batch, run by `run script` like any user's script
 # (a file path, not an import: the panel's side never imports the run process's modules).
-KERAS_STEPS = Path(tf_device_panel.core.__path__[0]) / "runproc" / "keras_steps.py"
+KERAS_STEPS = Path(__file__).resolve().parent.parent / "runproc" / "keras_steps.py"
 
 
 def keras_model_problem(text: str) -> str | None:

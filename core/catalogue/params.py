@@ -61,6 +61,11 @@ def device_key(text: str) -> tuple[str, str, int]:
             (match.group("short") or match.group("full")).upper(), int(match.group("index")[:MAX_NUMBER_CHARS]))
 
 
+def _bound(bound: float) -> str:
+    """A range's end as a person writes it: 1,048,576 (never 1.04858e+06), 0.1."""
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
+
+
 def split_devices(text: str) -> list[str]:
     """The items of a comma-separated list (devices, sizes, dtypes); a semicolon separates them too."""
     return [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
@@ -172,9 +177,9 @@ class Param:
                 raise ValueError(f"expected a finite number, got {value}")
         if kind.is_number:
             if self.minimum is not None and value < self.minimum:
-                raise ValueError(f"{quote(value)} is below the minimum {self.minimum:g}")
+                raise ValueError(f"{quote(value)} is below the minimum {_bound(self.minimum)}")
             if self.maximum is not None and value > self.maximum:
-                raise ValueError(f"{quote(value)} is above the maximum {self.maximum:g}")
+                raise ValueError(f"{quote(value)} is above the maximum {_bound(self.maximum)}")
         return value
 
     def _check_text(self, value: str) -> None:
@@ -242,4 +247,4 @@ class Param:
                 raise ValueError(f"{quote(item)} is not a whole number above 0 in digits 0-9; "
                                  "write e.g. 256,512,1024")
             if self.maximum is not None and int(item) > self.maximum:
-                raise ValueError(f"{item} is above the maximum {self.maximum:g}")
+                raise ValueError(f"{item} is above the maximum {_bound(self.maximum)}")

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from tf_device_panel.core.catalogue.fit_runs import (
+    PanelRun,
     capped_profile,
     read_run,
     start_run,
@@ -139,7 +140,7 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
             raise JobError(f"no boundary found in {MAX_RUNS} runs (largest held: {found.held()}, smallest that ran "
                            f"out: {found.ran_out()}); the work's memory may not depend on its batch")
         ctx.progress(len(rows), len(rows) + 4, f"{role}: batch {batch} under {budget_mib} MiB")
-        started = []
+        started: list[PanelRun] = []
         try:
             for _ in range(side_by_side):
                 run_folder = folder / f"run-{len(rows) + len(started) + 1}"
@@ -229,9 +230,8 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
     flags: list[str] = []
     if out is None:
         flags.append(f"capped at {MAX_BATCH:,}, the largest batch a run takes: the budget holds more")
-    rss = [r["rss_peak_bytes"] for r in rows if r["batch"] == answer and r.get("rss_peak_bytes")]
-    gpu_process = [r["gpu_process_peak_bytes"] for r in rows
-                   if r["batch"] == answer and r.get("gpu_process_peak_bytes")]
+    rss = [r.get("rss_peak_bytes") or 0 for r in rows if r["batch"] == answer]
+    gpu_process = [r.get("gpu_process_peak_bytes") or 0 for r in rows if r["batch"] == answer]
     line = found.line() or (0.0, 0.0)
     for row in rows:
         row.pop("peaks", None)
@@ -250,8 +250,8 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
         "repeats": len(peaks),
         "answer_peaks": {"min_bytes": min(peaks), "max_bytes": max(peaks),
                          "spread": (max(peaks) - min(peaks)) / max(peaks)},
-        "process_peak_bytes": max(rss) if rss else None,
-        "gpu_process_peak_bytes": max(gpu_process) if gpu_process else None,
+        "process_peak_bytes": max(rss) or None,
+        "gpu_process_peak_bytes": max(gpu_process) or None,
         "failures_near": dict(verdicts),
         "fit": {"fixed_bytes": int(line[0]), "bytes_per_sample": line[1], "margin": PREDICT_SHARE},
         "probes": rows,
