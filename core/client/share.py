@@ -36,7 +36,6 @@ from tf_device_panel.core.catalogue.fit_runs import (
 )
 from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
-from tf_device_panel.core.text import quote
 
 MIB = 1024 * 1024
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
