@@ -447,7 +447,7 @@ def _share(args: argparse.Namespace) -> int:
     if most is not None:
         report["seats"] = [{**row, "profile": str(path)} for row, path in zip(most.rows, profiles, strict=True)]
         report["verified"] = True
-        report["most"] = {"seats": len(profiles), "bound": most.bound, "tried": most.tried,
+        report["most"] = {"seats": len(profiles), "bound": most.bound, "above": most.above, "tried": most.tried,
                           "work_peak_mib": most.needs.peak_mib, "process_mib": most.needs.process_mib}
     elif args.verify:
         report["seats"] = share.verify_seats(plan, profiles, work=work, batch=batch)
@@ -464,10 +464,8 @@ def _share(args: argparse.Namespace) -> int:
             line = f"  seat {row['seat']}: peak {peak} of {row['limit_bytes'] / 1048576:.0f} MiB{own}: {row['status']}"
             print(line + (f" ({row['error']})" if row.get("error") else ""))
     if most is not None:
-        above = [t for t in most.tried if not t["held"] and t["seats"] > len(profiles)]
-        print(f"the most seats for {work.name} (batch {batch}): {len(profiles)}, all held side by side"
-              + (f"; {share.seats_text(above[0]['seats'])} did not" if above else "")
-              + f" (first guess bounded by {most.bound})")
+        print(f"the most seats for {work.name} (batch {batch}): {len(profiles)}, all held side by side; "
+              f"{most.above} (first guess bounded by {most.bound})")
     elif args.verify:
         print("all seats held" if not failed else "a seat did not hold")
     return EXIT_JOB_FAILED if failed else EXIT_OK

@@ -93,6 +93,7 @@ class SeatsTried(TypedDict):
 class MostJson(TypedDict):
     seats: int
     bound: str                        # what bounded the first guess, in words
+    above: str                        # why one seat more is not the answer, in words
     tried: list[SeatsTried]           # each count of seats verified side by side, in order
     work_peak_mib: float              # the work's allocator peak alone with the whole device
     process_mib: int | None           # its processes' own peak then (resident on the CPU, NVML's on a GPU)
@@ -371,6 +372,7 @@ class MostSeats:
     needs: WorkNeeds
     bound: str
     tried: list[SeatsTried]
+    above: str                        # why one seat more is not the answer, in words
 
 
 def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, batch: int, *,
@@ -390,13 +392,21 @@ def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, 
         raise ShareError(f"not even one seat: {bound}", "work")
     tried: list[SeatsTried] = []
     best: tuple[SharePlan, list[SeatRow]] | None = None
+    above = f"no more than {MAX_SEATS} seats on one device"
     seats = guess
     while 1 <= seats <= MAX_SEATS:
         try:
             plan = plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason)
-        except ShareError:
-            break  # too many seats for the memory: the last that held stands
-        if plan.seat_mib < needs.peak_mib or seats * (needs.host_mib or 0) > available_mib:
+        except ShareError as exc:
+            above = str(exc)  # too many seats for the memory: the last that held stands
+            break
+        if plan.seat_mib < needs.peak_mib:
+            above = (f"{seats_text(seats)} would leave {plan.seat_mib} MiB a seat, under the {needs.peak_mib:.0f} "
+                     "MiB the work peaked at alone")
+            break
+        if seats * (needs.host_mib or 0) > available_mib:
+            above = (f"{seats_text(seats)} would need about {seats * (needs.host_mib or 0):,} MiB of this machine's "
+                     f"memory, and {available_mib:,} MiB is available")
             break
         said(f"verifying {seats_text(seats)} of {plan.seat_mib} MiB side by side…")
         with tempfile.TemporaryDirectory(prefix="tf-share-max-") as root:
@@ -410,13 +420,15 @@ def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, 
         if held:
             best = (plan, rows)
             if any(not t["held"] for t in tried):
+                above = f"{seats_text(seats + 1)} did not all hold side by side"
                 break  # came down to it: the one above did not hold
             seats += 1
         elif best is not None:
+            above = f"{seats_text(seats)} did not all hold side by side"
             break
         else:
             seats -= 1
     if best is None:
         raise ShareError(f"not even one seat held the work ({work.name}, batch {batch}): "
                          + "; ".join(f"{seats_text(t['seats'])}: {', '.join(t['statuses'])}" for t in tried), "work")
-    return MostSeats(best[0], best[1], needs, bound, tried)
+    return MostSeats(best[0], best[1], needs, bound, tried, above)
