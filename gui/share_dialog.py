@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QProcess, Qt
 from PySide6.QtWidgets import (
@@ -225,8 +225,8 @@ class ShareDialog(QDialog):
             self.status.setText("\n".join(errors or err.strip().splitlines()[-1:])
                                 or f"the share command ended with exit code {code}")
             return
-        self.report = printed
-        self.show_report(printed, code)
+        self.report = cast(ShareReport, printed)
+        self.show_report(self.report, code)
 
     def show_report(self, report: ShareReport, code: int = 0) -> None:
         seats = report.get("seats") or []
