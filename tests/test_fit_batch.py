@@ -200,10 +200,13 @@ def test_the_command_line_refuses_a_script_without_batch_at_once(tmp_path: Path)
 
 
 def probe_processes() -> list[psutil.Process]:
+    """fit-batch's runs: started as PROBE_MODULE, which becomes the panel's command line under the job's capped
+    profile (a file in the job's own tf-fit-batch- folder)."""
     found = []
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):
-            if PROBE_MODULE in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+            command = " ".join(child.cmdline())
+            if (PROBE_MODULE in command or "tf-fit-batch-" in command) and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)
     return found
 
