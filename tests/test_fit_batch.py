@@ -90,7 +90,7 @@ def _check_answer(result: dict, budget_mib: int) -> int:
     assert all(r["peak_bytes"] <= budget_mib * MIB and r["rss_peak_bytes"] > r["peak_bytes"] for r in at_answer)
     out = result["boundary"]["ran_out"]
     assert out is not None and batch < out <= max(batch + 1, batch * 1.05)
-    assert not any(r["fits"] for r in result["probes"] if r["batch"] == out)
+    assert any(not r["fits"] for r in result["probes"] if r["batch"] == out)  # at least one of its runs
     assert not any("fits too" in flag for flag in result["flags"])
     presentation = present(result)
     assert presentation is not None and f": {batch} (held" in presentation.title
