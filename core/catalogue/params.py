@@ -134,7 +134,7 @@ class Param:
     empty_means: str = ""                      # what an empty value does ("all GPUs, else all CPUs")
     shown_when: tuple[str, str] | None = None  # (parameter, value): it only matters then (image size: cnn)
     max_items: int = MAX_LIST_ITEMS            # a list's (DEVICES, COUNTS, CHOICES) most items, said when passed
-    # A PATH's file type, e.g. (".keras", "Keras models"): the file must end so, and the form's Browse… shows only
+    # A PATH's file type, e.g. (".keras", "saved Keras model"): the file must end so, and the form's Browse… shows only
     # those. A PATH with `choices` takes one of them (a built-in's name) or such a file.
     file_type: tuple[str, str] | None = None
 
