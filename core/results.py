@@ -494,14 +494,15 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
     lines.append(f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {per_sample_text} × batch over the runs that held; "
                  f"first guess {result['prediction']} (its peak predicted at {fit['margin']:.0%} of the budget)")
     lines.append(f"{result['runs']} runs, {result['run_s']:.0f} s")
-    columns = (Column("Run"), Column("Batch", "right"), Column("Held"), Column("Peak (MiB)", "right", "number"),
-               Column("Process (MiB)", "right", "number"), Column("Out of memory"),
-               Column("Seconds", "right", "number"))
+    # Every run in order (a run's role, probe, search or repeat, is in the JSON). Outcome: held, or how it ran out
+    # of memory (fragmentation, shortage): the point near the boundary. RSS: its processes' own peak resident
+    # memory, beside the allocator's peak.
+    columns = (Column("Batch", "right"), Column("Outcome"), Column("Peak (MiB)", "right", "number"),
+               Column("RSS (MiB)", "right", "number"))
     table = Table(columns, tuple(
-        (r["role"], r["batch"], "yes" if r["fits"] else "no",
+        (r["batch"], "held" if r["fits"] else str((r.get("oom") or {}).get("verdict") or "out of memory"),
          _figure(r["peak_bytes"]) / mib if r["fits"] and r.get("peak_bytes") else None,
-         _figure(r["rss_peak_bytes"]) / mib if r.get("rss_peak_bytes") else None,
-         "" if r["fits"] else str((r.get("oom") or {}).get("verdict") or "unknown"), r["seconds"]) for r in rows))
+         _figure(r["rss_peak_bytes"]) / mib if r.get("rss_peak_bytes") else None) for r in rows))
     held = sorted((r for r in rows if r["fits"] and r.get("peak_bytes")), key=lambda r: r["batch"])
     ran_out = sorted((r for r in rows if not r["fits"]), key=lambda r: r["batch"])
     top = float(max(r["batch"] for r in rows))

@@ -243,7 +243,8 @@ def test_the_result_reads_for_a_peak_that_hardly_grows() -> None:
     assert any("700 MiB resident" in line for line in presentation.lines)
     assert presentation.warnings == tuple(result["flags"])
     (table,) = presentation.tables
-    assert [row[0] for row in table.rows] == ["probe", "repeat", "repeat", "repeat"]
+    assert [row[:2] for row in table.rows] == [(256, "held")] + [(MAX_BATCH, "held")] * 3
+    assert table.rows[0][3] == pytest.approx(600.0)  # its processes' own resident peak, beside the allocator's
 
 
 def test_the_result_names_the_boundary_and_the_kind_of_failures_near_it() -> None:
@@ -262,6 +263,8 @@ def test_the_result_names_the_boundary_and_the_kind_of_failures_near_it() -> Non
     assert presentation is not None
     text = "\n".join(presentation.lines)
     assert "500 held, 528 ran out of memory" in text and "1 fragmentation" in text and "spread 9%" in text
+    (table,) = presentation.tables
+    assert table.rows[0][:2] == (528, "fragmentation")
     (plot,) = presentation.plots
     assert plot.series[0].x == (300.0, 500.0)       # sorted by batch, not in the order they ran
     assert plot.series[1].x == (528.0,)
