@@ -412,42 +412,54 @@ def _memory(result: MemoryResult) -> Presentation:
 
 
 class FitProbe(TypedDict, total=False):
-    """One fit-batch run: its role (probe, verify, step up), batch, whether it fit, its peak and time."""
+    """One fit-batch run: its role (probe, search, repeat), batch, whether it held, its peaks and time."""
 
     role: str
     batch: int
     fits: bool
-    peak_bytes: int | None
+    peak_bytes: int | None            # the allocator's peak (its record's tf_memory figures)
+    rss_peak_bytes: int | None        # the run's processes' largest resident set (the kernel's, at their end)
+    gpu_process_peak_bytes: int | None  # on a GPU: the most NVML said the run's processes held
     predicted_peak_bytes: float
     seconds: float
     error: str | None
-    run: str
-    peaks: dict[str, int]
+    side_by_side: int                 # how many runs at this batch ran at once (this one among them)
+    peaks: dict[str, int]             # the allocator's peak per device
     oom: dict[str, Scalar]
-    crashed: int | None               # a probe TensorFlow killed instead of raising its OOM: its exit status
 
 
-class StepUp(TypedDict):
-    batch: int
-    fits: bool
+class Boundary(TypedDict):
+    held: int                         # the answer: the largest batch that held in every one of its runs
+    ran_out: int | None               # the smallest batch that ran out (None: none did, up to the largest batch)
+
+
+class AnswerPeaks(TypedDict):
+    min_bytes: int
+    max_bytes: int
+    spread: float                     # (max - min) / max
 
 
 class FitBatchResult(TypedDict, total=False):
-    """fit-batch: the probes, the fit of peak against batch, the prediction and its verification."""
+    """fit-batch: every run, the boundary it found, and the answer with its repeats."""
 
     kind: Literal["fit_batch"]
-    model: str
+    model: str                        # the work in a few words: cnn, script train.py, model my.keras
+    work: dict[str, str]              # model, script, args as given
     device: str
     budget_mib: int
-    predicted_max_batch: int | None   # None: the prediction did not verify
-    prediction: int
+    predicted_max_batch: int | None   # the answer (held in each of its repeats)
+    prediction: int                   # what the probes' line predicted
     verified: bool
-    fit: dict[str, float]             # fixed_bytes, bytes_per_sample, margin
-    probes: list[FitProbe]
-    step_up: StepUp | None
-    probe_s: float
-    verify_s: float
-    probe_cost_ratio: float | None
+    boundary: Boundary
+    repeats: int
+    answer_peaks: AnswerPeaks
+    process_peak_bytes: int | None    # the largest resident set of a run at the answer
+    gpu_process_peak_bytes: int | None
+    failures_near: dict[str, int]     # OOM verdicts (fragmentation, shortage, unknown) up to a quarter above it
+    fit: dict[str, float]             # fixed_bytes, bytes_per_sample, margin (the prediction's share of the budget)
+    probes: list[FitProbe]            # every run, in order
+    runs: int
+    run_s: float
     flags: list[str]
 
 
@@ -456,33 +468,52 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
     mib = 1024 * 1024
     fit = result["fit"]
     rows = result["probes"]
-    predicted = result.get("predicted_max_batch")
+    answer = result["predicted_max_batch"]
+    boundary = result["boundary"]
     title = (f"largest {result['model']} batch that fits {result['budget_mib']} MiB on {result['device']}: "
-             + (f"{predicted} (verified)" if predicted is not None else f"{result['prediction']} did NOT verify"))
+             f"{answer} (held {result['repeats']} of {result['repeats']} runs)")
+    peaks = result["answer_peaks"]
+    out = boundary["ran_out"]
+    lines = [f"boundary: {boundary['held']} held, " + (f"{out} ran out of memory" if out is not None else
+                                                       "nothing ran out"),
+             f"peaks at {answer}: {peaks['min_bytes'] / mib:.1f}–{peaks['max_bytes'] / mib:.1f} MiB of "
+             f"{result['budget_mib']} (spread {peaks['spread']:.0%})"]
+    if result.get("process_peak_bytes"):
+        lines.append(f"the process's own peak at {answer}: {_figure(result['process_peak_bytes']) / mib:,.0f} MiB "
+                     "resident (TensorFlow's runtime beside the allocator's)")
+    if result.get("gpu_process_peak_bytes"):
+        lines.append(f"on the GPU, the process held {_figure(result['gpu_process_peak_bytes']) / mib:,.0f} MiB "
+                     "at most (NVML)")
+    near = result.get("failures_near") or {}
+    if near:
+        kinds = ", ".join(f"{count} {verdict}" for verdict, count in sorted(near.items()))
+        lines.append(f"runs out of memory near it: {kinds} (fragmentation: one block asked for with the pool far "
+                     "from full; shortage: the pool full)")
     per_sample = fit["bytes_per_sample"]
     per_sample_text = f"{per_sample / 1024:.1f} KiB" if per_sample >= 1024 else f"{per_sample:.0f} B"
-    lines = [f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {per_sample_text} × batch "
-             f"(least squares over the probes); predicted under {fit['margin']:.0%} of the budget"]
-    step = result.get("step_up")
-    if step:
-        lines.append(f"next step up, batch {step['batch']}: " + ("fits too" if step["fits"] else "out of memory, as "
-                                                                 "predicted"))
-    if result.get("probe_cost_ratio") is not None:
-        lines.append(f"probes took {result['probe_s']:.1f} s, {result['probe_cost_ratio']:.1f}× the verifying run "
-                     f"({result['verify_s']:.1f} s)")
-    columns = (Column("Run"), Column("Batch", "right"), Column("Fits"), Column("Peak (MiB)", "right", "number"),
-               Column("Predicted peak (MiB)", "right", "number"), Column("Seconds", "right", "number"))
-    table = Table(columns, tuple((r["role"], r["batch"], "yes" if r["fits"] else "out of memory",
-                                  _figure(r["peak_bytes"]) / mib if r["fits"] else None,
-                                  r.get("predicted_peak_bytes", 0) / mib, r["seconds"]) for r in rows))
-    fitted = [r for r in rows if r["fits"]]
-    top = max(r["batch"] for r in rows)
-    line_x = [0.0, float(top)]
-    series = (_series("measured peak", [_figure(r["peak_bytes"]) / mib for r in fitted], [r["batch"] for r in fitted]),
-              _series("fit", [(fit["fixed_bytes"] + fit["bytes_per_sample"] * x) / mib for x in line_x], line_x),
-              _series("budget", [float(result["budget_mib"])] * 2, line_x))
+    lines.append(f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {per_sample_text} × batch over the runs that held; "
+                 f"first guess {result['prediction']} (its peak predicted at {fit['margin']:.0%} of the budget)")
+    lines.append(f"{result['runs']} runs, {result['run_s']:.0f} s")
+    # Every run in order (a run's role, probe, search or repeat, is in the JSON). Outcome: held, or how it ran out
+    # of memory (fragmentation, shortage): the point near the boundary. RSS: its processes' own peak resident
+    # memory, beside the allocator's peak.
+    columns = (Column("Batch", "right"), Column("Outcome"), Column("Peak (MiB)", "right", "number"),
+               Column("RSS (MiB)", "right", "number"))
+    table = Table(columns, tuple(
+        (r["batch"], "held" if r["fits"] else str((r.get("oom") or {}).get("verdict") or "out of memory"),
+         _figure(r["peak_bytes"]) / mib if r["fits"] and r.get("peak_bytes") else None,
+         _figure(r["rss_peak_bytes"]) / mib if r.get("rss_peak_bytes") else None) for r in rows))
+    held = sorted((r for r in rows if r["fits"] and r.get("peak_bytes")), key=lambda r: r["batch"])
+    ran_out = sorted((r for r in rows if not r["fits"]), key=lambda r: r["batch"])
+    top = float(max(r["batch"] for r in rows))
+    series = [_series("peak of a run that held", [_figure(r["peak_bytes"]) / mib for r in held],
+                      [r["batch"] for r in held]),
+              _series("budget", [float(result["budget_mib"])] * 2, [0.0, top])]
+    if ran_out:
+        series.insert(1, _series("ran out of memory (at the budget)", [float(result["budget_mib"])] * len(ran_out),
+                                 [r["batch"] for r in ran_out]))
     return Presentation(title, tuple(lines), tuple(result.get("flags", [])), (table,),
-                        (Plot("batch", "peak MiB", series),))
+                        (Plot("batch", "peak MiB", tuple(series)),))
 
 
 @presenter("table")

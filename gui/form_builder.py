@@ -51,6 +51,7 @@ class Declared:
     empty_means: str = ""             # what an empty text does, shown while it is empty
     options: tuple[str, ...] = ()     # a device's suggestions, in its combo box
     label_on_box: bool = False        # a check box carrying its own label (else a label stands beside it)
+    file_filter: str = "Python files (*.py)"  # a PATH's Browse… shows these files
 
 
 def setting_declared(setting: Field) -> Declared:
@@ -84,8 +85,10 @@ def param_declared(param: Param, devices: Sequence[str]) -> Declared:
             options.append(",".join(devices))
         if param.kind is Kind.DEVICE:
             options.append(MISSING_DEVICE_EXAMPLE)
+    file_filter = f"{param.file_type[1]} (*{param.file_type[0]})" if param.file_type else "Python files (*.py)"
     return Declared(param.name, param.kind, param.label, param.help, param.default, param.choices, param.unit,
-                    spin_range, decimals=6, empty_means=param.empty_means, options=tuple(dict.fromkeys(options)))
+                    spin_range, decimals=6, empty_means=param.empty_means, options=tuple(dict.fromkeys(options)),
+                    file_filter=file_filter)
 
 
 class Editor:
@@ -156,9 +159,22 @@ def _editor_for(declared: Declared) -> Editor:
             holder = QWidget()
             row = QHBoxLayout(holder)
             row.setContentsMargins(0, 0, 0, 0)
-            path = QLineEdit(str(declared.default))
             browse = QPushButton("Browse…")
-            browse.clicked.connect(lambda: _browse(holder, path))
+            if declared.choices:  # a built-in's name from the list, or a file of the declared type
+                combo = QComboBox()
+                combo.setEditable(True)
+                combo.addItems(list(declared.choices))
+                combo.setCurrentText(str(declared.default))
+                path = combo.lineEdit() or QLineEdit()
+                browse.clicked.connect(lambda: _browse(holder, path, declared.file_filter))
+                row.addWidget(combo, 1)
+                row.addWidget(browse)
+                return Editor(holder, combo.currentText, lambda value: combo.setCurrentText(str(value)),
+                              combo.currentTextChanged)
+            path = QLineEdit(str(declared.default))
+            if declared.empty_means:
+                path.setPlaceholderText(f"empty: {declared.empty_means}")
+            browse.clicked.connect(lambda: _browse(holder, path, declared.file_filter))
             row.addWidget(path, 1)
             row.addWidget(browse)
             return Editor(holder, path.text, lambda value: path.setText(str(value)), path.textChanged)
@@ -170,7 +186,7 @@ def _editor_for(declared: Declared) -> Editor:
     raise ValueError(f"{declared.name}: a {declared.kind.value} has no form editor; give it no label")
 
 
-def _browse(parent: QWidget, edit: QLineEdit) -> None:
-    path, _ = QFileDialog.getOpenFileName(parent, "Choose a Python file", edit.text(), "Python files (*.py)")
+def _browse(parent: QWidget, edit: QLineEdit, file_filter: str) -> None:
+    path, _ = QFileDialog.getOpenFileName(parent, "Choose a file", edit.text(), file_filter)
     if path:
         edit.setText(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
@@ -49,6 +50,8 @@ from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
 if TYPE_CHECKING:
     from tf_device_panel.gui.controller import RuntimeController
 
+# A script's batch-size argument ("--batch-size 512", "--batch=64", "-b 32"): its number becomes {batch}.
+BATCH_ARGUMENT = re.compile(r"((?:^|\s)(?:--?batch(?:[-_]?size)?|-b|--bs)(?:=|\s+))\d+", re.IGNORECASE)
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
 
 
@@ -184,6 +187,13 @@ class RunsPanel(QWidget):
         self.progress.setValue(0)
         self.progress.setMinimumWidth(self.progress.fontMetrics().horizontalAdvance("100%") + 40)  # never "4|5%"
         self.elapsed = QLabel("")
+        # A script that ran out of memory: fit-batch, prefilled with that script, finds the batch that fits.
+        self.find_batch_button = QPushButton("Find the batch that fits")
+        self.find_batch_button.setToolTip("Open Batch that fits with this script and its arguments, {batch} where "
+                                          "its batch size goes")
+        self.find_batch_button.clicked.connect(self.find_batch_for_script)
+        self.find_batch_button.hide()
+        self._script_out_of_memory: tuple[str, str] | None = None  # (path, arguments) of the script's last OOM
         self.status = ElidedLabel("Not run yet")  # how the selected job's run went; its error is in the result
         # One result view per job: selecting a job shows its own last result, never another job's.
         self.results: dict[str, ResultView] = {name: ResultView() for name in JOBS}
@@ -227,6 +237,7 @@ class RunsPanel(QWidget):
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
         controls.addWidget(self.status, 3)
+        controls.addWidget(self.find_batch_button)
         controls.addWidget(self.progress, 2)
         controls.addWidget(self.elapsed)
         right = QWidget()
@@ -633,6 +644,10 @@ class RunsPanel(QWidget):
         view = self.results.get(outcome.job, self.result)
         self._opened_forms.discard(outcome.job)
         view.show_outcome(outcome)
+        if outcome.job == "script":
+            ran_out = outcome.oom is not None and outcome.status != "ok"
+            self._script_out_of_memory = (str(outcome.params.get("path", "")), str(outcome.params.get("args", ""))) \
+                if ran_out else None
         self.running_job = None
         if not any(s.running for s in self.states.values()):
             self._timer.stop()
@@ -651,7 +666,20 @@ class RunsPanel(QWidget):
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(1000 * state.progress))
         self.status.setText(state.status or "Not run yet")
+        self.find_batch_button.setVisible(self.current_job == "script" and self._script_out_of_memory is not None)
         self._tick()
+
+    def find_batch_for_script(self) -> None:
+        """Batch that fits, prefilled with the script that ran out of memory: its batch-size argument, where one
+        is recognisable, becomes {batch}; otherwise the arguments are left for the person to mark."""
+        if self._script_out_of_memory is None:
+            return
+        path, args = self._script_out_of_memory
+        marked = BATCH_ARGUMENT.sub(lambda match: match.group(1) + "{batch}", args, count=1)
+        self.select_job("fit-batch")
+        form = self.forms["fit-batch"]
+        form.set_value("script", path)
+        form.set_value("args", marked)
 
     def _tick(self) -> None:
         elapsed = self.state.elapsed()

@@ -79,3 +79,25 @@ def test_a_kind_without_an_editor_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="virtual_gpus: a gpu_splits has no form editor"):
         build_editor(setting_declared(setting("virtual_gpus")))
     assert Kind.GPU_SPLITS is setting("virtual_gpus").kind
+
+
+def test_fit_batchs_model_takes_a_built_in_name_or_a_keras_file_through_a_file_picker(qtbot: Any, monkeypatch,
+                                                                                    tmp_path) -> None:
+    from PySide6.QtWidgets import QFileDialog, QPushButton
+
+    editor = build_editor(param_declared(param("fit-batch", "model"), []))
+    qtbot.addWidget(editor.widget)
+    (combo,) = editor.widget.findChildren(QComboBox)
+    assert combo.isEditable() and [combo.itemText(i) for i in range(combo.count())] == ["dense", "cnn"]
+    assert editor.read() == "cnn"
+    asked: list[str] = []
+    saved = str(tmp_path / "net.keras")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        lambda parent, title, start, file_filter: (asked.append(file_filter), (saved, ""))[1])
+    (browse,) = editor.widget.findChildren(QPushButton)
+    browse.click()
+    assert asked == ["saved Keras model (*.keras)"] and editor.read() == saved
+    script = build_editor(param_declared(param("fit-batch", "script"), []))
+    qtbot.addWidget(script.widget)
+    (line,) = script.widget.findChildren(QLineEdit)
+    assert line.placeholderText() == "empty: the model above" and script.read() == ""

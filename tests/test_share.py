@@ -77,8 +77,8 @@ def test_a_base_profiles_visible_gpu_is_the_one_split_and_growth_or_a_fraction_g
 
 
 @pytest.mark.parametrize(("seats", "said"), [
-    (0, "--seats: 0 is not a number of seats; use 1 or more"),
-    (-2, "--seats: -2 is not a number of seats; use 1 or more"),
+    (0, "0 is not a number of seats; use 1 or more"),
+    (-2, "-2 is not a number of seats; use 1 or more"),
     (143, "use at most 142 seats"),   # 81,079 MiB / (32 + 536): 142 seats of at least 32 MiB
 ])
 def test_a_count_of_seats_that_is_not_one_or_more_or_too_many_for_the_h100_is_refused(seats: int, said: str) -> None:
@@ -129,7 +129,8 @@ def test_on_a_cpu_only_machine_a_base_without_a_cap_is_refused_saying_to_set_one
     out = tmp_path / "class"
     assert cli.main(["share", "--seats", "3", "--out", str(out)]) == 2
     error = capsys.readouterr().err
-    assert "no GPU to split" in error and "set cpu_memory_limit_mib" in error and "3072" in error
+    assert "no GPU to split" in error and "set its cpu_memory_limit_mib" in error and "3072" in error
+    assert error.startswith("error: --config: ")
     assert "Traceback" not in error and not out.exists()
 
 
@@ -215,7 +216,7 @@ def test_verifying_more_seats_than_this_machines_memory_holds_is_refused_before_
     out = tmp_path / "class"
     assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out), "--verify"]) == 2
     error = capsys.readouterr().err
-    assert "--verify: 256 seats side by side need about 179,200 MiB" in error and "verify at most" in error
+    assert "--seats: 256 seats side by side need about 179,200 MiB" in error and "verify at most" in error
     assert not out.exists()
     assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out)]) == 0  # writing is fine
     assert len(list(out.iterdir())) == 256
@@ -271,8 +272,124 @@ def test_a_batch_the_fit_job_does_not_take_is_refused_before_anything_is_written
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 96}))
     out = tmp_path / "class"
-    for batch in ("0", "1000001"):
+    for batch in ("0", "-1", "1000001"):
         assert cli.main(["share", "--seats", "2", "--config", str(base), "--out", str(out), "--verify",
                          "--batch", batch]) == 2
-        assert f"--batch: {batch} is not a batch the fit job takes" in capsys.readouterr().err
+        assert f"--batch: {batch} is not a batch; use 1 to 1,000,000 samples" in capsys.readouterr().err
     assert not out.exists()
+
+
+def _cpu_base(tmp_path: Path, cap_mib: int) -> Path:
+    base = tmp_path / f"cap{cap_mib}.json"
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": cap_mib, "log_placement": False}))
+    return base
+
+
+def test_a_cap_too_small_for_one_seat_says_what_to_raise_not_zero_seats(monkeypatch, tmp_path, capsys) -> None:
+    _no_nvml(monkeypatch)
+    code = cli.main(["share", "--seats", "2", "--config", str(_cpu_base(tmp_path, 1)), "--out", str(tmp_path / "o")])
+    error = capsys.readouterr().err
+    assert code == 2 and "0 seats" not in error
+    assert "--config: the CPU cap of 1 MiB cannot hold even one seat" in error and "at least 32" in error
+
+
+def test_counts_of_seats_read_in_the_singular_and_plural(monkeypatch, tmp_path, capsys) -> None:
+    _no_nvml(monkeypatch)
+    assert cli.main(["share", "--seats", "1", "--config", str(_cpu_base(tmp_path, 64)),
+                     "--out", str(tmp_path / "one")]) == 0
+    said = capsys.readouterr().out
+    assert ": 1 seat of 64 MiB" in said and "1 seats" not in said
+    assert cli.main(["share", "--seats", "3", "--config", str(_cpu_base(tmp_path, 64)),
+                     "--out", str(tmp_path / "three")]) == 2
+    assert "use at most 2 seats" in capsys.readouterr().err
+    assert cli.main(["share", "--seats", "2", "--config", str(_cpu_base(tmp_path, 40)),
+                     "--out", str(tmp_path / "two")]) == 2
+    assert "use at most 1 seat\n" in capsys.readouterr().err + "\n"
+
+
+def test_an_empty_folder_name_is_refused_and_a_newline_in_it_is_never_printed_raw(monkeypatch, tmp_path,
+                                                                                  capsys) -> None:
+    _no_nvml(monkeypatch)
+    base = str(_cpu_base(tmp_path, 64))
+    assert cli.main(["share", "--seats", "2", "--config", base, "--out", ""]) == 2
+    assert "--out: no folder named" in capsys.readouterr().err
+    assert not list(Path.cwd().glob("seat-*.json"))
+    odd = tmp_path / "class\nroom"
+    assert cli.main(["share", "--seats", "2", "--config", base, "--out", str(odd)]) == 0
+    said = capsys.readouterr().out
+    assert "class\\nroom" in said and "class\nroom" not in said
+    (odd / "x").write_text("")
+    assert cli.main(["share", "--seats", "2", "--config", base, "--out", str(odd)]) == 2
+    error = capsys.readouterr().err
+    assert "class\\nroom" in error and "class\nroom" not in error
+
+
+def test_a_batch_without_verifying_is_refused_not_ignored(monkeypatch, tmp_path, capsys) -> None:
+    _no_nvml(monkeypatch)
+    out = tmp_path / "class"
+    assert cli.main(["share", "--seats", "2", "--config", str(_cpu_base(tmp_path, 64)), "--out", str(out),
+                     "--batch", "64"]) == 2
+    assert "--batch: " in capsys.readouterr().err and not out.exists()
+
+
+def test_a_split_larger_than_this_machine_is_said_before_it_is_written(monkeypatch, tmp_path, capsys) -> None:
+    import psutil
+
+    _no_nvml(monkeypatch)
+    host_mib = psutil.virtual_memory().total // MIB
+    seats = 256
+    cap = max(seats * 32, (host_mib // seats + 1024) * seats)
+    out = tmp_path / "class"
+    assert cli.main(["share", "--seats", str(seats), "--config", str(_cpu_base(tmp_path, cap)),
+                     "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (warning,) = report["warnings"]
+    assert f"more than this machine's {host_mib:,} MiB" in warning and "256 seats of" in warning
+    assert cli.main(["share", "--seats", str(seats), "--config", str(_cpu_base(tmp_path, cap)),
+                     "--out", str(tmp_path / "again")]) == 0
+    assert "warning: 256 seats of" in capsys.readouterr().err
+
+
+def test_a_bound_of_a_jobs_parameter_is_written_in_digits() -> None:
+    from tf_device_panel.core.catalogue import JOBS, ParamError
+
+    with pytest.raises(ParamError) as caught:
+        JOBS["fit-batch"].resolve({"budget_mib": 2_000_000})
+    assert "above the maximum 1,048,576" in str(caught.value) and "e+06" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("args", "field", "said"), [
+    (["--seats", "2", "--max"], "seats", "not both"),
+    ([], "seats", "--max"),
+    (["--seats", "2", "--args", "{batch}"], "args", "give the script too"),
+    (["--seats", "2", "--model", "resnet"], "model", "neither dense nor cnn"),
+    (["--seats", "2", "--script", "missing.py"], "script", "does not exist"),
+])
+def test_the_work_is_checked_and_json_says_the_field_in_its_own_words(monkeypatch, tmp_path, capsys, args, field,
+                                                                     said) -> None:
+    _no_nvml(monkeypatch)
+    code = cli.main(["share", *args, "--config", str(_cpu_base(tmp_path, 64)), "--out", str(tmp_path / "o"),
+                     "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and f"error: --{field}: " in captured.err
+    error = json.loads(captured.out)["error"]
+    assert error["field"] == field and said in error["message"] and "--" not in error["message"].replace("--max", "")
+
+
+@pytest.mark.slow
+def test_the_most_seats_of_a_small_cpu_cap_all_hold_side_by_side(tmp_path) -> None:
+    base = _cpu_base(tmp_path, 160)
+    out = tmp_path / "class"
+    done = _share("--max", "--config", str(base), "--out", str(out), "--batch", "16", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    most = report["most"]
+    seats = most["seats"]
+    assert seats >= 1 and len(report["seats"]) == seats == len(list(out.glob("seat-*.json")))
+    assert all(seat["status"] == "held" and seat["peak_bytes"] <= seat["limit_bytes"] for seat in report["seats"])
+    assert all(seat["process_peak_bytes"] > seat["peak_bytes"] for seat in report["seats"])  # its own RSS, measured
+    assert most["tried"][-1]["held"] or any(t["held"] and t["seats"] == seats for t in most["tried"])
+    # the most: one seat more did not hold, or would leave a seat less than the work's peak alone
+    above = [t for t in most["tried"] if t["seats"] == seats + 1]
+    assert (above and not above[0]["held"]) or (160 // (seats + 1)) < most["work_peak_mib"] * 1.0 or \
+        (160 // (seats + 1)) < 32 or most["tried"][0]["seats"] == seats

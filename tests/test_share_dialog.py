@@ -27,9 +27,10 @@ def test_the_dialog_writes_three_cpu_seats_and_shows_each_peak_within_its_limit(
     dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=192,
                                                       log_placement=False))
     out = tmp_path / "class"
+    dialog.chosen.setChecked(True)
     dialog.seats.setValue(3)
     dialog.out.setText(str(out))
-    assert dialog.verify.isChecked()
+    assert dialog.verify.isChecked() and dialog.share_button.text() == "Write profiles"
     dialog.share_button.click()
     qtbot.waitUntil(lambda: dialog.report is not None, timeout=600_000)
     assert dialog.table.rowCount() == 3
@@ -46,11 +47,14 @@ def test_the_dialog_writes_three_cpu_seats_and_shows_each_peak_within_its_limit(
 def test_the_dialog_shows_the_commands_refusal(qtbot, window, tmp_path) -> None:
     dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=()))  # no GPU, no CPU cap
     dialog.out.setText(str(tmp_path / "class"))
+    dialog.chosen.setChecked(True)
     dialog.verify.setChecked(False)
     dialog.share_button.click()
     qtbot.waitUntil(lambda: dialog.process is None and "cpu_memory_limit_mib" in dialog.status.text(),
                     timeout=60_000)
-    assert dialog.status.text().startswith("error: the base profile hides the GPUs")
+    # In the window's words: the field at fault, no command-line option.
+    assert dialog.status.text().startswith("This configuration: the base profile hides the GPUs")
+    assert "--" not in dialog.status.text() and "error:" not in dialog.status.text()
     assert dialog.table.rowCount() == 0 and not (tmp_path / "class").exists()
     dialog.close()
 
@@ -61,6 +65,7 @@ def test_closing_the_dialog_while_it_verifies_stops_every_seat(qtbot, window, tm
     dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=192,
                                                       log_placement=False))
     dialog.out.setText(str(tmp_path / "class"))
+    dialog.chosen.setChecked(True)
     dialog.share_button.click()
     assert dialog.process is not None
     command = psutil.Process(int(dialog.process.processId()))
@@ -82,3 +87,47 @@ def test_closing_the_dialog_while_it_verifies_stops_every_seat(qtbot, window, tm
 
     assert not running(command)  # stopped by the close, not left to finish its seats
     qtbot.waitUntil(lambda: not any(running(seat) for seat in seats), timeout=30_000)
+
+
+def test_the_dialog_asks_for_the_work_and_refuses_in_its_own_words(qtbot, window, tmp_path) -> None:
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=128))
+    dialog.out.setText(str(tmp_path / "class"))
+    assert dialog.most.isChecked() and dialog.share_button.text() == "Find how many"
+    dialog.work.setCurrentIndex(2)  # a saved Keras model
+    assert dialog.work_file.isVisibleTo(dialog) and not dialog.script_args.isVisibleTo(dialog)
+    dialog.share_button.click()
+    assert dialog.process is None and dialog.status.text() == "Choose the saved Keras model each seat runs."
+    not_a_model = tmp_path / "notes.keras"
+    not_a_model.write_text("not a zip")
+    dialog.work_file.setText(str(not_a_model))
+    dialog.share_button.click()
+    qtbot.waitUntil(lambda: dialog.process is None and dialog.status.text().startswith("Keras model: "),
+                    timeout=60_000)
+    assert "not a saved Keras model" in dialog.status.text() and "--" not in dialog.status.text()
+    dialog.work.setCurrentIndex(1)  # a script whose arguments do not take the batch: it runs as it is
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    dialog.work_file.setText(str(script))
+    dialog.script_args.setText("--epochs 1")
+    assert "--batch" not in dialog.work_args()
+    dialog.script_args.setText("--batch-size {batch}")
+    assert dialog.work_args()[-2:] == ["--batch", "32"]
+    dialog.close()
+
+
+@pytest.mark.slow
+def test_the_dialog_answers_how_many_seats_hold_the_cnn(qtbot, window, tmp_path) -> None:
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=128,
+                                                      log_placement=False))
+    window.resize(1280, 720)
+    dialog.out.setText(str(tmp_path / "class"))
+    dialog.batch.setValue(16)
+    dialog.share_button.click()
+    qtbot.waitUntil(lambda: dialog.report is not None or (dialog.process is None and dialog.status.text()),
+                    timeout=900_000)
+    assert dialog.report is not None, dialog.status.text()
+    count = dialog.report["most"]["seats"]
+    assert dialog.status.text().startswith(f"{count} seat") and "can share this machine for cnn" in dialog.status.text()
+    status = SEAT_COLUMNS.index("Status")
+    assert [dialog.table.item(r, status).text() for r in range(count)] == ["held"] * count
+    dialog.close()

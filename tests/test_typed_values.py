@@ -21,8 +21,6 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import GpuProcess, GpuProcessJson, GpuSnapshot, GpuSnapshotJson
 from tf_device_panel.core.lab.machines import GpuStatus, MachineJson, MachineStatus
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.results import FitProbe
-from tf_device_panel.core.runproc.jobs.fit_batch import peak_bytes
 from tf_device_panel.core.runproc.runtime_main import Command, read_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,12 +161,3 @@ def test_a_command_that_is_not_an_object_is_refused_and_end_of_file_is_none() ->
     with pytest.raises(ValueError, match="a command is a JSON object"):
         command_through_a_pipe(b"[1, 2]\n")
     assert command_through_a_pipe(b"") is None
-
-
-# -- fit-batch's rows --------------------------------------------------------------------------------------------
-
-def test_a_fitted_row_gives_its_peak_and_one_without_says_so() -> None:
-    assert peak_bytes({"batch": 8, "fits": True, "peak_bytes": 1024}) == 1024
-    row: FitProbe = {"role": "verify", "batch": 8, "fits": True, "peak_bytes": None}
-    with pytest.raises(Exception, match="verify at batch 8 reported no allocator peak"):
-        peak_bytes(row)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import tf_device_panel.core
+from tf_device_panel.core.catalogue.fit_work import BUILT_IN_MODELS, KERAS_SUFFIX, fit_batch_problems
 from tf_device_panel.core.catalogue.params import (
     BESIDE,
     RUN,
@@ -71,6 +72,8 @@ class JobSpec:
     entry: str                      # "module:function", run inside the runtime process
     params: tuple[Param, ...] = ()
     task_entries: tuple[tuple[str, str], ...] = ()  # ("who runs", "module:function") in cluster processes
+    # The rules between the parameters, checked once each is right on its own: (parameter, problem) pairs.
+    rules: Callable[[Mapping[str, ParamValue]], list[tuple[str, str]]] | None = None
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
@@ -109,6 +112,8 @@ class JobSpec:
                 known[name].check(value)
             except ValueError as exc:
                 problems.append((name, str(exc)))
+        if not problems and self.rules is not None:
+            problems = self.rules(resolved)
         if problems:
             raise ParamError(self.name, problems)
         return resolved
@@ -235,13 +240,20 @@ JOBS: dict[str, JobSpec] = {
         ),
         JobSpec(
             "fit-batch", "Batch that fits",
-            "Predicts the largest batch the fit job's training fits in a memory budget: probes in fresh processes "
-            "capped at the budget (the CPU's BFC allocator, or a logical GPU of that size) at growing batches, "
-            "fits their allocator peaks against the batch, predicts, then verifies at the prediction (it must "
-            "fit) and a quarter above it (it must not, or is flagged).",
+            "The largest batch that fits a memory budget, verified: for the fit job's model, your script (its "
+            "arguments carry {batch}) or your saved Keras model. Every run is a fresh process capped at the budget "
+            "(the CPU's BFC allocator, or a logical GPU of that size) run as you would run it; a few small runs "
+            "predict, then the search closes in on the boundary (the largest batch that held, the smallest that "
+            "ran out) and the answer held in every one of its repeats.",
             "tf_device_panel.core.runproc.jobs.fit_batch:fit_batch",
-            (Param("model", Kind.CHOICE, "cnn", "The fit job's model: dense (one unit) or cnn (the seeds' small CNN).",
-                   choices=("dense", "cnn"), label="Model"),
+            (Param("model", Kind.PATH, "cnn", "What to size: dense or cnn (the fit job's own models), or a saved "
+                   "Keras model (.keras) trained a few steps on synthetic inputs of its input shapes with its own "
+                   "loss and optimizer. Ignored when a script is given.", choices=BUILT_IN_MODELS,
+                   label="Model", file_type=(KERAS_SUFFIX, "saved Keras model")),
+             Param("script", Kind.PATH, "", "Your own training script instead, run as `run script` runs it, once "
+                   "per batch tried.", label="Script", empty_means="the model above"),
+             Param("args", Kind.ARGS, "", "The script's arguments, with {batch} where its batch size goes (e.g. "
+                   "--batch-size {batch}).", label="Script arguments", empty_means="none"),
              Param("budget_mib", Kind.COUNT, 256, "The memory budget in MiB each run gets (its allocator's limit).",
                    minimum=16, maximum=1_048_576, label="Budget", unit="MiB"),
              Param("image_size", Kind.COUNT, 32, "Image side in pixels for the cnn model.", minimum=8, maximum=512,
@@ -249,6 +261,7 @@ JOBS: dict[str, JobSpec] = {
              Param("device", Kind.DEVICE, "", "The device the budget is on: /CPU:0 (capped through the CPU's BFC "
                    "allocator) or /GPU:N (a logical GPU of the budget's size). Empty: /CPU:0.",
                    label="Device", empty_means="/CPU:0", devices_of=BESIDE)),
+            rules=fit_batch_problems,
         ),
         JobSpec(
             "benchmark", "Matmul benchmark",

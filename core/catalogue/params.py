@@ -62,6 +62,11 @@ def device_key(text: str) -> tuple[str, str, int]:
             (match.group("short") or match.group("full")).upper(), int(match.group("index")[:MAX_NUMBER_CHARS]))
 
 
+def _bound(bound: float) -> str:
+    """A range's end as a person writes it: 1,048,576 (never 1.04858e+06), 0.1."""
+    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
+
+
 def split_devices(text: str) -> list[str]:
     """The items of a comma-separated list (devices, sizes, dtypes); a semicolon separates them too."""
     return [item.strip() for item in text.replace(";", ",").split(",") if item.strip()]
@@ -247,6 +252,9 @@ class Param:
         if self.devices_of or self.kind not in (Kind.DEVICE, Kind.DEVICES):
             return self.devices_of
         return RUN if self.kind is Kind.DEVICES else ANYWHERE
+    # A PATH's file type, e.g. (".keras", "saved Keras model"): the file must end so, and the form's Browse… shows only
+    # those. A PATH with `choices` takes one of them (a built-in's name) or such a file.
+    file_type: tuple[str, str] | None = None
 
     @property
     def item_limit(self) -> int:
@@ -287,9 +295,9 @@ class Param:
                 raise ValueError(f"expected a finite number, got {value}")
         if kind.is_number:
             if self.minimum is not None and value < self.minimum:
-                raise ValueError(f"{quote(value)} is below the minimum {self.minimum:g}")
+                raise ValueError(f"{quote(value)} is below the minimum {_bound(self.minimum)}")
             if self.maximum is not None and value > self.maximum:
-                raise ValueError(f"{quote(value)} is above the maximum {self.maximum:g}")
+                raise ValueError(f"{quote(value)} is above the maximum {_bound(self.maximum)}")
         return value
 
     def _check_text(self, value: str) -> None:
@@ -315,9 +323,16 @@ class Param:
                 if unknown or not items:
                     raise ValueError(f"{', '.join(unknown) or 'nothing'} chosen; use some of: "
                                      f"{', '.join(self.choices)}")
+            case Kind.PATH if value in self.choices:
+                pass
             case Kind.PATH:
-                if self.default == "" and not value.strip():
+                if self.default == "" and not self.empty_means and not value.strip():
                     raise ValueError("a file is required")
+                if self.file_type and value.strip() and not value.strip().lower().endswith(self.file_type[0]):
+                    suffix, what = self.file_type
+                    built_in = f"one of {', '.join(self.choices)} or " if self.choices else ""
+                    raise ValueError(f"{quote(value)} is not a {what} (its name does not end in {suffix}); give "
+                                     f"{built_in}the path of a {suffix} file")
                 if value.strip():
                     problem = path_problem(value)
                     if problem:
@@ -350,4 +365,4 @@ class Param:
                 raise ValueError(f"{quote(item)} is not a whole number above 0 in digits 0-9; "
                                  "write e.g. 256,512,1024")
             if self.maximum is not None and int(item) > self.maximum:
-                raise ValueError(f"{item} is above the maximum {self.maximum:g}")
+                raise ValueError(f"{item} is above the maximum {_bound(self.maximum)}")

@@ -14,7 +14,6 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypedDict
 
 from tf_device_panel.core.catalogue import (
@@ -24,9 +23,11 @@ from tf_device_panel.core.catalogue import (
     ParamValues,
     RunDevices,
     get_job,
+    path_problem,
     profile_devices,
 )
 from tf_device_panel.core.catalogue.cluster_layout import cluster_commands
+from tf_device_panel.core.catalogue.fit_work import BATCH, BUILT_IN_MODELS, KERAS_SUFFIX, Work, keras_model_problem
 from tf_device_panel.core.catalogue.script_checks import script_problem
 from tf_device_panel.core.cli.output import (
     RunPrinter,
@@ -45,6 +46,7 @@ from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.client.run_memory import summary_peaks
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import shell_status
+from tf_device_panel.core.client.share import VERIFY_BATCH
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
@@ -62,6 +64,9 @@ from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_EXPORTER_PORT = 9848  # core.lab.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
+
+
+MAX_FIT_BATCH = 1_000_000          # the fit job's largest batch
 
 
 class UsageError(Exception):
@@ -335,53 +340,121 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _share_work(args: argparse.Namespace) -> Work:
+    """The work each seat runs: the built-in cnn, --script with --args, or --model (dense, cnn or a .keras file),
+    checked before anything starts."""
+    model, script, script_args = args.model or "cnn", (args.script or "").strip(), args.args or ""
+    if script_args and not script:
+        raise share.ShareError("arguments are for a script; give the script too", "args")
+    if script and args.model:
+        raise share.ShareError("give a script or a model, not both", "model")
+    if script:
+        problem = path_problem(script)
+        if problem:
+            raise share.ShareError(problem, "script")
+        if args.batch is not None and BATCH not in script_args:
+            raise share.ShareError(f"the script's arguments have no {BATCH} for the batch to go in; write "
+                                   f"{BATCH} where your script takes its batch size, or leave the batch out", "batch")
+    elif model not in BUILT_IN_MODELS:
+        problem = (path_problem(model) if model.lower().endswith(KERAS_SUFFIX) else
+                   f"{quote(model)} is neither {' nor '.join(BUILT_IN_MODELS)} nor a saved Keras model (.keras)")
+        problem = problem or keras_model_problem(model)
+        if problem:
+            raise share.ShareError(problem, "model")
+    return Work(model, script, script_args)
+
+
+def _share_error(exc: share.ShareError, json_out: bool) -> UsageError:
+    """The command line's words for a share error: its option, then the message; with --json also the field and
+    the message alone on stdout, for the window to say in its own words."""
+    if json_out:
+        _emit_json({"error": {"field": exc.field, "message": str(exc)}})
+    return UsageError(f"--{exc.field}: {exc}")
+
+
 def cmd_share(args: argparse.Namespace) -> int:
     try:
-        seats = int(args.seats)
-    except ValueError:
-        raise UsageError(f"--seats: expected a whole number of seats, got {quote(args.seats)} "
-                         "(e.g. --seats 3)") from None
-    if args.verify and not 1 <= args.batch <= 1_000_000:
-        raise UsageError(f"--batch: {args.batch} is not a batch the fit job takes; use 1 to 1000000 samples "
-                         "(e.g. --batch 32)")
+        return _share(args)
+    except share.ShareError as exc:
+        raise _share_error(exc, args.json) from None
+
+
+def _share(args: argparse.Namespace) -> int:
+    if args.seats is not None and args.max:
+        raise share.ShareError("give a number of seats or ask for the most (--max), not both", "seats")
+    if args.seats is None and not args.max:
+        raise share.ShareError("give a number of seats, or ask for the most the device holds (--max)", "seats")
+    seats = 0
+    if args.seats is not None:
+        try:
+            seats = int(args.seats)
+        except ValueError:
+            raise share.ShareError(f"expected a whole number of seats, got {quote(args.seats)} (e.g. 3)") from None
+    if args.batch is not None and not (args.verify or args.max):
+        raise share.ShareError("the batch is what each seat's verifying run trains with; it needs --verify or --max "
+                               "(writing profiles runs nothing)", "batch")
+    batch = VERIFY_BATCH if args.batch is None else args.batch
+    work = _share_work(args)
     base = DeviceConfig() if args.config is None else load_profile(args.config)
     gpus = nvml_gpu_inventory()
     base.checked(gpus)
-    out = Path(args.out)
-    try:
-        plan = share.plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason() if not gpus else "")
-        share.check_out_dir(out, args.force)
+    out = share.check_out_dir(args.out, args.force)
+    reason = no_gpu_reason() if not gpus else ""
+    most: share.MostSeats | None = None
+    if args.max:
+        say = (lambda text: None) if args.json else (lambda text: print(text, flush=True))
+        most = share.find_most_seats(base, gpus, work, batch, no_gpu_reason=reason, said=say)
+        plan = most.plan
+    else:
+        plan = share.plan_seats(base, seats, gpus, no_gpu_reason=reason)
         if args.verify:
             share.check_host_memory(plan)
+    warnings = share.machine_warnings(plan)
+    for warning in warnings if not args.json else ():
+        print(f"warning: {warning}", file=sys.stderr)
+    try:
         profiles = share.write_profiles(plan, out, force=args.force)
-    except share.ShareError as exc:
-        raise UsageError(str(exc)) from None
     except OSError as exc:
-        raise UsageError(f"--out: cannot write the profiles in {out}: {exc.strerror or exc}") from None
-    report: share.ShareReport = {**plan.to_json(), "out": str(out),
+        raise share.ShareError(f"cannot write the profiles in {quote(str(out))}: {exc.strerror or exc}",
+                               "out") from None
+    report: share.ShareReport = {**plan.to_json(), "out": str(out), "work": work.name, "batch": batch,
+                                 "warnings": warnings,
                                  "seats": [{"seat": i, "profile": str(p), "limit_bytes": plan.seat_mib * 1024 * 1024}
                                            for i, p in enumerate(profiles, start=1)]}
+    count = share.seats_text(len(profiles))
     if not args.json:
         reserve = (f", less {plan.reserved_mib} MiB per seat for its CUDA context and headroom"
                    if plan.reserved_mib else "")
-        print(f"{plan.device}: {plan.source}{reserve}: {len(profiles)} seats of {plan.seat_mib} MiB")
+        print(f"{plan.device}: {plan.source}{reserve}: {count} of {plan.seat_mib} MiB")
         for path in profiles:
-            print(f"  wrote {path}")
-        if args.verify:
-            print(f"verifying: {len(profiles)} seats side by side, each running fit (cnn, batch {args.batch}) under "
-                  "its profile…", flush=True)
+            print(f"  wrote {share.shown_path(path)}")
+        if args.verify and most is None:
+            print(f"verifying: {count} side by side, each running {work.name} (batch {batch}) under its "
+                  "profile…", flush=True)
     failed = False
-    if args.verify:
-        report["seats"] = share.verify_seats(plan, profiles, batch=args.batch)
+    if most is not None:
+        report["seats"] = [{**row, "profile": str(path)} for row, path in zip(most.rows, profiles, strict=True)]
+        report["verified"] = True
+        report["most"] = {"seats": len(profiles), "bound": most.bound, "above": most.above, "tried": most.tried,
+                          "work_peak_mib": most.needs.peak_mib, "process_mib": most.needs.process_mib}
+    elif args.verify:
+        report["seats"] = share.verify_seats(plan, profiles, work=work, batch=batch)
         failed = any(row["status"] != "held" for row in report["seats"])
         report["verified"] = not failed
     if args.json:
         _emit_json(report)
-    elif args.verify:
+        return EXIT_JOB_FAILED if failed else EXIT_OK
+    if "verified" in report:
         for row in report["seats"]:
             peak = "—" if row["peak_bytes"] is None else f"{row['peak_bytes'] / 1048576:.1f} MiB"
-            line = f"  seat {row['seat']}: peak {peak} of {row['limit_bytes'] / 1048576:.0f} MiB: {row['status']}"
+            process = row.get("process_peak_bytes")
+            own = f", its processes {process / 1048576:,.0f} MiB" if process else ""
+            line = f"  seat {row['seat']}: peak {peak} of {row['limit_bytes'] / 1048576:.0f} MiB{own}: {row['status']}"
             print(line + (f" ({row['error']})" if row.get("error") else ""))
+    if most is not None:
+        print(f"the most seats for {work.name} (batch {batch}): {len(profiles)}, all held side by side; "
+              f"{most.above} (first guess bounded by {most.bound})")
+    elif args.verify:
         print("all seats held" if not failed else "a seat did not hold")
     return EXIT_JOB_FAILED if failed else EXIT_OK
 
@@ -452,6 +525,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _batch(text: str) -> int:
+    """A batch the fit job takes, for share's --batch."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of samples, got {quote(text)}") from None
+    if not 1 <= value <= MAX_FIT_BATCH:
+        raise argparse.ArgumentTypeError(f"{value} is not a batch; use 1 to {MAX_FIT_BATCH:,} samples (e.g. 32)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tf-device-panel", description="See and configure the devices TensorFlow uses.")
     parser.add_argument("--verbose", "-v", action="store_true", help="show TensorFlow's log lines and tracebacks")
@@ -506,14 +590,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("share", help="split a GPU (or the CPU's cap) into seats: one profile per seat, verified")
-    p.add_argument("--seats", required=True, metavar="N", help="how many seats (processes) share the device")
+    p.add_argument("--seats", metavar="N", help="how many seats (processes) share the device")
+    p.add_argument("--max", action="store_true", help="find the most seats the device holds for the work, "
+                   "verified side by side (instead of --seats)")
     p.add_argument("--config", metavar="BASE", help="the profile each seat starts from (for the CPU: its "
                    "cpu_memory_limit_mib is what is split)")
     p.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder for seat-1.json … seat-N.json")
     p.add_argument("--force", action="store_true", help="write into DIR even when it is not empty")
     p.add_argument("--verify", action="store_true", help="run the N seats side by side and report each one's peak")
-    p.add_argument("--batch", type=_count, default=32, metavar="B",
-                   help="the batch each seat's verifying run (fit, cnn) trains with (default 32)")
+    p.add_argument("--script", metavar="PATH", help="the work each seat runs: your script (run as `run script` "
+                   "runs it) …")
+    p.add_argument("--args", metavar="ARGS", help="… with these arguments ({batch} is replaced by --batch)")
+    p.add_argument("--model", metavar="MODEL", help="the work each seat runs: dense, cnn (the default) or a saved "
+                   "Keras model (PATH.keras) trained a few steps")
+    p.add_argument("--batch", type=_batch, default=None, metavar="B",
+                   help=f"the batch each seat's run trains with (default {VERIFY_BATCH}); with --verify or --max")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_share)
 

@@ -315,6 +315,8 @@ def jobs_text(specs: Iterable[JobSpec]) -> list[str]:
         lines += [f"{spec.name:<16} {spec.title}", f"           {spec.description}"]
         for param in spec.params:
             extra = f" (one of: {', '.join(param.choices)})" if param.choices else ""
+            if param.choices and param.file_type:  # a built-in's name, or a file of that type
+                extra = f" (one of: {', '.join(param.choices)}, or a {param.file_type[0]} file)"
             lines += [f"           --param {param.name}=<{param.type_word}>  default {param.default!r}{extra}",
                       f"               {param.help}"]
         lines.append("")

@@ -18,18 +18,24 @@ peak from its record. A seat holds when its run finished and its peak stayed wit
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
+import math
 import tempfile
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
 from tf_device_panel.core.catalogue import JobError
-from tf_device_panel.core.catalogue.fit_runs import read_panel_fit, start_panel_fit
+from tf_device_panel.core.catalogue.fit_runs import (
+    PanelRun,
+    read_run,
+    run_device,
+    start_run,
+    stop_run,
+    wait_runs,
+)
+from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
-from tf_device_panel.core.processes import kill_group
 
 MIB = 1024 * 1024
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
@@ -39,6 +45,9 @@ MIN_SEAT_MIB = 32            # a seat smaller than this cannot hold TensorFlow's
 MAX_SEATS = 256
 VERIFY_MODEL, VERIFY_BATCH = "cnn", 32
 VERIFY_TIMEOUT_S = 900.0
+# A seat's cap is at least this times the work's peak alone: runs side by side peak higher and fragment (the
+# cnn's peaks at one batch spread by a third from run to run).
+PEAK_ROOM = 1.5
 # Host memory one verifying seat takes: measured here, a seat's `run fit` (cnn, batch 32) under a 64 MiB CPU cap
 # peaked at 662 MiB resident (its TensorFlow runtime); a GPU seat also maps CUDA's libraries.
 SEAT_HOST_MIB = {"/CPU": 700, "/GPU": 2048}
@@ -66,6 +75,7 @@ class SeatRow(_SeatBase, total=False):
     status: str                       # held, over, out of memory, failed
     error: str | None
     seconds: float
+    process_peak_bytes: int | None    # its processes' own peak: resident set on the CPU, NVML's on a GPU
 
 
 class _ReportBase(SharePlanJson):
@@ -73,14 +83,46 @@ class _ReportBase(SharePlanJson):
     seats: list[SeatRow]
 
 
-class ShareReport(_ReportBase, total=False):
-    """What `share --json` prints: the plan, where the profiles went, each seat and (--verify) whether all held."""
+class SeatsTried(TypedDict):
+    seats: int
+    seat_limit_mib: int
+    held: bool                        # every seat's run held, side by side
+    statuses: list[str]
 
+
+class MostJson(TypedDict):
+    seats: int
+    bound: str                        # what bounded the first guess, in words
+    above: str                        # why one seat more is not the answer, in words
+    tried: list[SeatsTried]           # each count of seats verified side by side, in order
+    work_peak_mib: float              # the work's allocator peak alone with the whole device
+    process_mib: int | None           # its processes' own peak then (resident on the CPU, NVML's on a GPU)
+
+
+class ShareReport(_ReportBase, total=False):
+    """What `share --json` prints: the plan, where the profiles went, the work and batch the seats run, warnings
+    said before writing, each seat and (--verify, --max) whether all held; with --max how the number was found."""
+
+    work: str
+    batch: int
+    warnings: list[str]
     verified: bool
+    most: MostJson
 
 
 class ShareError(ValueError):
-    """Bad input: what was wrong and what to do (the command line exits 2)."""
+    """Bad input: what was wrong and what to do (the command line exits 2). `field` names the input at fault
+    (seats, out, config, batch, work): the command line says it as its option, the window as its field; the
+    message itself names no command-line option."""
+
+    def __init__(self, message: str, field: str = "seats"):
+        super().__init__(message)
+        self.field = field
+
+
+def seats_text(count: int) -> str:
+    """"1 seat", "3 seats"."""
+    return f"{count} seat{'' if count == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -103,16 +145,16 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
     empty when it has none. ShareError for a count that is not a positive number or is too many for the memory,
     and for a CPU-only split whose base has no CPU cap."""
     if seats < 1:
-        raise ShareError(f"--seats: {seats} is not a number of seats; use 1 or more (e.g. --seats 3)")
+        raise ShareError(f"{seats} is not a number of seats; use 1 or more (e.g. 3)")
     if seats > MAX_SEATS:
-        raise ShareError(f"--seats: {seats} is more than {MAX_SEATS} seats on one device; use {MAX_SEATS} or fewer")
+        raise ShareError(f"{seats} is more than {MAX_SEATS} seats on one device; use {MAX_SEATS} or fewer")
     visible = base.visible_gpus
     candidates = [g for g in gpus or () if visible is None or g.index in visible]
     if candidates:
         gpu = min(candidates, key=lambda g: g.index)
         if gpu.total_mib is None:
             raise ShareError(f"GPU {gpu.index}'s total memory is unknown (NVML did not report it); "
-                             "check the driver with `tf-device-panel doctor`")
+                             "check the driver (the doctor's report says what NVML answers)", "config")
         total, reserved = gpu.total_mib, CONTEXT_RESERVE_MIB + HEADROOM_MIB
         source = f"GPU {gpu.index} ({gpu.name or 'unnamed'}): {total} MiB as CUDA counts it"
         if gpu.total_source != "CUDA":  # NVML's total (an older driver): CUDA's is less by the driver's reserve
@@ -129,9 +171,8 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
         if not base.cpu_memory_limit_mib:
             why = ("the base profile hides the GPUs (visible_gpus: [])" if visible == () else
                    f"no GPU to split ({no_gpu_reason or 'NVML sees none'})")
-            raise ShareError(f"{why}, and the base profile has no CPU cap to split: set cpu_memory_limit_mib in it "
-                             f"(e.g. {seats * 1024} for {seats} seat{'s' if seats > 1 else ''} of 1 GiB) and pass it "
-                             "with --config")
+            raise ShareError(f"{why}, and the base configuration has no CPU memory cap to split: set its "
+                             f"cpu_memory_limit_mib (e.g. {seats * 1024} for {seats_text(seats)} of 1 GiB)", "config")
         total, reserved = base.cpu_memory_limit_mib, 0
         source = f"the CPU cap of the base profile: cpu_memory_limit_mib {total}"
         seat_mib = total // seats
@@ -140,10 +181,14 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
             if seat_mib >= MIN_SEAT_MIB else ()
         device = "/CPU:0"
     if not configs:
-        most = max(0, total // (MIN_SEAT_MIB + reserved))
-        raise ShareError(f"--seats: {seats} seats are too many: {what} split {seats} ways leaves "
-                         f"{max(seat_mib, 0)} MiB a seat, under the {MIN_SEAT_MIB} MiB a seat needs; use at most "
-                         f"{most} seats")
+        most = min(MAX_SEATS, max(0, total // (MIN_SEAT_MIB + reserved)))
+        if most == 0:
+            raise ShareError(f"{what} cannot hold even one seat: a seat needs {MIN_SEAT_MIB} MiB"
+                             + (f" beside its {reserved} MiB" if reserved else "")
+                             + (f"; raise cpu_memory_limit_mib to at least {MIN_SEAT_MIB}" if not reserved else ""),
+                             "seats" if reserved else "config")
+        raise ShareError(f"{seats_text(seats)} are too many: {what} split {seats} ways leaves {max(seat_mib, 0)} "
+                         f"MiB a seat, under the {MIN_SEAT_MIB} MiB a seat needs; use at most {seats_text(most)}")
     return SharePlan(device, source, total, reserved, seat_mib, configs)
 
 
@@ -151,16 +196,42 @@ def seat_path(out: Path, index: int) -> Path:
     return out / f"seat-{index}.json"
 
 
-def check_out_dir(out: Path, force: bool) -> None:
+def shown_path(path: Path) -> str:
+    """A path as printed, whole: each character a terminal would act on (a newline, an escape) written as Python
+    writes it in a string (\\n, \\x1b)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))
+
+
+def check_out_dir(out_text: str, force: bool) -> Path:
+    """The folder the profiles go to; ShareError for an empty name, a file, or a folder with files in it."""
+    if not out_text.strip():
+        raise ShareError("no folder named; name a new or empty folder for the seats' profiles", "out")
+    out = Path(out_text).expanduser()
     if out.exists() and not out.is_dir():
-        raise ShareError(f"--out: {out} is a file, not a folder; name a new or empty folder")
+        raise ShareError(f"{shown_path(out)} is a file, not a folder; name a new or empty folder", "out")
     if out.is_dir() and not force and any(out.iterdir()):
-        raise ShareError(f"--out: {out} exists and is not empty; name a new or empty folder, or pass --force to "
-                         "write the seats' profiles into it (replacing seat-N.json files)")
+        raise ShareError(f"{shown_path(out)} exists and is not empty; name a new or empty folder, or choose to "
+                         "write into it (replacing its seat-N.json files)", "out")
+    return out
+
+
+def machine_warnings(plan: SharePlan, host_total_mib: int | None = None) -> list[str]:
+    """What a person must hear before the profiles are written: a CPU split larger than this machine's memory."""
+    if not plan.device.startswith("/CPU"):
+        return []
+    if host_total_mib is None:
+        import psutil
+
+        host_total_mib = psutil.virtual_memory().total // MIB
+    if plan.total_mib <= host_total_mib:
+        return []
+    return [f"{seats_text(len(plan.configs))} of {plan.seat_mib:,} MiB ({plan.total_mib:,} MiB in all) are more "
+            f"than this machine's {host_total_mib:,} MiB of memory: the seats cannot all reach their caps here "
+            "(profiles for a larger machine are fine)"]
 
 
 def write_profiles(plan: SharePlan, out: Path, force: bool = False) -> list[Path]:
-    check_out_dir(out, force)
+    check_out_dir(str(out), force)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for index, config in enumerate(plan.configs, start=1):
@@ -169,64 +240,120 @@ def write_profiles(plan: SharePlan, out: Path, force: bool = False) -> list[Path
     return paths
 
 
-def check_host_memory(plan: SharePlan, available_mib: int | None = None) -> None:
-    """ShareError when starting every seat at once would take more host memory than is available."""
+def check_host_memory(plan: SharePlan, available_mib: int | None = None, per_seat_mib: int | None = None) -> None:
+    """ShareError when starting every seat at once would take more host memory than is available. `per_seat_mib`:
+    the host memory one seat's processes took, measured for the work; else SEAT_HOST_MIB's estimate."""
     if available_mib is None:
         import psutil
 
         available_mib = psutil.virtual_memory().available // MIB
-    each = SEAT_HOST_MIB[plan.device[:4]]
+    each = per_seat_mib or SEAT_HOST_MIB[plan.device[:4]]
     seats = len(plan.configs)
     if seats * each > available_mib:
-        raise ShareError(f"--verify: {seats} seats side by side need about {seats * each:,} MiB of this machine's "
-                         f"memory (about {each} MiB for each seat's TensorFlow process) and {available_mib:,} MiB "
-                         f"is available; verify at most {max(1, available_mib // each)} seats here (write the "
-                         "profiles without --verify, and verify a smaller split), or free memory")
+        raise ShareError(f"{seats_text(seats)} side by side need about {seats * each:,} MiB of this machine's "
+                         f"memory (about {each:,} MiB for each seat's TensorFlow process) and {available_mib:,} MiB "
+                         f"is available; verify at most {seats_text(max(1, available_mib // each))} here (write the "
+                         "profiles without verifying, and verify a smaller split), or free memory")
 
 
-def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_MODEL, batch: int = VERIFY_BATCH,
-                 timeout_s: float = VERIFY_TIMEOUT_S) -> list[SeatRow]:
-    """Start every seat's run at once, wait for all, and report each seat's peak against its limit."""
-    limit = plan.seat_mib * MIB
-    extra = ("-p", f"devices={'/GPU:0' if plan.device.startswith('/GPU') else '/CPU:0'}")
-    with tempfile.TemporaryDirectory(prefix="tf-share-") as root:
-        folders = [Path(root) / f"seat-{i}" for i in range(1, len(profiles) + 1)]
-        processes = []
-        started = time.monotonic()
+@dataclass(frozen=True)
+class WorkNeeds:
+    """What one run of the work took alone with the whole device: the allocator's peak, its processes' own peak
+    (resident on the CPU; NVML's on a GPU) and, on a GPU, what its process held beyond the allocator."""
+
+    peak_mib: float
+    process_mib: int | None
+    host_mib: int | None
+    gpu_overhead_mib: int | None
+
+
+def measure_work(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, batch: int,
+                 timeout_s: float = VERIFY_TIMEOUT_S, no_gpu_reason: str = "") -> WorkNeeds:
+    """One run of the work at this batch under a single seat's profile (the whole device)."""
+    plan = plan_seats(base, 1, gpus, no_gpu_reason=no_gpu_reason)
+    with tempfile.TemporaryDirectory(prefix="tf-share-measure-") as root:
+        profile = Path(root) / "seat.json"
+        save_profile(plan.configs[0], profile)
+        folder = Path(root) / "run"
+        folder.mkdir()
+        run = start_run(work, batch, profile, folder, plan.device)
+        if not wait_runs([run], timeout_s, on_gpu=plan.device.startswith("/GPU")):
+            raise ShareError(f"the work ({work.name}, batch {batch}) ran over {timeout_s:.0f} s alone; stopped",
+                             "work")
         try:
-            for folder, profile in zip(folders, profiles, strict=True):
+            outcome = read_run(run)
+        except JobError as exc:
+            raise ShareError(f"the work ({work.name}, batch {batch}) did not run: {exc}", "work") from None
+    if not outcome["fits"]:
+        raise ShareError(f"the work ({work.name}, batch {batch}) does not fit even the whole of {plan.source} "
+                         f"alone: {outcome['error']}; give it a smaller batch", "work")
+    peak = outcome["peaks"].get(run_device(plan.device), outcome["peak_bytes"]) or 0
+    rss = outcome.get("rss_peak_bytes")
+    gpu = outcome.get("gpu_process_peak_bytes")
+    return WorkNeeds(peak / MIB, (gpu or rss or 0) // MIB or None, (rss or 0) // MIB or None,
+                     max(0, gpu // MIB - plan.seat_mib) if gpu else None)
+
+
+def first_guess_of_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, needs: WorkNeeds, available_mib: int,
+                         no_gpu_reason: str = "") -> tuple[int, str]:
+    """The most seats the device could hold for the work (each seat's cap at least PEAK_ROOM × its peak alone,
+    all their processes within this machine's available memory), and what bounds it, in words."""
+    whole = plan_seats(base, 1, gpus, no_gpu_reason=no_gpu_reason)
+    reserved = whole.reserved_mib
+    if needs.gpu_overhead_mib is not None:  # measured: this work's process beyond its allocator, with headroom
+        reserved = needs.gpu_overhead_mib + HEADROOM_MIB
+    seat_need = max(MIN_SEAT_MIB, math.ceil(needs.peak_mib * PEAK_ROOM))
+    by_memory = whole.total_mib // (seat_need + reserved)
+    host_each = needs.host_mib or SEAT_HOST_MIB[whole.device[:4]]
+    by_host = available_mib // host_each
+    most = max(0, min(MAX_SEATS, by_memory, by_host))
+    if most == by_host and by_host < by_memory:
+        why = (f"this machine's {available_mib:,} MiB of available memory, at {host_each:,} MiB for each seat's "
+               "processes (measured)")
+    else:
+        beside = f" and {reserved} MiB beside it" if reserved else ""
+        why = (f"{whole.total_mib:,} MiB, at {seat_need} MiB a seat (the work peaked at {needs.peak_mib:.0f} MiB "
+               f"alone; {PEAK_ROOM:.0%} of that, for runs that peak higher){beside}")
+    return most, why
+
+
+def verify_seats(plan: SharePlan, profiles: list[Path], *, work: Work | None = None, batch: int = VERIFY_BATCH,
+                 timeout_s: float = VERIFY_TIMEOUT_S) -> list[SeatRow]:
+    """Start every seat's run of the work at once, wait for all, and report each seat's peak against its limit
+    and its processes' own peak memory."""
+    work = work or Work(VERIFY_MODEL)
+    limit = plan.seat_mib * MIB
+    device = run_device(plan.device)
+    with tempfile.TemporaryDirectory(prefix="tf-share-") as root:
+        runs: list[PanelRun] = []
+        try:
+            for number, profile in enumerate(profiles, start=1):
+                folder = Path(root) / f"seat-{number}"
                 folder.mkdir()
-                processes.append(start_panel_fit(profile, folder, model, batch, 32, extra))
-            ended: dict[int, float] = {}
-            while len(ended) < len(processes) and time.monotonic() - started < timeout_s:
-                pending = [n for n in range(len(processes)) if n not in ended]
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    processes[pending[0]].wait(0.2)
-                for number in pending:
-                    if processes[number].poll() is not None:
-                        ended[number] = time.monotonic() - started
-        finally:
-            for process in processes:
-                kill_group(process)
+                runs.append(start_run(work, batch, profile, folder, plan.device))
+        except BaseException:
+            for run in runs:
+                stop_run(run)
+            raise
+        wait_runs(runs, timeout_s, on_gpu=plan.device.startswith("/GPU"))
         rows: list[SeatRow] = []
-        for number, (folder, profile) in enumerate(zip(folders, profiles, strict=True)):
-            row: SeatRow = {"seat": number + 1, "profile": str(profile), "limit_bytes": limit, "peak_bytes": None}
-            if number not in ended:
+        for number, (run, profile) in enumerate(zip(runs, profiles, strict=True), start=1):
+            row: SeatRow = {"seat": number, "profile": str(profile), "limit_bytes": limit, "peak_bytes": None}
+            if run.stopped:
                 row["status"], row["error"] = "failed", f"still running after {timeout_s:.0f} s; stopped"
                 rows.append(row)
                 continue
             try:
-                run = read_panel_fit(folder, processes[number].returncode, batch, ended[number])
+                outcome = read_run(run)
             except JobError as exc:
-                row["status"], row["error"], row["seconds"] = "failed", str(exc), ended[number]
+                row["status"], row["error"], row["seconds"] = "failed", str(exc), run.seconds or 0.0
                 rows.append(row)
                 continue
-            # The seat's own device: a GPU seat's profile leaves that GPU alone, TensorFlow's /GPU:0.
-            device = "/GPU:0" if plan.device.startswith("/GPU") else "/CPU:0"
-            peak = run["peaks"].get(device, run["peak_bytes"])
-            row["peak_bytes"], row["seconds"] = peak, run["seconds"]
-            if not run["fits"]:
-                row["status"], row["error"] = "out of memory" if "oom" in run else "failed", run["error"]
+            peak = outcome["peaks"].get(device, outcome["peak_bytes"])
+            row["peak_bytes"], row["seconds"] = peak, run.seconds or 0.0
+            row["process_peak_bytes"] = outcome.get("gpu_process_peak_bytes") or outcome.get("rss_peak_bytes")
+            if not outcome["fits"]:
+                row["status"], row["error"] = "out of memory" if "oom" in outcome else "failed", outcome["error"]
             elif peak is not None and peak > limit:
                 row["status"] = "over"
                 row["error"] = f"peak {peak / MIB:.1f} MiB is over the seat's {plan.seat_mib} MiB"
@@ -234,3 +361,74 @@ def verify_seats(plan: SharePlan, profiles: list[Path], *, model: str = VERIFY_M
                 row["status"], row["error"] = "held", None
             rows.append(row)
     return rows
+
+
+@dataclass
+class MostSeats:
+    """`share --max`: the most seats that held side by side, the tries that found it, and why it stopped there."""
+
+    plan: SharePlan
+    rows: list[SeatRow]
+    needs: WorkNeeds
+    bound: str
+    tried: list[SeatsTried]
+    above: str                        # why one seat more is not the answer, in words
+
+
+def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, batch: int, *,
+                    available_mib: int | None = None, no_gpu_reason: str = "",
+                    said: Callable[[str], None] = lambda text: None) -> MostSeats:
+    """The most seats of the device that hold the work side by side: a first guess from one run alone, then
+    down one seat at a time until every seat held, or up while they all still hold and each seat keeps at least
+    the work's peak alone."""
+    if available_mib is None:
+        import psutil
+
+        available_mib = psutil.virtual_memory().available // MIB
+    said(f"measuring the work alone ({work.name}, batch {batch})…")
+    needs = measure_work(base, gpus, work, batch, no_gpu_reason=no_gpu_reason)
+    guess, bound = first_guess_of_seats(base, gpus, needs, available_mib, no_gpu_reason)
+    if guess < 1:
+        raise ShareError(f"not even one seat: {bound}", "work")
+    tried: list[SeatsTried] = []
+    best: tuple[SharePlan, list[SeatRow]] | None = None
+    above = f"no more than {MAX_SEATS} seats on one device"
+    seats = guess
+    while 1 <= seats <= MAX_SEATS:
+        try:
+            plan = plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason)
+        except ShareError as exc:
+            above = str(exc)  # too many seats for the memory: the last that held stands
+            break
+        if plan.seat_mib < needs.peak_mib:
+            above = (f"{seats_text(seats)} would leave {plan.seat_mib} MiB a seat, under the {needs.peak_mib:.0f} "
+                     "MiB the work peaked at alone")
+            break
+        if seats * (needs.host_mib or 0) > available_mib:
+            above = (f"{seats_text(seats)} would need about {seats * (needs.host_mib or 0):,} MiB of this machine's "
+                     f"memory, and {available_mib:,} MiB is available")
+            break
+        said(f"verifying {seats_text(seats)} of {plan.seat_mib} MiB side by side…")
+        with tempfile.TemporaryDirectory(prefix="tf-share-max-") as root:
+            profiles = [seat_path(Path(root), n) for n in range(1, seats + 1)]
+            for config, path in zip(plan.configs, profiles, strict=True):
+                save_profile(config, path)
+            rows = verify_seats(plan, profiles, work=work, batch=batch)
+        held = all(row["status"] == "held" for row in rows)
+        tried.append({"seats": seats, "seat_limit_mib": plan.seat_mib, "held": held,
+                      "statuses": [row["status"] for row in rows]})
+        if held:
+            best = (plan, rows)
+            if any(not t["held"] for t in tried):
+                above = f"{seats_text(seats + 1)} did not all hold side by side"
+                break  # came down to it: the one above did not hold
+            seats += 1
+        elif best is not None:
+            above = f"{seats_text(seats)} did not all hold side by side"
+            break
+        else:
+            seats -= 1
+    if best is None:
+        raise ShareError(f"not even one seat held the work ({work.name}, batch {batch}): "
+                         + "; ".join(f"{seats_text(t['seats'])}: {', '.join(t['statuses'])}" for t in tried), "work")
+    return MostSeats(best[0], best[1], needs, bound, tried, above)

@@ -1,51 +1,57 @@
-"""The largest batch that fits a memory budget: probe, fit, predict, verify.
+"""The largest batch that fits a memory budget, found at the boundary and verified.
 
-Each probe is the `fit` job's own training (one epoch, then evaluate) at one batch size, in a fresh process capped
-at the budget (core.runproc.fit_probe): its allocator peak is recorded. The verifying runs (on the CPU) are the fit
-job itself, run by the panel's command line under a profile with cpu_memory_limit_mib = the budget: what a user
-who takes the prediction runs. Three probes at growing batches (×4 each)
-give peak ≈ fixed + per-sample × batch (least squares); the prediction is the largest batch whose predicted peak
-stays under MARGIN of the budget. It is then verified by two runs at the prediction (each must fit with its
-peak under HEADROOM of the budget), and one at the
-next step up (a quarter more), which must fail or is flagged: the prediction was conservative.
+Every run is the work itself (the fit job's model, the user's script with `{batch}` filled in, or a saved Keras
+model trained a few steps) run by the panel's own command line in a fresh process, under the user's profile with
+its device capped at the budget (core.catalogue.fit_runs): what the user runs when they take the answer.
+
+1. Probes: a few runs at small, growing batches; their allocator peaks against the batch give a line, and the
+   line predicts the batch whose peak is PREDICT_SHARE of the budget.
+2. Search: the boundary is the largest batch that held (in all its runs) and the smallest that ran out. The
+   first try is the prediction; while nothing has run out the search goes up, then it halves the gap until the
+   two are within CLOSE of each other. The allocator's peak does not warn of a run's end: near the limit runs
+   die of fragmentation (one large block asked for, with the pool far from full) while others at the same batch
+   peak well under it, and peaks at one batch spread by a third from run to run. So only runs decide.
+3. Answer: the largest batch that held, run again until it has held REPEATS times (MORE_REPEATS when its peaks
+   spread by more than SPREAD_FOR_MORE); a run out of memory among them makes it the new "ran out" and the search
+   goes on below it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import subprocess
 import tempfile
-import time
+from collections import Counter
 from pathlib import Path
 
-from tf_device_panel.core.catalogue.fit_runs import PROBE_MODULE, read_panel_fit, start_panel_fit
+from tf_device_panel.core.catalogue.fit_runs import (
+    PanelRun,
+    capped_profile,
+    read_run,
+    start_run,
+    stop_run,
+    wait_runs,
+)
+from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.catalogue.jobs import JobError
-from tf_device_panel.core.oom import DumpCollector, explain
-from tf_device_panel.core.processes import kill_group, start_module
+from tf_device_panel.core.config import save_profile
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
 from tf_device_panel.core.runproc.jobs.context import JobContext
-from tf_device_panel.core.text import exception_line
 
 MIB = 1024 * 1024
-FIRST_BATCH = {"cnn": 8, "dense": 256}
-PROBE_GROWTH = 4          # each probe's batch is this times the last
 PROBES = 3
-# The predicted peak stays under this share of the budget: the pool grows by regions and a large tensor needs one
-# free block of its size (measured: with the cnn under 256 MiB, batch 512 peaked at 203 MiB, 525 ran out asking
-# for one 33 MiB block; 0.9 predicted 525). 0.8 and 0.85 were still too close: a batch whose peak was 80 % of the
-# budget in two verifying runs died in a later fit asking for one 61 MiB block with 118 MiB in use (fragmented;
-# the allocator's peak does not show the largest single request), 1 run in 5.
-MARGIN = 0.65
-HEADROOM = 0.75          # a verified peak above this share of the budget is too close: a smaller batch is verified
-# On a busy machine the same batch's peak moved by a fifth from run to run (three cuts of a tenth were not always
-# enough: 431 → 387 → 348 peaked at 81 %, 76 %, 80 % beside two CPU burners).
-VERIFY_TRIES = 5
-STEP_UP = 0.25            # the next step up: a quarter more than the prediction
-MAX_BATCH = 1_000_000     # the fit job's own limit
-PROBE_TIMEOUT_S = 600.0
+PROBE_GROWTH = 4           # each probe's batch is this times the last
+PREDICT_SHARE = 0.85       # the first guess: the batch whose predicted peak is this share of the budget
+CLOSE = 0.05               # the search ends when the smallest batch that ran out is within this of the largest held
+UP_MOST = 2.0              # going up, one step at most doubles the batch
+REPEATS = 3
+MORE_REPEATS = 5
+SPREAD_FOR_MORE = 0.10     # peaks at the answer spread wider than this (of the largest): MORE_REPEATS
+NEAR = 1.25                # failures up to this times the answer count as "near" it
+MAX_BATCH = 1_000_000      # the fit job's own limit
+MAX_RUNS = 48
+SIDE_BY_SIDE = 2           # on the CPU, the runs of one try start together (see the search)
+RUN_TIMEOUT_S = 900.0
 
 
 def fit_line(points: list[tuple[int, int]]) -> tuple[float, float]:
@@ -58,181 +64,198 @@ def fit_line(points: list[tuple[int, int]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
-def predict(fixed: float, per_sample: float, budget_bytes: int) -> int:
-    """The largest batch whose predicted peak stays under MARGIN of the budget (MAX_BATCH when the peak does
-    not grow with the batch)."""
+def predict(fixed: float, per_sample: float, budget_bytes: float) -> int:
+    """The largest batch whose predicted peak stays under `budget_bytes` (MAX_BATCH when the peak does not grow)."""
     if per_sample <= 0:
         return MAX_BATCH
-    return max(1, min(MAX_BATCH, math.floor((budget_bytes * MARGIN - fixed) / per_sample)))
+    return max(1, min(MAX_BATCH, math.floor((budget_bytes - fixed) / per_sample)))
 
 
-def peak_bytes(row: FitProbe) -> int:
-    """A run's allocator peak; only a run that fitted has one."""
-    peak = row.get("peak_bytes")
-    if peak is None:
-        raise JobError(f"the {row.get('role', 'run')} at batch {row.get('batch')} reported no allocator peak")
-    return peak
+def repeats_needed(peaks: list[int]) -> int:
+    """How many times the answer must hold: REPEATS, or MORE_REPEATS when its peaks spread widely."""
+    if len(peaks) >= 2 and (max(peaks) - min(peaks)) / max(peaks) > SPREAD_FOR_MORE:
+        return MORE_REPEATS
+    return REPEATS
 
 
-def fit_batch(ctx: JobContext, model: str = "cnn", budget_mib: int = 256, image_size: int = 32,
-              device: str = "") -> FitBatchResult:
+class Boundary:
+    """Every run so far, and what they say about the boundary."""
+
+    def __init__(self) -> None:
+        self.rows: list[FitProbe] = []
+
+    def ran_out(self) -> int | None:
+        """The smallest batch that ran out of memory in any of its runs."""
+        return min((r["batch"] for r in self.rows if not r["fits"]), default=None)
+
+    def held(self) -> int | None:
+        """The largest batch below every one that ran out whose every run held."""
+        out = self.ran_out()
+        held = {r["batch"] for r in self.rows if r["fits"]} - {r["batch"] for r in self.rows if not r["fits"]}
+        return max((b for b in held if out is None or b < out), default=None)
+
+    def peaks_at(self, batch: int) -> list[int]:
+        return [r["peak_bytes"] for r in self.rows if r["batch"] == batch and r["fits"] and r["peak_bytes"]]
+
+    def line(self) -> tuple[float, float] | None:
+        """(fixed, per sample) through the peaks that held, one point a batch (its largest peak)."""
+        points: dict[int, int] = {}
+        for row in self.rows:
+            if row["fits"] and row["peak_bytes"]:
+                points[row["batch"]] = max(points.get(row["batch"], 0), row["peak_bytes"])
+        if len(points) < 2:
+            if len(points) == 1:  # one point: assume the peak grows in proportion to the batch
+                ((batch, peak),) = points.items()
+                return 0.0, peak / batch
+            return None
+        return fit_line(sorted(points.items()))
+
+
+def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str = "", budget_mib: int = 256,
+              image_size: int = 32, device: str = "") -> FitBatchResult:
+    work = Work(model, script.strip(), args, image_size)
     short = short_device_name(device) if device.strip() else "/CPU:0"
-    if short.startswith("/GPU:") and not (ctx.device_config.memory_growth or ctx.device_config.virtual_gpus):
-        raise JobError(f"fit-batch on {short}: this run's own process holds nearly all of the GPU's memory (no "
-                       "memory growth), so the probes beside it would not get the budget; run it with a profile "
-                       "that has memory_growth on")
     if not short.startswith(("/CPU:", "/GPU:")):
         raise JobError(f"device: {device!r} is neither a CPU nor a GPU; use /CPU:0 or /GPU:N")
+    if short.startswith("/GPU:") and not (ctx.device_config.memory_growth or ctx.device_config.virtual_gpus):
+        raise JobError(f"fit-batch on {short}: this run's own process holds nearly all of the GPU's memory (no "
+                       "memory growth), so the runs beside it would not get the budget; run it with a profile "
+                       "that has memory_growth on")
     budget = budget_mib * MIB
-    rows: list[FitProbe] = []
-    total_steps = PROBES + 3  # the probes, two verifying runs, the step up
+    with tempfile.TemporaryDirectory(prefix="tf-fit-batch-") as folder:
+        profile = Path(folder) / "budget.json"
+        save_profile(capped_profile(ctx.device_config, short, budget_mib), profile)
+        return _search(ctx, work, short, budget_mib, budget, profile, Path(folder))
 
-    def run(batch: int, role: str) -> FitProbe:
+
+def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: int, profile: Path,
+            folder: Path) -> FitBatchResult:
+    found = Boundary()
+    rows = found.rows
+
+    def run(batch: int, role: str, side_by_side: int = 1) -> bool:
+        """Runs at this batch (`side_by_side` of them at once); whether every one held."""
         ctx.check_cancelled()
-        ctx.progress(len(rows), max(total_steps, len(rows) + 1), f"{role}: batch {batch} under {budget_mib} MiB")
-        if role != "probe" and short.startswith("/CPU:"):
-            row = panel_fit(ctx, model, batch, budget_mib, image_size)  # verified as a user runs fit
-        else:
-            row = probe(ctx, model, batch, budget_mib, image_size, short)
-        row["role"] = role
-        rows.append(row)
-        verdict = f"peak {peak_bytes(row) / MIB:.1f} MiB" if row["fits"] else "out of memory"
-        print(f"{role} batch {batch}: {verdict} ({row['seconds']:.1f} s)", flush=True)
-        return row
+        if len(rows) >= MAX_RUNS:
+            raise JobError(f"no boundary found in {MAX_RUNS} runs (largest held: {found.held()}, smallest that ran "
+                           f"out: {found.ran_out()}); the work's memory may not depend on its batch")
+        ctx.progress(len(rows), len(rows) + 4, f"{role}: batch {batch} under {budget_mib} MiB")
+        started: list[PanelRun] = []
+        try:
+            for _ in range(side_by_side):
+                run_folder = folder / f"run-{len(rows) + len(started) + 1}"
+                run_folder.mkdir()
+                started.append(start_run(work, batch, profile, run_folder, short))
+        except BaseException:
+            for one in started:
+                stop_run(one)
+            raise
+        if not wait_runs(started, RUN_TIMEOUT_S, ctx.cancel_requested, on_gpu=short.startswith("/GPU:")):
+            ctx.check_cancelled()
+            raise JobError(f"the run at batch {batch} took over {RUN_TIMEOUT_S:.0f} s; stopped")
+        for one in started:
+            row = read_run(one)
+            if not row["fits"] and "oom" not in row:
+                raise JobError(f"the run at batch {batch} failed, not for lack of memory: {row['error']}")
+            row["role"] = role
+            row["side_by_side"] = side_by_side
+            rows.append(row)
+            verdict = f"held, peak {row['peak_bytes'] / MIB:.1f} MiB" if row["fits"] and row["peak_bytes"] else \
+                f"out of memory ({(row.get('oom') or {}).get('verdict') or 'unknown'})"
+            print(f"{role} batch {batch}: {verdict} ({row['seconds']:.1f} s)", flush=True)
+        return all(row["fits"] for row in rows[-side_by_side:])
 
-    batch = FIRST_BATCH[model]
+    # 1. Probes, stopped early by one that runs out or once the line says the next would not fit.
+    batch = work.first_batch
     for _ in range(PROBES):
-        if not run(min(batch, MAX_BATCH), "probe")["fits"] or batch >= MAX_BATCH:
+        if not run(batch, "probe"):
             break
-        batch *= PROBE_GROWTH
-    fitted = [(r["batch"], peak_bytes(r)) for r in rows if r["fits"]]
-    flags: list[str] = []
-    if not fitted:
-        raise JobError(f"even a batch of {rows[0]['batch']} does not fit {budget_mib} MiB on {short} "
-                       f"({rows[0].get('error') or 'out of memory'}); give it a larger budget_mib")
-    if len(fitted) == 1:  # a probe failed at the second size: the line through the origin's fixed cost is unknown
-        fixed, per_sample = 0.0, fitted[0][1] / fitted[0][0]
-        flags.append("only one probe fitted: the prediction assumes the peak grows in proportion to the batch")
-    else:
-        fixed, per_sample = fit_line(fitted)
-    predicted = predict(fixed, per_sample, budget)
-    largest_probe = max(b for b, _ in fitted)
-    failed_probes = [r["batch"] for r in rows if not r["fits"]]
-    if failed_probes and predicted >= min(failed_probes):
-        predicted = max(largest_probe, min(failed_probes) - 1)  # never predict what a probe saw fail
-    for attempt in range(VERIFY_TRIES):
-        verify = run(predicted, "verify")
-        if verify["fits"] and peak_bytes(verify) <= HEADROOM * budget:
-            # Once is not enough: the same batch's peak moves by a fifth from run to run (CPU threads, oneDNN's
-            # scratch), and a batch that fitted once ran out in the user's next fit. It must fit twice.
-            verify = run(predicted, "verify")
-            if verify["fits"] and peak_bytes(verify) <= HEADROOM * budget:
-                break
-        if attempt == VERIFY_TRIES - 1:
+        line = found.line()
+        next_batch = batch * PROBE_GROWTH
+        if line is not None and len(found.rows) >= 2 and predict(*line, budget * PREDICT_SHARE) < next_batch:
             break
-        if verify["fits"]:  # it fitted, with too little room: the next run of it may not
-            # As far below as its peak was above the headroom, and a tenth more: peaks wander by a fifth.
-            share = peak_bytes(verify) / budget
-            cut = min(0.9, 0.9 * HEADROOM / share)
-            flags.append(f"batch {predicted} fitted, but its peak was {share:.0%} of the budget; "
-                         f"tried {1 - cut:.0%} less")
-            predicted = max(1, math.floor(predicted * cut))
+        batch = next_batch
+    held_peaks = [r["peak_bytes"] for r in rows if r["fits"] and r["peak_bytes"]]
+    if work.script and len(held_peaks) >= 2 and max(held_peaks) - min(held_peaks) < 0.01 * min(held_peaks):
+        raise JobError(f"the script's memory does not grow with its batch: peaks "
+                       f"{', '.join(f'{p / MIB:.1f}' for p in held_peaks)} MiB at batches "
+                       f"{', '.join(str(r['batch']) for r in rows)}; check that it uses the batch its arguments "
+                       "give it")
+    line = found.line()
+    prediction = predict(*line, budget * PREDICT_SHARE) if line else None
+
+    # 2. The search, then 3. the answer's repeats: on the CPU two runs at once, each beside the other, as on a
+    # busy machine. Peaks depend on how the runtime's threads interleave the step's ops: with the cnn under
+    # 256 MiB, batch 512 held 4 of 4 runs alone on an idle machine and 1 of 6 with the machine busy (ending in
+    # fragmentation), where 420 held 5 of 5. The answer must hold on the busy machine too.
+    together = 1 if short.startswith("/GPU:") else SIDE_BY_SIDE
+    first_guess = True
+    while True:
+        held, out = found.held(), found.ran_out()
+        if held is None:
+            if out == 1:
+                raise JobError(f"even a batch of 1 ran out of memory under {budget_mib} MiB on {short} "
+                               f"({rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
+            assert out is not None
+            candidate = max(1, out // 2)
+        elif out is None and held >= MAX_BATCH:
+            candidate = None  # the budget holds the largest batch there is: confirm it
+        elif out is None:
+            line = found.line()
+            if first_guess and prediction:  # the probes' prediction, however far above them
+                candidate = max(held + 1, prediction)
+            else:  # the line through everything that held, at the whole budget, at most doubling
+                guess = predict(*line, budget) if line else held * 2
+                candidate = max(held + 1, math.ceil(held * (1 + CLOSE)), min(guess, int(held * UP_MOST)))
+            candidate = min(MAX_BATCH, candidate)
+        elif out - held <= max(1, held * CLOSE):
+            candidate = None
         else:
-            flags.append(f"batch {predicted} did not fit (at large batches the peak grew faster than the probes' "
-                         "line, and it varies from run to run); tried a fifth less")
-            predicted = max(1, predicted * 4 // 5)
-    verified = bool(verify["fits"]) and peak_bytes(verify) <= HEADROOM * budget
-    if predicted >= MAX_BATCH:
-        flags.append(f"capped at {MAX_BATCH:,}, the fit job's largest batch: the budget holds more")
-    up = min(MAX_BATCH, predicted + max(1, round(predicted * STEP_UP)))
-    step_up = run(up, "step up") if up > predicted else None
-    if step_up is not None and step_up["fits"]:
-        flags.append(f"the next step up, batch {up}, fits too (peak {peak_bytes(step_up) / MIB:.1f} MiB): "
-                     f"the prediction is conservative")
-    probe_s = sum(r["seconds"] for r in rows if r["role"] == "probe")
-    verify_s = verify["seconds"]
+            candidate = (held + out) // 2
+        first_guess = False
+        if candidate is not None:
+            run(candidate, "search", together)
+            continue
+        assert held is not None
+        peaks = found.peaks_at(held)
+        if len(peaks) >= repeats_needed(peaks):
+            break
+        run(held, "repeat", together)
+
+    answer = held
+    out = found.ran_out()
+    peaks = found.peaks_at(answer)
+    near = [r for r in rows if not r["fits"] and r["batch"] <= answer * NEAR]
+    verdicts = Counter(str((r.get("oom") or {}).get("verdict") or "unknown") for r in near)
+    flags: list[str] = []
+    if out is None:
+        flags.append(f"capped at {MAX_BATCH:,}, the largest batch a run takes: the budget holds more")
+    rss = [r.get("rss_peak_bytes") or 0 for r in rows if r["batch"] == answer]
+    gpu_process = [r.get("gpu_process_peak_bytes") or 0 for r in rows if r["batch"] == answer]
+    line = found.line() or (0.0, 0.0)
     for row in rows:
-        row["predicted_peak_bytes"] = int(fixed + per_sample * row["batch"])
+        row.pop("peaks", None)
+        row["predicted_peak_bytes"] = int(line[0] + line[1] * row["batch"])
     ctx.progress(1, 1, "done", force=True)
     return {
         "kind": "fit_batch",
-        "model": model,
+        "model": work.name,
+        "work": {"model": work.model, "script": work.script, "args": work.args},
         "device": short,
         "budget_mib": budget_mib,
-        "predicted_max_batch": predicted if verified else None,
-        "prediction": predicted,
-        "verified": verified,
-        "fit": {"fixed_bytes": int(fixed), "bytes_per_sample": per_sample, "margin": MARGIN},
+        "predicted_max_batch": answer,
+        "prediction": prediction or answer,
+        "verified": True,
+        "boundary": {"held": answer, "ran_out": out},
+        "repeats": len(peaks),
+        "answer_peaks": {"min_bytes": min(peaks), "max_bytes": max(peaks),
+                         "spread": (max(peaks) - min(peaks)) / max(peaks)},
+        "process_peak_bytes": max(rss) or None,
+        "gpu_process_peak_bytes": max(gpu_process) or None,
+        "failures_near": dict(verdicts),
+        "fit": {"fixed_bytes": int(line[0]), "bytes_per_sample": line[1], "margin": PREDICT_SHARE},
         "probes": rows,
-        "step_up": None if step_up is None else {"batch": up, "fits": step_up["fits"]},
-        "probe_s": probe_s,
-        "verify_s": verify_s,
-        "probe_cost_ratio": probe_s / verify_s if verify_s else None,
+        "runs": len(rows),
+        "run_s": sum(r["seconds"] for r in rows),
         "flags": flags,
     }
-
-
-def _wait(ctx: JobContext, process: subprocess.Popen[bytes], what: str) -> None:
-    started = time.monotonic()
-    try:
-        while True:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(0.2)
-                return
-            if ctx.cancel_requested.is_set() or time.monotonic() - started > PROBE_TIMEOUT_S:
-                kill_group(process)
-                ctx.check_cancelled()
-                raise JobError(f"{what} took over {PROBE_TIMEOUT_S:.0f} s; stopped")
-    finally:
-        kill_group(process)
-
-
-def panel_fit(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: int) -> FitProbe:
-    """The fit job itself at this batch, run by the panel's command line under a profile capping the CPU at the
-    budget (cpu_memory_limit_mib), its record in a history of its own: whether it fitted, and its peak (the
-    run's last allocator figures)."""
-    with tempfile.TemporaryDirectory(prefix="tf-fit-batch-") as folder:
-        profile = Path(folder) / "budget.json"
-        profile.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": budget_mib, "log_placement": False}))
-        started = time.monotonic()
-        process = start_panel_fit(profile, Path(folder), model, batch, image_size)
-        _wait(ctx, process, f"the fit run at batch {batch}")
-        row = read_panel_fit(Path(folder), process.returncode, batch, time.monotonic() - started)
-        del row["peaks"]  # the result's probe rows keep the largest
-    if not row["fits"] and "oom" not in row:
-        raise JobError(f"the fit run at batch {batch} failed, not for memory: {row['error']}")
-    return row
-
-
-def probe(ctx: JobContext, model: str, batch: int, budget_mib: int, image_size: int, device: str) -> FitProbe:
-    """One probe in a fresh process: its figures, and for one that ran out, its OOM explained."""
-    with tempfile.TemporaryDirectory(prefix="tf-fit-batch-") as folder:
-        out, err = Path(folder) / "probe.json", Path(folder) / "stderr.txt"
-        started = time.monotonic()
-        with open(err, "wb") as stderr:
-            process = start_module(PROBE_MODULE, "--model", model, "--batch", str(batch), "--budget-mib",
-                                   str(budget_mib), "--image-size", str(image_size), "--device", device,
-                                   "--out", str(out), stdout=subprocess.DEVNULL, stderr=stderr,
-                                   die_with_parent=True)
-            _wait(ctx, process, f"the probe at batch {batch}")
-        stderr_text = err.read_text(errors="replace")
-        try:
-            row: FitProbe = json.loads(out.read_text())  # what core.runproc.fit_probe wrote
-        except (OSError, ValueError):
-            # TensorFlow can die of an OOM instead of raising it (measured: SIGSEGV after "OP_REQUIRES failed at
-            # mkl_util.h:848 : RESOURCE_EXHAUSTED"): the batch does not fit all the same.
-            said = [line for line in stderr_text.splitlines() if "OOM when allocating" in line]
-            if not said:  # its error, not the frames of its traceback
-                raise JobError(f"the probe at batch {batch} ended without its figures (exit "
-                               f"{process.returncode}): {exception_line(stderr_text)}") from None
-            row = {"batch": batch, "fits": False, "peak_bytes": None, "seconds": time.monotonic() - started,
-                   "error": said[-1].split("] ", 1)[-1], "crashed": process.returncode}
-        if not row["fits"]:
-            collector = DumpCollector()
-            collector.feed(stderr_text)
-            oom = explain(collector.lines, row.get("error"), batch_size=batch)
-            if oom is not None:
-                row["oom"] = {"request_bytes": oom.get("request_bytes"), "limit_bytes": oom.get("limit_bytes"),
-                              "in_use_bytes": oom.get("in_use_bytes"),
-                              "largest_free_bytes": oom.get("largest_free_bytes"), "verdict": oom.get("verdict")}
-        return row
