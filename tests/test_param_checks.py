@@ -31,7 +31,9 @@ def bad_values(param: Param) -> list[str]:
               Kind.COUNTS: ["0", "a", ",,"], Kind.CHOICES: ["float8", ","],
               Kind.DEVICE: ["/FOO:0", "/CPU:99999999999"],
               Kind.DEVICES: ["/CPU:0,/CPU:0", "/FOO:1", "/GPU:7", "/CPU:3"],
-              Kind.PATH: ["/no/such/file.py", ""] if param.default == "" else ["/no/such/file.py"]}[kind]
+              # An empty path is refused unless it means something (fit-batch's script: the built-in model).
+              Kind.PATH: ["/no/such/file.py", ""] if param.default == "" and not param.empty_means
+              else ["/no/such/file.py"]}[kind]
     if param.maximum is not None and kind is Kind.COUNT:
         values.append(str(int(param.maximum) + 1))
     if param.minimum is not None and kind.is_number:
