@@ -32,6 +32,7 @@ from tf_device_panel.gui.memory_panel import MemoryPanel
 from tf_device_panel.gui.profiles import APPLIED_KEY, Profiles
 from tf_device_panel.gui.runs_panel import RunsPanel
 from tf_device_panel.gui.status_bar import RuntimeStatusBar
+from tf_device_panel.gui.widgets import guard_wheel
 from tf_device_panel.gui.window_layout import LAYOUT_VERSION, WindowLayout
 
 from tf_device_panel import resources
@@ -276,6 +277,7 @@ class MainWindow(QMainWindow):
         from tf_device_panel.gui.share_dialog import ShareDialog
 
         dialog = ShareDialog(self.config_panel.config(), self)  # the seats start from the window's configuration
+        guard_wheel(dialog)
         dialog.show()
         return dialog
 

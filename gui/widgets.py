@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtCore import QEvent, QObject, QPointF, QSize, Qt
 from PySide6.QtGui import (
     QFont,
     QFontDatabase,
@@ -14,14 +14,21 @@ from PySide6.QtGui import (
     QPaintEvent,
     QResizeEvent,
     QTextOption,
+    QWheelEvent,
 )
 from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
     QDialog,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QScrollBar,
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
@@ -257,3 +264,47 @@ class DownScrollArea(QScrollArea):
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()  # the widget's least width may have changed: the dock asks again
         return super().eventFilter(watched, event)
+
+
+# -- a stray wheel changes nothing ------------------------------------------------------------------------
+
+_WHEEL_GUARDED = (QAbstractSpinBox, QComboBox, QAbstractSlider)
+
+
+class WheelGuard(QObject):
+    """A spin box, combo box or slider without the keyboard focus ignores the mouse wheel: the wheel scrolls the
+    form around it instead. Scrolling down a form otherwise changed whichever field passed under the pointer
+    (the GPU allocator became cuda_malloc_async, the logical CPUs went from 2 to 3). Once clicked (focused), the
+    field takes the wheel as usual."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() != QEvent.Type.Wheel or not isinstance(watched, QWidget) or watched.hasFocus():
+            return False
+        area = watched.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is not None and isinstance(event, QWheelEvent):
+            # Handed to the scroll area around the form itself: Qt hands an ignored wheel on to the parents only
+            # when it came from the mouse, not from a test or an event sent in code.
+            viewport = area.viewport()
+            position = QPointF(viewport.mapFromGlobal(event.globalPosition().toPoint()))
+            QApplication.sendEvent(viewport, QWheelEvent(
+                position, event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
+                event.modifiers(), event.phase(), event.inverted()))
+        event.ignore()
+        return True
+
+
+_WHEEL_GUARD = WheelGuard()  # one for every field of every form
+
+
+def guard_wheel(widget: QWidget) -> QWidget:
+    """`widget`, and every spin box, combo box and slider inside it, guarded by the one WheelGuard (see there);
+    they take the focus by click or Tab only, never by the wheel. Returns `widget`."""
+    fields = [field for field in (widget, *widget.findChildren(QWidget))
+              if isinstance(field, _WHEEL_GUARDED) and not isinstance(field, QScrollBar)]  # scroll bars scroll
+    for field in fields:
+        field.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        field.removeEventFilter(_WHEEL_GUARD)  # installed once, however often a form guards it
+        field.installEventFilter(_WHEEL_GUARD)
+    return widget
