@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -38,12 +38,19 @@ from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
 from tf_device_panel.gui.oom_view import OomView
 from tf_device_panel.gui.view_settings import series_style
-from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
+from tf_device_panel.gui.widgets import (
+    ExpandableDetail,
+    WrappingHeader,
+    content_widths,
+    move_in_layout,
+    text_line_bottoms,
+)
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
            "dashdot": Qt.PenStyle.DashDotLine}
 MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
+LEAST_CURVES_WIDTH = 130  # px of curves a plot keeps beside a table whose columns all read whole
 MIN_CURVES_HEIGHT = 120  # px of curves a plot keeps above a legend below them; shorter, the legend stays beside
 # px each result plot keeps in sight: at 1024×768 and 1280×720 (the form folds to one line while a result is
 # shown), and in presentation mode, where the result and the device map take the screen
@@ -52,7 +59,7 @@ MIN_COLUMN_WIDTH = 48  # px an elided column keeps: a few letters and the ellips
 CAPTION_LEAST_LINES = 2  # the caption's lines always in sight; longer, it scrolls within its own strip
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
 PLOT_AXIS_ROOM = 60    # px of a plot's width its value axis and margins take
-STACKED_TABLE_ROWS = 4  # rows of a table shown above its plot (the rest scroll)
+STACKED_TABLE_ROWS = 3  # rows of a table shown above its plot (the rest scroll)
 
 
 def plot_min_height() -> int:
@@ -184,6 +191,9 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.originals: list[tuple[list[float], list[float]]] = []
         self.legend_below = False
         self._legend_width = 0.0
+        self._overhead = float(PLOT_AXIS_ROOM)
+        # laid out again once the curves have their new size (the plot's own layout follows its resize later)
+        self.plot_item.getViewBox().sigResized.connect(lambda _box: QTimer.singleShot(0, self, self._place_legend))
         self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
@@ -242,17 +252,22 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         QTimer.singleShot(0, self, self._place_legend)  # once the legend has been laid out at this size
 
     def _place_legend(self) -> None:
-        """The legend beside the curves while they keep MIN_CURVES_WIDTH px; below them, in columns, when the
+        """The legend beside the curves while they keep LEAST_CURVES_WIDTH px; below them, in columns, when the
         plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px) and tall enough
         that the curves keep MIN_CURVES_HEIGHT px under it (below a short plot, it left them 30 px high)."""
         legend = getattr(self, "legend", None)  # resized while it is being built
         if legend is None or not hasattr(self, "legend_below"):
             return
         width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
-        beside = self.width() - width - PLOT_AXIS_ROOM >= MIN_CURVES_WIDTH - 2  # 2: a rounding of the legend
+        curves = self.plot_item.getViewBox()
+        if not self.legend_below and curves.width() > 0:
+            # what the axis and the legend's margins take beside the curves, as laid out now (more than
+            # PLOT_AXIS_ROOM in presentation mode's larger ticks)
+            self._overhead = max(self.width() - curves.width() - width, PLOT_AXIS_ROOM)
+        beside = self.width() - width - self._overhead >= LEAST_CURVES_WIDTH - 2  # 2: a rounding of the legend
         columns = max(1, min(len(legend.items), int(self.width() // 170)))
         row = max((label.boundingRect().height() for _, label in legend.items), default=20) + 4
-        tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT
+        tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT + 12
         below = not beside and tall
         if below == self.legend_below:
             return
@@ -265,20 +280,28 @@ class ResultPlot(pg.GraphicsLayoutWidget):
 
 
 class ResultTable(QTableWidget):
-    """A result's table: never a sideways scroll bar. Its columns take their contents' width when the room
-    allows; with less, the widest ones give way and elide (each cell's whole text on hover)."""
+    """A result's table: never a sideways scroll bar, never an elided number. Its columns take their cells' width,
+    its titles wrap at their spaces (WrappingHeader); the result view gives it that width beside its plot, or
+    stacks it above. Only where no layout could (a window narrower than any classroom's) do the widest columns
+    give way and elide, each cell's whole text on hover."""
 
     def __init__(self, rows: int, columns: int):
         super().__init__(rows, columns)
         self.natural: list[int] = []
+        self.setHorizontalHeader(WrappingHeader(self))
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "/job:ps/…/CPU:0" keeps both ends
         self.setWordWrap(False)
 
     def measure(self) -> None:
-        self.resizeColumnsToContents()
-        self.natural = [self.columnWidth(c) for c in range(self.columnCount())]
+        self.natural = content_widths(self)
         self.fit_columns()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange) and self.natural:
+            # the window's zoom or presentation mode reached it: its columns measured again in the new font
+            QTimer.singleShot(0, self, lambda: size_table(self, self.verticalHeader().isVisible()))
 
     def fit_columns(self) -> None:
         if not self.natural:
@@ -346,7 +369,7 @@ def size_table(widget: QTableWidget, matrix: bool) -> None:
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
-    header = 0 if matrix else widget.horizontalHeader().sizeHint().height()
+    header = 0 if matrix else widget.horizontalHeader().sizeHint().height()  # its titles wrapped at these widths
     widget.setMaximumHeight(header + widget.verticalHeader().length() + frame)
     widget.setMaximumWidth(table_content_width(widget))  # nor stretches into an empty grid beside a small table
 
@@ -472,7 +495,6 @@ class ResultView(QStackedWidget):
         self.log_boxes: list[QCheckBox] = []
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
-        self._tables_width = 0
         self._stale = False  # drawn at another zoom than the window's: drawn again when shown
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -553,7 +575,6 @@ class ResultView(QStackedWidget):
         self._tables_layout.addStretch(1)  # small tables sit at the top
         self._tables_box.setVisible(bool(self.tables))
         self._plots_box.setVisible(bool(self.plots))
-        self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
         self._fit_caption()
         self._fit_tables()
@@ -572,6 +593,11 @@ class ResultView(QStackedWidget):
             for box, checked in zip(self.log_boxes, logs, strict=False):
                 box.setChecked(checked)
 
+    @property
+    def _tables_width(self) -> int:
+        """The width that shows every column of every table whole, as they are measured now."""
+        return max((table_content_width(table) for table in self.tables), default=0)
+
     def _legend_room(self) -> int:
         """The width the plots' legends take beside their curves (0 without a legend)."""
         widths = [plot.legend_width() for plot in self.plots]
@@ -580,6 +606,10 @@ class ResultView(QStackedWidget):
     def _plot_room(self) -> int:
         """The width a plot needs for its curves, value axis and legend beside them."""
         return MIN_CURVES_WIDTH + PLOT_AXIS_ROOM + self._legend_room()
+
+    def _plot_least_width(self) -> int:
+        """The narrowest a plot beside a table may be: its axis, its legend and LEAST_CURVES_WIDTH px of curves."""
+        return LEAST_CURVES_WIDTH + PLOT_AXIS_ROOM + self._legend_room()
 
     def stacked(self) -> bool:
         """Tables above the plots: beside them, the plot would keep less than its curves' width and legend (at
@@ -590,8 +620,16 @@ class ResultView(QStackedWidget):
         room = self.body.width() - self.body.handleWidth() - self._tables_width
         if room >= self._plot_room():
             return False
-        caption = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4 + 6
+        caption = self.caption_least_height() + 6
         return self.height() >= caption + self.stacked_table_height() + self.body.handleWidth() + self._plots_least()
+
+    def must_stack(self) -> bool:
+        """Whether the tables beside the plots would have to elide their columns (the plot at its least width):
+        then the result asks for the height to stack them above the plots, and the console gives it."""
+        if not (self.tables and self.plots) or self.body.width() <= 0:
+            return False
+        room = self.body.width() - self.body.handleWidth() - self._tables_width
+        return room < self._plot_least_width()
 
     def stacked_table_height(self) -> int:
         """The tables' height above the plots: their rows, at most STACKED_TABLE_ROWS of them (then they scroll)."""
@@ -616,8 +654,9 @@ class ResultView(QStackedWidget):
             self.body.setSizes([table_height, max(total - table_height, 1)])
             return
         total = self.body.width() - self.body.handleWidth()
-        # the plot its curves and legend where the table can give way (its columns elide), the table a third at least
-        table_width = min(self._tables_width, max(total - self._plot_room(), total // 3))
+        # Every column whole: the plot takes what the table leaves, narrower than its roomy width if need be, down
+        # to its least; only a window narrower than that makes the widest columns elide (the table a third at least).
+        table_width = min(self._tables_width, max(total - self._plot_least_width(), total // 3))
         self.body.setSizes([table_width, max(total - table_width, 1)])
 
     def _plots_least(self) -> int:
@@ -627,11 +666,28 @@ class ResultView(QStackedWidget):
         """What the tables and plots need in sight: each plot its least height (stacked, the tables' few rows
         above them); tables alone a few rows."""
         if self.plots:
-            stacked = self.stacked_table_height() + self.body.handleWidth() if self.stacked() else 0
+            stacked = self.stacked_table_height() + self.body.handleWidth() if (self.stacked() or self.must_stack()) \
+                else 0
             return self._plots_least() + stacked
         if self.tables:
             return min(sum(table.maximumHeight() for table in self.tables), 4 * self.fontMetrics().height() + 40)
         return 0
+
+    def caption_least_height(self) -> int:
+        """The caption's first lines (all of a short one): what it keeps in sight above the plots."""
+        width = self.caption_scroll.viewport().width() or self.width()
+        needed = max(self.caption.heightForWidth(width), 0)
+        lines = 1 if view_settings.current().presentation else CAPTION_LEAST_LINES  # the room is the plots' there
+        return min(needed, lines * self.caption.fontMetrics().lineSpacing() + 4)
+
+    def least_height(self) -> int:
+        """The least the result needs in sight: the message whole, or the caption's first lines and the tables'
+        and plots' least."""
+        if self.currentIndex() == 0:
+            return self.wanted_height()
+        page_layout = self.caption_scroll.parentWidget().layout() if self.caption_scroll.parentWidget() else None
+        spacing = page_layout.spacing() if page_layout is not None else 6
+        return self.caption_least_height() + spacing + self.least_body_height()
 
     def wanted_height(self) -> int:
         """The height that shows the whole result: the message, or the caption, tables and plots (plots at their
@@ -654,6 +710,12 @@ class ResultView(QStackedWidget):
         spacing = page_layout.spacing() if page_layout is not None else 6
         room = self.height() - self.least_body_height() - spacing
         height = max(min(needed, room), min(needed, least))
+        if needed > height:  # its first lines whole, never a line cut in half at the strip's edge
+            scroll_bar = self.caption_scroll.verticalScrollBar().sizeHint().width()
+            bottoms = text_line_bottoms(self.caption, width - (0 if self.caption_scroll.verticalScrollBar().isVisible()
+                                                               else scroll_bar))
+            whole = [bottom for bottom in bottoms if bottom <= height]
+            height = math.ceil(whole[-1] if whole else bottoms[0]) + 1 if bottoms else height
         if self.caption_scroll.height() != height or self.caption_scroll.minimumHeight() != height:
             self.caption_scroll.setFixedHeight(height)
         self.caption_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if needed > height

@@ -39,7 +39,6 @@ from tf_device_panel.core.catalogue import JOBS, ParamError, ParamValues
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.job_state import JobState
@@ -49,6 +48,8 @@ from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
 if TYPE_CHECKING:
     from tf_device_panel.gui.controller import RuntimeController
 
+CONSOLE_LINES = 8        # lines of the job's output in sight where the result's least leaves them (1280×720)
+CONSOLE_LEAST_LINES = 2  # and never fewer (a table stacked above its plot at 1024×768 needs the rest)
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
 
 
@@ -394,22 +395,19 @@ class RunsPanel(QWidget):
         self.fold_form()
 
     def fit_output(self) -> None:
-        """The result above the console: as tall as it needs (each plot its least height in sight), the console
-        the rest but a few lines at least; a result with plots takes what the console can spare."""
+        """The result above the console: the result its least (each plot its least height in sight, the caption's
+        first lines), the console up to CONSOLE_LINES lines, the plots whatever is left; a result without plots
+        as tall as it needs, the console the rest. The console never has fewer than CONSOLE_LEAST_LINES."""
         total = sum(self.output_split.sizes())
         if total <= 0 or not self._console_sized:
             return
         view = self.results[self.current_job]
-        # three lines; two in presentation mode or zoomed in, where the result needs the room
-        view_now = view_settings.current()
-        line = self.console.view.fontMetrics().lineSpacing()
-        console_least = self.console.minimumSizeHint().height() + (0 if view_now.scale > 1.2 else line)
-        console_most = self.console.sizeHint().height()
-        wanted = view.wanted_height()
+        console_least = self.console.height_for_lines(CONSOLE_LEAST_LINES)
         if view.plots:
-            console = min(console_most, max(total - wanted, console_least))
+            console = max(console_least, min(self.console.height_for_lines(CONSOLE_LINES),
+                                             total - view.least_height()))
         else:
-            console = max(total - wanted, console_least)
+            console = max(total - view.wanted_height(), console_least)
         console = min(console, total - 1)
         self.output_split.setSizes([total - console, console])
         QTimer.singleShot(0, self, lambda: self._unscroll_result(console_least))
