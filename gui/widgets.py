@@ -406,6 +406,7 @@ def text_line_bottoms(label: QLabel, width: int) -> list[float]:
     else:
         document.setHtml(label.text())
     document.setTextWidth(max(width - 2 * label.margin(), 1))
+    document.size()  # lays the text out: until then no block has lines
     bottoms = []
     block = document.begin()
     while block.isValid():

@@ -75,6 +75,7 @@ def _line_bottoms(label: QLabel) -> list[float]:
     document.setDocumentMargin(0)
     document.setHtml(label.text())
     document.setTextWidth(label.contentsRect().width())
+    document.size()  # lays the text out: until then no block has lines
     bottoms = []
     block = document.begin()
     while block.isValid():
