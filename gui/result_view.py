@@ -441,9 +441,12 @@ class ResultView(QStackedWidget):
         message_layout = QVBoxLayout(message_body)
         message_layout.setContentsMargins(0, 0, 0, 0)
         message_layout.addWidget(self.message)
-        self.oom = OomView()  # an out-of-memory failure explained (the run's `oom`), above the error's text
-        message_layout.addWidget(self.oom)
-        message_layout.addWidget(self.error, 1)
+        # An out-of-memory failure explained (the run's `oom`): its plain sentence first, the error's own text
+        # (red) right under it, in sight; the allocator's bar and figures below.
+        self.oom = OomView()
+        message_layout.addWidget(self.oom.sentence)
+        message_layout.addWidget(self.error)
+        message_layout.addWidget(self.oom, 1)
         message_layout.addStretch(0)
         # A long message scrolls down within the result area, never sideways, never widening the window.
         message_page = _MessageScroll()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 from readable import CLASSROOM_SIZES, cut_captions, elided_cells, output_end_hidden, size_name
 from test_classroom_layout import BENCHMARK
@@ -59,3 +59,41 @@ def test_every_result_kind_reads_whole(qtbot, window: MainWindow, size: tuple[in
         problems += [f"{job}: {problem}" for problem in
                      elided_cells(window) + cut_captions(window) + output_end_hidden(runs, least_lines)]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("size", CLASSROOM_SIZES, ids=size_name)
+def test_an_out_of_memory_error_leads_with_one_plain_sentence(qtbot, window: MainWindow,
+                                                              size: tuple[int, int, bool]) -> None:
+    """What ran out, how much was asked, how much there was, what to do — first, whole, in sight; the allocator's
+    words ("bfc_cpu_allocator_for_gpu") folded under it; the red error text in sight, not cut; the bar's request
+    label inside the bar."""
+    from test_oom import MESSAGES, SHORTAGE, recorded
+    from tf_device_panel.core.client.records import RunError
+
+    width, height, presentation = size
+    window.resize(width, height)
+    window.set_presentation(presentation)
+    runs = window.runs
+    runs.select_job("script")
+    runs.job_started("script")
+    runs.add_output("script", OUTPUT_LINES)
+    runs.job_finished(JobOutcome("script", {}, {}, status="error", oom=recorded(SHORTAGE), duration_s=2.0,
+                                 error=RunError(type="ResourceExhaustedError", message=MESSAGES[SHORTAGE])))
+    settle(qtbot)
+    view = runs.result.oom
+    sentence = view.sentence.text()
+    assert sentence.startswith("/CPU:0 ran out of memory: the job asked for 4.00 MiB more"), sentence
+    assert "64.00 MiB" in sentence and "bytes too few" in sentence and "What to try:" in sentence
+    assert "bfc_cpu_allocator" not in sentence and "allocator" in view.headline.text()
+    assert view.sentence.isVisible() and not view.folded.isVisible()
+    assert view.sentence.visibleRegion().boundingRect().height() >= view.sentence.heightForWidth(
+        view.sentence.width()), "the sentence is cut"
+    error = runs.result.error.summary
+    assert error.isVisible() and error.visibleRegion().boundingRect().size() == error.size(), "the red error is cut"
+    bar = view.bar
+    qtbot.waitUntil(lambda: bool(bar.painted), timeout=3000)
+    assert bar.label_rect.right() <= bar.width() and bar.label_rect.bottom() <= bar.height() + 1
+    assert bar.height() >= 2 * bar.fontMetrics().height()
+    assert not output_end_hidden(runs)
+    qtbot.mouseClick(view.toggle, Qt.MouseButton.LeftButton)
+    assert view.folded.isVisible() and "limit 64.00 MiB" in view.details.text()
