@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShowEvent
 from PySide6.QtWidgets import QDialog, QDockWidget, QMainWindow, QMessageBox, QWidget
 from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.history import RunHistory
@@ -61,6 +61,7 @@ class MainWindow(QMainWindow):
         # Installed before the panels start their threads, so the first sampler or NVML warning is shown too.
         self.log_handler = WindowLogHandler(self.status.show_logged)
         self.log_handler.install()
+        self._shown_once = False
         self.dock_layout = WindowLayout(self)
         self.view = self.dock_layout.view
         # The run lifecycle is the manager's (`run_manager`: a test's, with fake processes); what the window shows
@@ -269,6 +270,12 @@ class MainWindow(QMainWindow):
 
     def save_profile(self, path: str | Path | None = None) -> bool:
         return self.profiles.save(path)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._shown_once:
+            self._shown_once = True
+            QTimer.singleShot(0, self, self.dock_layout.fill_screen)  # its frame is known once shown
 
     def show_snippet(self) -> QDialog:
         return self.config_panel.show_snippet()

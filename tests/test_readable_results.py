@@ -97,3 +97,28 @@ def test_an_out_of_memory_error_leads_with_one_plain_sentence(qtbot, window: Mai
     assert not output_end_hidden(runs)
     qtbot.mouseClick(view.toggle, Qt.MouseButton.LeftButton)
     assert view.folded.isVisible() and "limit 64.00 MiB" in view.details.text()
+
+
+@pytest.mark.parametrize(("screen", "expected"), [((1280, 720), (1280, 720)), ((1920, 1080), (1920, 1080)),
+                                                  ((2560, 1440), (2304, 1296))])
+def test_the_first_window_fills_a_classroom_screen(qtbot, tmp_path: Path, monkeypatch, screen, expected) -> None:
+    """Without a window manager the window opened 32 px short of the screen (a title bar that is not there), and
+    at 1920×1080 at 1728×972; a screen up to 1920×1080 is now filled, a larger one 90 %."""
+    from PySide6.QtCore import QRect
+    from tf_device_panel.gui.window_layout import WindowLayout
+
+    monkeypatch.setattr(WindowLayout, "_available", lambda self: QRect(0, 0, *screen))
+    settings = QSettings(str(tmp_path / "fresh.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(win)
+    win.show()
+    def size() -> tuple[int, int]:
+        return win.frameGeometry().width(), win.frameGeometry().height()
+
+    try:
+        # within the screen, and (its frame aside, a few px where the platform draws one) as large as expected
+        qtbot.waitUntil(lambda: all(0 <= got - want <= 8 or (want == edge and got == edge) for got, want, edge
+                                    in zip(size(), expected, screen, strict=True))
+                        and all(got <= edge for got, edge in zip(size(), screen, strict=True)), timeout=3000)
+    finally:
+        win.close()
