@@ -116,6 +116,7 @@ class MainWindow(QMainWindow):
         self.history_panel.refresh()
         self.devices.doctorRequested.connect(self.open_doctor)
 
+        self.runs.restore_forms(self.settings)
         self.dock_layout.follow_docks()
         self.dock_layout.restore()
         if profile is not None:
@@ -299,6 +300,7 @@ class MainWindow(QMainWindow):
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.dock_layout.saved_state())
+        self.runs.save_forms(self.settings)
         self.settings.sync()  # a window opened next (a restart) reads the same file
         self.controller.shutdown()
         self.dock_layout.close()

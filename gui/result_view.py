@@ -189,6 +189,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.by_device = all(d.startswith("/") for d in devices) and len({device_color(d).name() for d in devices}) \
             == len(devices)
         self.originals: list[tuple[list[float], list[float]]] = []
+        self.names: list[str] = []
         self.legend_below = False
         self._legend_width = 0.0
         self._overhead = float(PLOT_AXIS_ROOM)
@@ -214,12 +215,22 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         colour, symbol, dash = series_style(number)
         color = device_color(self._device(series)) if self.by_device else QColor(colour)
         width = view_settings.current().line_width
-        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol=symbol,
-                                   symbolSize=5 + 2 * width, symbolBrush=color, symbolPen=color,
+        name = short_devices(series.name)
+        # A series with the same values as one drawn before (two workers' losses that agree) would hide it: it is
+        # drawn hollow and dashed over it, and its legend says so.
+        same_as = next((self.names[index] for index, (xs, ys) in enumerate(self.originals)
+                        if xs == list(series.x) and ys == list(series.y)), None)
+        if same_as is not None:
+            name = f"{name} (same values as {same_as})"
+            dash = "dash"
+        item = self.plot_item.plot(list(series.x), list(series.y), name=name, symbol=symbol,
+                                   symbolSize=(9 if same_as is not None else 5) + 2 * width,
+                                   symbolBrush=None if same_as is not None else color, symbolPen=color,
                                    pen=pg.mkPen(color, width=width, style=_DASHES[dash]))
         self.originals.append((list(series.x), list(series.y)))
+        self.names.append(short_devices(series.name))
         if self.legend is not None:
-            self.legend.addItem(item, short_devices(series.name))
+            self.legend.addItem(item, name)
             sample, label = self.legend.items[-1]
             for part in (sample, label):  # the swatch sat lower than its label
                 self.legend.layout.setAlignment(part, Qt.AlignmentFlag.AlignVCenter)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import html
+import json
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QFont,
     QFontMetrics,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 
 CONSOLE_LINES = 8        # lines of the job's output in sight where the result's least leaves them (1280×720)
 CONSOLE_LEAST_LINES = 2  # and never fewer (a table stacked above its plot at 1024×768 needs the rest)
+FORMS_KEY = "forms"  # settings group: each job form's values, as the last window left them
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
 
 
@@ -317,6 +319,22 @@ class RunsPanel(QWidget):
             form.hide()
             self.form_column.addWidget(form)
         self._show_form(self.job_list.currentRow())
+
+    def save_forms(self, settings: QSettings) -> None:
+        """Every job form's values, for the next window (the fit-batch budget went back to 256 after a restart)."""
+        for name, form in self.forms.items():
+            settings.setValue(f"{FORMS_KEY}/{name}", json.dumps(form.values()))
+
+    def restore_forms(self, settings: QSettings) -> None:
+        """The values each job form had when the last window closed; a value the job no longer takes is skipped."""
+        for name, form in self.forms.items():
+            try:
+                saved = json.loads(str(settings.value(f"{FORMS_KEY}/{name}", "{}")))
+            except ValueError:
+                continue
+            for param, value in saved.items() if isinstance(saved, dict) else ():
+                if param in form.widgets:
+                    form.set_value(param, value)
 
     def two_column_width(self) -> int:
         """The panel's width at which every form stands in two columns (its least width has them in one)."""

@@ -122,3 +122,34 @@ def test_the_first_window_fills_a_classroom_screen(qtbot, tmp_path: Path, monkey
                         and all(got <= edge for got, edge in zip(size(), screen, strict=True)), timeout=3000)
     finally:
         win.close()
+
+
+def test_every_job_form_remembers_its_values_after_a_restart(qtbot, tmp_path: Path) -> None:
+    """The fit-batch budget went back to 256 after a restart."""
+    settings = QSettings(str(tmp_path / "forms.ini"), QSettings.Format.IniFormat)
+    first = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(first)
+    first.runs.forms["fit-batch"].set_value("budget_mib", 64)
+    first.runs.forms["fit"].set_value("epochs", 7)
+    first.close()
+    again = MainWindow(settings=QSettings(str(tmp_path / "forms.ini"), QSettings.Format.IniFormat),
+                       history=RunHistory(), start_runtime=False)
+    qtbot.addWidget(again)
+    assert again.runs.forms["fit-batch"].values()["budget_mib"] == 64
+    assert again.runs.forms["fit"].values()["epochs"] == 7
+    again.close()
+
+
+def test_two_workers_with_the_same_losses_are_both_in_sight(qtbot, window: MainWindow) -> None:
+    """In multi-worker worker:1's curve hid worker:0's (the losses agree): the second is drawn hollow and dashed
+    over the first, and the legend says they are the same."""
+    runs = window.runs
+    runs.select_job("multi-worker")
+    runs.job_started("multi-worker")
+    runs.job_finished(JobOutcome("multi-worker", {}, {}, status="ok", result=RESULTS["multi-worker"]))
+    settle(qtbot)
+    (plot,) = runs.result.plots
+    labels = [label.text for _, label in plot.legend.items]
+    assert labels == ["worker 0", "worker 1 (same values as worker 0)"], labels
+    first, second = plot.listDataItems()
+    assert second.opts["symbolBrush"] is None and second.opts["pen"].style() != first.opts["pen"].style()
