@@ -221,7 +221,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         same_as = next((self.names[index] for index, (xs, ys) in enumerate(self.originals)
                         if xs == list(series.x) and ys == list(series.y)), None)
         if same_as is not None:
-            name = f"{name} (same values as {same_as})"
+            name = f"{name} (= {same_as})"
             dash = "dash"
         item = self.plot_item.plot(list(series.x), list(series.y), name=name, symbol=symbol,
                                    symbolSize=(9 if same_as is not None else 5) + 2 * width,

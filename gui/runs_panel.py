@@ -352,6 +352,13 @@ class RunsPanel(QWidget):
         for form in self.forms.values():
             form.show_configuration(self.configuration)
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._console_sized and event.size().height() != event.oldSize().height():
+            # A dock grew or shrank beside (the Memory graphs raised): the result keeps its least, the console
+            # gives or takes the rest; else the result's page scrolled beside its caption's scroll bar.
+            QTimer.singleShot(0, self, self.fit_output)
+
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if not self._console_sized:  # the console a few lines high, the result the rest (later: as dragged)

@@ -150,6 +150,29 @@ def test_two_workers_with_the_same_losses_are_both_in_sight(qtbot, window: MainW
     settle(qtbot)
     (plot,) = runs.result.plots
     labels = [label.text for _, label in plot.legend.items]
-    assert labels == ["worker 0", "worker 1 (same values as worker 0)"], labels
+    assert labels == ["worker 0", "worker 1 (= worker 0)"], labels
     first, second = plot.listDataItems()
     assert second.opts["symbolBrush"] is None and second.opts["pen"].style() != first.opts["pen"].style()
+
+
+def test_with_the_memory_graphs_raised_the_result_still_reads_without_scrolling(qtbot, window: MainWindow) -> None:
+    """With Memory (live) raised parameter-server's table header was cut and two scroll bars sat side by side
+    (the result's page scrolled beside its caption's strip): the console gives the result its least again."""
+    runs = window.runs
+    problems = []
+    for job in ("parameter-server", "multi-worker", "fit-batch", "memory"):
+        runs.select_job(job)
+        runs.job_started(job)
+        runs.add_output(job, OUTPUT_LINES)
+        runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=RESULTS[job]))
+        settle(qtbot)
+        window.docks["memory"].raise_()
+        settle(qtbot)
+        settle(qtbot)
+        page = runs.result.presentation_page.verticalScrollBar().maximum()
+        if page > 0:
+            problems.append(f"{job}: the result's page scrolls ({page} px)")
+        problems += [f"{job}: {problem}" for problem in elided_cells(window) + cut_captions(window)
+                     + output_end_hidden(runs)]
+        window.docks["map"].raise_()
+    assert not problems, "\n".join(problems)
