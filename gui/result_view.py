@@ -51,6 +51,7 @@ _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": 
            "dashdot": Qt.PenStyle.DashDotLine}
 MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
 LEAST_CURVES_WIDTH = 130  # px of curves a plot keeps beside a table whose columns all read whole
+SAY_SAME_SERIES = 4  # a plot of at most this many series names, in its legend, a series equal to another
 MIN_CURVES_HEIGHT = 120  # px of curves a plot keeps above a legend below them; shorter, the legend stays beside
 # px each result plot keeps in sight: at 1024×768 and 1280×720 (the form folds to one line while a result is
 # shown), and in presentation mode, where the result and the device map take the screen
@@ -190,6 +191,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
             == len(devices)
         self.originals: list[tuple[list[float], list[float]]] = []
         self.names: list[str] = []
+        self.series_count = len(plot.series)
         self.legend_below = False
         self._legend_width = 0.0
         self._overhead = float(PLOT_AXIS_ROOM)
@@ -217,11 +219,12 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         width = view_settings.current().line_width
         name = short_devices(series.name)
         # A series with the same values as one drawn before (two workers' losses that agree) would hide it: it is
-        # drawn hollow and dashed over it, and its legend says so.
+        # drawn hollow and dashed over it, and a short legend (a few workers, not a benchmark's many series, whose
+        # curves the longer labels would squeeze) says so.
         same_as = next((self.names[index] for index, (xs, ys) in enumerate(self.originals)
                         if xs == list(series.x) and ys == list(series.y)), None)
         if same_as is not None:
-            name = f"{name} (= {same_as})"
+            name = f"{name} (= {same_as})" if self.series_count <= SAY_SAME_SERIES else name
             dash = "dash"
         item = self.plot_item.plot(list(series.x), list(series.y), name=name, symbol=symbol,
                                    symbolSize=(9 if same_as is not None else 5) + 2 * width,
