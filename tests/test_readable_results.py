@@ -176,3 +176,70 @@ def test_with_the_memory_graphs_raised_the_result_still_reads_without_scrolling(
                      + output_end_hidden(runs)]
         window.docks["map"].raise_()
     assert not problems, "\n".join(problems)
+
+
+# -- the same, after real runs in the real window ----------------------------------------------------------
+
+OOM_SCRIPT = """import tensorflow as tf
+print("allocating 16 tensors of 8 MiB under a 64 MiB cap")
+kept = []
+for step in range(16):
+    kept.append(tf.ones((2 * 1024 * 1024,)) + step)
+    print(f"tensor {step + 1}")
+"""
+
+
+@pytest.mark.slow
+def test_after_every_real_job_every_number_caption_and_last_line_reads(qtbot, window: MainWindow,
+                                                                        tmp_path: Path) -> None:
+    """Each built-in job run for real (2 logical CPUs, small parameters), and a script that runs out of memory
+    under a 64 MiB cap; after each, at every classroom size: no table cell elided, every caption on whole lines,
+    the output's last line in sight (8 lines of it at 1280×720 where the result leaves them)."""
+    from test_classroom_layout import JOB_RUNS, READY_TIMEOUT_MS
+
+    script = tmp_path / "train.py"
+    script.write_text("for n in range(30):\n    print(f'epoch {n}: loss {1 / (n + 1):.3f}')\n", encoding="utf-8")
+    oom = tmp_path / "oom.py"
+    oom.write_text(OOM_SCRIPT, encoding="utf-8")
+    runs = window.runs
+    problems: list[str] = []
+
+    def apply(**changes: object) -> None:
+        window.config_panel.set_config(window.config_panel.config().with_changes(**changes))
+        qtbot.mouseClick(window.config_panel.apply_button, Qt.MouseButton.LeftButton)
+
+    apply(cpu_devices=2)
+    for job, params in [*JOB_RUNS, ("script", {"path": str(oom)})]:
+        if job == "script":
+            params = params or {"path": str(script)}
+            if params["path"] == str(oom):
+                apply(cpu_memory_limit_mib=64)
+        window.set_presentation(False)
+        window.resize(1280, 720)
+        runs.select_job(job)
+        for name, value in params.items():
+            runs.form().set_value(name, value)
+        qtbot.waitUntil(runs.run_button.isEnabled, timeout=READY_TIMEOUT_MS)
+        with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
+            qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
+        outcome = finished.args[0]
+        label = f"{job} {params}" if params else job
+        expected = "error" if params.get("path") == str(oom) else "ok"
+        assert outcome.status == expected, f"{label}: {outcome.status} {outcome.error}"
+        if expected == "error":
+            assert outcome.oom, f"{label}: no OOM explained"
+        for width, height, presentation in CLASSROOM_SIZES:
+            window.set_presentation(presentation)
+            window.resize(width, height)
+            settle(qtbot)
+            least_lines = 8 if (width, height, presentation) == (1280, 720, False) and runs.result.plots \
+                and not runs.result.stacked() else 2
+            where = f"{label} at {size_name((width, height, presentation))}"
+            problems += [f"{where}: {problem}" for problem in
+                         elided_cells(window) + cut_captions(window) + output_end_hidden(runs, least_lines)]
+            if expected == "error":
+                error = runs.result.error.summary
+                if error.visibleRegion().boundingRect().size() != error.size():
+                    problems.append(f"{where}: the red error text is cut")
+    window.set_presentation(False)
+    assert not problems, "\n".join(problems)
