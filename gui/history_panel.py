@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import time
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QDialog,
@@ -31,13 +31,23 @@ from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.log_view import LogView as LogPanel
 from tf_device_panel.gui.memory_compare import MemoryCompareDialog
 from tf_device_panel.gui.result_view import ResultView
+from tf_device_panel.gui.widgets import WrappingHeader, content_widths
 
-COLUMNS = ("Date", "Job", "Status", "Duration", "Peak")
+COLUMNS = ("Date", "Job", "Status", "Duration", "Peak (MiB)")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
 
 
 def date_text(summary: RunSummary) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.started))
+
+
+def short_date_text(summary: RunSummary) -> str:
+    """The date in the table: today's runs by their time, older ones by day and minute (the whole date is in
+    the details below and in the run's window)."""
+    started = time.localtime(summary.started)
+    today = time.localtime()
+    same_day = (started.tm_year, started.tm_yday) == (today.tm_year, today.tm_yday)
+    return time.strftime("%H:%M:%S" if same_day else "%m-%d %H:%M", started)
 
 
 def params_text(summary: RunSummary) -> str:
@@ -74,8 +84,11 @@ class HistoryPanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         # Short columns that fit their text; the selected run's parameters and configuration are written out
         # below, wrapped, so a dock of any width reads them whole and the table never scrolls sideways.
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # The same rule as every result table: each column its cells' width, its title wrapped (WrappingHeader);
+        # the job's name takes the rest.
+        header = WrappingHeader(self.table)
+        self.table.setHorizontalHeader(header)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         header.setSectionResizeMode(COLUMNS.index("Job"), QHeaderView.ResizeMode.Stretch)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
@@ -131,18 +144,32 @@ class HistoryPanel(QWidget):
         for row, run in enumerate(runs):
             duration = run.duration_s
             peaks = self.peaks(run.run_id)
-            values = [date_text(run), run.job or "?", run.status,
+            values = [short_date_text(run), run.job or "?", run.status,
                       f"{duration:.2f} s" if duration is not None else "",
-                      f"{max(peaks.values()):,.1f} MiB" if peaks else ""]
+                      f"{max(peaks.values()):,.1f}" if peaks else ""]
             for column, value in enumerate(values):
                 item = QTableWidgetItem(str(value))
                 item.setData(Qt.ItemDataRole.UserRole, run.run_id)
                 item.setToolTip(f"Parameters: {params_text(run)}\nConfiguration: {config_text(run)}\n"
                                 f"Peak memory: {peaks_text(peaks)}\n(run {run.run_id})")
+                if column in (COLUMNS.index("Duration"), COLUMNS.index("Peak (MiB)")):
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, column, item)
+        self._fit_columns()
         if runs:
             self.table.setCurrentCell(0, 0)
         self._show_details()
+
+    def _fit_columns(self) -> None:
+        self.table.ensurePolished()
+        for column, width in enumerate(content_widths(self.table)):
+            if column != COLUMNS.index("Job"):
+                self.table.setColumnWidth(column, width)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):  # the zoom reached the table
+            self._fit_columns()
 
     def _show_details(self) -> None:
         run_id = self.selected_run()

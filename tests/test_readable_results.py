@@ -243,3 +243,19 @@ def test_after_every_real_job_every_number_caption_and_last_line_reads(qtbot, wi
                     problems.append(f"{where}: the red error text is cut")
     window.set_presentation(False)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("size", CLASSROOM_SIZES[:3], ids=size_name)
+def test_the_history_table_reads_whole_in_its_dock(qtbot, window: MainWindow, size: tuple[int, int, bool]) -> None:
+    """History follows the tables' rule: every cell whole in the dock as it opens (at 1280 px a tab 390 px wide)."""
+    from test_history_dialog import record_cancelled_fit
+
+    for _ in range(3):
+        record_cancelled_fit(window.history, epochs=3)
+    window.resize(size[0], size[1])
+    window.docks["history"].show()
+    window.history_panel.refresh()
+    qtbot.waitUntil(lambda: window.docks["history"].isVisible(), timeout=3000)
+    settle(qtbot)
+    assert window.history_panel.table.rowCount() == 3
+    assert not elided_cells(window.history_panel)
