@@ -65,8 +65,8 @@ class ConsoleText(QPlainTextEdit):
     line (a progress bar redrawn with "\\r") is drawn inside its frame, under the last finished line, as a terminal
     draws it: the finished lines' viewport gives it the room at the bottom."""
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
         self.live: QLabel | None = None
 
     def set_live(self, live: QLabel) -> None:
@@ -107,7 +107,8 @@ class ConsoleView(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.view = ConsoleText(readOnly=True)
+        self.view = ConsoleText()
+        self.view.setReadOnly(True)
         self.view.setObjectName("console")
         self.view.setAccessibleName("Job output")
         self.view.setMaximumBlockCount(MAX_OUTPUT_LINES)

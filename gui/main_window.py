@@ -69,6 +69,8 @@ class MainWindow(QMainWindow):
         self.controller = RuntimeController(self.history, self, manager=run_manager)
         self.manager, self.session = self.controller.manager, self.controller.session
         self.session.attach_sampler(Sampler(nvml=shared_nvml()))
+        if not shared_nvml().init():  # no NVIDIA driver: the first spare warming says so, not "all GPUs"
+            self.status.gpus_present = False
         self.session.start_telemetry()
 
         self.devices = DevicesPanel()

@@ -702,7 +702,8 @@ class ResultView(QStackedWidget):
         and plots' least."""
         if self.currentIndex() == 0:
             return self.wanted_height()
-        page_layout = self.caption_scroll.parentWidget().layout() if self.caption_scroll.parentWidget() else None
+        page = self.caption_scroll.parentWidget()
+        page_layout = page.layout() if page is not None else None
         spacing = page_layout.spacing() if page_layout is not None else 6
         return self.caption_least_height() + spacing + self.least_body_height()
 
