@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QEvent, QMimeData, QObject, QSize, Qt
+from PySide6.QtCore import QEvent, QMimeData, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QResizeEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 from tf_device_panel.core.protocol import ansi
@@ -65,6 +65,8 @@ class ConsoleText(QPlainTextEdit):
     line (a progress bar redrawn with "\\r") is drawn inside its frame, under the last finished line, as a terminal
     draws it: the finished lines' viewport gives it the room at the bottom."""
 
+    resized = Signal()
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.live: QLabel | None = None
@@ -95,6 +97,7 @@ class ConsoleText(QPlainTextEdit):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._place_live()
+        self.resized.emit()
 
     def createMimeDataFromSelection(self) -> QMimeData:
         data = QMimeData()
@@ -137,8 +140,9 @@ class ConsoleView(QWidget):
         # taller or shorter pane (the result above taking its room when the job ends) keep the last line in sight.
         self.following = True
         bar = self.view.verticalScrollBar()
-        bar.valueChanged.connect(self._scrolled)
+        bar.actionTriggered.connect(self._scrolled)  # the person's scrolls only (wheel, drag, click), not Qt's
         bar.rangeChanged.connect(self._range_changed)
+        self.view.resized.connect(self._resized)
 
     def show_state(self, state: JobState) -> None:
         """Another job selected: its own lines."""
@@ -158,10 +162,16 @@ class ConsoleView(QWidget):
         if self.following:
             self._scroll_to_end()
 
-    def _scrolled(self, value: int) -> None:
-        self.following = value >= self.view.verticalScrollBar().maximum()
+    def _scrolled(self, _action: int) -> None:
+        bar = self.view.verticalScrollBar()
+        self.following = bar.sliderPosition() >= bar.maximum()
 
-    def _range_changed(self, _least: int, _most: int) -> None:
+    def _resized(self) -> None:
+        # lines wrapped anew keep their top line in sight, not the end: back to the end, now and once laid out
+        self._range_changed()
+        QTimer.singleShot(0, self, self._range_changed)
+
+    def _range_changed(self, *_: int) -> None:
         if self.following:
             self._scroll_to_end()
 

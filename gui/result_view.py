@@ -631,13 +631,19 @@ class ResultView(QStackedWidget):
     def stacked(self) -> bool:
         """Tables above the plots: beside them, the plot would keep less than its curves' width and legend (at
         1024×768 the benchmark's seven-series legend went below the curves and left them 40 px high), and the
-        height allows a few of the table's rows above the plots' least height."""
+        height allows a few of the table's rows above the plots' least height. Where the table beside the plot
+        would have to elide numbers (`must_stack`), it stacks even when the plot then keeps less than its least
+        height, down to MIN_PLOT_HEIGHT: the numbers come first (the real benchmark's seven columns in presentation
+        mode at 1280×720)."""
         if not (self.tables and self.plots):
             return False
         room = self.body.width() - self.body.handleWidth() - self._tables_width
         if room >= self._plot_room():
             return False
         caption = self.caption_least_height() + 6
+        if self.must_stack():  # the plots may give up height down to MIN_PLOT_HEIGHT each
+            plots = MIN_PLOT_HEIGHT * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
+            return self.height() >= caption + self.stacked_table_height(2) + self.body.handleWidth() + plots
         return self.height() >= caption + self.stacked_table_height() + self.body.handleWidth() + self._plots_least()
 
     def must_stack(self) -> bool:
@@ -648,9 +654,9 @@ class ResultView(QStackedWidget):
         room = self.body.width() - self.body.handleWidth() - self._tables_width
         return room < self._plot_least_width()
 
-    def stacked_table_height(self) -> int:
-        """The tables' height above the plots: their rows, at most STACKED_TABLE_ROWS of them (then they scroll)."""
-        rows = STACKED_TABLE_ROWS * max((table.rowHeight(0) for table in self.tables if table.rowCount()), default=24)
+    def stacked_table_height(self, rows_shown: int = STACKED_TABLE_ROWS) -> int:
+        """The tables' height above the plots: their rows, at most `rows_shown` of them (then they scroll)."""
+        rows = rows_shown * max((table.rowHeight(0) for table in self.tables if table.rowCount()), default=24)
         most = sum(min(table.maximumHeight(), table.horizontalHeader().sizeHint().height() + rows
                        + 2 * table.frameWidth()) for table in self.tables)
         return most + (len(self._tables_box.findChildren(QCheckBox)) * (self.fontMetrics().height() + 10))
@@ -667,7 +673,16 @@ class ResultView(QStackedWidget):
             self._fit_caption()
         if stacked:
             total = self.body.height() - self.body.handleWidth()
-            table_height = min(self.stacked_table_height(), max(total - self._plots_least(), 0))
+            # the plots their least where the height allows; where not, the table two rows at least
+            table_height = min(self.stacked_table_height(), max(total - self._plots_least(),
+                                                                 self.stacked_table_height(2)))
+            # a plot gives up height below its least rather than make the result's page scroll
+            spacing = self._plots_layout.spacing() * (len(self.plots) - 1)
+            per_plot = (total - table_height - spacing) // len(self.plots)
+            for plot in self.plots:
+                least = min(plot_min_height(), max(per_plot, MIN_CURVES_HEIGHT))
+                if plot.minimumHeight() != least:
+                    plot.setMinimumHeight(least)
             self.body.setSizes([table_height, max(total - table_height, 1)])
             return
         total = self.body.width() - self.body.handleWidth()

@@ -259,3 +259,42 @@ def test_the_history_table_reads_whole_in_its_dock(qtbot, window: MainWindow, si
     settle(qtbot)
     assert window.history_panel.table.rowCount() == 3
     assert not elided_cells(window.history_panel)
+
+
+def test_the_output_follows_its_end_unless_the_person_scrolls_up(qtbot) -> None:
+    """The pane kept showing steps 3–6 of the memory job after it ended (a resize, a rewrap kept the top line);
+    it now shows the last line through resizes, and stays where the person scrolled up to."""
+    from PySide6.QtWidgets import QAbstractSlider
+    from tf_device_panel.gui.console_view import ConsoleView
+    from tf_device_panel.gui.job_state import JobState
+
+    console = ConsoleView()
+    qtbot.addWidget(console)
+    console.resize(400, 120)
+    console.show()
+    state = JobState()
+    console.show_state(state)
+    for n in range(60):
+        state.add_output(f"step {n} " + "wide " * (n % 7))
+        console.append([state.output[-1]])
+    settle(qtbot)
+    bar = console.view.verticalScrollBar()
+    for width, height in ((250, 200), (600, 90), (380, 160)):
+        console.resize(width, height)
+        settle(qtbot)
+        assert bar.value() == bar.maximum(), (width, height)
+    state.add_output("partial 50%", partial=True)
+    console.append([])
+    assert console.live_line.isVisible() and console.live_line.parentWidget() is console.view  # inside the pane
+    bar.triggerAction(QAbstractSlider.SliderAction.SliderPageStepSub)  # the person scrolls up
+    where = bar.value()
+    assert where < bar.maximum()
+    state.add_output("step 60")
+    console.append(["step 60"])
+    console.resize(390, 150)
+    settle(qtbot)
+    assert bar.value() <= where + 1 and bar.value() < bar.maximum()
+    bar.triggerAction(QAbstractSlider.SliderAction.SliderToMaximum)  # back at the end: it follows again
+    console.append(["step 61"])
+    settle(qtbot)
+    assert bar.value() == bar.maximum()
