@@ -282,6 +282,7 @@ class DeviceMapPanel(QWidget):
         self._shown_job = ""
         self._shown_job_ended = False
         self._selected_job = ""
+        self._presenting = False
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.note)
@@ -292,13 +293,16 @@ class DeviceMapPanel(QWidget):
         """Presentation mode: the explanation line is the presenter's to say (its two large lines cut the
         boxes' op counts at 1280×720); back again when it ends."""
         self.note.setVisible(not on)
+        self._presenting = on
+        self._say_whose()
 
     def least_height(self) -> int:
         """The height that shows every box whole: the canvas (in the font drawn), the note if shown, margins."""
         layout = self.layout()
         margins = layout.contentsMargins() if layout is not None else None
         spacing = layout.spacing() if layout is not None else 6
-        note = self.note.heightForWidth(max(self.width(), 200)) + spacing if self.note.isVisibleTo(self) else 0
+        note = sum(label.heightForWidth(max(self.width(), 200)) + spacing for label in (self.note, self.whose)
+                   if label.isVisibleTo(self))
         return self.canvas.height() + note + (margins.top() + margins.bottom() if margins is not None else 8) + 2
 
     def set_devices(self, ready: events.Ready, config: dict[str, Any] | None, inventory: DeviceInventory) -> None:
@@ -358,10 +362,12 @@ class DeviceMapPanel(QWidget):
         if self._shown_job_ended and not ops:
             text = (f"{job} placed no ops in the runtime's process: its work ran in processes of its own, or "
                     "placement logging was off")
-        if self._selected_job and self._selected_job != job:
+        other = bool(self._selected_job) and self._selected_job != job
+        if other:
             text += f". {self._selected_job} has not run since: these are {job}'s."
         self.whose.setText(text)
-        self.whose.show()
+        # in presentation mode only when it warns (the room is the boxes'; the presenter says whose they are)
+        self.whose.setVisible(other or not self._presenting)
 
     def wire(self, link: RuntimeController) -> None:
         self._link = link
