@@ -195,6 +195,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.legend_below = False
         self._legend_width = 0.0
         self._overhead = float(PLOT_AXIS_ROOM)
+        self._beside_columns = 1
         # laid out again once the curves have their new size (the plot's own layout follows its resize later)
         self.plot_item.getViewBox().sigResized.connect(lambda _box: QTimer.singleShot(0, self, self._place_legend))
         self.log_y = False
@@ -283,12 +284,21 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         row = max((label.boundingRect().height() for _, label in legend.items), default=20) + 4
         tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT + 12
         below = not beside and tall
+        if not below:
+            # beside a plot shorter than its rows (a stacked table took the height), in as many columns as keep
+            # it within the plot: taller, it pushed the axis title off the bottom
+            fit_rows = max(int((self.height() - 8) // row), 1)
+            beside_columns = max(1, math.ceil(len(legend.items) / fit_rows))
+            if beside_columns != self._beside_columns:
+                self._beside_columns = beside_columns
+                if not self.legend_below:
+                    legend.setColumnCount(beside_columns)
         if below == self.legend_below:
             return
         if not self.legend_below:
             self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
         self.legend_below = below
-        legend.setColumnCount(columns if below else 1)
+        legend.setColumnCount(columns if below else self._beside_columns)
         move_in_layout(self.ci, legend, *((1, 0) if below else (0, 1)))
         self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
