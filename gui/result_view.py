@@ -470,8 +470,8 @@ class ResultView(QStackedWidget):
         self.oom = OomView()
         message_layout.addWidget(self.oom.sentence)
         message_layout.addWidget(self.error)
-        message_layout.addWidget(self.oom, 1)
-        message_layout.addStretch(0)
+        message_layout.addWidget(self.oom)
+        message_layout.addStretch(1)  # all of it at the top, the room below (the bar sat far from its legend)
         # A long message scrolls down within the result area, never sideways, never widening the window.
         message_page = _MessageScroll()
         message_page.setWidgetResizable(True)
