@@ -282,6 +282,7 @@ class DeviceMapPanel(QWidget):
         self._shown_job = ""
         self._shown_job_ended = False
         self._selected_job = ""
+        self._presenting = False
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.note)
@@ -292,6 +293,8 @@ class DeviceMapPanel(QWidget):
         """Presentation mode: the explanation line is the presenter's to say (its two large lines cut the
         boxes' op counts at 1280×720); back again when it ends."""
         self.note.setVisible(not on)
+        self._presenting = on
+        self._say_whose()
 
     def least_height(self) -> int:
         """The height that shows every box whole: the canvas (in the font drawn), the note if shown, margins."""
@@ -364,8 +367,9 @@ class DeviceMapPanel(QWidget):
             text += f". {self._selected_job} has not run since: these are {job}'s."
         self.whose.setText(text)
         # Only when it tells more than the selected job's counts do (another job's, a cluster's tasks, none placed
-        # here): the room is the boxes' (at 1024×768 a line more made the map scroll).
-        self.whose.setVisible(other or bool(tasks) or (self._shown_job_ended and not ops))
+        # here): the room is the boxes' (at 1024×768 a line more made the map scroll). In presentation mode, where
+        # the presenter says the rest, only when the boxes show another job's run.
+        self.whose.setVisible(other or (not self._presenting and (bool(tasks) or (self._shown_job_ended and not ops))))
 
     def wire(self, link: RuntimeController) -> None:
         self._link = link

@@ -653,7 +653,7 @@ class ResultView(QStackedWidget):
         caption = self.caption_least_height() + 6
         if self.must_stack():  # the plots may give up height down to MIN_PLOT_HEIGHT each
             plots = MIN_PLOT_HEIGHT * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
-            return self.height() >= caption + self.stacked_table_height(2) + self.body.handleWidth() + plots
+            return self.height() >= caption + self.stacked_table_height(1) + self.body.handleWidth() + plots
         return self.height() >= caption + self.stacked_table_height() + self.body.handleWidth() + self._plots_least()
 
     def must_stack(self) -> bool:
@@ -683,9 +683,9 @@ class ResultView(QStackedWidget):
             self._fit_caption()
         if stacked:
             total = self.body.height() - self.body.handleWidth()
-            # the plots their least where the height allows; where not, the table two rows at least
+            # the plots their least where the height allows; where not, the table one row at least (it scrolls)
             table_height = min(self.stacked_table_height(), max(total - self._plots_least(),
-                                                                 self.stacked_table_height(2)))
+                                                                 self.stacked_table_height(1)))
             # a plot gives up height below its least rather than make the result's page scroll
             spacing = self._plots_layout.spacing() * (len(self.plots) - 1)
             per_plot = (total - table_height - spacing) // len(self.plots)
