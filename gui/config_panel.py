@@ -34,7 +34,7 @@ from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.gui.docks import LEFT, DockSpec
 from tf_device_panel.gui.form_builder import Editor, build_editor, setting_declared
 from tf_device_panel.gui.memory_bar import MemoryBar
-from tf_device_panel.gui.widgets import DownScrollArea, code_dialog
+from tf_device_panel.gui.widgets import DownScrollArea, code_dialog, guard_wheel
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QDialog
@@ -72,6 +72,7 @@ class GpuEditor(QGroupBox):
         spin.setSuffix(f" {self.splits.unit}")
         spin.setValue(mib)
         spin.setToolTip(self.splits.help)
+        guard_wheel(spin)
         remove = QToolButton()
         remove.setText("✕")
         remove.setToolTip("Remove this logical GPU")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QMimeData, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QEvent, QMimeData, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QResizeEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 from tf_device_panel.core.protocol import ansi
 from tf_device_panel.gui.job_state import MAX_OUTPUT_LINES, JobState
@@ -61,7 +61,43 @@ def segments_html(segments: list[ansi.Segment]) -> str:
 
 
 class ConsoleText(QPlainTextEdit):
-    """The console's text: copying gives plain text only (what a terminal's copy gives, no colours)."""
+    """The console's text: copying gives plain text only (what a terminal's copy gives, no colours). The live
+    line (a progress bar redrawn with "\\r") is drawn inside its frame, under the last finished line, as a terminal
+    draws it: the finished lines' viewport gives it the room at the bottom."""
+
+    resized = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.live: QLabel | None = None
+
+    def set_live(self, live: QLabel) -> None:
+        self.live = live
+        live.setParent(self)
+        live.setAutoFillBackground(True)
+        live.setBackgroundRole(self.viewport().backgroundRole())
+        live.installEventFilter(self)
+        self._place_live()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.live and event.type() in (QEvent.Type.Show, QEvent.Type.Hide):
+            self._place_live()
+        return super().eventFilter(watched, event)
+
+    def _place_live(self) -> None:
+        live = self.live
+        if live is None:
+            return
+        height = live.sizeHint().height() if not live.isHidden() else 0
+        self.setViewportMargins(0, 0, 0, height)
+        frame = self.frameWidth()
+        scroll_bar = self.verticalScrollBar().width() if self.verticalScrollBar().isVisible() else 0
+        live.setGeometry(frame, self.height() - frame - height, self.width() - 2 * frame - scroll_bar, height)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._place_live()
+        self.resized.emit()
 
     def createMimeDataFromSelection(self) -> QMimeData:
         data = QMimeData()
@@ -74,7 +110,8 @@ class ConsoleView(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.view = ConsoleText(readOnly=True)
+        self.view = ConsoleText()
+        self.view.setReadOnly(True)
         self.view.setObjectName("console")
         self.view.setAccessibleName("Job output")
         self.view.setMaximumBlockCount(MAX_OUTPUT_LINES)
@@ -94,11 +131,18 @@ class ConsoleView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.view, 1)
-        layout.addWidget(self.live_line)
+        self.view.set_live(self.live_line)
         self.state: JobState | None = None
         self.renderer = ansi.AnsiRenderer()  # the style carries from line to line, as in a terminal
         self.live_plain = ""  # the live line as a person reads it
         self._has_lines = False  # a line was drawn (a first empty line leaves the document empty)
+        # Following the end until the person scrolls up, and again once they scroll back down: new lines, a
+        # taller or shorter pane (the result above taking its room when the job ends) keep the last line in sight.
+        self.following = True
+        bar = self.view.verticalScrollBar()
+        bar.actionTriggered.connect(self._scrolled)  # the person's scrolls only (wheel, drag, click), not Qt's
+        bar.rangeChanged.connect(self._range_changed)
+        self.view.resized.connect(self._resized)
 
     def show_state(self, state: JobState) -> None:
         """Another job selected: its own lines."""
@@ -112,13 +156,24 @@ class ConsoleView(QWidget):
 
     def append(self, lines: list[str]) -> None:
         """New finished lines of the shown job (already in its state)."""
-        bar = self.view.verticalScrollBar()
-        following = bar.value() >= bar.maximum()
         if lines:
             self._add_lines(lines)
-        if following:
-            self._scroll_to_end()
         self._show_live()
+        if self.following:
+            self._scroll_to_end()
+
+    def _scrolled(self, _action: int) -> None:
+        bar = self.view.verticalScrollBar()
+        self.following = bar.sliderPosition() >= bar.maximum()
+
+    def _resized(self) -> None:
+        # lines wrapped anew keep their top line in sight, not the end: back to the end, now and once laid out
+        self._range_changed()
+        QTimer.singleShot(0, self, self._range_changed)
+
+    def _range_changed(self, *_: int) -> None:
+        if self.following:
+            self._scroll_to_end()
 
     def _add_lines(self, lines: list[str]) -> None:
         """Finished lines at the end, each drawn as a terminal draws it (plain lines in one insertion)."""
@@ -155,9 +210,15 @@ class ConsoleView(QWidget):
         self.live_line.setVisible(bool(live))
 
     def _scroll_to_end(self) -> None:
+        self.following = True
         bar = self.view.verticalScrollBar()
         bar.setValue(bar.maximum())
         self.view.horizontalScrollBar().setValue(0)
+
+    def height_for_lines(self, lines: int) -> int:
+        """The pane's height that shows `lines` finished lines (and the live line, while there is one)."""
+        live = self.live_line.sizeHint().height() if not self.live_line.isHidden() else 0
+        return lines * self.view.fontMetrics().lineSpacing() + 2 * self.view.frameWidth() + 8 + live
 
     def sizeHint(self) -> QSize:
         # A few lines: the result above takes most of the height (a text edit would ask for 192 px).

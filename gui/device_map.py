@@ -15,7 +15,7 @@ from PySide6.QtCore import QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget
 from tf_device_panel.core.client.run_state import RunChanges, RunState
-from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged
+from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged, SelectedJobChanged
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
@@ -33,6 +33,7 @@ from tf_device_panel.gui.device_map_layout import (
     Rect,
     UsageBar,
     devices_from_ready,
+    fold_task_placements,
     layout_device_map,
 )
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
@@ -56,6 +57,7 @@ class DeviceMapCanvas(QWidget):
         super().__init__(parent)
         self.devices: list[PhysicalDevice] = []
         self.ops: Counter[str] = Counter()
+        self.ops_by_task: dict[str, Counter[str]] = {}  # a cluster's: of each device's ops, each task's
         self.memory: dict[str, float] = {}
         self.use: dict[int, GpuUse] = {}  # NVML's reading per physical GPU, by TensorFlow's index
         self.fallbacks: list[tuple[str, str]] = []
@@ -80,7 +82,7 @@ class DeviceMapCanvas(QWidget):
 
         return layout_device_map(self.devices, max(self.width() - 2, 1), ops=self.ops, memory=self.memory,
                                  use=self.use, fallbacks=self.fallbacks, height=max(self.room - 4, 0) or None,
-                                 measure=measure, line_height=self.line_height())
+                                 measure=measure, line_height=self.line_height(), ops_by_task=self.ops_by_task)
 
     def refresh(self) -> None:
         self.setFixedHeight(math.ceil(self.current_map().height) + 4)
@@ -271,22 +273,36 @@ class DeviceMapPanel(QWidget):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         scroll.setWidget(self.canvas)
+        # Whose ops and memory the boxes show: the last run's, named, and said when another job is selected.
+        self.whose = QLabel()
+        self.whose.setObjectName("device-map-whose")
+        self.whose.setWordWrap(True)
+        self.whose.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.whose.hide()
+        self._shown_job = ""
+        self._shown_job_ended = False
+        self._selected_job = ""
+        self._presenting = False
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.note)
+        layout.addWidget(self.whose)
         layout.addWidget(scroll, 1)
 
     def set_presenting(self, on: bool) -> None:
         """Presentation mode: the explanation line is the presenter's to say (its two large lines cut the
         boxes' op counts at 1280×720); back again when it ends."""
         self.note.setVisible(not on)
+        self._presenting = on
+        self._say_whose()
 
     def least_height(self) -> int:
         """The height that shows every box whole: the canvas (in the font drawn), the note if shown, margins."""
         layout = self.layout()
         margins = layout.contentsMargins() if layout is not None else None
         spacing = layout.spacing() if layout is not None else 6
-        note = self.note.heightForWidth(max(self.width(), 200)) + spacing if self.note.isVisibleTo(self) else 0
+        note = sum(label.heightForWidth(max(self.width(), 200)) + spacing for label in (self.note, self.whose)
+                   if label.isVisibleTo(self))
         return self.canvas.height() + note + (margins.top() + margins.bottom() if margins is not None else 8) + 2
 
     def set_devices(self, ready: events.Ready, config: dict[str, Any] | None, inventory: DeviceInventory) -> None:
@@ -297,6 +313,9 @@ class DeviceMapPanel(QWidget):
         self._reported_by = ready.pid
         self.canvas.devices = devices_from_ready(ready, ready.config or config, inventory.totals_by_tf_index())
         self.canvas.ops.clear()
+        self.canvas.ops_by_task = {}
+        self._shown_job = ""
+        self._say_whose()
         self.canvas.memory.clear()
         self.canvas.use.clear()
         self.canvas.fallbacks.clear()
@@ -327,8 +346,34 @@ class DeviceMapPanel(QWidget):
     def dock_body(self) -> QWidget:
         return self
 
+    def select_job(self, job: str) -> None:
+        """The job selected in the Runs panel: the map says when its boxes show another job's run."""
+        self._selected_job = job
+        self._say_whose()
+
+    def _say_whose(self) -> None:
+        job, ops = self._shown_job, sum(self.canvas.ops.values())
+        if not job or not self.canvas.devices:
+            self.whose.hide()
+            return
+        tasks = sorted({task for counts in self.canvas.ops_by_task.values() for task in counts})
+        text = f"Ops placed by {job}" + (f" (its tasks {', '.join(tasks)}, each in a process of its own)" if tasks
+                                         else "") + ("" if self._shown_job_ended else ", so far")
+        if self._shown_job_ended and not ops:
+            text = (f"{job} placed no ops in the runtime's process: its work ran in processes of its own, or "
+                    "placement logging was off")
+        other = bool(self._selected_job) and self._selected_job != job
+        if other:
+            text += f". {self._selected_job} has not run since: these are {job}'s."
+        self.whose.setText(text)
+        # Only when it tells more than the selected job's counts do (another job's, a cluster's tasks, none placed
+        # here): the room is the boxes' (at 1024×768 a line more made the map scroll). In presentation mode, where
+        # the presenter says the rest, only when the boxes show another job's run.
+        self.whose.setVisible(other or (not self._presenting and (bool(tasks) or (self._shown_job_ended and not ops))))
+
     def wire(self, link: RuntimeController) -> None:
         self._link = link
+        link.on(SelectedJobChanged, lambda change: self.select_job(str(change.value or "")))
         link.on(InventoryChanged, self._inventory)
         link.on(RunStateChanged, lambda change: self.show_run_news(change.changes, change.value, redraw=True))
         if link.session.sampler is not None:
@@ -340,7 +385,10 @@ class DeviceMapPanel(QWidget):
             self.set_devices(change.ready, applied.to_json() if applied else None, change.value)
 
     def show_run(self, state: RunState) -> None:
-        self.canvas.ops = Counter(state.ops_per_device)
+        self.canvas.ops, self.canvas.ops_by_task = fold_task_placements(state.ops_per_device)
+        self._shown_job = state.job
+        self._shown_job_ended = state.job != "" and not state.job_in_flight
+        self._say_whose()
         self.canvas.fallbacks = list(state.fallback_pairs)
         host = {name: mib for name, mib in self.canvas.memory.items() if name == "CPU"}  # from the samples
         self.canvas.memory = {**host, **{device: figures.current_mib for device, figures in state.tf_memory.items()}}

@@ -15,6 +15,8 @@ does not exist) to the device it ran on.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -269,7 +271,7 @@ class DeviceMap:
 
 
 def _segment_lines(device: LogicalDevice, physical: PhysicalDevice, ops: Mapping[str, int],
-                   memory: Mapping[str, float]) -> list[str]:
+                   memory: Mapping[str, float], ops_by_task: Mapping[str, Mapping[str, int]]) -> list[str]:
     lines = [device.name]
     if physical.kind == "GPU":
         if physical.memory_growth:
@@ -279,7 +281,10 @@ def _segment_lines(device: LogicalDevice, physical: PhysicalDevice, ops: Mapping
         else:
             lines.append("takes all memory")
     if ops:  # a job has placed ops: a device it did not use says 0, so the picture is complete
-        lines.append(f"{ops.get(device.name, 0)} ops")
+        tasks = ops_by_task.get(device.name) or {}
+        # a cluster's tasks placed them in processes of their own, each with this device: how many each
+        by_task = f" ({', '.join(f'{task} {count}' for task, count in sorted(tasks.items()))})" if tasks else ""
+        lines.append(f"{ops.get(device.name, 0)} ops{by_task}")
     if device.name in memory:
         lines.append(f"{mib_text(memory[device.name])} allocated")
     return lines
@@ -345,14 +350,16 @@ def _gpu_pieces(device: PhysicalDevice, logical: Sequence[LogicalDevice], lines:
 def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: Mapping[str, int] | None = None,
                       memory: Mapping[str, float] | None = None, use: Mapping[int, GpuUse] | None = None,
                       fallbacks: Sequence[tuple[str, str]] = (), height: float | None = None,
-                      measure: Measure = approximate_width, line_height: float = LINE_HEIGHT) -> DeviceMap:
+                      measure: Measure = approximate_width, line_height: float = LINE_HEIGHT,
+                      ops_by_task: Mapping[str, Mapping[str, int]] | None = None) -> DeviceMap:
     """Boxes, segments and arrows for `devices` drawn `width` px wide, filling `height` px when given.
 
     `ops`: placements per short device name; `memory`: MiB TensorFlow's allocator has allocated per logical
     device, and the runtime's resident memory under "CPU"; `use`: NVML's reading per physical GPU, by
     TensorFlow's index; `fallbacks`: (asked for, ran on) short names; `measure` and `line_height`: the font's
-    metrics, so every segment is wide and tall enough for its text."""
-    ops, memory, use = ops or {}, memory or {}, use or {}
+    metrics, so every segment is wide and tall enough for its text; `ops_by_task`: of a device's ops, how many
+    each cluster task placed there (see `fold_task_placements`)."""
+    ops, memory, use, ops_by_task = ops or {}, memory or {}, use or {}, ops_by_task or {}
     known = {logical.name for device in devices for logical in device.logical}
     missing = list(dict.fromkeys(asked for asked, _ in fallbacks if asked not in known))
     columns = max(1, min(len(devices) + bool(missing), int((width + BOX_GAP) // (BOX_MIN_WIDTH + BOX_GAP))))
@@ -364,7 +371,7 @@ def layout_device_map(devices: Sequence[PhysicalDevice], width: float, *, ops: M
     contents: list[_Content] = []
     for device in devices:
         logical = device.logical if device.visible else ()
-        lines = [_segment_lines(d, device, ops, memory) for d in logical]
+        lines = [_segment_lines(d, device, ops, memory, ops_by_task) for d in logical]
         if device.kind == "GPU":
             pieces, lines, gap, scale = _gpu_pieces(device, logical, lines, measure)
         else:  # logical CPUs share the host equally
@@ -499,3 +506,23 @@ def devices_from_ready(ready: events.Ready, config: Mapping[str, Any] | None,
                                          logical=tuple(gpus_of.get(index, [])),
                                          memory_fraction=config.get("memory_fraction")))
     return result
+
+
+_TASK_DEVICE = re.compile(r"^/job:(?P<job>[\w-]+)/task:(?P<task>\d+)(?P<device>/(?:CPU|GPU):\d+)$")
+
+
+def fold_task_placements(ops_per_device: Mapping[str, int]) -> tuple[Counter[str], dict[str, Counter[str]]]:
+    """Placements per device as the map draws them: a cluster task's device ('/job:worker/task:1/CPU:0', in a
+    process of its own on this machine, with the same device configuration) counted on the local device of that
+    name (/CPU:0), and remembered per task ('worker:1'), so the counts add up to the ops the tasks placed."""
+    ops: Counter[str] = Counter()
+    by_task: dict[str, Counter[str]] = {}
+    for device, count in ops_per_device.items():
+        match = _TASK_DEVICE.match(device)
+        if match is None:
+            ops[device] += count
+            continue
+        local = match.group("device")
+        ops[local] += count
+        by_task.setdefault(local, Counter())[f"{match.group('job')}:{match.group('task')}"] += count
+    return ops, by_task

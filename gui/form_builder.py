@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.catalogue import Param
 from tf_device_panel.core.config import Field, Kind
+from tf_device_panel.gui.widgets import guard_wheel
 
 INT_LIMIT = 2**31 - 1   # a QSpinBox's own limit
 NUMBER_LIMIT = 1e12
@@ -108,6 +109,7 @@ def build_editor(declared: Declared) -> Editor:
     if declared.unit and isinstance(editor.widget, (QSpinBox, QDoubleSpinBox)):
         editor.widget.setSuffix(f" {declared.unit}")
     editor.widget.setToolTip(declared.help)
+    guard_wheel(editor.widget)  # a wheel scrolling the form past it never changes it
     return editor
 
 

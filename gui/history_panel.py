@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
@@ -41,8 +41,9 @@ from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.log_view import LogView as LogPanel
 from tf_device_panel.gui.memory_compare import MemoryCompareDialog
 from tf_device_panel.gui.result_view import ResultView
+from tf_device_panel.gui.widgets import WrappingHeader, content_widths
 
-COLUMNS = ("Date", "Job", "Status", "Duration", "Peak")
+COLUMNS = ("Date", "Job", "Status", "Duration", "Peak (MiB)")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
 PAGE_SIZE = 500            # runs listed at once; Newer and Older page through the rest
 POLL_MS = 25               # how often the GUI thread takes what the loader read
@@ -122,6 +123,15 @@ def date_text(summary: RunSummary) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(summary.started))
 
 
+def short_date_text(summary: RunSummary) -> str:
+    """The date in the table: today's runs by their time, older ones by day and minute (the whole date is in
+    the details below and in the run's window)."""
+    started = time.localtime(summary.started)
+    today = time.localtime()
+    same_day = (started.tm_year, started.tm_yday) == (today.tm_year, today.tm_yday)
+    return time.strftime("%H:%M:%S" if same_day else "%m-%d %H:%M", started)
+
+
 def params_text(summary: RunSummary) -> str:
     return ", ".join(f"{name}={value}" for name, value in summary.params.items() if value != "") or "defaults"
 
@@ -167,8 +177,11 @@ class HistoryPanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         # Short columns that fit their text; the selected run's parameters and configuration are written out
         # below, wrapped, so a dock of any width reads them whole and the table never scrolls sideways.
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # The same rule as every result table: each column its cells' width, its title wrapped (WrappingHeader);
+        # the job's name takes the rest.
+        header = WrappingHeader(self.table)
+        self.table.setHorizontalHeader(header)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         header.setSectionResizeMode(COLUMNS.index("Job"), QHeaderView.ResizeMode.Stretch)
         self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
@@ -278,6 +291,7 @@ class HistoryPanel(QWidget):
                     self.loading = False
                     self._poll.stop()
                     result.taken.set()
+                    self._fit_columns()  # the peaks read since the page filled
                     if error is not None:  # the folder itself is unusable; a damaged run is a row of its own
                         self.summaries = {}
                         self.total_runs = 0
@@ -294,15 +308,18 @@ class HistoryPanel(QWidget):
             self.table.setRowCount(len(runs))
             for row, run in enumerate(runs):
                 duration = run.duration_s
-                values = [date_text(run), run.job or "?", run.status,
+                values = [short_date_text(run), run.job or "?", run.status,
                           f"{duration:.2f} s" if duration is not None else "", ""]
                 for column, value in enumerate(values):
                     item = QTableWidgetItem(str(value))
                     item.setData(Qt.ItemDataRole.UserRole, run.run_id)
+                    if column in (COLUMNS.index("Duration"), COLUMNS.index("Peak (MiB)")):
+                        item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                     self.table.setItem(row, column, item)
                 self._show_peaks(run.run_id, row)
         finally:
             self.table.setUpdatesEnabled(True)
+        self._fit_columns()
         rows = [row for row, run in enumerate(runs) if run.run_id == selected]
         if runs:
             self.table.setCurrentCell(rows[0] if rows else 0, 0)
@@ -319,9 +336,9 @@ class HistoryPanel(QWidget):
             return
         peaks = self.run_peaks(run_id)
         allocator = peaks.allocator_mib if peaks is not None else {}
-        peak_item = self.table.item(row, COLUMNS.index("Peak"))
+        peak_item = self.table.item(row, COLUMNS.index("Peak (MiB)"))
         if peak_item is not None:
-            peak_item.setText(f"{max(allocator.values()):,.1f} MiB" if allocator else "")
+            peak_item.setText(f"{max(allocator.values()):,.1f}" if allocator else "")
         memory = (f"Peak memory: {peaks_text(allocator)}\nProcess peak (RSS): {rss_text(peaks)}" if peaks is not None
                   else f"Peak memory: {NOT_READ_YET}")
         params, config = self._texts.get(run_id) or (params_text(run), config_text(run))
@@ -345,6 +362,17 @@ class HistoryPanel(QWidget):
         self.page_label.setText(text)
         self.newer_button.setEnabled(self.page_offset > 0)
         self.older_button.setEnabled(self.page_offset + PAGE_SIZE < self.total_runs)
+
+    def _fit_columns(self) -> None:
+        self.table.ensurePolished()
+        for column, width in enumerate(content_widths(self.table)):
+            if column != COLUMNS.index("Job"):
+                self.table.setColumnWidth(column, width)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange):  # the zoom reached the table
+            self._fit_columns()
 
     def _show_details(self) -> None:
         run_id = self.selected_run()

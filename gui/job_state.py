@@ -70,8 +70,10 @@ class JobState:
         return True
 
     def report(self, done: float, total: float, message: str) -> None:
-        if total > 0:
+        if total > 0 and done > 0:
             self.progress = min(done / total, 1.0)
+        # Nothing done yet (a script's "running train.py", 0 of 1): the bar stays busy, moving, rather than reading
+        # 0 % until the end.
         if message and not self.stopping:
             self.status = message
 

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
 from tf_device_panel.gui.docks import RIGHT, DockSpec
+from tf_device_panel.gui.widgets import guard_wheel
 from tf_device_panel.gui.worker import Worker, create_worker
 
 log = logging.getLogger(__name__)
@@ -283,6 +284,8 @@ class MachinesPanel(QWidget):
         self.columns.setValue(4)
         self.columns.setPrefix("columns: ")
         self.columns.valueChanged.connect(self._relayout)
+        guard_wheel(self.kind)
+        guard_wheel(self.columns)
         bar = QHBoxLayout()
         bar.addWidget(self.kind)
         bar.addWidget(self.address, 1)

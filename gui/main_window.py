@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShowEvent
 from PySide6.QtWidgets import QDialog, QDockWidget, QMainWindow, QMessageBox, QWidget
 from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.history import RunHistory
@@ -32,6 +32,7 @@ from tf_device_panel.gui.memory_panel import MemoryPanel
 from tf_device_panel.gui.profiles import APPLIED_KEY, Profiles
 from tf_device_panel.gui.runs_panel import RunsPanel
 from tf_device_panel.gui.status_bar import RuntimeStatusBar
+from tf_device_panel.gui.widgets import guard_wheel
 from tf_device_panel.gui.window_layout import LAYOUT_VERSION, WindowLayout
 
 from tf_device_panel import resources
@@ -60,6 +61,7 @@ class MainWindow(QMainWindow):
         # Installed before the panels start their threads, so the first sampler or NVML warning is shown too.
         self.log_handler = WindowLogHandler(self.status.show_logged)
         self.log_handler.install()
+        self._shown_once = False
         self.dock_layout = WindowLayout(self)
         self.view = self.dock_layout.view
         # The run lifecycle is the manager's (`run_manager`: a test's, with fake processes); what the window shows
@@ -67,6 +69,8 @@ class MainWindow(QMainWindow):
         self.controller = RuntimeController(self.history, self, manager=run_manager)
         self.manager, self.session = self.controller.manager, self.controller.session
         self.session.attach_sampler(Sampler(nvml=shared_nvml()))
+        if not shared_nvml().init():  # no NVIDIA driver: the first spare warming says so, not "all GPUs"
+            self.status.gpus_present = False
         self.session.start_telemetry()
 
         self.devices = DevicesPanel()
@@ -114,6 +118,7 @@ class MainWindow(QMainWindow):
         self.history_panel.refresh()
         self.devices.doctorRequested.connect(self.open_doctor)
 
+        self.runs.restore_forms(self.settings)
         self.dock_layout.follow_docks()
         self.dock_layout.restore()
         if profile is not None:
@@ -269,6 +274,12 @@ class MainWindow(QMainWindow):
     def save_profile(self, path: str | Path | None = None) -> bool:
         return self.profiles.save(path)
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._shown_once:
+            self._shown_once = True
+            QTimer.singleShot(0, self, self.dock_layout.fill_screen)  # its frame is known once shown
+
     def show_snippet(self) -> QDialog:
         return self.config_panel.show_snippet()
 
@@ -276,6 +287,7 @@ class MainWindow(QMainWindow):
         from tf_device_panel.gui.share_dialog import ShareDialog
 
         dialog = ShareDialog(self.config_panel.config(), self)  # the seats start from the window's configuration
+        guard_wheel(dialog)
         dialog.show()
         return dialog
 
@@ -290,6 +302,7 @@ class MainWindow(QMainWindow):
         self.log_handler.remove()
         self.settings.setValue("geometry", self.saveGeometry())
         self.settings.setValue("window_state", self.dock_layout.saved_state())
+        self.runs.save_forms(self.settings)
         self.settings.sync()  # a window opened next (a restart) reads the same file
         self.controller.shutdown()
         self.dock_layout.close()

@@ -48,7 +48,7 @@ from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
 from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
 from tf_device_panel.gui.notice import show_notice
-from tf_device_panel.gui.widgets import move_in_layout
+from tf_device_panel.gui.widgets import guard_wheel, move_in_layout
 from tf_device_panel.gui.worker import to_gui_thread
 
 if TYPE_CHECKING:
@@ -280,6 +280,8 @@ class MemoryPanel(QWidget):
         self.interval.setSuffix(" ms")
         self.interval.setValue(int(self.sampler.interval * 1000))
         self.interval.setToolTip("Sampling interval")
+        guard_wheel(self.window_choice)
+        guard_wheel(self.interval)
         self.interval.valueChanged.connect(lambda ms: self.sampler.set_interval(ms / 1000))
         csv_button = QPushButton("Export CSV…")
         csv_button.clicked.connect(self._export_csv_dialog)

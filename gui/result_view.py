@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -38,12 +38,20 @@ from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
 from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
 from tf_device_panel.gui.oom_view import OomView
 from tf_device_panel.gui.view_settings import series_style
-from tf_device_panel.gui.widgets import ExpandableDetail, move_in_layout
+from tf_device_panel.gui.widgets import (
+    ExpandableDetail,
+    WrappingHeader,
+    content_widths,
+    move_in_layout,
+    text_line_bottoms,
+)
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
            "dashdot": Qt.PenStyle.DashDotLine}
 MIN_CURVES_WIDTH = 220  # px of curves a plot keeps beside its legend; narrower, the legend goes below
+LEAST_CURVES_WIDTH = 130  # px of curves a plot keeps beside a table whose columns all read whole
+SAY_SAME_SERIES = 4  # a plot of at most this many series names, in its legend, a series equal to another
 MIN_CURVES_HEIGHT = 120  # px of curves a plot keeps above a legend below them; shorter, the legend stays beside
 # px each result plot keeps in sight: at 1024×768 and 1280×720 (the form folds to one line while a result is
 # shown), and in presentation mode, where the result and the device map take the screen
@@ -52,7 +60,7 @@ MIN_COLUMN_WIDTH = 48  # px an elided column keeps: a few letters and the ellips
 CAPTION_LEAST_LINES = 2  # the caption's lines always in sight; longer, it scrolls within its own strip
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
 PLOT_AXIS_ROOM = 60    # px of a plot's width its value axis and margins take
-STACKED_TABLE_ROWS = 4  # rows of a table shown above its plot (the rest scroll)
+STACKED_TABLE_ROWS = 3  # rows of a table shown above its plot (the rest scroll)
 
 
 def plot_min_height() -> int:
@@ -182,8 +190,14 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.by_device = all(d.startswith("/") for d in devices) and len({device_color(d).name() for d in devices}) \
             == len(devices)
         self.originals: list[tuple[list[float], list[float]]] = []
+        self.names: list[str] = []
+        self.series_count = len(plot.series)
         self.legend_below = False
         self._legend_width = 0.0
+        self._overhead = float(PLOT_AXIS_ROOM)
+        self._beside_columns = 1
+        # laid out again once the curves have their new size (the plot's own layout follows its resize later)
+        self.plot_item.getViewBox().sigResized.connect(lambda _box: QTimer.singleShot(0, self, self._place_legend))
         self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
@@ -204,12 +218,23 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         colour, symbol, dash = series_style(number)
         color = device_color(self._device(series)) if self.by_device else QColor(colour)
         width = view_settings.current().line_width
-        item = self.plot_item.plot(list(series.x), list(series.y), name=short_devices(series.name), symbol=symbol,
-                                   symbolSize=5 + 2 * width, symbolBrush=color, symbolPen=color,
+        name = short_devices(series.name)
+        # A series with the same values as one drawn before (two workers' losses that agree) would hide it: it is
+        # drawn hollow and dashed over it, and a short legend (a few workers, not a benchmark's many series, whose
+        # curves the longer labels would squeeze) says so.
+        same_as = next((self.names[index] for index, (xs, ys) in enumerate(self.originals)
+                        if xs == list(series.x) and ys == list(series.y)), None)
+        if same_as is not None:
+            name = f"{name} (= {same_as})" if self.series_count <= SAY_SAME_SERIES else name
+            dash = "dash"
+        item = self.plot_item.plot(list(series.x), list(series.y), name=name, symbol=symbol,
+                                   symbolSize=(9 if same_as is not None else 5) + 2 * width,
+                                   symbolBrush=None if same_as is not None else color, symbolPen=color,
                                    pen=pg.mkPen(color, width=width, style=_DASHES[dash]))
         self.originals.append((list(series.x), list(series.y)))
+        self.names.append(short_devices(series.name))
         if self.legend is not None:
-            self.legend.addItem(item, short_devices(series.name))
+            self.legend.addItem(item, name)
             sample, label = self.legend.items[-1]
             for part in (sample, label):  # the swatch sat lower than its label
                 self.legend.layout.setAlignment(part, Qt.AlignmentFlag.AlignVCenter)
@@ -242,43 +267,65 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         QTimer.singleShot(0, self, self._place_legend)  # once the legend has been laid out at this size
 
     def _place_legend(self) -> None:
-        """The legend beside the curves while they keep MIN_CURVES_WIDTH px; below them, in columns, when the
+        """The legend beside the curves while they keep LEAST_CURVES_WIDTH px; below them, in columns, when the
         plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px) and tall enough
         that the curves keep MIN_CURVES_HEIGHT px under it (below a short plot, it left them 30 px high)."""
         legend = getattr(self, "legend", None)  # resized while it is being built
         if legend is None or not hasattr(self, "legend_below"):
             return
         width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
-        beside = self.width() - width - PLOT_AXIS_ROOM >= MIN_CURVES_WIDTH - 2  # 2: a rounding of the legend
+        curves = self.plot_item.getViewBox()
+        if not self.legend_below and curves.width() > 0:
+            # what the axis and the legend's margins take beside the curves, as laid out now (more than
+            # PLOT_AXIS_ROOM in presentation mode's larger ticks)
+            self._overhead = max(self.width() - curves.width() - width, PLOT_AXIS_ROOM)
+        beside = self.width() - width - self._overhead >= LEAST_CURVES_WIDTH - 2  # 2: a rounding of the legend
         columns = max(1, min(len(legend.items), int(self.width() // 170)))
         row = max((label.boundingRect().height() for _, label in legend.items), default=20) + 4
-        tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT
+        tall = self.height() - math.ceil(len(legend.items) / columns) * row - PLOT_AXIS_ROOM >= MIN_CURVES_HEIGHT + 12
         below = not beside and tall
+        if not below:
+            # beside a plot shorter than its rows (a stacked table took the height), in as many columns as keep
+            # it within the plot: taller, it pushed the axis title off the bottom
+            fit_rows = max(int((self.height() - 8) // row), 1)
+            beside_columns = max(1, math.ceil(len(legend.items) / fit_rows))
+            if beside_columns != self._beside_columns:
+                self._beside_columns = beside_columns
+                if not self.legend_below:
+                    legend.setColumnCount(beside_columns)
         if below == self.legend_below:
             return
         if not self.legend_below:
             self._legend_width = max(legend.boundingRect().width(), legend.preferredWidth())
         self.legend_below = below
-        legend.setColumnCount(columns if below else 1)
+        legend.setColumnCount(columns if below else self._beside_columns)
         move_in_layout(self.ci, legend, *((1, 0) if below else (0, 1)))
         self.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignTop)
 
 
 class ResultTable(QTableWidget):
-    """A result's table: never a sideways scroll bar. Its columns take their contents' width when the room
-    allows; with less, the widest ones give way and elide (each cell's whole text on hover)."""
+    """A result's table: never a sideways scroll bar, never an elided number. Its columns take their cells' width,
+    its titles wrap at their spaces (WrappingHeader); the result view gives it that width beside its plot, or
+    stacks it above. Only where no layout could (a window narrower than any classroom's) do the widest columns
+    give way and elide, each cell's whole text on hover."""
 
     def __init__(self, rows: int, columns: int):
         super().__init__(rows, columns)
         self.natural: list[int] = []
+        self.setHorizontalHeader(WrappingHeader(self))
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # "/job:ps/…/CPU:0" keeps both ends
         self.setWordWrap(False)
 
     def measure(self) -> None:
-        self.resizeColumnsToContents()
-        self.natural = [self.columnWidth(c) for c in range(self.columnCount())]
+        self.natural = content_widths(self)
         self.fit_columns()
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange) and self.natural:
+            # the window's zoom or presentation mode reached it: its columns measured again in the new font
+            QTimer.singleShot(0, self, lambda: size_table(self, self.verticalHeader().isVisible()))
 
     def fit_columns(self) -> None:
         if not self.natural:
@@ -346,7 +393,7 @@ def size_table(widget: QTableWidget, matrix: bool) -> None:
     widget.resizeRowsToContents()
     # As tall as its rows, so a small table does not sit in a large empty grid; a long one scrolls.
     frame = 2 * widget.frameWidth()
-    header = 0 if matrix else widget.horizontalHeader().sizeHint().height()
+    header = 0 if matrix else widget.horizontalHeader().sizeHint().height()  # its titles wrapped at these widths
     widget.setMaximumHeight(header + widget.verticalHeader().length() + frame)
     widget.setMaximumWidth(table_content_width(widget))  # nor stretches into an empty grid beside a small table
 
@@ -418,10 +465,13 @@ class ResultView(QStackedWidget):
         message_layout = QVBoxLayout(message_body)
         message_layout.setContentsMargins(0, 0, 0, 0)
         message_layout.addWidget(self.message)
-        self.oom = OomView()  # an out-of-memory failure explained (the run's `oom`), above the error's text
+        # An out-of-memory failure explained (the run's `oom`): its plain sentence first, the error's own text
+        # (red) right under it, in sight; the allocator's bar and figures below.
+        self.oom = OomView()
+        message_layout.addWidget(self.oom.sentence)
+        message_layout.addWidget(self.error)
         message_layout.addWidget(self.oom)
-        message_layout.addWidget(self.error, 1)
-        message_layout.addStretch(0)
+        message_layout.addStretch(1)  # all of it at the top, the room below (the bar sat far from its legend)
         # A long message scrolls down within the result area, never sideways, never widening the window.
         message_page = _MessageScroll()
         message_page.setWidgetResizable(True)
@@ -472,7 +522,6 @@ class ResultView(QStackedWidget):
         self.log_boxes: list[QCheckBox] = []
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
-        self._tables_width = 0
         self._stale = False  # drawn at another zoom than the window's: drawn again when shown
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -553,7 +602,6 @@ class ResultView(QStackedWidget):
         self._tables_layout.addStretch(1)  # small tables sit at the top
         self._tables_box.setVisible(bool(self.tables))
         self._plots_box.setVisible(bool(self.plots))
-        self._tables_width = max((table_content_width(table) for table in self.tables), default=0)
         self.setCurrentIndex(1)
         self._fit_caption()
         self._fit_tables()
@@ -572,6 +620,11 @@ class ResultView(QStackedWidget):
             for box, checked in zip(self.log_boxes, logs, strict=False):
                 box.setChecked(checked)
 
+    @property
+    def _tables_width(self) -> int:
+        """The width that shows every column of every table whole, as they are measured now."""
+        return max((table_content_width(table) for table in self.tables), default=0)
+
     def _legend_room(self) -> int:
         """The width the plots' legends take beside their curves (0 without a legend)."""
         widths = [plot.legend_width() for plot in self.plots]
@@ -581,21 +634,39 @@ class ResultView(QStackedWidget):
         """The width a plot needs for its curves, value axis and legend beside them."""
         return MIN_CURVES_WIDTH + PLOT_AXIS_ROOM + self._legend_room()
 
+    def _plot_least_width(self) -> int:
+        """The narrowest a plot beside a table may be: its axis, its legend and LEAST_CURVES_WIDTH px of curves."""
+        return LEAST_CURVES_WIDTH + PLOT_AXIS_ROOM + self._legend_room()
+
     def stacked(self) -> bool:
         """Tables above the plots: beside them, the plot would keep less than its curves' width and legend (at
         1024×768 the benchmark's seven-series legend went below the curves and left them 40 px high), and the
-        height allows a few of the table's rows above the plots' least height."""
+        height allows a few of the table's rows above the plots' least height. Where the table beside the plot
+        would have to elide numbers (`must_stack`), it stacks even when the plot then keeps less than its least
+        height, down to MIN_PLOT_HEIGHT: the numbers come first (the real benchmark's seven columns in presentation
+        mode at 1280×720)."""
         if not (self.tables and self.plots):
             return False
         room = self.body.width() - self.body.handleWidth() - self._tables_width
         if room >= self._plot_room():
             return False
-        caption = CAPTION_LEAST_LINES * self.caption.fontMetrics().lineSpacing() + 4 + 6
+        caption = self.caption_least_height() + 6
+        if self.must_stack():  # the plots may give up height down to MIN_PLOT_HEIGHT each
+            plots = MIN_PLOT_HEIGHT * len(self.plots) + self._plots_layout.spacing() * (len(self.plots) - 1)
+            return self.height() >= caption + self.stacked_table_height(1) + self.body.handleWidth() + plots
         return self.height() >= caption + self.stacked_table_height() + self.body.handleWidth() + self._plots_least()
 
-    def stacked_table_height(self) -> int:
-        """The tables' height above the plots: their rows, at most STACKED_TABLE_ROWS of them (then they scroll)."""
-        rows = STACKED_TABLE_ROWS * max((table.rowHeight(0) for table in self.tables if table.rowCount()), default=24)
+    def must_stack(self) -> bool:
+        """Whether the tables beside the plots would have to elide their columns (the plot at its least width):
+        then the result asks for the height to stack them above the plots, and the console gives it."""
+        if not (self.tables and self.plots) or self.body.width() <= 0:
+            return False
+        room = self.body.width() - self.body.handleWidth() - self._tables_width
+        return room < self._plot_least_width()
+
+    def stacked_table_height(self, rows_shown: int = STACKED_TABLE_ROWS) -> int:
+        """The tables' height above the plots: their rows, at most `rows_shown` of them (then they scroll)."""
+        rows = rows_shown * max((table.rowHeight(0) for table in self.tables if table.rowCount()), default=24)
         most = sum(min(table.maximumHeight(), table.horizontalHeader().sizeHint().height() + rows
                        + 2 * table.frameWidth()) for table in self.tables)
         return most + (len(self._tables_box.findChildren(QCheckBox)) * (self.fontMetrics().height() + 10))
@@ -612,12 +683,22 @@ class ResultView(QStackedWidget):
             self._fit_caption()
         if stacked:
             total = self.body.height() - self.body.handleWidth()
-            table_height = min(self.stacked_table_height(), max(total - self._plots_least(), 0))
+            # the plots their least where the height allows; where not, the table one row at least (it scrolls)
+            table_height = min(self.stacked_table_height(), max(total - self._plots_least(),
+                                                                 self.stacked_table_height(1)))
+            # a plot gives up height below its least rather than make the result's page scroll
+            spacing = self._plots_layout.spacing() * (len(self.plots) - 1)
+            per_plot = (total - table_height - spacing) // len(self.plots)
+            for plot in self.plots:
+                least = min(plot_min_height(), max(per_plot, MIN_CURVES_HEIGHT))
+                if plot.minimumHeight() != least:
+                    plot.setMinimumHeight(least)
             self.body.setSizes([table_height, max(total - table_height, 1)])
             return
         total = self.body.width() - self.body.handleWidth()
-        # the plot its curves and legend where the table can give way (its columns elide), the table a third at least
-        table_width = min(self._tables_width, max(total - self._plot_room(), total // 3))
+        # Every column whole: the plot takes what the table leaves, narrower than its roomy width if need be, down
+        # to its least; only a window narrower than that makes the widest columns elide (the table a third at least).
+        table_width = min(self._tables_width, max(total - self._plot_least_width(), total // 3))
         self.body.setSizes([table_width, max(total - table_width, 1)])
 
     def _plots_least(self) -> int:
@@ -627,11 +708,29 @@ class ResultView(QStackedWidget):
         """What the tables and plots need in sight: each plot its least height (stacked, the tables' few rows
         above them); tables alone a few rows."""
         if self.plots:
-            stacked = self.stacked_table_height() + self.body.handleWidth() if self.stacked() else 0
+            stacked = self.stacked_table_height() + self.body.handleWidth() if (self.stacked() or self.must_stack()) \
+                else 0
             return self._plots_least() + stacked
         if self.tables:
             return min(sum(table.maximumHeight() for table in self.tables), 4 * self.fontMetrics().height() + 40)
         return 0
+
+    def caption_least_height(self) -> int:
+        """The caption's first lines (all of a short one): what it keeps in sight above the plots."""
+        width = self.caption_scroll.viewport().width() or self.width()
+        needed = max(self.caption.heightForWidth(width), 0)
+        lines = 1 if view_settings.current().presentation else CAPTION_LEAST_LINES  # the room is the plots' there
+        return min(needed, lines * self.caption.fontMetrics().lineSpacing() + 4)
+
+    def least_height(self) -> int:
+        """The least the result needs in sight: the message whole, or the caption's first lines and the tables'
+        and plots' least."""
+        if self.currentIndex() == 0:
+            return self.wanted_height()
+        page = self.caption_scroll.parentWidget()
+        page_layout = page.layout() if page is not None else None
+        spacing = page_layout.spacing() if page_layout is not None else 6
+        return self.caption_least_height() + spacing + self.least_body_height()
 
     def wanted_height(self) -> int:
         """The height that shows the whole result: the message, or the caption, tables and plots (plots at their
@@ -654,6 +753,12 @@ class ResultView(QStackedWidget):
         spacing = page_layout.spacing() if page_layout is not None else 6
         room = self.height() - self.least_body_height() - spacing
         height = max(min(needed, room), min(needed, least))
+        if needed > height:  # its first lines whole, never a line cut in half at the strip's edge
+            scroll_bar = self.caption_scroll.verticalScrollBar().sizeHint().width()
+            bottoms = text_line_bottoms(self.caption, width - (0 if self.caption_scroll.verticalScrollBar().isVisible()
+                                                               else scroll_bar))
+            whole = [bottom for bottom in bottoms if bottom <= height]
+            height = math.ceil(whole[-1] if whole else bottoms[0]) + 1 if bottoms else height
         if self.caption_scroll.height() != height or self.caption_scroll.minimumHeight() != height:
             self.caption_scroll.setFixedHeight(height)
         self.caption_scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if needed > height

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QFont,
     QFontMetrics,
@@ -40,7 +41,6 @@ from tf_device_panel.core.catalogue import JOBS, ParamError, ParamValues
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.gui import view_settings
 from tf_device_panel.gui.console_view import ConsoleView
 from tf_device_panel.gui.job_form import ParamForm
 from tf_device_panel.gui.job_state import JobState
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 # A script's batch-size argument ("--batch-size 512", "--batch=64", "-b 32"): its number becomes {batch}.
 BATCH_ARGUMENT = re.compile(r"((?:^|\s)(?:--?batch(?:[-_]?size)?|-b|--bs)(?:=|\s+))\d+", re.IGNORECASE)
+CONSOLE_LINES = 8        # lines of the job's output in sight where the result's least leaves them (1280×720)
+CONSOLE_LEAST_LINES = 2  # and never fewer (a table stacked above its plot at 1024×768 needs the rest)
+FORMS_KEY = "forms"  # settings group: each job form's values, as the last window left them
 FORM_MAX_HEIGHT = 230  # px: a form taller than this scrolls (none of the jobs' forms is, in two columns)
 
 
@@ -328,6 +331,22 @@ class RunsPanel(QWidget):
             self.form_column.addWidget(form)
         self._show_form(self.job_list.currentRow())
 
+    def save_forms(self, settings: QSettings) -> None:
+        """Every job form's values, for the next window (the fit-batch budget went back to 256 after a restart)."""
+        for name, form in self.forms.items():
+            settings.setValue(f"{FORMS_KEY}/{name}", json.dumps(form.values()))
+
+    def restore_forms(self, settings: QSettings) -> None:
+        """The values each job form had when the last window closed; a value the job no longer takes is skipped."""
+        for name, form in self.forms.items():
+            try:
+                saved = json.loads(str(settings.value(f"{FORMS_KEY}/{name}", "{}")))
+            except ValueError:
+                continue
+            for param, value in saved.items() if isinstance(saved, dict) else ():
+                if param in form.widgets:
+                    form.set_value(param, value)
+
     def two_column_width(self) -> int:
         """The panel's width at which every form stands in two columns (its least width has them in one)."""
         one = self.form_scroll.minimumSizeHint().width()
@@ -343,6 +362,13 @@ class RunsPanel(QWidget):
         """Forms with a switch of their own say that it overrides the configuration's."""
         for form in self.forms.values():
             form.show_configuration(self.configuration)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._console_sized and event.size().height() != event.oldSize().height():
+            # A dock grew or shrank beside (the Memory graphs raised): the result keeps its least, the console
+            # gives or takes the rest; else the result's page scrolled beside its caption's scroll bar.
+            QTimer.singleShot(0, self, self.fit_output)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
@@ -405,22 +431,19 @@ class RunsPanel(QWidget):
         self.fold_form()
 
     def fit_output(self) -> None:
-        """The result above the console: as tall as it needs (each plot its least height in sight), the console
-        the rest but a few lines at least; a result with plots takes what the console can spare."""
+        """The result above the console: the result its least (each plot its least height in sight, the caption's
+        first lines), the console up to CONSOLE_LINES lines, the plots whatever is left; a result without plots
+        as tall as it needs, the console the rest. The console never has fewer than CONSOLE_LEAST_LINES."""
         total = sum(self.output_split.sizes())
         if total <= 0 or not self._console_sized:
             return
         view = self.results[self.current_job]
-        # three lines; two in presentation mode or zoomed in, where the result needs the room
-        view_now = view_settings.current()
-        line = self.console.view.fontMetrics().lineSpacing()
-        console_least = self.console.minimumSizeHint().height() + (0 if view_now.scale > 1.2 else line)
-        console_most = self.console.sizeHint().height()
-        wanted = view.wanted_height()
+        console_least = self.console.height_for_lines(CONSOLE_LEAST_LINES)
         if view.plots:
-            console = min(console_most, max(total - wanted, console_least))
+            console = max(console_least, min(self.console.height_for_lines(CONSOLE_LINES),
+                                             total - view.least_height()))
         else:
-            console = max(total - wanted, console_least)
+            console = max(total - view.wanted_height(), console_least)
         console = min(console, total - 1)
         self.output_split.setSizes([total - console, console])
         QTimer.singleShot(0, self, lambda: self._unscroll_result(console_least))

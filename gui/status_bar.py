@@ -28,6 +28,7 @@ class RuntimeStatusBar:
         self.notices: list[str] = []  # every message shown to the user, newest last
         self.logged_warnings: deque[str] = deque(maxlen=KEPT_WARNINGS)
         self.warning_count = 0
+        self.gpus_present: bool | None = None  # whether the last ready runtime saw a GPU (None: none has reported)
         # Elided with the whole text as its tooltip: a long failure must not widen the window.
         self.runtime_label = ElidedLabel("Runtime: not started")
         # Passing messages have a label of their own: they used to replace the runtime's state for 10 s.
@@ -99,7 +100,11 @@ class RuntimeStatusBar:
         state = manager.state
         applied = manager.applied
         physical = manager.devices.physical if manager.devices is not None else None
-        gpus_present = None if physical is None else any(d["device_type"] == "GPU" for d in physical)
+        if physical is not None:
+            self.gpus_present = any(d["device_type"] == "GPU" for d in physical)
+        # While the next runtime warms (no report of its own yet) the last runtime's answer stands: a warming
+        # spare said "all GPUs" on a machine with none.
+        gpus_present = self.gpus_present
         summary = applied.summary(gpus_present) if applied else ""
         text = f"Runtime: {manager.status_text()} — {summary}" if summary else "Runtime not started"
         if stale and state not in (EXITED, NOT_STARTED):

@@ -4,25 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtCore import QEvent, QObject, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import (
     QFont,
     QFontDatabase,
     QFontInfo,
+    QFontMetrics,
     QGuiApplication,
     QPainter,
     QPaintEvent,
     QResizeEvent,
+    QTextDocument,
     QTextOption,
+    QWheelEvent,
 )
 from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QAbstractScrollArea,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
     QDialog,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QScrollBar,
     QSizePolicy,
+    QStyle,
+    QTableView,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -257,3 +270,150 @@ class DownScrollArea(QScrollArea):
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()  # the widget's least width may have changed: the dock asks again
         return super().eventFilter(watched, event)
+
+
+# -- a stray wheel changes nothing ------------------------------------------------------------------------
+
+_WHEEL_GUARDED = (QAbstractSpinBox, QComboBox, QAbstractSlider)
+
+
+class WheelGuard(QObject):
+    """A spin box, combo box or slider without the keyboard focus ignores the mouse wheel: the wheel scrolls the
+    form around it instead. Scrolling down a form otherwise changed whichever field passed under the pointer
+    (the GPU allocator became cuda_malloc_async, the logical CPUs went from 2 to 3). Once clicked (focused), the
+    field takes the wheel as usual."""
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() != QEvent.Type.Wheel or not isinstance(watched, QWidget) or watched.hasFocus():
+            return False
+        area = watched.parentWidget()
+        while area is not None and not isinstance(area, QAbstractScrollArea):
+            area = area.parentWidget()
+        if area is not None and isinstance(event, QWheelEvent):
+            # Handed to the scroll area around the form itself: Qt hands an ignored wheel on to the parents only
+            # when it came from the mouse, not from a test or an event sent in code.
+            viewport = area.viewport()
+            position = QPointF(viewport.mapFromGlobal(event.globalPosition().toPoint()))
+            QApplication.sendEvent(viewport, QWheelEvent(
+                position, event.globalPosition(), event.pixelDelta(), event.angleDelta(), event.buttons(),
+                event.modifiers(), event.phase(), event.inverted()))
+        event.ignore()
+        return True
+
+
+_WHEEL_GUARD = WheelGuard()  # one for every field of every form
+
+
+def guard_wheel(widget: QWidget) -> QWidget:
+    """`widget`, and every spin box, combo box and slider inside it, guarded by the one WheelGuard (see there);
+    they take the focus by click or Tab only, never by the wheel. Returns `widget`."""
+    fields = [field for field in (widget, *widget.findChildren(QWidget))
+              if isinstance(field, _WHEEL_GUARDED) and not isinstance(field, QScrollBar)]  # scroll bars scroll
+    for field in fields:
+        field.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        field.removeEventFilter(_WHEEL_GUARD)  # installed once, however often a form guards it
+        field.installEventFilter(_WHEEL_GUARD)
+    return widget
+
+
+# -- tables whose every cell reads whole ---------------------------------------------------------------------
+
+CELL_PADDING = 2  # px beyond the style's own margins, so a rounding never cuts a cell's last digit
+TITLE_LINES = 2   # lines a column's title may wrap to (more took the rows' height from a table stacked on a plot)
+
+
+class WrappingHeader(QHeaderView):
+    """A table's column titles, wrapped at their spaces ("Predicted peak (MiB)" on two or three lines) and the
+    header as tall as its most wrapped title: a column needs only its title's longest word, not its whole title,
+    so a title never makes a column of short numbers wide, nor is it cut at both ends."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(Qt.Orientation.Horizontal, parent)
+        self.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter | Qt.AlignmentFlag(Qt.TextFlag.TextWordWrap.value))
+        self.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.setSectionsClickable(False)
+        self.setHighlightSections(False)
+        self.sectionResized.connect(self._remeasure)
+
+    def title(self, section: int) -> str:
+        model = self.model()
+        return str(model.headerData(section, Qt.Orientation.Horizontal) or "") if model is not None else ""
+
+    def _margin(self) -> int:
+        return 2 * self.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin, None, self) + CELL_PADDING
+
+    def least_width(self, section: int) -> int:
+        """The width the title needs on at most TITLE_LINES lines (its longest word at least)."""
+        metrics = self.fontMetrics()
+        title = self.title(section)
+        width = max(metrics.horizontalAdvance(word) for word in title.split() or [""])
+        while self._lines(title, width) > TITLE_LINES:
+            width += 4
+        return width + self._margin()
+
+    def _lines(self, title: str, text_width: int) -> int:
+        flags = int(Qt.AlignmentFlag.AlignCenter.value) | int(Qt.TextFlag.TextWordWrap.value)
+        height = self.fontMetrics().boundingRect(QRect(0, 0, max(text_width, 1), 10_000), flags, title).height()
+        return round(height / max(self.fontMetrics().height(), 1))
+
+    def wrapped_height(self, section: int) -> int:
+        lines = self._lines(self.title(section), self.sectionSize(section) - self._margin())
+        return lines * self.fontMetrics().height()
+
+    def sectionSizeFromContents(self, logicalIndex: int) -> QSize:
+        size = super().sectionSizeFromContents(logicalIndex)
+        one_line = self.fontMetrics().height()
+        return QSize(size.width(), size.height() + max(self.wrapped_height(logicalIndex) - one_line, 0))
+
+    def _remeasure(self, *_: Any) -> None:
+        if self.count():  # the cached height is dropped when the titles "change"
+            self.headerDataChanged(Qt.Orientation.Horizontal, 0, self.count() - 1)
+
+
+def cell_text_width(view: QAbstractItemView, row: int, column: int) -> int:
+    """The px a cell's text needs to read whole in `view` (its own font where it has one), margins included."""
+    model = view.model()
+    index = model.index(row, column)
+    text = model.data(index, Qt.ItemDataRole.DisplayRole)
+    if text is None or text == "":
+        return 0
+    font = model.data(index, Qt.ItemDataRole.FontRole)
+    metrics = QFontMetrics(font) if isinstance(font, QFont) else view.fontMetrics()
+    margin = 2 * (view.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, view) + 1)
+    return max(metrics.horizontalAdvance(line) for line in str(text).split("\n")) + margin + CELL_PADDING
+
+
+def content_widths(view: QTableView) -> list[int]:
+    """Each column's width that shows every cell whole and its title's longest word (the title wraps)."""
+    model = view.model()
+    header = view.horizontalHeader()
+    widths = []
+    for column in range(model.columnCount()):
+        cells = max((cell_text_width(view, row, column) for row in range(model.rowCount())), default=0)
+        title = header.least_width(column) if isinstance(header, WrappingHeader) else header.sectionSizeHint(column)
+        widths.append(max(cells, 0 if header.isHidden() else title, header.minimumSectionSize()))
+    return widths
+
+
+def text_line_bottoms(label: QLabel, width: int) -> list[float]:
+    """Where each line of a label's (rich) text ends, from its top, wrapped at `width` px: a strip that shows the
+    label's first lines ends at one of them, never across a line."""
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    document.setDocumentMargin(0)
+    if label.textFormat() == Qt.TextFormat.PlainText:
+        document.setPlainText(label.text())
+    else:
+        document.setHtml(label.text())
+    document.setTextWidth(max(width - 2 * label.margin(), 1))
+    document.size()  # lays the text out: until then no block has lines
+    bottoms = []
+    block = document.begin()
+    while block.isValid():
+        layout = block.layout()
+        top = layout.position().y()
+        for number in range(layout.lineCount()):
+            line = layout.lineAt(number)
+            bottoms.append(top + line.y() + line.height())
+        block = block.next()
+    return bottoms

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QRect, Qt, QTimer
+from PySide6.QtCore import QByteArray, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QDockWidget, QWidget
 from tf_device_panel.gui import view_settings
@@ -31,7 +31,8 @@ BOTTOM_DOCKS = ("log", "memory", "map")
 BOTTOM_DOCK_SHARE = 0.22   # of the window's height: the device map, log or memory under the job's result
 MEMORY_PLOT_SMALL, MEMORY_PLOT_LARGE = 150, 200  # px per memory plot when that dock is raised
 LARGE_SCREEN_HEIGHT = 950  # px of window from which memory plots get MEMORY_PLOT_LARGE
-SCREEN_SHARE = 0.9
+SCREEN_SHARE = 0.9          # of a screen larger than FILL_SCREEN
+FILL_SCREEN = (1920, 1080)  # a screen up to this size (a classroom's projector, a laptop) is filled
 ZOOM_SETTLE_MS = 60  # zoom steps this close together are drawn once, at the last step's size
 
 
@@ -46,6 +47,7 @@ class WindowLayout:
         self._layout_before_presentation: QByteArray | None = None
         self._height_before_memory: int | None = None
         self._default_state = QByteArray()
+        self._fitted: QSize | None = None  # the default size this window was given for its screen, if it was
         # A zoom step answers at once (its level in the status bar); the window is restyled once a burst of
         # steps ends: each restyle took seconds while every result was drawn again, so presses queued up.
         self._view_timer = QTimer(window)
@@ -178,17 +180,29 @@ class WindowLayout:
         screen = self.window.screen()
         return screen.availableGeometry() if screen is not None else QRect(0, 0, *DEFAULT_SIZE)
 
-    def _fit_to_screen(self) -> None:
-        """The default size, shrunk to the screen the window opens on (its frame and title bar included)."""
+    def _fit_to_screen(self, frame_known: bool = False) -> None:
+        """The default size fitted to the screen the window opens on, its frame and title bar included: all of a
+        classroom's screen (up to 1920×1080), most of a larger one. Before the window is shown its frame is not
+        known (a title bar is assumed); `fill_screen` fits it again once it is."""
         available = self._available()
         frame_w = max(self.window.frameGeometry().width() - self.window.width(), 0)
-        frame_h = max(self.window.frameGeometry().height() - self.window.height(), 0) or 32
-        # Most of a large screen, all of a small one.
-        width = min(max(DEFAULT_SIZE[0], int(available.width() * SCREEN_SHARE)), available.width() - frame_w)
-        height = min(max(DEFAULT_SIZE[1], int(available.height() * SCREEN_SHARE)), available.height() - frame_h)
+        frame_h = max(self.window.frameGeometry().height() - self.window.height(), 0)
+        if not frame_known:
+            frame_h = frame_h or 32
+        share = 1.0 if (available.width() <= FILL_SCREEN[0] and available.height() <= FILL_SCREEN[1]) \
+            else SCREEN_SHARE
+        width = min(max(DEFAULT_SIZE[0], int(available.width() * share)), available.width() - frame_w)
+        height = min(max(DEFAULT_SIZE[1], int(available.height() * share)), available.height() - frame_h)
         self.window.resize(max(width, self.window.minimumWidth()), max(height, self.window.minimumHeight()))
         self.window.move(available.topLeft())
+        self._fitted = self.window.size()
         self._default_dock_sizes()
+
+    def fill_screen(self) -> None:
+        """Once the window is shown and its frame known (none without a window manager: the window opened 32 px
+        short of the screen), a window given the default size fills its screen again with the real frame."""
+        if self._fitted == self.window.size() and not self.window.closing and not self.window.isMaximized():
+            self._fit_to_screen(frame_known=True)
 
     def _default_dock_sizes(self) -> None:
         """Side docks as wide as their fields; the bottom docks about a quarter of the height, so the job form and its

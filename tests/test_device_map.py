@@ -528,3 +528,78 @@ def test_the_placement_table_and_the_device_map_count_the_same_run(qtbot, tmp_pa
     table = {row[2]: row[3] for row in window.log.model.rows}
     assert table == dict(window.device_map.canvas.ops) == {"/CPU:1": 2}
     window.close()
+
+
+def test_a_clusters_tasks_placements_are_counted_on_their_devices_and_add_up(qtbot) -> None:
+    """Issue 41: after multi-worker the map said "0 ops" on /CPU:0 and /CPU:1, though the workers ran there (their
+    placements name /job:worker/task:N devices). Each task's ops now count on the local device of that name, per
+    task, and the map says whose they are; another job selected, it says these are the last run's."""
+    pytest.importorskip("PySide6")
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 300)
+    panel.show()
+    info = ready(cpus=2)
+    panel.set_devices(info, None, DeviceInventory.from_ready(info, []))
+
+    def placed(task: int, cpu: int) -> events.Placement:
+        device = f"/job:worker/replica:0/task:{task}/device:CPU:{cpu}"
+        return events.Placement(op="MatMul", op_type="MatMul", device=device,
+                                short_device=f"/job:worker/task:{task}/CPU:{cpu}", job_id="j", task=f"worker:{task}")
+
+    batch = [placed(0, 0)] * 3 + [placed(1, 0)] * 2 + [placed(0, 1)] * 4 + [placed(1, 1)] * 5
+    panel.on_events([events.JobStarted(job="multi-worker", job_id="j"), *batch,
+                     events.JobFinished(job_id="j", job="multi-worker", status="ok")])
+    device_map = panel.canvas.current_map()
+    assert "5 ops (worker:0 3, worker:1 2)" in device_map.segment("/CPU:0").lines
+    assert "9 ops (worker:0 4, worker:1 5)" in device_map.segment("/CPU:1").lines
+    assert sum(panel.canvas.ops.values()) == len(batch)
+    assert panel.whose.isVisible() and "multi-worker" in panel.whose.text() and "worker:1" in panel.whose.text()
+    panel.select_job("fit")
+    assert "fit has not run since" in panel.whose.text()
+    panel.select_job("multi-worker")
+    assert "has not run" not in panel.whose.text()
+
+
+def test_a_job_that_placed_nothing_here_says_so_on_the_map(qtbot) -> None:
+    """After fit-batch (its probes run in processes of their own) both boxes were blank."""
+    pytest.importorskip("PySide6")
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    info = ready(cpus=2)
+    panel.set_devices(info, None, DeviceInventory.from_ready(info, []))
+    panel.on_events([events.JobStarted(job="fit-batch", job_id="j"),
+                     events.JobFinished(job_id="j", job="fit-batch", status="ok")])
+    assert "fit-batch placed no ops in the runtime's process" in panel.whose.text()
+
+
+@pytest.mark.slow
+def test_after_a_real_multi_worker_run_the_maps_counts_add_up_to_the_workers_placements(qtbot) -> None:
+    pytest.importorskip("PySide6")
+    from job_helpers import run_job
+    from tf_device_panel.core.config import DeviceConfig
+    from tf_device_panel.gui.device_map import DeviceMapPanel
+
+    result, error, seen = run_job(DeviceConfig(cpu_devices=2), "multi-worker", {"workers": 2, "steps": 2},
+                                  timeout=240)
+    assert error is None and result is not None, error
+    placed = [e for e in seen if isinstance(e, events.Placement)]
+    assert {e.task for e in placed} >= {"worker:0", "worker:1"}
+    panel = DeviceMapPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 300)
+    panel.show()
+    info = ready(cpus=2)
+    panel.set_devices(info, None, DeviceInventory.from_ready(info, []))
+    panel.on_events(seen)
+    device_map = panel.canvas.current_map()
+    counts = {name: panel.canvas.ops.get(name, 0) for name in ("/CPU:0", "/CPU:1")}
+    assert sum(counts.values()) == len(placed) and counts["/CPU:0"] > 0, counts
+    by_task = panel.canvas.ops_by_task["/CPU:0"]
+    assert set(by_task) >= {"worker:0", "worker:1"}
+    assert f"{counts['/CPU:0']} ops (" in " ".join(device_map.segment("/CPU:0").lines)

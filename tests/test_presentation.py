@@ -140,9 +140,10 @@ def test_legend_swatches_sit_level_with_their_labels(qtbot) -> None:
 
 def test_a_benchmarks_curves_keep_their_width_beside_a_wide_table(qtbot, tmp_path: Path) -> None:
     """Item 1: the benchmark's nine series beside its wide table left the curves about 50 px wide at 1280×720.
-    Now the table's columns give way (they elide), the legend goes below curves that are narrow but tall, or
-    (issue 33, where the height allows) the table stacks above the plot; the curves keep their width and
-    height, the legend off them."""
+    Now the legend goes below curves that are narrow but tall, or (issue 33, where the height allows) the table
+    stacks above the plot; the curves keep 120 px each way, the legend off them, and (issue 41) every column of
+    the table whole: the plot gives the table its width before a number is elided."""
+    from readable import elided_cells
     from test_window_layout import RESULTS
 
     win = make(tmp_path)
@@ -154,7 +155,8 @@ def test_a_benchmarks_curves_keep_their_width_beside_a_wide_table(qtbot, tmp_pat
     win.runs.result.show_outcome(JobOutcome("benchmark", {}, {}, status="ok", result=RESULTS["benchmark"]))
     plot = win.runs.result.plots[0]
     curves = plot.plot_item.getViewBox()
-    qtbot.waitUntil(lambda: curves.width() >= 190 and curves.height() >= 120, timeout=3000)
+    qtbot.waitUntil(lambda: curves.width() >= 120 and curves.height() >= 120, timeout=3000)
+    assert not elided_cells(win.runs.result)
     assert plot.plot_item.sceneBoundingRect().right() <= plot.viewport().width() + 1  # the curves in sight
     assert not plot.legend.sceneBoundingRect().intersects(plot.plot_item.getViewBox().sceneBoundingRect())
     win.close()

@@ -96,10 +96,10 @@ def test_the_history_dock_shows_each_runs_peak_and_compares_two(qtbot) -> None:
     qtbot.addWidget(panel)
     panel.refresh()
     assert panel.wait_until_loaded()
-    peak = COLUMNS.index("Peak")
+    peak = COLUMNS.index("Peak (MiB)")
     rows = {panel.table.item(r, 0).data(0x0100): r for r in range(panel.table.rowCount())}  # UserRole
-    assert panel.table.item(rows[older], peak).text() == "100.0 MiB"
-    assert panel.table.item(rows[newer], peak).text() == "150.0 MiB"
+    assert panel.table.item(rows[older], peak).text() == "100.0"
+    assert panel.table.item(rows[newer], peak).text() == "150.0"
     assert "Peak memory: /CPU:0 2.0 MiB, /GPU:0 150.0 MiB" in panel.table.item(rows[newer], 0).toolTip()
     panel.table.selectRow(rows[newer])
     assert "/GPU:0 150.0 MiB" in panel.details.text()

@@ -144,3 +144,19 @@ def test_the_command_line_refuses_a_duplicate_device_with_exit_2() -> None:
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "'/device:CPU:0' is listed twice (as 'cpu:0')" in done.stdout + done.stderr
     assert "runtime ready" not in done.stdout + done.stderr and "Traceback" not in done.stderr  # TF never started
+
+
+@pytest.mark.parametrize("params", [{"epochs": 2}, {"epochs": 1, "model": "cnn", "samples": 8, "image_size": 8},
+                                    {"epochs": 1, "data": "numpy"}], ids=["dense", "cnn", "numpy"])
+def test_the_fit_prints_no_warning_of_its_own_making(two_cpus: DeviceConfig, params: dict[str, object]) -> None:
+    """Keras warned "`shuffle=True` was passed, but will be ignored since the data `x` was provided as a
+    tf.data.Dataset" (and quoted a line of its own code) on every fit the panel ran."""
+    from tf_device_panel.core.protocol import events
+
+    result, error, seen = run_job(two_cpus, "fit", params)
+    assert error is None and result is not None, error
+    output = [e.text for e in seen if isinstance(e, events.Log) and e.stream in ("stdout", "stderr")
+              and e.source != "tensorflow"]
+    assert any(text.startswith("epoch 1/") for text in output), output  # the job's own lines are read here
+    warned = [text for text in output if "Warning" in text or "warnings.warn" in text]
+    assert not warned, warned

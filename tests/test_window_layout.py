@@ -530,7 +530,13 @@ def test_the_fit_result_reads_whole_at_1280x720(qtbot, window: MainWindow) -> No
     caption = view.caption
     assert "explicitly on this machine" in caption.text()
     assert caption.height() >= caption.heightForWidth(caption.width()), "the caption's last lines are cut"
-    assert caption.visibleRegion().boundingRect().size() == caption.size()
+    # Its first lines whole in its strip, the rest a scroll away there (issue 41: the output's 8 lines take the
+    # height that showed all of it).
+    from readable import cut_captions
+    assert not cut_captions(view)
+    strip = view.caption_scroll
+    whole = caption.visibleRegion().boundingRect().size() == caption.size()
+    assert whole or strip.verticalScrollBar().maximum() > 0
     (plot,) = view.plots
     assert plot.viewport().visibleRegion().boundingRect().height() >= 120
     (table,) = view.tables
@@ -604,7 +610,7 @@ def test_history_shows_date_parameters_and_configuration_and_offers_run_again_an
     assert panel.wait_until_loaded()
     row = {panel.table.horizontalHeaderItem(c).text(): panel.table.item(0, c).text()
            for c in range(panel.table.columnCount())}
-    assert row["Job"] == "fit" and row["Date"][:2] == "20" and row["Duration"] == "2.50 s"
+    assert row["Job"] == "fit" and row["Date"].count(":") == 2 and row["Duration"] == "2.50 s"
     details = panel.details.text()  # the selected run, written out below the table
     assert "epochs=4, model=cnn" in details
     assert "3 logical CPUs" in details and "soft placement off" in details

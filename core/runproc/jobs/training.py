@@ -228,7 +228,9 @@ def fit(ctx: JobContext, epochs: int = 2, batch_per_replica: int = 5, samples: i
         history = keras_model.fit(inputs, targets, epochs=epochs, batch_size=global_batch, verbose=0,
                                   callbacks=[Progress()])
     else:
-        history = keras_model.fit(dataset, epochs=epochs, verbose=0, callbacks=[Progress()])
+        # A dataset is taken in its own order: Keras' default shuffle=True cannot apply to it (Keras warns so on
+        # every fit); the synthetic samples need no shuffle, and the NumPy input keeps Keras' own.
+        history = keras_model.fit(dataset, epochs=epochs, verbose=0, shuffle=False, callbacks=[Progress()])
     if ctx.cancel_requested.is_set():
         raise JobCancelled("training stopped by the user")
     result: TrainingResult = {
