@@ -217,9 +217,12 @@ def test_a_fork_answered_too_late_shares_nothing_with_the_run_started_by_hand(
     def answer_too_late(readable: list[Any], writable: list[Any], errors: list[Any],
                         timeout: float | None = None) -> tuple[list[Any], list[Any], list[Any]]:
         if readable == [ready_zygote._sock] and timeout == zygote.REPLY_TIMEOUT_S:
-            # The answer is waited for (the fork is made), then taken as having come too late.
+            # The answer is waited for, and the supervisor it forked for the start of its run process (past
+            # writing the zygote's import output), then taken as having come too late.
             assert real_select(readable, [], [], 120)[0], "the zygote did not answer the fork"
-            late_forks.extend(child.pid for child in psutil.Process(ready_zygote.process_id).children())
+            (supervisor,) = psutil.Process(ready_zygote.process_id).children()
+            wait_until(supervisor.children, 60, "the late supervisor started no run process")
+            late_forks.append(supervisor.pid)
             return [], [], []
         return real_select(readable, writable, errors, timeout)
 
@@ -242,12 +245,12 @@ def test_a_fork_answered_too_late_shares_nothing_with_the_run_started_by_hand(
         wait_until(lambda: all(process_gone(pid) for pid in late), 60,
                    lambda: f"the late fork lives on: {[pid for pid in late if not process_gone(pid)]}")
         job_id = runtime.submit("script", {"path": str(path)})
-        events_until(runtime, output_line(f"running in {runtime.pid}"), timeout=60)
+        seen = events_until(runtime, lambda e: isinstance(e, events.Log) and e.text.startswith("running in"), 60)
+        by_hand = psutil.Process(runtime.supervisor_pid).children(recursive=True)
+        assert output_lines(seen) == [f"running in {runtime.pid}"] and runtime.pid in [p.pid for p in by_hand]
         runtime.cancel()
-        seen = collect_job(runtime, job_id)
-        (finished,) = of_type(seen, events.JOB_FINISHED)
+        (finished,) = of_type(collect_job(runtime, job_id), events.JOB_FINISHED)
         assert finished.status == "cancelled", finished
-        assert output_lines(seen)[:1] == [f"running in {runtime.pid}"]
     finally:
         runtime.stop()
     assert runtime.pid is not None and process_gone(runtime.pid)
