@@ -156,3 +156,45 @@ def test_a_probe_that_died_is_told_by_its_error_not_its_frames() -> None:
               "tf_device_panel.core.catalogue.jobs.JobError: devices: /CPU:1 not in this runtime\n")
     assert exception_line(stderr) == "JobError: devices: /CPU:1 not in this runtime"
     assert json.dumps(exception_line("killed\n")) == '"killed"'
+
+
+def test_fit_batch_on_a_gpu_is_allowed_when_the_profile_hides_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run process that sees no GPU holds none of its memory: the runs beside it get theirs.
+    from fake_nvml import FakeGpus
+    from tf_device_panel.core.devices import nvml
+
+    FakeGpus(count=1).install(monkeypatch)
+    monkeypatch.setattr(nvml, "_shared", None)
+    fit_batch = get_job("fit-batch")
+    params = fit_batch.resolve(texts={"device": "/GPU:0"})
+    cli.check_devices(fit_batch, params, DeviceConfig(visible_gpus=[]))  # not refused
+    with pytest.raises(ParamError, match="turn memory growth on in the profile"):
+        cli.check_devices(fit_batch, params, DeviceConfig())  # the run holds the GPU: refused
+
+
+def test_the_command_line_asks_nvml_only_when_a_parameter_names_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_inventory() -> None:
+        raise AssertionError("NVML asked for a run whose parameters name no device to check")
+
+    monkeypatch.setattr(cli, "nvml_gpu_inventory", no_inventory)
+    matmul = get_job("matmul")
+    cli.check_devices(matmul, matmul.resolve(texts={}), DeviceConfig())
+    cli.check_devices(matmul, matmul.resolve(texts={"device": "/GPU:3"}), DeviceConfig())  # anywhere: unchecked
+    fit_batch = get_job("fit-batch")
+    cli.check_devices(fit_batch, fit_batch.resolve(texts={}), DeviceConfig())
+    with pytest.raises(AssertionError, match="NVML asked"):
+        cli.check_devices(fit_batch, fit_batch.resolve(texts={"device": "/CPU:0"}), DeviceConfig())
+
+
+def test_the_run_process_counts_a_run_without_a_visible_gpu_as_leaving_its_memory() -> None:
+    from tf_device_panel.core.runproc.runtime_main import runtime_devices
+
+    gpu = {"device_type": "GPU", "name": "/physical_device:GPU:0"}
+    hidden = runtime_devices({"logical": [{"short_name": "/CPU:0"}], "physical": [gpu]},  # type: ignore[typeddict-item]
+                             DeviceConfig(visible_gpus=[]))
+    fit_batch = get_job("fit-batch")
+    fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:0"}), hidden)
+    holding = runtime_devices({"logical": [{"short_name": "/CPU:0"}, {"short_name": "/GPU:0"}],  # type: ignore[typeddict-item]
+                               "physical": [gpu]}, DeviceConfig())
+    with pytest.raises(ParamError, match="turn memory growth on"):
+        fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:0"}), holding)

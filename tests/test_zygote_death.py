@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import psutil
 import pytest
-from helpers import collect_job, events_until, of_type, output_line, wait_until
+from helpers import collect_job, events_until, of_type, output_line, output_lines, process_gone, wait_until
 from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager, Submission
@@ -199,3 +203,55 @@ def test_run_pressed_after_the_zygote_died_starts_the_job(ready_zygote: zygote.Z
     finally:
         manager.shutdown()
     assert not [p for p in problems if "Broken pipe" in p or "busy" in p or "not listening" in p], problems
+
+
+def test_a_fork_answered_too_late_shares_nothing_with_the_run_started_by_hand(
+        ready_zygote: zygote.Zygote, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote forked the run's supervisor but its answer came after REPLY_TIMEOUT_S (a TensorFlow-sized fork on
+    a loaded machine): the zygote is replaced and the run starts by hand, on pipes of its own. The late fork ends
+    without running anything; the job runs in the one process started by hand, its output arrives, Stop stops it,
+    and no process is left."""
+    late_forks: list[int] = []
+    real_select = select.select
+
+    def answer_too_late(readable: list[Any], writable: list[Any], errors: list[Any],
+                        timeout: float | None = None) -> tuple[list[Any], list[Any], list[Any]]:
+        if readable == [ready_zygote._sock] and timeout == zygote.REPLY_TIMEOUT_S:
+            # The answer is waited for, and the supervisor it forked for the start of its run process (past
+            # writing the zygote's import output), then taken as having come too late.
+            assert real_select(readable, [], [], 120)[0], "the zygote did not answer the fork"
+            (supervisor,) = psutil.Process(ready_zygote.process_id).children()
+            wait_until(supervisor.children, 60, "the late supervisor started no run process")
+            late_forks.append(supervisor.pid)
+            return [], [], []
+        return real_select(readable, writable, errors, timeout)
+
+    monkeypatch.setattr(zygote, "select", SimpleNamespace(select=answer_too_late))
+    path = tmp_path / "forever.py"
+    path.write_text("import os, time\nprint('running in', os.getpid(), flush=True)\nwhile True:\n"
+                    "    time.sleep(0.05)\n")
+    runtime = RuntimeProcess(DeviceConfig())
+    runtime.start()
+    monkeypatch.undo()
+    try:
+        assert late_forks, "the zygote forked no supervisor"
+        assert not runtime.forked and ready_zygote.replaced
+        runtime.wait_ready()
+        # The late fork finds its commands pipe at its end and goes, with the run process it may have forked.
+        late = set(late_forks)
+        for pid in late_forks:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                late.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+        wait_until(lambda: all(process_gone(pid) for pid in late), 60,
+                   lambda: f"the late fork lives on: {[pid for pid in late if not process_gone(pid)]}")
+        job_id = runtime.submit("script", {"path": str(path)})
+        seen = events_until(runtime, lambda e: isinstance(e, events.Log) and e.text.startswith("running in"), 60)
+        by_hand = psutil.Process(runtime.supervisor_pid).children(recursive=True)
+        assert output_lines(seen) == [f"running in {runtime.pid}"] and runtime.pid in [p.pid for p in by_hand]
+        runtime.cancel()
+        (finished,) = of_type(collect_job(runtime, job_id), events.JOB_FINISHED)
+        assert finished.status == "cancelled", finished
+    finally:
+        runtime.stop()
+    assert runtime.pid is not None and process_gone(runtime.pid)
+    assert all(process_gone(pid) for pid in late)

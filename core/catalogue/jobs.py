@@ -26,6 +26,7 @@ from tf_device_panel.core.catalogue.params import (
     ParamValue,
     RunDevices,
     device_problems,
+    names_devices,
 )
 from tf_device_panel.core.config import Kind
 from tf_device_panel.core.text import clip, quote
@@ -118,9 +119,14 @@ class JobSpec:
             raise ParamError(self.name, problems)
         return resolved
 
+    def names_devices(self, values: Mapping[str, ParamValue]) -> bool:
+        """Whether `check_devices` has anything to check: a device the run or the runs beside it use."""
+        return names_devices(self.params, values)
+
     def check_devices(self, values: Mapping[str, ParamValue], devices: RunDevices) -> None:
         """The devices the parameters name must be where the job uses them (ParamError naming each): checked by
-        the window, the command line and the run process alike, before any TensorFlow work."""
+        the window and the command line before a run's process starts (against the profile and NVML's GPUs), and
+        by the run process again, once TensorFlow has initialized, against the devices it lists, before the job."""
         problems = device_problems(self.params, values, devices)
         if problems:
             raise ParamError(self.name, problems)
@@ -248,7 +254,8 @@ JOBS: dict[str, JobSpec] = {
             "tf_device_panel.core.runproc.jobs.fit_batch:fit_batch",
             (Param("model", Kind.PATH, "cnn", "What to size: dense or cnn (the fit job's own models), or a saved "
                    "Keras model (.keras) trained a few steps on synthetic inputs of its input shapes with its own "
-                   "loss and optimizer. Ignored when a script is given.", choices=BUILT_IN_MODELS,
+                   "loss and optimizer. With a script, leave it a built-in model (it is then unused): a saved model "
+                   "and a script together are refused.", choices=BUILT_IN_MODELS,
                    label="Model", file_type=(KERAS_SUFFIX, "saved Keras model")),
              Param("script", Kind.PATH, "", "Your own training script instead, run as `run script` runs it, once "
                    "per batch tried.", label="Script", empty_means="the model above"),

@@ -138,8 +138,10 @@ def profile_devices(config: DeviceConfig, gpus: Sequence[GpuInfo] | None, no_gpu
 
     known = sorted(gpu.index for gpu in gpus or ())
     visible = known if config.visible_gpus is None else [i for i in config.visible_gpus if i in known]
-    return RunDevices(cpus=config.cpu_devices, gpus=len(logical_gpu_owners(config, visible)),
-                      machine_gpus=len(known), gpu_memory_left=bool(config.memory_growth or config.virtual_gpus),
+    run_gpus = len(logical_gpu_owners(config, visible))
+    # A run that sees no GPU holds none of their memory, whatever its memory settings.
+    return RunDevices(cpus=config.cpu_devices, gpus=run_gpus, machine_gpus=len(known),
+                      gpu_memory_left=bool(config.memory_growth or config.virtual_gpus or not run_gpus),
                       no_gpu_reason=no_gpu_reason if gpus is None or not known else "")
 
 
@@ -147,10 +149,16 @@ def _is_local(key: tuple[str, str, int]) -> bool:
     return key[0] == "" and key[2] >= 0
 
 
+def names_devices(params: tuple[Param, ...], values: ParamValues) -> bool:
+    """Whether any parameter names a device that `device_problems` checks (one the run or the runs beside it use)."""
+    return any(param.device_scope in (RUN, BESIDE) and str(values.get(param.name, "")).strip() for param in params)
+
+
 def device_problems(params: tuple[Param, ...], values: ParamValues,
                     devices: RunDevices) -> list[tuple[str, str]]:
     """(parameter, message) for each device a job's parameters name where it cannot be: the one check the window,
-    the command line and the run process share, made before any TensorFlow work. Other machines' devices
+    the command line and the run process share: the first two before a run's process starts, the run process
+    again on the devices TensorFlow lists, before the job. Other machines' devices
     (/job:worker) and types other than CPU and GPU are TensorFlow's to judge in a run's own devices."""
     problems: list[tuple[str, str]] = []
     for param in params:

@@ -265,8 +265,9 @@ def run_devices(config: DeviceConfig) -> RunDevices:
 
 def check_devices(spec: JobSpec, params: ParamValues, config: DeviceConfig) -> None:
     """The devices the job's parameters name must be where it uses them (ParamError, exit 2): the check the window
-    and the run process make too (`JobSpec.check_devices`)."""
-    spec.check_devices(params, run_devices(config))
+    and the run process make too (`JobSpec.check_devices`). NVML is asked only when a parameter names one."""
+    if spec.names_devices(params):
+        spec.check_devices(params, run_devices(config))
 
 
 def script_rejected(texts: dict[str, str]) -> int | None:

@@ -172,6 +172,37 @@ def _available(fd: int) -> int:
     return count[0]
 
 
+class RunPipes:
+    """The pipes between the panel and one run process: its events, the panel's commands, and a user's script's
+    own stdout and stderr (one pipe when the run asks for them together)."""
+
+    def __init__(self, streams_together: bool):
+        self.events_r, self.events_w = os.pipe()
+        self.commands_r, self.commands_w = os.pipe()
+        self.script_out_r, self.script_out_w = os.pipe()  # a script's own fd 1 (core.protocol.streams.SCRIPT_STDOUT)
+        self.script_err_r, self.script_err_w = ((self.script_out_r, self.script_out_w) if streams_together
+                                                else os.pipe())
+        self._closed: set[int] = set()
+
+    @property
+    def passed(self) -> tuple[int, ...]:
+        """The run's ends, passed to its supervisor under the same numbers."""
+        return (self.events_w, self.commands_r, *sorted({self.script_out_w, self.script_err_w}))
+
+    def close_passed(self) -> None:
+        """The run's ends, once its supervisor holds them."""
+        self._close(set(self.passed))
+
+    def close(self) -> None:
+        """Every end: a run that holds the other ends gets end of file on its commands."""
+        self._close({*self.passed, self.events_r, self.commands_w, self.script_out_r, self.script_err_r})
+
+    def _close(self, fds: set[int]) -> None:
+        for fd in fds - self._closed:
+            os.close(fd)
+        self._closed |= fds
+
+
 class RuntimeProcess:
     """One run process, configured once, used for one job (or one describe request), then gone.
 
@@ -254,41 +285,31 @@ class RuntimeProcess:
     def start(self) -> None:
         if self._process is not None:
             raise RuntimeUnavailable("this process was already started; create a new one")
-        events_r, events_w = os.pipe()
-        commands_r, commands_w = os.pipe()
-        script_out_r, script_out_w = os.pipe()  # a user's script's own fd 1 (core.protocol.streams.SCRIPT_STDOUT)
-        script_err_r, script_err_w = (script_out_r, script_out_w) if self.script_streams_together else os.pipe()
-        script_fds = sorted({script_out_w, script_err_w})
-        env = {**self.config.environment(),
-               "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
-               "TF_DEVICE_PANEL_PASS_FDS": ",".join(str(fd) for fd in (events_w, commands_r, *script_fds)),
-               # What the panel changed in the environment, so a script sees the user's own (runtime_main).
-               USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
-               **self.extra_env}
-        run_args = ["--events-fd", str(events_w), "--commands-fd", str(commands_r),
-                    "--script-stdout-fd", str(script_out_w), "--script-stderr-fd", str(script_err_w),
-                    "--config", json.dumps(self.config.to_json())]
         self._fire("start")
+        pipes = RunPipes(self.script_streams_together)
         try:
-            # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
-            pass_fds = (events_w, commands_r, *script_fds)
-            supervisor_args = ["--module", "tf_device_panel.core.runproc.runtime_main", *run_args]
             # Forked from the zygote when one is ready for this environment (TensorFlow imported already);
             # else started by hand, importing TensorFlow itself.
-            self._process = zygote.spawn(self.python, child_environment(env), supervisor_args, pass_fds) or \
-                start_module("tf_device_panel.core.runproc.supervisor", *supervisor_args,
-                             python=self.python, env=env, die_with_parent=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds)
+            env, supervisor_args = self._launch(pipes)
+            self._process = zygote.spawn(self.python, child_environment(env), supervisor_args, pipes.passed)
+            if self._process is None:
+                # A zygote that answered too late may have forked a supervisor on these pipes all the same: the
+                # one started by hand gets pipes of its own, and the late fork finds its commands pipe at end of
+                # file (and its events pipe unread) and ends without running anything.
+                pipes.close()
+                pipes = RunPipes(self.script_streams_together)
+                env, supervisor_args = self._launch(pipes)
+                # Its own session: Ctrl+C in a terminal goes to the client, which cancels on purpose.
+                self._process = start_module("tf_device_panel.core.runproc.supervisor", *supervisor_args,
+                                             python=self.python, env=env, die_with_parent=True,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pipes.passed)
         except OSError:
-            for fd in {events_r, commands_w, script_out_r, script_err_r}:
-                os.close(fd)
+            pipes.close()
             self._fire("exit")
             raise
-        finally:
-            os.close(events_w)
-            os.close(commands_r)
-            for fd in script_fds:
-                os.close(fd)
+        pipes.close_passed()
+        events_r, commands_w, script_out_r, script_err_r = (pipes.events_r, pipes.commands_w, pipes.script_out_r,
+                                                            pipes.script_err_r)
         self._commands_fd = commands_w
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
@@ -297,6 +318,19 @@ class RuntimeProcess:
             target=self._read_loop, name=f"runtime-reader-{self._process.pid}", daemon=True,
             args=(events_r, self._process.stdout.fileno(), self._process.stderr.fileno(), script_out_r, script_err_r))
         self._reader.start()
+
+    def _launch(self, pipes: RunPipes) -> tuple[dict[str, str], list[str]]:
+        """The supervisor's environment and arguments for a run on `pipes`."""
+        env = {**self.config.environment(),
+               "TF_CPP_MIN_LOG_LEVEL": "0",  # placement lines are INFO-level C++ logs
+               "TF_DEVICE_PANEL_PASS_FDS": ",".join(str(fd) for fd in pipes.passed),
+               # What the panel changed in the environment, so a script sees the user's own (runtime_main).
+               USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
+               **self.extra_env}
+        run_args = ["--events-fd", str(pipes.events_w), "--commands-fd", str(pipes.commands_r),
+                    "--script-stdout-fd", str(pipes.script_out_w), "--script-stderr-fd", str(pipes.script_err_w),
+                    "--config", json.dumps(self.config.to_json())]
+        return env, ["--module", "tf_device_panel.core.runproc.runtime_main", *run_args]
 
     def wait_ready(self, timeout: float = 120.0) -> events.Warm:
         """Block until warm; raises RuntimeUnavailable with TF's message if the process did not get there."""

@@ -249,7 +249,8 @@ class Zygote:
 
     def spawn(self, argv: list[str], env: Mapping[str, str], pass_fds: tuple[int, ...]) -> ForkedProcess | None:
         """The run's supervisor, forked: `argv` are the supervisor's arguments, `pass_fds` keep their numbers.
-        None when this zygote cannot fork it now (the caller starts it by hand)."""
+        None when this zygote cannot fork it now (the caller starts it by hand, on pipes of its own: a request
+        answered too late may have been forked all the same, on the fds it passed)."""
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         status_r, status_w = os.pipe()

@@ -370,9 +370,11 @@ def runtime_devices(info: RuntimeFacts, config: DeviceConfig) -> RunDevices:
     """This run's devices as TensorFlow listed them, for the parameters' check."""
     logical = [device.get("short_name", "") for device in info.get("logical", [])]
     physical_gpus = [d for d in info.get("physical", []) if d.get("device_type") == "GPU"]
-    return RunDevices(cpus=sum(name.startswith("/CPU:") for name in logical),
-                      gpus=sum(name.startswith("/GPU:") for name in logical), machine_gpus=len(physical_gpus),
-                      gpu_memory_left=bool(config.memory_growth or config.virtual_gpus),
+    run_gpus = sum(name.startswith("/GPU:") for name in logical)
+    # A run that sees no GPU (visible_gpus: []) holds none of their memory, whatever its memory settings.
+    return RunDevices(cpus=sum(name.startswith("/CPU:") for name in logical), gpus=run_gpus,
+                      machine_gpus=len(physical_gpus),
+                      gpu_memory_left=bool(config.memory_growth or config.virtual_gpus or not run_gpus),
                       no_gpu_reason="" if physical_gpus else "TensorFlow found none", whose="this run has")
 
 

@@ -117,10 +117,6 @@ def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str =
     short = short_device_name(device) if device.strip() else "/CPU:0"
     if not short.startswith(("/CPU:", "/GPU:")):
         raise JobError(f"device: {device!r} is neither a CPU nor a GPU; use /CPU:0 or /GPU:N")
-    if short.startswith("/GPU:") and not (ctx.device_config.memory_growth or ctx.device_config.virtual_gpus):
-        raise JobError(f"fit-batch on {short}: this run's own process holds nearly all of the GPU's memory (no "
-                       "memory growth), so the runs beside it would not get the budget; run it with a profile "
-                       "that has memory_growth on")
     budget = budget_mib * MIB
     with tempfile.TemporaryDirectory(prefix="tf-fit-batch-") as folder:
         profile = Path(folder) / "budget.json"
