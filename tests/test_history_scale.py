@@ -153,7 +153,7 @@ def test_history_reads_no_events_file_on_the_gui_thread(qtbot: Any, events_reads
     assert not [run for run, on_gui in events_reads if on_gui], "events.jsonl was read on the GUI thread"
     assert events_reads == [(old, False)], "only the record without peaks in its summary is read, and only once"
     rows = {panel.table.item(r, 0).data(0x0100): r for r in range(panel.table.rowCount())}  # UserRole
-    assert panel.table.item(rows[old], COLUMNS.index("Peak")).text() == "64.0 MiB"
+    assert panel.table.item(rows[old], COLUMNS.index("Peak (MiB)")).text() == "64.0"
     assert "Process peak (RSS): 900.0 MiB" in panel.table.item(rows[old], 0).toolTip()
     panel.refresh()  # the same records again: nothing read twice
     assert panel.wait_until_loaded()
