@@ -569,3 +569,25 @@ def test_a_script_forked_from_the_zygote_runs_as_the_outermost_frame(tmp_path: P
     stderr = "".join(e.raw.decode() for e in seen
                      if isinstance(e, events.Log) and e.source == "script" and e.stream == "stderr" and e.raw)
     assert stderr == bare.stderr == "sys:1: UserWarning: top\n"
+
+
+# -- a child the script forked is the script's, not the run's -------------------------------------------------------
+def test_a_forked_child_that_runs_to_the_scripts_end_tells_the_panel_nothing(tmp_path: Path) -> None:
+    script = write(tmp_path, """
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            print("the child ends", flush=True)  # and runs on to the end of the script, as it does bare
+            sys.stdout.flush()
+        else:
+            _, status = os.waitpid(pid, 0)
+            print("child status", os.waitstatus_to_exitcode(status), flush=True)
+    """)
+    done = cli(script)
+    assert done.returncode == 0, done.stderr
+    assert "the child ends" in done.stdout and "child status 0" in done.stdout  # as bare
+    (summary,) = RunHistory().summaries()
+    recorded = RunHistory().events(summary.run_id)
+    ends = [e for e in recorded if isinstance(e, events.Progress) and e.done == e.total]
+    assert len(ends) == 1, ends  # the run's own; the child's end reported no progress on the run's pipe
+    assert summary.status == "ok"

@@ -649,9 +649,31 @@ def outcome(ctx: JobContext, prepared: Prepared, signals: _Signals) -> Callable[
     return job_outcome
 
 
+def forked_outcome(prepared: Prepared) -> Callable[[], ScriptResult]:
+    """The end of a child the script forked (`os.fork`) that ran on to the end of the script, as a bare one's:
+    its uncaught exception reported as Python reports it, its status the one Python gives (ScriptExit raised for
+    a non-zero one). Nothing of the run's is touched: its events pipe is the run's, and a lock it takes may have
+    been copied held by the fork."""
+    exc = prepared.end.exception
+    status = 0
+    if isinstance(exc, SystemExit):
+        status = exit_status(exc.code)
+    elif exc is not None:
+        report_uncaught(exc)
+        status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+
+    def job_outcome() -> ScriptResult:
+        if status != 0:
+            raise ScriptExit(status, type(exc).__name__, f"exited with status {status}")
+        return {"kind": "script", "path": prepared.file.filename, "argv": prepared.argv, "exit_code": 0}
+
+    return job_outcome
+
+
 def hand_over(ctx: JobContext, prepared: Prepared, finish: Callable[[Callable[[], ScriptResult]], None]) -> None:
     """Leave for the interpreter's top level, where the script then runs as the outermost frame; never returns.
-    `finish(outcome)` is called after it (its outcome as `outcome` gives it) and must end the process.
+    `finish(outcome)` is called after it (its outcome as `outcome` gives it; in a child the script forked that
+    ran on to the end, as `forked_outcome` gives it) and must end the process.
 
     The interpreter's finalization calls `threading._shutdown()` first, from C: it is replaced by a chain of calls
     made from C (`list` over `itertools.chain` of `starmap`s, which add no frame and no recursion depth): the last
@@ -668,8 +690,12 @@ def hand_over(ctx: JobContext, prepared: Prepared, finish: Callable[[Callable[[]
         body = functools.partial(runpy._run_module_as_main, "__main__", False)  # type: ignore[attr-defined]
     unraisablehook = sys.unraisablehook
 
+    run_pid = os.getpid()
+
     def conclude() -> None:
         sys.unraisablehook = unraisablehook
+        if os.getpid() != run_pid:  # a child the script forked: it ends as bare, telling the panel nothing
+            finish(forked_outcome(prepared))
         finish(outcome(ctx, prepared, signals))
         os._exit(1)  # `finish` ends the process; never past it
 
