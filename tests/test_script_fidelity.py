@@ -591,3 +591,24 @@ def test_a_forked_child_that_runs_to_the_scripts_end_tells_the_panel_nothing(tmp
     ends = [e for e in recorded if isinstance(e, events.Progress) and e.done == e.total]
     assert len(ends) == 1, ends  # the run's own; the child's end reported no progress on the run's pipe
     assert summary.status == "ok"
+
+
+@pytest.mark.parametrize("name", ["user_script.py", "user_script.pyc"])
+def test_stop_as_ctrl_c_becomes_the_scripts_exits_130_and_ends_the_job(tmp_path: Path, name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SIGINT comes right after the script's own Ctrl+C handling is set, before its first line: a
+    # KeyboardInterrupt in the run's last preparations, outside the script's code.
+    source = write(tmp_path, "print('the script started')\n")
+    script = source
+    if name.endswith(".pyc"):
+        script = tmp_path / name
+        py_compile.compile(str(source), cfile=str(script), doraise=True)
+    monkeypatch.setenv("TF_DEVICE_PANEL_TEST_INTERRUPT_AT_SCRIPT_START", "1")
+    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 130, err
+    assert "the script started" not in out and "Exception ignored" not in err, err
+    (summary,) = RunHistory().summaries()
+    assert summary.status == "cancelled"
+    recorded = RunHistory().events(summary.run_id)
+    assert [e.status for e in recorded if isinstance(e, events.JobFinished)] == ["cancelled"]
