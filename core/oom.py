@@ -78,8 +78,9 @@ def is_allocator_line(line: str) -> bool:
     return at > 0 and "bfc_allocator.cc:" in line[:at] and "] " in line[:at]
 
 
-# The time in TensorFlow's log prefix: absl's before its InitializeLog ("W0000 00:00:1795659719.714748 …", seconds
-# since the epoch), after it ("W1127 15:05:54.123456 …", this year) and older TensorFlow's ("2026-11-27 15:05:54.123456: W").
+# The time in TensorFlow's log prefix: absl's before its InitializeLog ("W0000 00:00:1795659719.714748 …",
+# seconds since the epoch), after it ("W1127 15:05:54.123456 …", this year) and older TensorFlow's
+# ("2026-11-27 15:05:54.123456: W …").
 _ABSL_EPOCH = re.compile(r"[IWEF]0000 00:00:(\d+\.\d+)\s")
 _ABSL_DATE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\s")
 _ISO_DATE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): [IWEF] ")
@@ -114,8 +115,8 @@ class DumpCollector:
     Feed it TensorFlow's stderr only, or a script's stderr (where TensorFlow's C++ log goes in a script's run)
     with `written_since`, the run's start: there only a line in TensorFlow's log format, from its BFC allocator,
     written since then (a script's copy of an older log is not this run's) opens a dump. A script's stdout,
-    never: its text is the script's, whatever it says. A dump longer than `max_lines` keeps its first lines and, after them, only its totals; `cut` counts the
-    lines left out."""
+    never: its text is the script's, whatever it says. A dump longer than `max_lines` keeps its first lines and,
+    after them, only its totals; `cut` counts the lines left out."""
 
     def __init__(self, max_lines: int = MAX_DUMP_LINES):
         self.max_lines = max_lines

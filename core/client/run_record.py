@@ -192,10 +192,10 @@ class JobRun:
                 self.outcome.cancel.how = how
 
     def _watch_dumps(self, event: Event) -> None:
-        """The allocator's dumps, from TensorFlow's stderr (in a script's run, the script's stderr, where the
-        C++ log goes: there only TensorFlow's own allocator lines, written during this run, open one; a script's
-        stdout is its text, whatever it says), and whether the job went on after the last one: progress or metrics it reported since, on the
-        events pipe. (Not its output: stdout is written by blocks, and a block from before the dump came after
+        """The allocator's dumps, from TensorFlow's stderr (in a script's run, the script's stderr, where the C++ log
+        goes: there only TensorFlow's own allocator lines, written during this run, open one; a script's stdout is its
+        text, whatever it says), and whether the job went on after the last one: progress or metrics it reported since,
+        on the events pipe. (Not its output: stdout is written by blocks, and a block from before the dump came after
         it; and two reports, not one: a report written just before the dump may be read just after it.)"""
         match event:
             case events.Log(stream="stderr", text=text, source=source):

@@ -8,14 +8,14 @@ import prints), says `{"ok": true, "pid": …}` (or why not) on the socket, then
                                                                           with fds [status, stdout, stderr, ...]
 
 For each it forks a child that becomes the run's supervisor (`core.runproc.supervisor`), exactly as the one the
-panel starts by hand: a session of its own, a child subreaper, SIGHUP when the panel dies (watched through a
-pidfd of the panel, not by a parent-death signal: see below), and the run process a fork of it running `core.runproc.runtime_main`, which finds TensorFlow already imported. The
-child takes the request's fds as the numbers in `targets` (stdout, stderr, then the pipes the run's arguments
-name) and nothing else of this process's; its environment, working folder and arguments are the request's, set
-before TensorFlow initializes: the variables TensorFlow reads at initialization (the device order and the
-visible devices, the allocators, memory growth, the CPU's BFC allocator) take effect as in a process started
-with them. What TensorFlow's import printed is written to the run's stdout and stderr first, as a fresh
-process's import would print it.
+panel starts by hand: a session of its own, a child subreaper, SIGHUP when the panel dies (watched through a pidfd
+of the panel, not by a parent-death signal: see below), and the run process a fork of it running
+`core.runproc.runtime_main`, which finds TensorFlow already imported. The child takes the request's fds as the
+numbers in `targets` (stdout, stderr, then the pipes the run's arguments name) and nothing else of this process's;
+its environment, working folder and arguments are the request's, set before TensorFlow initializes: the variables
+TensorFlow reads at initialization (the device order and the visible devices, the allocators, memory growth, the
+CPU's BFC allocator) take effect as in a process started with them. What TensorFlow's import printed is written to
+the run's stdout and stderr first, as a fresh process's import would print it.
 
 The reply is `{"pid": …}` with a pidfd of the child (so the panel's signals can never reach a recycled pid). When
 the child exits, this process reaps it and writes its status (as `subprocess.Popen.returncode` has it) to the
