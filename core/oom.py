@@ -21,6 +21,8 @@ the recorded dump), so the largest free block is measured from the chunks.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -76,6 +78,31 @@ def is_allocator_line(line: str) -> bool:
     return at > 0 and "bfc_allocator.cc:" in line[:at] and "] " in line[:at]
 
 
+# The time in TensorFlow's log prefix: absl's before its InitializeLog ("W0000 00:00:1795659719.714748 …",
+# seconds since the epoch), after it ("W1127 15:05:54.123456 …", this year) and older TensorFlow's
+# ("2026-11-27 15:05:54.123456: W …").
+_ABSL_EPOCH = re.compile(r"[IWEF]0000 00:00:(\d+\.\d+)\s")
+_ABSL_DATE = re.compile(r"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\s")
+_ISO_DATE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?): [IWEF] ")
+
+
+def logged_at(line: str) -> float | None:
+    """When TensorFlow's log line says it was written (seconds since the epoch, local time as the log writes it);
+    None where its prefix names no time this reads."""
+    with contextlib.suppress(ValueError):
+        if match := _ABSL_EPOCH.match(line):
+            return float(match.group(1))
+        if match := _ABSL_DATE.match(line):
+            month, day, hour, minute, second = match.groups()
+            whole, _, fraction = second.partition(".")
+            when = datetime.datetime.now().replace(month=int(month), day=int(day), hour=int(hour),
+                                                   minute=int(minute), second=int(whole), microsecond=0)
+            return when.timestamp() + float("0." + (fraction or "0"))
+        if match := _ISO_DATE.match(line):
+            return datetime.datetime.fromisoformat(match.group(1)).timestamp()
+    return None
+
+
 def is_dump_total(line: str) -> bool:
     """Whether a dump's line is one of its totals (Limit:, InUse:, the pool's size, the sum in use)."""
     return line.lstrip().startswith(_SUMMARY_STATS) or any(mark in line for mark in _SUMMARY_MARKS)
@@ -85,9 +112,11 @@ class DumpCollector:
     """Keeps the lines of allocator dumps from a run's stderr as they come (one line or a block at a time),
     nothing else: a run prints thousands of other lines, and a dump only once it ran out of memory.
 
-    Feed it TensorFlow's stderr only (a script's own output never: its text is the script's, whatever it says).
-    A dump longer than `max_lines` keeps its first lines and, after them, only its totals; `cut` counts the
-    lines left out."""
+    Feed it TensorFlow's stderr only, or a script's stderr (where TensorFlow's C++ log goes in a script's run)
+    with `written_since`, the run's start: there only a line in TensorFlow's log format, from its BFC allocator,
+    written since then (a script's copy of an older log is not this run's) opens a dump. A script's stdout,
+    never: its text is the script's, whatever it says. A dump longer than `max_lines` keeps its first lines and,
+    after them, only its totals; `cut` counts the lines left out."""
 
     def __init__(self, max_lines: int = MAX_DUMP_LINES):
         self.max_lines = max_lines
@@ -96,9 +125,10 @@ class DumpCollector:
         self.dumps = 0        # dumps begun so far
         self.open = False     # within a dump: it has not reached its "OOM when allocating" line yet
 
-    def feed(self, text: str) -> None:
+    def feed(self, text: str, written_since: float | None = None) -> None:
         for line in text.split("\n"):
-            if "ran out of memory trying to allocate" in line and is_allocator_line(line):
+            if ("ran out of memory trying to allocate" in line and is_allocator_line(line)
+                    and (written_since is None or (logged_at(line) or written_since) >= written_since)):
                 self.lines = [line]  # the last dump is the one that ended the run
                 self.cut = 0
                 self.dumps += 1

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,26 @@ def test_a_dump_a_script_prints_is_never_taken_for_the_allocators(printed: str) 
     # Nor a message that reads like one, when the exception is the script's own.
     outcome = fed("script", script_stderr(printed), error("RuntimeError", OOM_MESSAGE)).outcome
     assert outcome.oom is None
+
+
+def written_now(dump: str) -> str:
+    """The dump as this run's TensorFlow writes it to a script's stderr: its log lines' time is now."""
+    return re.sub(r"^([IWEF])0000 00:00:\d+\.\d+", lambda line: f"{line.group(1)}0000 00:00:{time.time():.6f}",
+                  dump, flags=re.MULTILINE)
+
+
+def test_tensorflows_dump_on_a_scripts_stderr_is_read() -> None:
+    # In a script's run TensorFlow's C++ log goes to the script's own stderr: its dump comes as the script's lines.
+    run = fed("script")
+    for event in (script_stderr(written_now(DUMP)), error("ResourceExhaustedError", OOM_MESSAGE)):
+        run.feed(event)
+    oom = run.outcome.oom
+    assert oom is not None and oom["in_use_bytes"] == 60 * MIB and oom["verdict"] != "unknown"
+    run = fed("script")
+    for event in (script_stderr(written_now(DUMP)), events.Progress(done=1, total=2, job_id=JOB_ID),
+                  events.Progress(done=2, total=2, job_id=JOB_ID), error("ValueError", "bad label in row 17")):
+        run.feed(event)
+    assert run.outcome.oom is None and run.outcome.oom_earlier is not None
 
 
 def test_dump_words_on_stderr_without_tensorflows_log_prefix_open_no_dump() -> None:

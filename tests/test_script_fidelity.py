@@ -569,3 +569,46 @@ def test_a_script_forked_from_the_zygote_runs_as_the_outermost_frame(tmp_path: P
     stderr = "".join(e.raw.decode() for e in seen
                      if isinstance(e, events.Log) and e.source == "script" and e.stream == "stderr" and e.raw)
     assert stderr == bare.stderr == "sys:1: UserWarning: top\n"
+
+
+# -- a child the script forked is the script's, not the run's -------------------------------------------------------
+def test_a_forked_child_that_runs_to_the_scripts_end_tells_the_panel_nothing(tmp_path: Path) -> None:
+    script = write(tmp_path, """
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            print("the child ends", flush=True)  # and runs on to the end of the script, as it does bare
+            sys.stdout.flush()
+        else:
+            _, status = os.waitpid(pid, 0)
+            print("child status", os.waitstatus_to_exitcode(status), flush=True)
+    """)
+    done = cli(script)
+    assert done.returncode == 0, done.stderr
+    assert "the child ends" in done.stdout and "child status 0" in done.stdout  # as bare
+    (summary,) = RunHistory().summaries()
+    recorded = RunHistory().events(summary.run_id)
+    ends = [e for e in recorded if isinstance(e, events.Progress) and e.done == e.total]
+    assert len(ends) == 1, ends  # the run's own; the child's end reported no progress on the run's pipe
+    assert summary.status == "ok"
+
+
+@pytest.mark.parametrize("name", ["user_script.py", "user_script.pyc"])
+def test_stop_as_ctrl_c_becomes_the_scripts_exits_130_and_ends_the_job(tmp_path: Path, name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SIGINT comes right after the script's own Ctrl+C handling is set, before its first line: a
+    # KeyboardInterrupt in the run's last preparations, outside the script's code.
+    source = write(tmp_path, "print('the script started')\n")
+    script = source
+    if name.endswith(".pyc"):
+        script = tmp_path / name
+        py_compile.compile(str(source), cfile=str(script), doraise=True)
+    monkeypatch.setenv("TF_DEVICE_PANEL_TEST_INTERRUPT_AT_SCRIPT_START", "1")
+    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 130, err
+    assert "the script started" not in out and "Exception ignored" not in err, err
+    (summary,) = RunHistory().summaries()
+    assert summary.status == "cancelled"
+    recorded = RunHistory().events(summary.run_id)
+    assert [e.status for e in recorded if isinstance(e, events.JobFinished)] == ["cancelled"]

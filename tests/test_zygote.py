@@ -248,3 +248,18 @@ def test_a_zygote_that_failed_is_not_started_again_for_its_environment(tmp_path:
     assert failed.error is not None
     assert zygote.spawn(str(python), env, ["--module", "x"], ()) is None
     assert [z for z in zygote._zygotes if z.python == str(python)] == [failed]
+
+
+def test_a_request_without_a_module_is_refused_clearly(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A forked run's tie to the panel is armed where its supervisor forks the run process: a program's supervisor
+    # starts it without that fork, and the run would outlive the panel. The zygote refuses such a request.
+    forked = zygote.Zygote(sys.executable, dict(os.environ))
+    try:
+        wait_until(lambda: forked.ready() or forked.error is not None, timeout=180, message="the zygote never said")
+        assert forked.ready(), forked.error
+        with caplog.at_level("WARNING"):
+            assert forked.spawn(["-c", "print('a program')"], dict(os.environ), ()) is None
+        assert "argv must begin with --module MODULE" in caplog.text
+        assert forked.error is None  # refused, not broken: it serves the next request
+    finally:
+        forked.close()

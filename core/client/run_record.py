@@ -103,6 +103,7 @@ class JobRun:
         self.outcome = JobOutcome(job=job, params=dict(params), config=config.to_json(), devices=devices)
         self.recorder: RunRecorder | None = None
         self._started = time.monotonic()
+        self._started_at = time.time()  # a script's stderr: TensorFlow's log lines are from this run on
         self._lock = threading.RLock()
         self._dumps = oom_parser.DumpCollector()  # the allocator's dumps on TF's stderr, for an OOM's explanation
         self._reports_after_dump = 0  # the job's progress and metrics since the last dump ended
@@ -191,13 +192,14 @@ class JobRun:
                 self.outcome.cancel.how = how
 
     def _watch_dumps(self, event: Event) -> None:
-        """The allocator's dumps, from TensorFlow's stderr only (a script's own output is its text, whatever it
-        says), and whether the job went on after the last one: progress or metrics it reported since, on the
-        events pipe. (Not its output: stdout is written by blocks, and a block from before the dump came after
+        """The allocator's dumps, from TensorFlow's stderr (in a script's run, the script's stderr, where the C++ log
+        goes: there only TensorFlow's own allocator lines, written during this run, open one; a script's stdout is its
+        text, whatever it says), and whether the job went on after the last one: progress or metrics it reported since,
+        on the events pipe. (Not its output: stdout is written by blocks, and a block from before the dump came after
         it; and two reports, not one: a report written just before the dump may be read just after it.)"""
         match event:
-            case events.Log(stream="stderr", text=text, source=source) if source != SCRIPT:
-                self._dumps.feed(text)
+            case events.Log(stream="stderr", text=text, source=source):
+                self._dumps.feed(text, self._started_at if source == SCRIPT else None)
                 if self._dumps.dumps != self._dumps_seen:
                     self._dumps_seen, self._reports_after_dump = self._dumps.dumps, 0
             case events.Progress() | events.Metric() if self._dumps.lines and not self._dumps.open:

@@ -562,7 +562,7 @@ def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
     def finish(outcome: Callable[[], Any]) -> None:
         """After the script's module code, at the interpreter's top level: the run's end, then the process's.
         A child the script forked that ran on to the end of the script ends as a bare one would, telling the
-        panel nothing."""
+        panel nothing (its `outcome` is then `forked_outcome`'s, which touches nothing of the run's)."""
         if os.getpid() != run_pid:
             try:
                 outcome()

@@ -10,8 +10,9 @@ run was killed by one), so its parent sees what a bare `python file.py` would ha
 Signals it takes from the panel:
 - SIGINT and SIGTERM are forwarded to the run process (Ctrl+C, then a polite termination);
 - SIGHUP ends the run process and every descendant at once (the panel gave up waiting, or the panel
-  died: the supervisor's parent-death signal is SIGHUP). Not SIGTERM: that one belongs to the run, whose
-  script may handle it (save a checkpoint) as it would in a terminal.
+  died: the parent-death signal of a supervisor started by hand is SIGHUP, and one forked from the zygote
+  gets it from its thread that watches the panel's pidfd, core.runproc.zygote). Not SIGTERM: that one
+  belongs to the run, whose script may handle it (save a checkpoint) as it would in a terminal.
 
 Kept free of the panel's other modules (and of TensorFlow), so it starts in a few tens of milliseconds.
 `python -m tf_device_panel.core.runproc.supervisor --module MODULE ARGS...` runs MODULE as `python -m` would, in a

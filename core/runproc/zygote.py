@@ -4,17 +4,18 @@ Started by `core.client.zygote.Zygote` as `python -m tf_device_panel.core.runpro
 its end of a SOCK_SEQPACKET socket pair. It imports TensorFlow and the run process's modules (capturing what the
 import prints), says `{"ok": true, "pid": …}` (or why not) on the socket, then serves one request per message:
 
-    {"argv": [...], "env": {...}, "cwd": "...", "targets": [1, 2, N, ...]}   with fds [status, stdout, stderr, ...]
+    {"argv": ["--module", MODULE, ...], "env": {...}, "cwd": "...", "targets": [1, 2, N, ...]}
+                                                                          with fds [status, stdout, stderr, ...]
 
 For each it forks a child that becomes the run's supervisor (`core.runproc.supervisor`), exactly as the one the
-panel starts by hand: a session of its own, a child subreaper, SIGHUP when its parent (this zygote) dies, and
-the run process a fork of it running `core.runproc.runtime_main`, which finds TensorFlow already imported. The
-child takes the request's fds as the numbers in `targets` (stdout, stderr, then the pipes the run's arguments
-name) and nothing else of this process's; its environment, working folder and arguments are the request's, set
-before TensorFlow initializes: the variables TensorFlow reads at initialization (the device order and the
-visible devices, the allocators, memory growth, the CPU's BFC allocator) take effect as in a process started
-with them. What TensorFlow's import printed is written to the run's stdout and stderr first, as a fresh
-process's import would print it.
+panel starts by hand: a session of its own, a child subreaper, SIGHUP when the panel dies (watched through a pidfd
+of the panel, not by a parent-death signal: see below), and the run process a fork of it running
+`core.runproc.runtime_main`, which finds TensorFlow already imported. The child takes the request's fds as the
+numbers in `targets` (stdout, stderr, then the pipes the run's arguments name) and nothing else of this process's;
+its environment, working folder and arguments are the request's, set before TensorFlow initializes: the variables
+TensorFlow reads at initialization (the device order and the visible devices, the allocators, memory growth, the
+CPU's BFC allocator) take effect as in a process started with them. What TensorFlow's import printed is written to
+the run's stdout and stderr first, as a fresh process's import would print it.
 
 The reply is `{"pid": …}` with a pidfd of the child (so the panel's signals can never reach a recycled pid). When
 the child exits, this process reaps it and writes its status (as `subprocess.Popen.returncode` has it) to the
@@ -154,9 +155,7 @@ def become_supervisor(request: SpawnRequest, received: list[int], import_output:
 
         argv = [str(arg) for arg in request["argv"]]
         sys.argv = [supervisor.__name__, *argv]
-        module = None
-        if argv[:1] == ["--module"]:
-            module, argv = argv[1], argv[2:]
+        module, argv = argv[1], argv[2:]  # `--module MODULE`, as `serve` checked
         status = supervisor.Supervisor(argv, module).main()
         with contextlib.suppress(OSError):
             write_all(status_fd, f"{status}\n".encode())
@@ -208,8 +207,8 @@ def serve(sock: socket.socket, import_output: tuple[bytes, bytes], panel_pidfd: 
     children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, status pipe)
     listening = True
     while listening or children:
-        # Once the panel has let this zygote go, the runs forked from it go on to their ends: their statuses are
-        # still owed (and this zygote's end would end them, by their supervisors' parent-death signal).
+        # Once the panel has let this zygote go, the runs forked from it go on to their ends (tied to the panel,
+        # which each watches through its pidfd, not to this zygote): this zygote still owes their statuses.
         readable, _, _ = select.select([sock.fileno()] * listening + [*children], [], [])
         for pidfd in [fd for fd in readable if fd in children]:
             pid, status_fd = children.pop(pidfd)
@@ -231,6 +230,10 @@ def serve(sock: socket.socket, import_output: tuple[bytes, bytes], panel_pidfd: 
             request = cast(SpawnRequest, json.loads(message))
             if len(received) != len(request["targets"]) + 1:
                 raise ValueError(f"{len(received)} fds for {len(request['targets'])} targets")
+            if request["argv"][:1] != ["--module"] or len(request["argv"]) < 2:
+                # The panel watch is armed at the supervisor's fork of its run process (`tie_to_panel`); a
+                # program's would be started without that fork (subprocess skips fork handlers) and outlive the panel.
+                raise ValueError("argv must begin with --module MODULE: a forked run runs a module")
         except (ValueError, KeyError, TypeError) as exc:
             for fd in received:
                 os.close(fd)

@@ -649,16 +649,42 @@ def outcome(ctx: JobContext, prepared: Prepared, signals: _Signals) -> Callable[
     return job_outcome
 
 
+def forked_outcome(prepared: Prepared) -> Callable[[], ScriptResult]:
+    """The end of a child the script forked (`os.fork`) that ran on to the end of the script, as a bare one's:
+    its uncaught exception reported as Python reports it, its status the one Python gives (ScriptExit raised for
+    a non-zero one). Nothing of the run's is touched: its events pipe is the run's, and a lock it takes may have
+    been copied held by the fork."""
+    exc = prepared.end.exception
+    status = 0
+    if isinstance(exc, SystemExit):
+        status = exit_status(exc.code)
+    elif exc is not None:
+        report_uncaught(exc)
+        status = -signal.SIGINT if isinstance(exc, KeyboardInterrupt) else 1
+
+    def job_outcome() -> ScriptResult:
+        if status != 0:
+            raise ScriptExit(status, type(exc).__name__, f"exited with status {status}")
+        return {"kind": "script", "path": prepared.file.filename, "argv": prepared.argv, "exit_code": 0}
+
+    return job_outcome
+
+
+INTERRUPT_AT_START_ENV = "TF_DEVICE_PANEL_TEST_INTERRUPT_AT_SCRIPT_START"
+
+
 def hand_over(ctx: JobContext, prepared: Prepared, finish: Callable[[Callable[[], ScriptResult]], None]) -> None:
     """Leave for the interpreter's top level, where the script then runs as the outermost frame; never returns.
-    `finish(outcome)` is called after it (its outcome as `outcome` gives it) and must end the process.
+    `finish(outcome)` is called after it (its outcome as `outcome` gives it; in a child the script forked that
+    ran on to the end, as `forked_outcome` gives it) and must end the process.
 
     The interpreter's finalization calls `threading._shutdown()` first, from C: it is replaced by a chain of calls
     made from C (`list` over `itertools.chain` of `starmap`s, which add no frame and no recursion depth): the last
     preparations (`threading._shutdown` put back, `__main__`, `sys.argv`, Ctrl+C as bare), the script's module
     code as a function of its globals (run with them as its locals, as `exec` runs it), then `finish`. A `.pyc`'s
     code and a folder's or zip file's `__main__` (run by runpy, as bare) have no handler of the run's compiled in:
-    an exception that leaves them reaches `sys.unraisablehook`, the run's until then."""
+    an exception that leaves them, or any file's last preparations (a Ctrl+C as it becomes the script's), reaches
+    `sys.unraisablehook`, the run's until then, which ends the run with it."""
     shutdown = threading._shutdown  # type: ignore[attr-defined]
     signals = _Signals()
     end = prepared.end
@@ -668,29 +694,44 @@ def hand_over(ctx: JobContext, prepared: Prepared, finish: Callable[[Callable[[]
         body = functools.partial(runpy._run_module_as_main, "__main__", False)  # type: ignore[attr-defined]
     unraisablehook = sys.unraisablehook
 
+    run_pid = os.getpid()
+
     def conclude() -> None:
         sys.unraisablehook = unraisablehook
+        if os.getpid() != run_pid:  # a child the script forked: it ends as bare, telling the panel nothing
+            finish(forked_outcome(prepared))
         finish(outcome(ctx, prepared, signals))
         os._exit(1)  # `finish` ends the process; never past it
 
     def before() -> None:
         threading._shutdown = shutdown  # type: ignore[attr-defined]
         _become_main(prepared)
+        if not ctx.cancel_requested.is_set():
+            ctx.progress(0, 1, f"running {os.path.basename(prepared.file.filename)}")  # may wait: Stop is noted
+        # Ctrl+C as bare from here on: a KeyboardInterrupt before the script's body leaves this chain, and
+        # `exception_left` ends the run with it.
         signals.start()
+        if interrupt_at_start:
+            signal.raise_signal(signal.SIGINT)
         if ctx.cancel_requested.is_set():  # Stop came while the run handed over: the script does not start
             end.cancelled_before = True
             conclude()
         end.started = True
-        ctx.progress(0, 1, f"running {os.path.basename(prepared.file.filename)}")
 
     def exception_left(unraisable: Any) -> None:
-        if unraisable.object is threading and end.started and end.exception is None:
+        """An exception that left this chain, not the script's code (a `.pyc`'s or a folder's `__main__` has
+        no handler of the run's; a Ctrl+C can come before a source file's handler is entered, or in `before`):
+        the run ends with it, as cancelled before the script started where it came before that."""
+        if unraisable.object is threading and end.exception is None:
             end.exception = unraisable.exc_value
+            if not end.started and isinstance(end.exception, KeyboardInterrupt):
+                end.cancelled_before = True
             conclude()
         unraisablehook(unraisable)
 
-    if prepared.code is None or prepared.file.kind == COMPILED:
-        sys.unraisablehook = exception_left
+    # The tests' way to send Stop at the one moment no wait can catch: as Ctrl+C becomes the script's.
+    interrupt_at_start = os.environ.pop(INTERRUPT_AT_START_ENV, "") == "1"
+    sys.unraisablehook = exception_left
     threading._shutdown = functools.partial(list, itertools.chain(  # type: ignore[attr-defined]
         itertools.starmap(before, [()]), itertools.starmap(body, [()]), itertools.starmap(conclude, [()])))
     # Ctrl+C while the frames unwind: noted, and the script does not start (`before`).
