@@ -28,7 +28,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict
 
-MIB = 1024 * 1024
+from tf_device_panel.core.units import MIB
+
 MAX_BAR_SEGMENTS = 400     # the bar the window draws: runs of chunks of one state, at most this many
 MAX_TOP_CHUNKS = 8         # the largest live allocations reported
 MAX_DUMP_LINES = 200_000   # what a collector keeps of one dump (a real one has a line per chunk)

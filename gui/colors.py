@@ -40,13 +40,3 @@ def theme_axes(plot_item: Any) -> None:
         axis.setPen(text)
         axis.setTextPen(text)
     plot_item.titleLabel.setAttr("color", text)
-
-
-def themed_plot() -> Any:
-    """A pyqtgraph plot drawn in the application's palette."""
-    import pyqtgraph as pg
-
-    background, _ = palette_colors()
-    plot = pg.PlotWidget(background=background)
-    theme_axes(plot.getPlotItem())
-    return plot

@@ -6,13 +6,8 @@ declarations; each panel wires itself to the session (`wire`), so the window rou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget
-
-if TYPE_CHECKING:
-    from tf_device_panel.gui.controller import RuntimeController
 
 LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
 RIGHT = Qt.DockWidgetArea.RightDockWidgetArea
@@ -28,15 +23,3 @@ class DockSpec:
     tab_with: str = ""           # the dock it shares a place with, as a tab
     raised: bool = False         # the tab shown first in its place
     hidden: bool = False         # shown from the View menu (or by the window) only
-
-
-class DockPanel(Protocol):
-    """A panel the window docks: it declares its dock and wires itself to what it draws."""
-
-    DOCK: ClassVar[DockSpec]
-
-    def wire(self, link: RuntimeController) -> None:
-        """Subscribe to the session's changes and the controller's signals this panel draws."""
-
-    def dock_body(self) -> QWidget:
-        """The widget the dock holds (the panel itself, or the panel with what it pins around it)."""

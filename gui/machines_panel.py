@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
+from tf_device_panel.core.units import GIB
 from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.widgets import guard_wheel
 from tf_device_panel.gui.worker import Worker, create_worker
@@ -46,7 +47,6 @@ REFRESH_S = 1.0
 HISTORY_S = 15 * 60.0
 TILE_WIDTH = 250
 ROW_HEIGHT = 17
-GIB = 2**30
 OFFLINE = QColor("#c62828")
 BAR_BACK = QColor("#e0e0e0")
 BAR_FILL = QColor("#1e88e5")

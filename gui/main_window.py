@@ -11,7 +11,7 @@ from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence, QShowEvent
 from PySide6.QtWidgets import QDialog, QDockWidget, QMainWindow, QMessageBox, QWidget
 from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.run_manager import PendingRun, RunManager
+from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.session import RunStateChanged
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
@@ -217,11 +217,6 @@ class MainWindow(QMainWindow):
         self.session.mark_applied(config)
         self.profiles.remember_applied(config)
         self._refresh_status()
-
-    @property
-    def pending_run(self) -> PendingRun | None:
-        """The job waiting for the spare to warm (the manager starts it, or refuses it)."""
-        return self.session.pending
 
     def run_again(self, job: str, params: ParamValues) -> None:
         """A past run's job and parameters in the form, run at once when the runtime can take it."""

@@ -35,8 +35,8 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.client.share import MAX_SEATS, VERIFY_BATCH, ShareReport, seats_text
 from tf_device_panel.core.config import DeviceConfig, save_profile
 from tf_device_panel.core.processes import module_command
+from tf_device_panel.core.units import MIB
 
-MIB = 1024 * 1024
 SEAT_COLUMNS = ("Seat", "Profile", "Limit", "Peak", "Process", "Status")
 # What each seat runs: the dialog's words, and the file a choice asks for.
 WORKS = ("The panel's CNN", "Your script", "Your saved Keras model")

@@ -161,7 +161,7 @@ def test_run_pressed_while_the_spare_warms_waits_and_says_so(qtbot, tmp_path: Pa
         made[-1].exit(returncode=-9, description="killed by SIGKILL", expected=False)
         qtbot.waitUntil(lambda: runs.status.full_text() == "Not started: the runtime is exited")
         window._refresh_status()
-        assert window.pending_run is None
+        assert window.session.pending is None
         assert not runs.run_button.isEnabled() and made[-1].job is None
     finally:
         window.close()

@@ -27,8 +27,8 @@ from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.processes import start_module
 from tf_device_panel.core.results import FitProbe
+from tf_device_panel.core.units import MIB
 
-MIB = 1024 * 1024
 # The module that runs the panel's command line (`--panel`), dying with its parent: named as the launcher names it.
 PROBE_MODULE = "tf_device_panel.core.runproc.fit_probe"
 POLL_S = 0.2

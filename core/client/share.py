@@ -36,8 +36,8 @@ from tf_device_panel.core.catalogue.fit_runs import (
 )
 from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
+from tf_device_panel.core.units import MIB
 
-MIB = 1024 * 1024
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
 HEADROOM_MIB = 16            # per seat on a GPU, above the context: what the measurements exceed 520 by, and more
 DRIVER_RESERVE_MIB = 480     # NVML's total less CUDA's on the H100 (81,559 - 81,079), where only NVML's is known

@@ -106,6 +106,3 @@ class DeviceInventory:
     def totals_by_tf_index(self) -> dict[int, int | None]:
         """NVML's memory total of each of TensorFlow's physical GPUs (None where NVML does not know it)."""
         return {gpu.tf_index: gpu.memory_total_mib for gpu in self.gpus}
-
-    def nvml_name(self, nvml_index: int) -> str:
-        return next((gpu.name or "" for gpu in self.nvml_gpus if gpu.index == nvml_index), "")

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypedDict
 
+from tf_device_panel.core.units import MIB
+
 log = logging.getLogger(__name__)
 
 NO_DRIVER = "no NVIDIA driver found"
 GPU_LOST = "GPU is lost (fell off the bus)"
 UNAVAILABLE = 2**64 - 1  # usedGpuMemory when the driver cannot tell (WDDM, MIG)
-MIB = 2**20
 
 class QueryArgs(TypedDict, total=False):
     """The keyword arguments of an NVML query, passed to pynvml as they are."""

@@ -41,6 +41,7 @@ from tf_device_panel.core.config.schema import Kind, config_fields
 from tf_device_panel.core.devices.nvml import GpuSnapshot, Nvml
 from tf_device_panel.core.devices.telemetry import MAX_INTERVAL_S, MIN_INTERVAL_S, History, Sample, Sampler
 from tf_device_panel.core.protocol import events
+from tf_device_panel.core.units import MIB
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9848
 DEFAULT_INTERVAL_S = 1.0
 METRICS_PATH = "/metrics"
-MIB = 2**20
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "name")
 RECENT_RUNS = 20  # a run in progress is among the newest folders; reading all of a long history each tick is waste
 # Every distribution TensorFlow ships under, so its version is known without importing it (seconds, and GPU memory)
@@ -601,9 +601,3 @@ class Exporter:
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
-
-    def scrape_text(self) -> str:
-        """The exposition text a scrape would get, without HTTP (benchmarks, tests)."""
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry).decode()

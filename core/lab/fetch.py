@@ -30,7 +30,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-MIB = 2**20
+from tf_device_panel.core.units import MIB
+
 MAX_BYTES = 8 * MIB  # an exporter's /metrics is tens of KB, a node_exporter's a few hundred; Prometheus's answers
                      # for a lab of hundreds of GPUs a few MB
 MAX_REDIRECTS = 3
@@ -97,9 +98,6 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names
     body: bytes = b""
 
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "")
 
 
 def get(url: str, deadline: Deadline, *, max_bytes: int = MAX_BYTES, max_redirects: int = MAX_REDIRECTS,

@@ -30,8 +30,8 @@ from typing import Any, Protocol, TypedDict
 
 from prometheus_client.parser import text_string_to_metric_families
 from tf_device_panel.core.lab.fetch import MAX_BYTES, Cancelled, Deadline, FetchError, get
+from tf_device_panel.core.units import MIB
 
-MIB = 2**20
 TIMEOUT_S = 5.0  # one exporter target: lookup, connect, headers and body together (core.lab.fetch)
 REFRESH_TIMEOUT_S = 10.0  # one refresh: every exporter target, or every query of Prometheus's, together
 FETCH_THREADS = 16

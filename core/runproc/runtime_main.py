@@ -50,10 +50,10 @@ from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.runproc.jobs import implementation
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
 from tf_device_panel.core.runproc.tf_facts import BuildInfo, build_info, physical_devices
+from tf_device_panel.core.units import MIB
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
 MEMORY_REPORT_S = 0.5
-MIB = 1024 * 1024
 
 _libc = ctypes.CDLL(None)
 
@@ -123,7 +123,6 @@ def apply_config(tf: Any, config: DeviceConfig) -> list[str]:
     Raises core.config.plan.StepError naming the step and carrying TensorFlow's (or the driver's) own message.
     """
     global applied_plan
-    applied_plan = AppliedPlan()
     applied_plan = apply_plan(tf, plan(config))
     return list(applied_plan.steps)
 

@@ -37,8 +37,8 @@ from tf_device_panel.core.config import save_profile
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
 from tf_device_panel.core.runproc.jobs.context import JobContext
+from tf_device_panel.core.units import MIB
 
-MIB = 1024 * 1024
 PROBES = 3
 PROBE_GROWTH = 4           # each probe's batch is this times the last
 PREDICT_SHARE = 0.85       # the first guess: the batch whose predicted peak is this share of the budget

@@ -9,11 +9,11 @@ from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.runproc.jobs.context import JobContext
 from tf_device_panel.core.runproc.jobs.devices import resolve_device
+from tf_device_panel.core.units import MIB
 
 if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
     from tf_device_panel.core.results import MemoryResult, MemoryRow
 
-MIB = 1024 * 1024
 HOST_RESERVE = 0.15  # never take the host below this share of free memory
 
 
