@@ -49,6 +49,9 @@ def missing_xcb_libraries() -> list[str]:
 
 
 DISPLAY_WAIT_S = 2.0  # how long an X server may take to accept a connection before it counts as not answering
+# How long the refusal check's child may take: a Python's start on a busy 2-core machine took over 2 s (a CI
+# run's check timed out, claimed no refusal, and Qt aborted); only a server that never replies waits this long.
+X_CHECK_WAIT_S = 15.0
 
 
 def command_path() -> str:
@@ -85,11 +88,11 @@ def x_display_answers(display: str, timeout: float = DISPLAY_WAIT_S) -> bool:
 
 
 _X_SETUP_CHECK = """
-import ctypes, ctypes.util, sys
-name = ctypes.util.find_library("xcb")
-if name is None:
+import ctypes, sys
+try:
+    xcb = ctypes.CDLL("libxcb.so.1")  # by its soname: find_library would start ldconfig and gcc, seconds when busy
+except OSError:
     sys.exit(0)
-xcb = ctypes.CDLL(name)
 xcb.xcb_connect.restype = ctypes.c_void_p
 xcb.xcb_connect.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]
 xcb.xcb_connection_has_error.argtypes = [ctypes.c_void_p]
@@ -98,7 +101,7 @@ sys.exit(3 if xcb.xcb_connection_has_error(connection) else 0)
 """
 
 
-def x_display_refuses(display: str, timeout: float = DISPLAY_WAIT_S) -> bool:
+def x_display_refuses(display: str, timeout: float = X_CHECK_WAIT_S) -> bool:
     """Whether the X server at `display`, which answers, refuses this process (no authorization: XAUTHORITY unset
     or without a key for it, another user's display). Asked through libxcb, as Qt's platform plugin asks, in a
     short child process (libxcb prints its own complaint on stderr, and a server that never replies must not
@@ -106,7 +109,7 @@ def x_display_refuses(display: str, timeout: float = DISPLAY_WAIT_S) -> bool:
     xcb-cursor0. Without libxcb (Qt's plugin could not load either: `missing_xcb_libraries` says so) or with no
     reply within `timeout`, it does not claim a refusal."""
     try:
-        done = subprocess.run([sys.executable, "-c", _X_SETUP_CHECK, display], stdin=subprocess.DEVNULL,
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _X_SETUP_CHECK, display], stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -26,7 +26,7 @@ from tf_device_panel.core.runproc.jobs.fit_batch import (
     MAX_BATCH,
     MORE_REPEATS,
     REPEATS,
-    Boundary,
+    SearchState,
     fit_line,
     predict,
     repeats_needed,
@@ -66,7 +66,7 @@ def test_the_answer_repeats_more_when_its_peaks_spread() -> None:
 
 
 def test_the_boundary_is_the_largest_batch_that_always_held_below_the_smallest_that_ran_out() -> None:
-    found = Boundary()
+    found = SearchState()
     found.rows += [{"batch": 100, "fits": True, "peak_bytes": MIB}, {"batch": 200, "fits": True, "peak_bytes": MIB},
                    {"batch": 300, "fits": False, "peak_bytes": None}, {"batch": 400, "fits": True, "peak_bytes": MIB}]
     assert (found.held(), found.ran_out()) == (200, 300)       # 400 held once, above a failure: no answer

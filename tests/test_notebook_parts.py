@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 from tf_device_panel.core.config import DeviceConfig, parse_config, save_profile
-from tf_device_panel.core.notebook.cell_run import CellReport, Fallback
+from tf_device_panel.core.notebook.cell_run import CellFallback, CellReport
 from tf_device_panel.core.notebook.configure import ConfigUsageError, profile_json, read_config
 from tf_device_panel.core.notebook.views import CellRunView
 from tf_device_panel.core.oom import explain
@@ -114,7 +114,7 @@ def test_the_report_as_text() -> None:
     report = CellReport(wall_s=1.25, from_log=True, devices=["/CPU:0", "/CPU:1"],
                         placements=[PlacementLine("MatMul", "MatMul", "_MklMatMul",
                                                   "/job:localhost/replica:0/task:0/device:CPU:1", "eager")] * 2,
-                        fallbacks=[Fallback("/GPU:0", "/CPU:0", 4)], peaks={"/CPU:0": 3 * 1024 * 1024},
+                        fallbacks=[CellFallback("/GPU:0", "/CPU:0", 4)], peaks={"/CPU:0": 3 * 1024 * 1024},
                         limits={"/CPU:0": 64 * 1024 * 1024}, shared_cpu_allocator=True,
                         oom=explain(dump, message))
     assert report.counts() == {"/CPU:1": Counter({"MatMul": 2})}

@@ -36,7 +36,7 @@ from tf_device_panel.core.protocol.output_lines import (
 
 
 @dataclass(frozen=True)
-class Fallback:
+class CellFallback:
     """A `tf.device(...)` the cell entered naming a device this runtime lacks: where its ops ran instead."""
 
     requested: str        # as the cell wrote it
@@ -51,7 +51,7 @@ class CellReport:
     wall_s: float = 0.0
     placements: list[PlacementLine] = field(default_factory=list)
     from_log: bool = False                        # placements read from TensorFlow's log (else op callbacks)
-    fallbacks: list[Fallback] = field(default_factory=list)
+    fallbacks: list[CellFallback] = field(default_factory=list)
     peaks: dict[str, int] = field(default_factory=dict)       # device (/GPU:0, /CPU:0) -> peak bytes
     limits: dict[str, int] = field(default_factory=dict)      # device -> the allocator's limit, where known
     devices: list[str] = field(default_factory=list)          # the logical devices, when TensorFlow runs
@@ -115,12 +115,12 @@ def _missing_device_target(spec: Any, devices: list[str]) -> str | None:
 
 
 @contextlib.contextmanager
-def watch_fallbacks(cell_file: str) -> Iterator[list[Fallback]]:
+def watch_fallbacks(cell_file: str) -> Iterator[list[CellFallback]]:
     """Each `tf.device(...)` the cell (code compiled as `cell_file`) enters eagerly that soft placement will move,
     while the block runs; once per line and device."""
     from tensorflow.python.eager import context
 
-    found: list[Fallback] = []
+    found: list[CellFallback] = []
     seen: set[tuple[int | None, str]] = set()
     scope_class = context._EagerDeviceContext
     original = scope_class.__enter__
@@ -139,7 +139,7 @@ def watch_fallbacks(cell_file: str) -> Iterator[list[Fallback]]:
         line = frame.f_lineno if frame is not None else None
         if (line, requested) not in seen:
             seen.add((line, requested))
-            found.append(Fallback(requested, actual, line))
+            found.append(CellFallback(requested, actual, line))
 
     def __enter__(self: Any) -> Any:
         entered = original(self)

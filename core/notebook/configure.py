@@ -91,11 +91,11 @@ def _value(declared: Any, text: str) -> Any:
     return text
 
 
-def profile_json(words: Sequence[str]) -> tuple[dict[str, Any], str | None]:
+def profile_json(words: Sequence[str]) -> tuple[dict[str, object], str | None]:
     """The profile a `%tf_config` line describes: an optional profile file first, then `key=value` settings
     that override it. Returns (the JSON object, the file's path or None); raises ConfigUsageError."""
     declared = {f.key: f for f in config_fields(DeviceConfig)}
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     path = None
     given: set[str] = set()
     for position, word in enumerate(words):
@@ -106,7 +106,7 @@ def profile_json(words: Sequence[str]) -> tuple[dict[str, Any], str | None]:
                                        f"e.g. cpu_devices=2; known keys are: {', '.join(declared)}")
             path = word
             try:
-                data = load_profile(path).to_json()
+                data = dict(load_profile(path).to_json())
             except ProfileError as exc:
                 raise ConfigUsageError(str(exc)) from None
             continue

@@ -23,8 +23,8 @@ def devices_view(configuration: KernelConfiguration) -> DevicesView:
     nvml = shared_nvml()
     available = nvml.init()
     return DevicesView(
-        tf_version=tf.__version__, python=platform.python_version(), build=dict(build_info(tf)),
-        physical=[dict(device) for device in physical_devices(tf)],
+        tf_version=tf.__version__, python=platform.python_version(), build=build_info(tf),
+        physical=physical_devices(tf),
         logical=logical_device_names(tf) if tensorflow_initialized() else None,
         configuration=applied, nvml_message="" if available else (nvml.message or "no NVIDIA driver"),
         nvml_driver=nvml.driver_version() if available else None,

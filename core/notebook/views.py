@@ -12,6 +12,7 @@ from typing import Any
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.notebook.cell_run import CellReport
 from tf_device_panel.core.oom import OomReport, mib, oom_text
+from tf_device_panel.core.protocol.events import BuildInfo, PhysicalDevice
 from tf_device_panel.core.protocol.output_lines import canonical_device
 
 MAX_OP_TYPES = 6       # op types named per device (the most frequent), the rest counted
@@ -60,8 +61,8 @@ class ConfigView:
 class DevicesView:
     tf_version: str
     python: str
-    build: dict[str, Any]
-    physical: list[dict[str, Any]]
+    build: BuildInfo                          # tf.sysconfig's plain build facts, or {"error": why not}
+    physical: list[PhysicalDevice]
     logical: list[str] | None                 # None: TensorFlow not initialized (listing would initialize it)
     configuration: str                        # what %tf_config applied, in words
     nvml_message: str                         # why NVML sees nothing, or ""
@@ -74,8 +75,10 @@ class DevicesView:
         if "error" in build:
             return f"build info unavailable: {build['error']}"
         if build.get("is_cuda_build"):
+            capabilities = build.get("cuda_compute_capabilities")
+            listed = ", ".join(map(str, capabilities)) if isinstance(capabilities, list) else ""
             return (f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}, compute capabilities "
-                    f"{', '.join(map(str, build.get('cuda_compute_capabilities') or [])) or 'unknown'}")
+                    f"{listed or 'unknown'}")
         return "no CUDA (a CPU-only build)"
 
     def physical_rows(self) -> list[list[str]]:

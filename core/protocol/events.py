@@ -57,6 +57,10 @@ class LogicalDevice(TypedDict, total=False):
     memory_limit_mib: int     # only for GPUs split by virtual_gpus
 
 
+# tf.sysconfig's build facts that are plain values (CUDA and cuDNN versions, is_cuda_build, …), or {"error": why not}
+BuildInfo = dict[str, str | bool | int | list[str]]
+
+
 class PhysicalDevice(TypedDict, total=False):
     name: str
     device_type: str

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tf_device_panel.core.protocol.events import PhysicalDevice
+from tf_device_panel.core.protocol.events import BuildInfo, PhysicalDevice
 
 # tf.sysconfig.get_build_info()'s plain values: versions, flags, lists of compute capabilities.
-BuildInfo = dict[str, str | bool | int | list[str]]
 
 
 def build_info(tf: Any) -> BuildInfo:

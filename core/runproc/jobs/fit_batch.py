@@ -78,7 +78,7 @@ def repeats_needed(peaks: list[int]) -> int:
     return REPEATS
 
 
-class Boundary:
+class SearchState:
     """Every run so far, and what they say about the boundary."""
 
     def __init__(self) -> None:
@@ -126,7 +126,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str =
 
 def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: int, profile: Path,
             folder: Path) -> FitBatchResult:
-    found = Boundary()
+    found = SearchState()
     rows = found.rows
 
     def run(batch: int, role: str, side_by_side: int = 1) -> bool:
