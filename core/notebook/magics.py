@@ -80,7 +80,9 @@ class DevicePanelMagics(Magics):
         # The last expression's value is the cell's result, as in a plain cell.
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         body = shell.compile(tree, cell_file, "exec")
-        result = shell.compile(ast.Expression(last.value), cell_file, "eval") if last is not None else None
+        # IPython's compiler takes a tree as the builtin compile does (its stubs say str since IPython 9).
+        expression: Any = ast.Expression(last.value) if last is not None else None
+        result = shell.compile(expression, cell_file, "eval") if expression is not None else None
         namespace = shell.user_ns
 
         def run() -> Any:
