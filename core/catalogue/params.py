@@ -332,7 +332,7 @@ class Param:
                     raise ValueError(f"{', '.join(unknown) or 'nothing'} chosen; use some of: "
                                      f"{', '.join(self.choices)}")
             case Kind.PATH if value in self.choices:
-                pass
+                pass  # a built-in's name (fit-batch's "cnn"): no file to check
             case Kind.PATH:
                 if self.default == "" and not self.empty_means and not value.strip():
                     raise ValueError("a file is required")

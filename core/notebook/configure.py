@@ -78,7 +78,7 @@ def _value(declared: Any, text: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError:
-        pass
+        pass  # not JSON: read below as the command line spells the setting's kind
     else:
         return [value] if indices and isinstance(value, int) and not isinstance(value, bool) else value
     if declared is not None and declared.kind is Kind.TOGGLE:
