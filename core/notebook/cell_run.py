@@ -33,6 +33,7 @@ from tf_device_panel.core.protocol.output_lines import (
     parse_line,
     short_device_name,
 )
+from tf_device_panel.core.runproc.tf_facts import soft_placement_target
 
 
 @dataclass(frozen=True)
@@ -99,19 +100,9 @@ def eager_placements() -> Iterator[list[PlacementLine]]:
         op_callbacks.remove_op_callback(callback)
 
 
-def _missing_device_target(spec: Any, devices: list[str]) -> str | None:
-    """Where soft placement runs ops pinned to `spec` (a DeviceSpec) when this runtime has no such device: the
-    first device of the same type, else the first device (as measured); None when the device exists."""
-    from tensorflow.python.framework import device_spec
-
-    if not spec.device_type or spec.job not in (None, "localhost"):
-        return None
-    kind = spec.device_type.upper()
-    present = [device_spec.DeviceSpecV2.from_string(d) for d in devices]
-    same_kind = [d for d in present if (d.device_type or "").upper() == kind]
-    if any(spec.device_index is None or d.device_index == spec.device_index for d in same_kind):
-        return None
-    return short_device_name(str((same_kind or present)[0].to_string()))
+def _moved_to(spec: Any, devices: list[str]) -> str | None:
+    target = soft_placement_target(spec, devices)
+    return None if target is None else short_device_name(target)
 
 
 @contextlib.contextmanager
@@ -130,7 +121,7 @@ def watch_fallbacks(cell_file: str) -> Iterator[list[CellFallback]]:
         devices, requested = runtime._context_devices, scope._device_name
         if not devices or not isinstance(requested, str) or not scope._stack or not runtime.soft_device_placement:
             return
-        actual = _missing_device_target(scope._stack[-1][2], devices)
+        actual = _moved_to(scope._stack[-1][2], devices)
         if actual is None:
             return
         frame: Any = sys._getframe(2)

@@ -47,3 +47,19 @@ def physical_devices(tf: Any) -> list[PhysicalDevice]:
                 entry["compute_capability"] = ".".join(map(str, capability)) if capability else None
         devices.append(entry)
     return devices
+
+
+def soft_placement_target(spec: Any, devices: list[str]) -> str | None:
+    """Where soft placement runs the ops pinned to `spec` (a DeviceSpec) when this runtime has no such device: the
+    first device of the same type, else the first device (as measured); None when the device exists or the spec
+    names no local device type."""
+    from tensorflow.python.framework import device_spec
+
+    if not spec.device_type or spec.job not in (None, "localhost"):
+        return None
+    kind = spec.device_type.upper()
+    present = [device_spec.DeviceSpecV2.from_string(d) for d in devices]
+    same_kind = [d for d in present if (d.device_type or "").upper() == kind]
+    if any(spec.device_index is None or d.device_index == spec.device_index for d in same_kind):
+        return None
+    return str((same_kind or present)[0].to_string())

@@ -72,6 +72,7 @@ from tf_device_panel.core.protocol.output_lines import canonical_device, short_d
 from tf_device_panel.core.protocol.streams import scripts_placement_log
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
 from tf_device_panel.core.runproc.supervisor import HandOver
+from tf_device_panel.core.runproc.tf_facts import soft_placement_target
 
 if TYPE_CHECKING:  # the result kinds are annotations here: the job's run need not import core.results
     from tf_device_panel.core.results import ScriptResult
@@ -417,7 +418,6 @@ def watch_device_scopes(ctx: JobContext) -> None:
     global _LIBRARY_DIRS
     import tensorflow
     from tensorflow.python.eager import context
-    from tensorflow.python.framework import device_spec
 
     _LIBRARY_DIRS = (os.path.dirname(tensorflow.__file__), os.path.dirname(contextlib.__file__) + os.sep
                      + "contextlib.py", PANEL_DIR)
@@ -425,16 +425,6 @@ def watch_device_scopes(ctx: JobContext) -> None:
     original = cls.__enter__
     reported: set[tuple[str, int, str]] = set()
     where_ops_go: dict[str, str | None] = {}  # a scope's device → where its ops run instead (None: it exists)
-
-    def fallback_for(spec: Any, devices: list[str]) -> str | None:
-        if not spec.device_type or spec.job not in (None, "localhost"):
-            return None
-        kind = spec.device_type.upper()
-        present = [device_spec.DeviceSpecV2.from_string(d) for d in devices]
-        same_kind = [d for d in present if (d.device_type or "").upper() == kind]
-        if any(spec.device_index is None or d.device_index == spec.device_index for d in same_kind):
-            return None
-        return str((same_kind or present)[0].to_string())  # where soft placement puts the ops (measured)
 
     def check(scope: Any) -> None:
         # Runs at every eager `tf.device` entry, which Keras makes at every training step (a dataset iterator's
@@ -447,7 +437,7 @@ def watch_device_scopes(ctx: JobContext) -> None:
             return
         entered = runtime.device_name
         if entered not in where_ops_go:  # the devices never change once initialized: decided once per name
-            where_ops_go[entered] = fallback_for(scope._stack[-1][2], devices)
+            where_ops_go[entered] = soft_placement_target(scope._stack[-1][2], devices)
         actual = where_ops_go[entered]
         if actual is None or not runtime.soft_device_placement:
             return
