@@ -156,8 +156,8 @@ def test_nothing_of_the_panel_imports_the_notebook_extension(tmp_path: Path) -> 
     forbidden = "nothing of the panel imports the notebook extension BROKEN"
     layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
     for plant, (package, module, imported, broken) in (
-            ("gui-notebook", ("gui", "colors.py", "notebook.views", forbidden)),
-            ("client-notebook", ("core/client", "share.py", "notebook.cell_run", forbidden)),
+            ("gui-notebook", ("gui", "colors.py", "notebook.configure", forbidden)),
+            ("client-notebook", ("core/client", "share.py", "notebook.capture", forbidden)),
             ("runproc-notebook", ("core/runproc", "tf_facts.py", "notebook.capture", layout)),
             ("notebook-client", ("core/notebook", "cell_run.py", "client.history", layout))):
         tree = lint.stage(tmp_path / plant)
