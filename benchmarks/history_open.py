@@ -72,7 +72,7 @@ def measure(home: Path) -> dict[str, float]:
 
     app = QApplication.instance() or QApplication([])
     from tf_device_panel.core.client.history import RunHistory
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     settings = QSettings(str(home / "settings.ini"), QSettings.Format.IniFormat)
     begun = time.perf_counter()

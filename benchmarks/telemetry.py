@@ -50,7 +50,7 @@ def redraw_cost(gpus: int = 8, hours: float = 1.0, interval: float = 0.5,
 
     app = QApplication.instance() or QApplication([])
     FakeGpus(gpus).install(Patcher())
-    from tf_device_panel.gui.memory_panel import MemoryPanel
+    from tf_device_panel.gui.docks.memory_panel import MemoryPanel
 
     panel = MemoryPanel(Nvml(), start=False)
     panel.sampler.start()

@@ -3,7 +3,7 @@
 A process's stdout carries what the user asked for (a job's output, `--json`), and TensorFlow's C++ code
 writes there too, so a diagnostic printed from a background thread would land in the middle of it. The
 command line sends the tree's records to stderr (`configure_logging`); the window shows its warnings in
-the status bar (gui/log_handler.py).
+the status bar (gui/shell/log_handler.py).
 """
 
 from __future__ import annotations

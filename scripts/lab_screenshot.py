@@ -20,8 +20,8 @@ from pathlib import Path
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.gui.machines_panel import EXPORTERS, PROMETHEUS
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.docks.machines_panel import EXPORTERS, PROMETHEUS
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 # (fake GPUs, used GiB per GPU, or None for a host-only exporter)

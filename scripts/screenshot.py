@@ -50,7 +50,7 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, ProfileError, load_profile
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY_PID = 4242  # the replayed run's process id, as NVML lists it

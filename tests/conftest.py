@@ -89,9 +89,9 @@ def no_qt_leftovers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         return
     from PySide6.QtCore import QThread, QTimer
     from PySide6.QtWidgets import QApplication
-    from tf_device_panel.gui import garbage
+    from tf_device_panel.gui.shell import garbage
 
-    # As the window does (gui/garbage.py): a panel tested alone has threads too, and a cycle holding one of its
+    # As the window does (gui/shell/garbage.py): a panel tested alone has threads too, and a cycle holding one of its
     # widgets must not be collected on them. Started before QTimer is tracked, so this timer is not a leak.
     request.getfixturevalue("qapp")  # the timer needs the application
     collection = garbage.GuiThreadCollection()
@@ -196,7 +196,7 @@ def window(qtbot, tmp_path: Path) -> Iterator[Any]:
     declares its own."""
     from PySide6.QtCore import QSettings  # Qt only for the tests that ask for a window
     from tf_device_panel.core.client.history import RunHistory
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)

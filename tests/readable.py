@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QScrollArea, QStyle, QTableView, QWidget
-from tf_device_panel.gui.runs_panel import RunsPanel
+from tf_device_panel.gui.docks.runs_panel import RunsPanel
 
 # (width, height, presentation mode): the sizes a classroom's projector shows the window at
 CLASSROOM_SIZES = ((1024, 768, False), (1280, 720, False), (1920, 1080, False), (1280, 720, True))

@@ -78,8 +78,8 @@ def test_other_escape_sequences_are_swallowed(text: str) -> None:
 
 def test_the_console_draws_colours_and_copies_plain_text(qtbot) -> None:
     from PySide6.QtGui import QTextCursor
-    from tf_device_panel.gui.console_view import ConsoleView
-    from tf_device_panel.gui.job_state import JobState
+    from tf_device_panel.gui.views.console_view import ConsoleView
+    from tf_device_panel.gui.views.job_state import JobState
 
     console = ConsoleView()
     qtbot.addWidget(console)
@@ -133,8 +133,8 @@ def test_a_line_drawn_left_to_right_is_the_same_as_drawn_cell_by_cell(text: str)
 
 
 def test_bytes_that_are_not_utf8_are_replacement_characters_in_the_console_only(qtbot) -> None:
-    from tf_device_panel.gui.console_view import ConsoleView
-    from tf_device_panel.gui.job_state import JobState
+    from tf_device_panel.gui.views.console_view import ConsoleView
+    from tf_device_panel.gui.views.job_state import JobState
 
     got: list[events.Event] = []
     demux = StreamDemux(got.append, job_id=lambda: "job-1")
@@ -156,8 +156,8 @@ def test_a_real_keras_fit_in_a_script_job_reads_as_in_a_terminal(qtbot, start_ru
     the window keeps, into the console."""
     from helpers import collect_job
     from tf_device_panel.core.client.run_state import RunState
-    from tf_device_panel.gui.console_view import ConsoleView
-    from tf_device_panel.gui.job_state import JobState
+    from tf_device_panel.gui.views.console_view import ConsoleView
+    from tf_device_panel.gui.views.job_state import JobState
 
     script = tmp_path / "fit.py"
     script.write_text(

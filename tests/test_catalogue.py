@@ -31,7 +31,7 @@ def matmul_with_repeats(monkeypatch: pytest.MonkeyPatch) -> JobSpec:
 
 def test_the_form_shows_the_declared_parameter_and_refuses_a_value_out_of_its_range(
         qtbot: Any, matmul_with_repeats: JobSpec) -> None:
-    from tf_device_panel.gui.runs_panel import RunsPanel
+    from tf_device_panel.gui.docks.runs_panel import RunsPanel
 
     panel = RunsPanel()
     qtbot.addWidget(panel)

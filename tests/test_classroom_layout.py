@@ -19,9 +19,9 @@ from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QTabBar, QWidge
 from test_window_layout import RESULTS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.gui.history_panel import RunDialog
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.result_view import ResultView
+from tf_device_panel.gui.docks.history_panel import RunDialog
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.views.result_view import ResultView
 
 READY_TIMEOUT_MS = 180_000
 FIT_BATCH_TIMEOUT_MS = 900_000

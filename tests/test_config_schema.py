@@ -60,7 +60,7 @@ def test_a_new_setting_is_validated_whatever_the_source() -> None:
 
 def test_a_new_setting_appears_in_the_form(qtbot) -> None:
     from PySide6.QtWidgets import QCheckBox
-    from tf_device_panel.gui.config_panel import ConfigPanel
+    from tf_device_panel.gui.docks.config_panel import ConfigPanel
 
     panel = ConfigPanel(config_type=WithDeterminism)
     qtbot.addWidget(panel)
@@ -93,7 +93,7 @@ def test_a_new_setting_is_named_in_the_summary_the_cli_and_the_status_bar_show()
 
 
 def test_the_form_has_a_widget_for_every_labelled_setting_and_nothing_else(qtbot) -> None:
-    from tf_device_panel.gui.config_panel import ConfigPanel
+    from tf_device_panel.gui.docks.config_panel import ConfigPanel
 
     panel = ConfigPanel()
     qtbot.addWidget(panel)
@@ -121,7 +121,7 @@ def test_a_configuration_of_the_wrong_type_cannot_be_built(field: str, value: ob
 def test_a_profile_and_the_window_get_the_same_words_for_the_same_rule(qtbot) -> None:
     """The three validators (the panel, parse_config, validate) said the same rule in different words."""
     from tf_device_panel.core.config import GpuInfo
-    from tf_device_panel.gui.config_panel import ConfigPanel
+    from tf_device_panel.gui.docks.config_panel import ConfigPanel
 
     panel = ConfigPanel()
     qtbot.addWidget(panel)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from tf_device_panel.gui.decimation import decimate
+from tf_device_panel.gui.views.decimation import decimate
 
 
 def test_an_hour_becomes_two_points_per_pixel_and_keeps_the_peaks() -> None:

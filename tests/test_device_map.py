@@ -9,7 +9,7 @@ from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.device_map_layout import (
+from tf_device_panel.gui.views.device_map_layout import (
     LINE_HEIGHT,
     MISSING_TITLE,
     TEXT_PAD,
@@ -217,7 +217,7 @@ def test_boxes_wrap_into_columns_by_width() -> None:
 
 def test_the_widget_counts_ops_memory_and_fallbacks_from_events(qtbot) -> None:
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
 
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
@@ -252,8 +252,8 @@ def test_the_cpu_box_says_the_runs_resident_memory_after_every_job_even_a_quick_
     pytest.importorskip("PySide6")
     from job_helpers import run_job
     from tf_device_panel.core.config import DeviceConfig
-    from tf_device_panel.gui.device_map import DeviceMapPanel
-    from tf_device_panel.gui.device_map_layout import mib_text
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
+    from tf_device_panel.gui.views.device_map_layout import mib_text
 
     _result, error, seen = run_job(DeviceConfig(), "matmul")
     assert error is None
@@ -278,7 +278,7 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
     pytest.importorskip("PySide6")
     from PySide6.QtCore import QSettings
     from tf_device_panel.core.client.history import RunHistory
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
                         history=RunHistory(), start_runtime=False)
@@ -358,7 +358,7 @@ def test_after_the_run_the_bar_keeps_what_its_process_held_and_says_so() -> None
 def test_the_panel_shows_what_the_runs_process_holds_and_keeps_it_once_the_process_has_exited(qtbot) -> None:
     from tf_device_panel.core.devices.nvml import GpuProcess, GpuSample
     from tf_device_panel.core.devices.telemetry import Sample
-    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
 
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
@@ -439,7 +439,7 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
     from PySide6.QtGui import QFont, QFontMetricsF
     from tf_device_panel.core.client.history import RunHistory
     from tf_device_panel.core.devices import nvml
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     from tests.fake_nvml import FakeGpus, process
 
@@ -510,7 +510,7 @@ def test_the_placement_table_and_the_device_map_count_the_same_run(qtbot, tmp_pa
     and the map show the new run's counts alike (the table once kept counting across runs, the map did not)."""
     from PySide6.QtCore import QSettings
     from tf_device_panel.core.client.history import RunHistory
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
                         history=RunHistory(), start_runtime=False)
@@ -535,7 +535,7 @@ def test_a_clusters_tasks_placements_are_counted_on_their_devices_and_add_up(qtb
     placements name /job:worker/task:N devices). Each task's ops now count on the local device of that name, per
     task, and the map says whose they are; another job selected, it says these are the last run's."""
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
 
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
@@ -566,7 +566,7 @@ def test_a_clusters_tasks_placements_are_counted_on_their_devices_and_add_up(qtb
 def test_a_job_that_placed_nothing_here_says_so_on_the_map(qtbot) -> None:
     """After fit-batch (its probes run in processes of their own) both boxes were blank."""
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
 
     panel = DeviceMapPanel()
     qtbot.addWidget(panel)
@@ -583,7 +583,7 @@ def test_after_a_real_multi_worker_run_the_maps_counts_add_up_to_the_workers_pla
     pytest.importorskip("PySide6")
     from job_helpers import run_job
     from tf_device_panel.core.config import DeviceConfig
-    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
 
     result, error, seen = run_job(DeviceConfig(cpu_devices=2), "multi-worker", {"workers": 2, "steps": 2},
                                   timeout=240)

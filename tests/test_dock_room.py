@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QLabel
 from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 SIZES = ((1280, 720), (1920, 1080))
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 OOM = {"verdict": "fragmentation", "request_bytes": 58 * 2**20, "limit_bytes": 256 * 2**20,
        "in_use_bytes": 118 * 2**20, "largest_free_bytes": 40 * 2**20, "explanation": "", "advice": []}

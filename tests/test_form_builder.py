@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox
 from tf_device_panel.core.catalogue import JOBS, Param
 from tf_device_panel.core.config import DeviceConfig, Kind, config_fields
-from tf_device_panel.gui.form_builder import (
+from tf_device_panel.gui.widgets.form_builder import (
     INT_LIMIT,
     build_editor,
     param_declared,

@@ -1,4 +1,4 @@
-"""Garbage is collected on the GUI thread while the window lives (gui/garbage.py).
+"""Garbage is collected on the GUI thread while the window lives (gui/shell/garbage.py).
 
 A cycle holding a Qt wrapper, collected on a background thread, deletes its C++ object there: the stress run
 deadlocked that way (a run's reader thread deleting a menu's action while the GUI thread deleted another) and a
@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QObject
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui import garbage
+from tf_device_panel.gui.shell import garbage
 
 
 class PlainCycle:
@@ -107,7 +107,7 @@ def test_the_window_collects_on_the_gui_thread_while_a_thread_floods_it_with_a_r
 def test_closing_the_window_gives_automatic_collection_back(qtbot: Any, tmp_path: Any) -> None:
     from PySide6.QtCore import QSettings
     from tf_device_panel.core.client.history import RunHistory
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     before = len(garbage.holders())  # the test suite's own holder
     window = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),

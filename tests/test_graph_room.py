@@ -14,8 +14,8 @@ pytest.importorskip("PySide6")
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.memory_panel import MemoryPanel
+from tf_device_panel.gui.docks.memory_panel import MemoryPanel
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 H100_TOTAL_MIB = 81_559
 # NVML's per-process memory of the run after its first op, measured on the H100 (shared/gpu-host/README.md)

@@ -23,8 +23,8 @@ from PySide6.QtWidgets import QMessageBox
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.log_view import MAX_LOG_LINES
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.views.log_view import MAX_LOG_LINES
 
 READY_TIMEOUT_MS = 120_000
 
@@ -320,7 +320,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
         from PySide6.QtCore import QSettings
         from PySide6.QtWidgets import QApplication
         from tf_device_panel.core.config import DeviceConfig
-        from tf_device_panel.gui.main_window import MainWindow
+        from tf_device_panel.gui.shell.main_window import MainWindow
 
         app = QApplication([])
         win = MainWindow(settings=QSettings(sys.argv[1], QSettings.Format.IniFormat), start_runtime=False)
@@ -354,7 +354,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
 
 def test_result_views_for_every_result_kind(qtbot) -> None:
     from tf_device_panel.core.client.run_record import JobOutcome
-    from tf_device_panel.gui.result_view import ResultView
+    from tf_device_panel.gui.views.result_view import ResultView
 
     view = ResultView()
     qtbot.addWidget(view)
@@ -386,7 +386,7 @@ def test_a_new_result_kind_shows_in_the_window_and_on_the_command_line(qtbot, tm
     from tf_device_panel.core.cli.output import format_result
     from tf_device_panel.core.client.run_record import JobOutcome
     from tf_device_panel.core.results import PRESENTERS, Column, Plot, Presentation, Series, Table, presenter
-    from tf_device_panel.gui.result_view import ResultView
+    from tf_device_panel.gui.views.result_view import ResultView
 
     @presenter("latency")  # a kind neither front end has heard of
     def latency(result: dict) -> Presentation:
@@ -465,7 +465,7 @@ def test_doctor_panel_runs_in_the_background_and_copies_a_report(qtbot, window: 
 
 
 def test_the_launcher_explains_why_qt_cannot_start(monkeypatch) -> None:
-    from tf_device_panel.gui import app
+    from tf_device_panel.gui.shell import app
 
     monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
     monkeypatch.delenv("DISPLAY", raising=False)
@@ -486,7 +486,7 @@ def test_a_display_that_does_not_answer_exits_2_with_one_line_before_qt(tmp_path
     """Issue 23 item 12: DISPLAY set but nothing listening (ssh without -X, a dead Xvfb) made Qt abort (exit 134)
     with "xcb-cursor0 … is needed"; now the display is checked first, and the line names xvfb-run and the
     command's full path."""
-    from tf_device_panel.gui import app
+    from tf_device_panel.gui.shell import app
 
     command = Path(sys.executable).parent / "tf-device-panel"
     unused = next(n for n in range(7391, 7491) if not app.x_display_answers(f":{n}", timeout=0.5))
@@ -508,7 +508,7 @@ def test_an_x_server_that_refuses_this_process_exits_2_with_one_line_before_qt(t
     import shutil
 
     from helpers import wait_until
-    from tf_device_panel.gui import app
+    from tf_device_panel.gui.shell import app
 
     xvfb, xauth = shutil.which("Xvfb"), shutil.which("xauth")
     if xvfb is None or xauth is None:

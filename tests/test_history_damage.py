@@ -275,7 +275,7 @@ def test_a_full_disk_ends_the_cli_with_the_scripts_status_and_one_line(tmp_path:
 
 
 def test_the_windows_history_lists_a_damaged_run_as_unreadable_and_opens_it(panel_home: Path, qtbot: Any) -> None:
-    from tf_device_panel.gui.history_panel import HistoryPanel, RunDialog
+    from tf_device_panel.gui.docks.history_panel import HistoryPanel, RunDialog
 
     good_run(panel_home)
     damaged = damaged_run(panel_home, "pid-text", summary_with(client_pid="abc"))

@@ -11,7 +11,7 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.history_panel import HistoryPanel
+from tf_device_panel.gui.docks.history_panel import HistoryPanel
 
 PLACED = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
           "/job:localhost/replica:0/task:0/device:CPU:0")

@@ -236,7 +236,7 @@ def test_a_disk_full_before_the_run_starts_lists_the_run_as_incomplete(tmp_path:
 
 def test_the_windows_history_lists_a_fifo_run_and_opens_one_with_a_fifo_event_log(panel_home: Path,
                                                                                   qtbot: Any) -> None:
-    from tf_device_panel.gui.history_panel import HistoryPanel, RunDialog
+    from tf_device_panel.gui.docks.history_panel import HistoryPanel, RunDialog
 
     good_run(panel_home)
     special = panel_home / "runs" / SPECIAL_ID

@@ -140,7 +140,7 @@ def events_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
 
 def test_history_reads_no_events_file_on_the_gui_thread(qtbot: Any, events_reads: list[tuple[str, bool]]) -> None:
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.history_panel import COLUMNS, HistoryPanel
+    from tf_device_panel.gui.docks.history_panel import COLUMNS, HistoryPanel
 
     history = RunHistory()
     old = old_record(history, [("/CPU:0", 64.0)], rss_peak=900.0)
@@ -162,7 +162,7 @@ def test_history_reads_no_events_file_on_the_gui_thread(qtbot: Any, events_reads
 
 def test_history_reaches_every_run_past_the_first_page(qtbot: Any) -> None:
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.history_panel import PAGE_SIZE, HistoryPanel
+    from tf_device_panel.gui.docks.history_panel import PAGE_SIZE, HistoryPanel
 
     history = RunHistory()
     ids = write_runs(history, PAGE_SIZE + 7)

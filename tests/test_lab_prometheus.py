@@ -105,7 +105,7 @@ def by_instance(machines: list[MachineStatus]) -> dict[str, MachineStatus]:
 
 def test_prometheus_reads_back_the_fakes_and_a_stopped_exporter_is_offline(
         lab: Callable[[], tuple[str, dict[str, object]]], children: Children, qtbot) -> None:
-    from tf_device_panel.gui.machines_panel import MachinesPanel
+    from tf_device_panel.gui.docks.machines_panel import MachinesPanel
 
     url, parts = lab()
     gpus, host = str(parts["gpus"]), str(parts["host"])

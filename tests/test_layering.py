@@ -87,12 +87,12 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
     # the staged tree, or ignored function-level imports, these would pass.
     core_plant = lint.stage(tmp_path / "core-plant")
     with (core_plant / "tf_device_panel" / "core" / "client" / "history.py").open("a") as f:
-        f.write("\n\ndef _planted():\n    from tf_device_panel.gui import colors\n    return colors\n")
+        f.write("\n\ndef _planted():\n    from tf_device_panel.gui.widgets import colors\n    return colors\n")
     done = _contracts(core_plant)
     assert done.returncode != 0 and "core is Qt-free and never imports the window BROKEN" in done.stdout, done.stdout
 
     gui_plant = lint.stage(tmp_path / "gui-plant")
-    with (gui_plant / "tf_device_panel" / "gui" / "colors.py").open("a") as f:
+    with (gui_plant / "tf_device_panel" / "gui" / "widgets" / "colors.py").open("a") as f:
         f.write("\n\ndef _planted():\n    import tensorflow\n    return tensorflow\n")
     done = _contracts(gui_plant)
     assert done.returncode != 0 and "the window never imports TensorFlow" in done.stdout, done.stdout
@@ -100,8 +100,8 @@ def test_import_contracts_hold_and_catch_a_planted_violation(tmp_path: Path) -> 
 
     # A panel that reaches another panel (even inside a function) breaks the panels' independence.
     panel_plant = lint.stage(tmp_path / "panel-plant")
-    with (panel_plant / "tf_device_panel" / "gui" / "memory_panel.py").open("a") as f:
-        f.write("\n\ndef _planted():\n    from tf_device_panel.gui import device_map\n    return device_map\n")
+    with (panel_plant / "tf_device_panel" / "gui" / "docks" / "memory_panel.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    from tf_device_panel.gui.docks import device_map\n    return device_map\n")
     done = _contracts(panel_plant)
     assert done.returncode != 0 and "the window's panels are independent of each other BROKEN" in done.stdout, (
         done.stdout)
@@ -127,7 +127,7 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
     the run process's code (its jobs, its cluster) is imported by none of them, even inside a function."""
     lint = _lint_script()
     broken = "the panel's side never imports the run process's code BROKEN"
-    for plant, (package, module, imported) in (("gui-runproc", ("gui", "job_form.py", "runproc.jobs")),
+    for plant, (package, module, imported) in (("gui-runproc", ("gui/widgets", "job_form.py", "runproc.jobs")),
                                               ("cli-runproc", ("core/cli", "output.py", "runproc.cluster")),
                                               ("client-runproc", ("core/client", "share.py", "runproc.jobs.fit_batch")),
                                               ("lab-runproc", ("core/lab", "fetch.py", "runproc.doctor_probe"))):
@@ -156,7 +156,7 @@ def test_nothing_of_the_panel_imports_the_notebook_extension(tmp_path: Path) -> 
     forbidden = "nothing of the panel imports the notebook extension BROKEN"
     layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
     for plant, (package, module, imported, broken) in (
-            ("gui-notebook", ("gui", "colors.py", "notebook.configure", forbidden)),
+            ("gui-notebook", ("gui/widgets", "colors.py", "notebook.configure", forbidden)),
             ("client-notebook", ("core/client", "share.py", "notebook.capture", forbidden)),
             ("runproc-notebook", ("core/runproc", "tf_facts.py", "notebook.capture", layout)),
             ("notebook-client", ("core/notebook", "cell_run.py", "client.history", layout))):

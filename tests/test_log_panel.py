@@ -9,7 +9,7 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.log_panel import LogPanel
+from tf_device_panel.gui.docks.log_panel import LogPanel
 
 
 def lines(start: int, count: int, text: str = "output") -> list[Event]:

@@ -14,7 +14,7 @@ pytest.importorskip("PySide6")
 from hostile_http import HostileServer, huge, trickle_body
 from PySide6.QtCore import QPoint, QSettings, Qt, QTimer
 from tf_device_panel.core.lab.machines import ExporterSource, GpuStatus, MachineStatus, SourceError
-from tf_device_panel.gui.machines_panel import EXPORTERS, PROMETHEUS, MachinesPanel
+from tf_device_panel.gui.docks.machines_panel import EXPORTERS, PROMETHEUS, MachinesPanel
 
 GIB = 2**30
 
@@ -183,7 +183,7 @@ def test_opening_a_tile_shows_its_history(qtbot, panel: MachinesPanel) -> None:
 
 def test_the_window_docks_the_view_and_stops_it_on_close(qtbot, settings: QSettings) -> None:
     from tf_device_panel.core.client.history import RunHistory
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
     window = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
     qtbot.addWidget(window)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from tf_device_panel.core.devices.telemetry import Marker
-from tf_device_panel.gui.marker_layout import LABEL_GAP_PX, MARKER_LABEL_ROWS, label_rows, layout_marker_labels
+from tf_device_panel.gui.views.marker_layout import LABEL_GAP_PX, MARKER_LABEL_ROWS, label_rows, layout_marker_labels
 
 
 def width(text: str) -> float:
@@ -58,6 +58,6 @@ def test_labels_face_inwards_and_short_plots_fold_rows() -> None:
 
 
 def test_the_layout_module_needs_no_qt() -> None:
-    code = ("import sys, tf_device_panel.gui.marker_layout; "
+    code = ("import sys, tf_device_panel.gui.views.marker_layout; "
             "sys.exit(any(m.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph') for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

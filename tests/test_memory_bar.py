@@ -11,8 +11,8 @@ from PySide6.QtGui import QFontMetricsF
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.memory_bar import MemoryBar
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.views.memory_bar import MemoryBar
 
 from tests.fake_nvml import H100_NAME, H100_TOTAL_MIB
 

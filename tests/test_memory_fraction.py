@@ -55,7 +55,7 @@ def test_the_snippet_shows_the_environment_variable_way_to_memory_growth() -> No
 
 
 def test_the_configuration_panel_edits_the_fraction(qtbot) -> None:
-    from tf_device_panel.gui.config_panel import ConfigPanel
+    from tf_device_panel.gui.docks.config_panel import ConfigPanel
 
     panel = ConfigPanel()
     qtbot.addWidget(panel)

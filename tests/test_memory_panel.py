@@ -17,7 +17,7 @@ from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import read_csv
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.memory_panel import MemoryPanel
+from tf_device_panel.gui.docks.memory_panel import MemoryPanel
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def ready_event(pid: int) -> Event:
 
 
 def cell(panel: MemoryPanel, row: int, column: str) -> str:
-    from tf_device_panel.gui.memory_panel import GPU_COLUMNS
+    from tf_device_panel.gui.docks.memory_panel import GPU_COLUMNS
 
     return panel.table.item(row, GPU_COLUMNS.index(column)).text()
 
@@ -178,7 +178,7 @@ def test_a_live_redraw_redoes_only_what_moved(qtbot, monkeypatch: pytest.MonkeyP
     import pyqtgraph as pg
     from PySide6.QtWidgets import QApplication
     from tf_device_panel.core.devices.telemetry import History
-    from tf_device_panel.gui import memory_panel
+    from tf_device_panel.gui.docks import memory_panel
 
     painted: list[str] = []
     relabelled: list[str] = []

@@ -185,7 +185,7 @@ def test_a_job_that_runs_out_under_a_64_mib_cap_is_explained_on_the_command_line
 def test_the_window_draws_the_allocators_memory(qtbot) -> None:
     from tf_device_panel.core.client.records import RunError
     from tf_device_panel.core.client.run_record import JobOutcome
-    from tf_device_panel.gui.result_view import ResultView
+    from tf_device_panel.gui.views.result_view import ResultView
 
     view = ResultView()
     qtbot.addWidget(view)

@@ -17,15 +17,15 @@ from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.session import ManagerStateChanged, RunPidChanged
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.device_map import DeviceMapPanel
-from tf_device_panel.gui.devices_panel import DevicesPanel
-from tf_device_panel.gui.log_panel import LogPanel
-from tf_device_panel.gui.machines_panel import MachinesPanel
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.memory_panel import MemoryPanel
+from tf_device_panel.gui.docks.config_panel import ConfigPanel
+from tf_device_panel.gui.docks.device_map import DeviceMapPanel
+from tf_device_panel.gui.docks.devices_panel import DevicesPanel
+from tf_device_panel.gui.docks.log_panel import LogPanel
+from tf_device_panel.gui.docks.machines_panel import MachinesPanel
+from tf_device_panel.gui.docks.memory_panel import MemoryPanel
+from tf_device_panel.gui.shell.main_window import MainWindow
 
-WINDOW = Path(__file__).parent.parent / "gui" / "main_window.py"
+WINDOW = Path(__file__).parent.parent / "gui" / "shell" / "main_window.py"
 DECLARED = (DevicesPanel, ConfigPanel, LogPanel, MemoryPanel, MachinesPanel, DeviceMapPanel)
 
 

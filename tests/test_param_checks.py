@@ -117,7 +117,7 @@ def test_the_run_process_makes_the_same_check_before_the_job_starts(job: str, pa
 
 
 def test_the_window_refuses_a_device_the_applied_profile_lacks(qtbot: Any) -> None:
-    from tf_device_panel.gui.runs_panel import RunsPanel
+    from tf_device_panel.gui.docks.runs_panel import RunsPanel
 
     panel = RunsPanel()
     qtbot.addWidget(panel)

@@ -16,9 +16,9 @@ from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.results import Plot, Presentation, Series
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.result_view import ResultView
-from tf_device_panel.gui.view_settings import SERIES_COLORS, series_style
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.views.result_view import ResultView
+from tf_device_panel.gui.widgets.view_settings import SERIES_COLORS, series_style
 
 FIT = {"kind": "training", "devices": ["/CPU:0", "/CPU:1"], "replicas_in_sync": 2, "global_batch_size": 10,
        "batch_per_replica": 5, "loss": [0.074, 0.0028, 0.000108, 0.000004, 0.0000003, 0.0, 0.0, 0.0],

@@ -18,7 +18,7 @@ from test_classroom_layout import BENCHMARK
 from test_window_layout import RESULTS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 OUTPUT_LINES = [(f"step {n}: loss {1 / n:.4f}", False) for n in range(1, 41)]
 
@@ -105,7 +105,7 @@ def test_the_first_window_fills_a_classroom_screen(qtbot, tmp_path: Path, monkey
     """Without a window manager the window opened 32 px short of the screen (a title bar that is not there), and
     at 1920×1080 at 1728×972; a screen up to 1920×1080 is now filled, a larger one 90 %."""
     from PySide6.QtCore import QRect
-    from tf_device_panel.gui.window_layout import WindowLayout
+    from tf_device_panel.gui.shell.window_layout import WindowLayout
 
     monkeypatch.setattr(WindowLayout, "_available", lambda self: QRect(0, 0, *screen))
     settings = QSettings(str(tmp_path / "fresh.ini"), QSettings.Format.IniFormat)
@@ -266,8 +266,8 @@ def test_the_output_follows_its_end_unless_the_person_scrolls_up(qtbot) -> None:
     """The pane kept showing steps 3–6 of the memory job after it ended (a resize, a rewrap kept the top line);
     it now shows the last line through resizes, and stays where the person scrolled up to."""
     from PySide6.QtWidgets import QAbstractSlider
-    from tf_device_panel.gui.console_view import ConsoleView
-    from tf_device_panel.gui.job_state import JobState
+    from tf_device_panel.gui.views.console_view import ConsoleView
+    from tf_device_panel.gui.views.job_state import JobState
 
     console = ConsoleView()
     qtbot.addWidget(console)

@@ -11,7 +11,7 @@ from PySide6.QtCore import QSettings
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.config import DeviceConfig, save_profile
-from tf_device_panel.gui.main_window import APPLIED_KEY, MainWindow
+from tf_device_panel.gui.shell.main_window import APPLIED_KEY, MainWindow
 
 
 def test_the_applied_configuration_comes_back_on_restart(qtbot, tmp_path: Path, monkeypatch) -> None:

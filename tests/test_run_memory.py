@@ -86,8 +86,8 @@ def test_real_runs_under_a_cpu_cap_record_peaks_that_grow_with_the_batch(tmp_pat
 
 def test_the_history_dock_shows_each_runs_peak_and_compares_two(qtbot) -> None:
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.history_panel import COLUMNS, HistoryPanel
-    from tf_device_panel.gui.memory_compare import COMPARE_COLUMNS, MemoryCompareDialog
+    from tf_device_panel.gui.docks.history_panel import COLUMNS, HistoryPanel
+    from tf_device_panel.gui.views.memory_compare import COMPARE_COLUMNS, MemoryCompareDialog
 
     history = RunHistory()
     older = _record(history, [("/GPU:0", 50.0, 100.0)])

@@ -20,8 +20,8 @@ from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.job_state import JobState, error_summary
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.views.job_state import JobState, error_summary
 
 LONG_TAIL = "but available devices are [ " + ", ".join(f"/job:localhost/replica:0/task:0/device:CPU:{n}"
                                                       for n in range(12)) + " ]"

@@ -514,7 +514,7 @@ def test_a_latin1_script_that_declares_its_encoding_runs(tmp_path: Path) -> None
 
 def test_a_scripts_fallback_is_drawn_on_the_device_map(qtbot, tmp_path: Path) -> None:
     pytest.importorskip("PySide6")
-    from tf_device_panel.gui.device_map import DeviceMapPanel
+    from tf_device_panel.gui.docks.device_map import DeviceMapPanel
 
     script = write(tmp_path, SEED_GPU2)
     seen: list[events.Event] = []

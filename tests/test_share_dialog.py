@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("PySide6")
 from tf_device_panel.core.config import DeviceConfig, load_profile
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.share_dialog import SEAT_COLUMNS, ShareDialog
+from tf_device_panel.gui.dialogs.share_dialog import SEAT_COLUMNS, ShareDialog
+from tf_device_panel.gui.shell.main_window import MainWindow
 
 MIB = 1024 * 1024
 

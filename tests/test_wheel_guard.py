@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.gpu_facts import GpuInfo
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.widgets import guard_wheel
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.widgets.common import guard_wheel
 
 FIELDS = (QAbstractSpinBox, QComboBox, QAbstractSlider)
 

@@ -14,8 +14,8 @@ from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.gui.main_window import MainWindow
-from tf_device_panel.gui.result_view import ResultView, outcome_summary, user_frames
+from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.views.result_view import ResultView, outcome_summary, user_frames
 
 LONG = "x" * 2000  # one unbreakable word: a label that wraps at spaces cannot wrap it
 SIZES = ((1280, 720), (1920, 1080))

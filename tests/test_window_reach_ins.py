@@ -13,10 +13,10 @@ pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.log_panel import LogPanel
-from tf_device_panel.gui.main_window import MainWindow
+from tf_device_panel.gui.docks.log_panel import LogPanel
+from tf_device_panel.gui.shell.main_window import MainWindow
 
-WINDOW = Path(__file__).parent.parent / "gui" / "main_window.py"
+WINDOW = Path(__file__).parent.parent / "gui" / "shell" / "main_window.py"
 PANELS = {"devices", "config_panel", "runs", "log", "history_panel", "doctor", "memory", "machines", "device_map"}
 # Reach-ins left to the helpers who own the code around them: none since the panels wire themselves (issue 30).
 NOT_YET: set[tuple[str, str]] = set()

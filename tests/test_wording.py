@@ -33,7 +33,7 @@ def printed(event: events.Event) -> str:
 
 @pytest.mark.parametrize(("event", "words"), SAME_WORDS)
 def test_the_cli_and_the_log_say_an_event_in_the_same_words(event: events.Event, words: str, qtbot) -> None:
-    from tf_device_panel.gui.log_view import event_log_entry
+    from tf_device_panel.gui.views.log_view import event_log_entry
 
     entry = event_log_entry(event)
     assert entry is not None and entry[1] == f"[panel] {words}"
@@ -41,7 +41,7 @@ def test_the_cli_and_the_log_say_an_event_in_the_same_words(event: events.Event,
 
 
 def test_an_error_is_said_alike_by_the_cli_and_the_log(qtbot) -> None:
-    from tf_device_panel.gui.log_view import event_log_entry
+    from tf_device_panel.gui.views.log_view import event_log_entry
 
     error = events.Error(error_type="ResourceExhaustedError", message="OOM when allocating")
     assert event_log_entry(error) == ("error", "[panel] ResourceExhaustedError: OOM when allocating")

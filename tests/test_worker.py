@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.gui.worker import create_worker, to_gui_thread
+from tf_device_panel.gui.widgets.worker import create_worker, to_gui_thread
 
 
 def test_a_functions_value_arrives_on_the_gui_thread_then_finished(qtbot) -> None:

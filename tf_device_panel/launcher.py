@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 
 def open_window(profile: str | None) -> int:
-    from tf_device_panel.gui.app import main as window_main  # Qt is loaded only when a window is asked for
+    from tf_device_panel.gui.shell.app import main as window_main  # Qt is loaded only when a window is asked for
 
     return int(window_main(profile))
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client import doctor
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.gui.worker import Worker, create_worker
+from tf_device_panel.gui.widgets.worker import Worker, create_worker
 
 STATUS_COLORS = {doctor.PASS: "#2e9d4f", doctor.WARN: "#c77700", doctor.FAIL: "#d33", doctor.SKIPPED: "#888888"}
 NAME_SHARE = 0.5     # at most this share of the width goes to the check names, which wrap within it

@@ -170,7 +170,7 @@ def main(profile: str | None = None) -> int:
         print(f"tf-device-panel: the window needs PySide6, which failed to load ({exc}).\n"
               "Reinstall with: pip install -e .   — " + CLI_HINT, file=sys.stderr)
         return 2
-    from tf_device_panel.gui.main_window import APPLICATION, ORGANIZATION, MainWindow
+    from tf_device_panel.gui.shell.main_window import APPLICATION, ORGANIZATION, MainWindow
 
     existing = QApplication.instance()
     app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])

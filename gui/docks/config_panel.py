@@ -32,13 +32,13 @@ from tf_device_panel.core.config import (
 )
 from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.gui.docks import LEFT, DockSpec
-from tf_device_panel.gui.form_builder import Editor, build_editor, setting_declared
-from tf_device_panel.gui.memory_bar import MemoryBar
-from tf_device_panel.gui.widgets import DownScrollArea, code_dialog, guard_wheel
+from tf_device_panel.gui.views.memory_bar import MemoryBar
+from tf_device_panel.gui.widgets.common import DownScrollArea, code_dialog, guard_wheel
+from tf_device_panel.gui.widgets.form_builder import Editor, build_editor, setting_declared
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QDialog
-    from tf_device_panel.gui.controller import RuntimeController
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 
 class GpuEditor(QGroupBox):

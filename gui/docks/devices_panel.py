@@ -21,11 +21,11 @@ from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged
 from tf_device_panel.core.devices.gpus import tf_gpu_messages
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.colors import device_color
 from tf_device_panel.gui.docks import LEFT, DockSpec
+from tf_device_panel.gui.widgets.colors import device_color
 
 if TYPE_CHECKING:
-    from tf_device_panel.gui.controller import RuntimeController
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 
 class DevicesPanel(QWidget):

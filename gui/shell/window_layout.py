@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QByteArray, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QDockWidget, QWidget
-from tf_device_panel.gui import view_settings
+from tf_device_panel.gui.widgets import view_settings
 
 from tf_device_panel import resources
 
 if TYPE_CHECKING:
-    from tf_device_panel.gui.main_window import MainWindow
+    from tf_device_panel.gui.shell.main_window import MainWindow
 
 DEFAULT_SIZE = (1280, 820)
 SIDE_DOCK_WIDTH = 340     # Devices / Configuration: the widest field plus its scroll bar

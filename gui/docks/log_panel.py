@@ -9,11 +9,11 @@ from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import AppliedChanged, RunStateChanged
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
-from tf_device_panel.gui.log_view import LogView
+from tf_device_panel.gui.views.log_view import LogView
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
-    from tf_device_panel.gui.controller import RuntimeController
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 
 class LogPanel(LogView):

@@ -33,18 +33,18 @@ from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
-from tf_device_panel.gui import view_settings
-from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
-from tf_device_panel.gui.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
-from tf_device_panel.gui.oom_view import OomView
-from tf_device_panel.gui.view_settings import series_style
-from tf_device_panel.gui.widgets import (
+from tf_device_panel.gui.views.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
+from tf_device_panel.gui.views.oom_view import OomView
+from tf_device_panel.gui.widgets import view_settings
+from tf_device_panel.gui.widgets.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.widgets.common import (
     ExpandableDetail,
     WrappingHeader,
     content_widths,
     move_in_layout,
     text_line_bottoms,
 )
+from tf_device_panel.gui.widgets.view_settings import series_style
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,

@@ -43,16 +43,16 @@ from tf_device_panel.core.devices.inventory import DeviceInventory, InventoryLog
 from tf_device_panel.core.devices.nvml import GpuSample, Nvml
 from tf_device_panel.core.devices.telemetry import HeldOnGpu, History, Marker, Sample, Sampler
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.colors import device_color, palette_colors, theme_axes
-from tf_device_panel.gui.decimation import columns_for
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
-from tf_device_panel.gui.marker_layout import label_rows, layout_marker_labels
-from tf_device_panel.gui.notice import show_notice
-from tf_device_panel.gui.widgets import guard_wheel, move_in_layout
-from tf_device_panel.gui.worker import to_gui_thread
+from tf_device_panel.gui.shell.notice import show_notice
+from tf_device_panel.gui.views.decimation import columns_for
+from tf_device_panel.gui.views.marker_layout import label_rows, layout_marker_labels
+from tf_device_panel.gui.widgets.colors import device_color, palette_colors, theme_axes
+from tf_device_panel.gui.widgets.common import guard_wheel, move_in_layout
+from tf_device_panel.gui.widgets.worker import to_gui_thread
 
 if TYPE_CHECKING:
-    from tf_device_panel.gui.controller import RuntimeController
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 WINDOWS = (("1 min", 60.0), ("5 min", 300.0), ("15 min", 900.0), ("1 hour", 3600.0), ("All", None))
 REDRAW_MS = 500

@@ -13,8 +13,8 @@ from tf_device_panel.core.client.run_manager import RunManager
 from tf_device_panel.core.client.runtime import EXITED, NOT_STARTED, READY, STARTING
 from tf_device_panel.core.client.session import RunStateChanged
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.gui.notice import show_notice
-from tf_device_panel.gui.widgets import ElidedLabel
+from tf_device_panel.gui.shell.notice import show_notice
+from tf_device_panel.gui.widgets.common import ElidedLabel
 
 KEPT_WARNINGS = 200
 

@@ -16,24 +16,24 @@ from tf_device_panel.core.client.session import RunStateChanged
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.devices.telemetry import Sampler
-from tf_device_panel.gui.about import show_about
-from tf_device_panel.gui.config_panel import ConfigPanel
-from tf_device_panel.gui.controller import BUSY, READY, STARTING, RuntimeController
-from tf_device_panel.gui.device_map import DeviceMapPanel
-from tf_device_panel.gui.devices_panel import DevicesPanel
+from tf_device_panel.gui.dialogs.about import show_about
 from tf_device_panel.gui.docks import RIGHT, DockSpec
-from tf_device_panel.gui.doctor_panel import DoctorPanel
-from tf_device_panel.gui.garbage import GuiThreadCollection
-from tf_device_panel.gui.history_panel import HistoryPanel
-from tf_device_panel.gui.log_handler import WindowLogHandler
-from tf_device_panel.gui.log_panel import LogPanel
-from tf_device_panel.gui.machines_panel import MachinesPanel
-from tf_device_panel.gui.memory_panel import MemoryPanel
-from tf_device_panel.gui.profiles import APPLIED_KEY, Profiles
-from tf_device_panel.gui.runs_panel import RunsPanel
-from tf_device_panel.gui.status_bar import RuntimeStatusBar
-from tf_device_panel.gui.widgets import guard_wheel
-from tf_device_panel.gui.window_layout import LAYOUT_VERSION, WindowLayout
+from tf_device_panel.gui.docks.config_panel import ConfigPanel
+from tf_device_panel.gui.docks.device_map import DeviceMapPanel
+from tf_device_panel.gui.docks.devices_panel import DevicesPanel
+from tf_device_panel.gui.docks.doctor_panel import DoctorPanel
+from tf_device_panel.gui.docks.history_panel import HistoryPanel
+from tf_device_panel.gui.docks.log_panel import LogPanel
+from tf_device_panel.gui.docks.machines_panel import MachinesPanel
+from tf_device_panel.gui.docks.memory_panel import MemoryPanel
+from tf_device_panel.gui.docks.runs_panel import RunsPanel
+from tf_device_panel.gui.shell.controller import BUSY, READY, STARTING, RuntimeController
+from tf_device_panel.gui.shell.garbage import GuiThreadCollection
+from tf_device_panel.gui.shell.log_handler import WindowLogHandler
+from tf_device_panel.gui.shell.profiles import APPLIED_KEY, Profiles
+from tf_device_panel.gui.shell.status_bar import RuntimeStatusBar
+from tf_device_panel.gui.shell.window_layout import LAYOUT_VERSION, WindowLayout
+from tf_device_panel.gui.widgets.common import guard_wheel
 
 from tf_device_panel import resources
 
@@ -279,7 +279,7 @@ class MainWindow(QMainWindow):
         return self.config_panel.show_snippet()
 
     def show_share(self) -> QDialog:
-        from tf_device_panel.gui.share_dialog import ShareDialog
+        from tf_device_panel.gui.dialogs.share_dialog import ShareDialog
 
         dialog = ShareDialog(self.config_panel.config(), self)  # the seats start from the window's configuration
         guard_wheel(dialog)

@@ -15,8 +15,8 @@ from typing import Any
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
-from tf_device_panel.gui.colors import device_color
-from tf_device_panel.gui.device_map_layout import Fit, Piece, fit_pieces, mib_text, share_text
+from tf_device_panel.gui.views.device_map_layout import Fit, Piece, fit_pieces, mib_text, share_text
+from tf_device_panel.gui.widgets.colors import device_color
 
 TEXT_PAD = 4.0
 OVER_COLOR = "#d33"

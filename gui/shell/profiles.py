@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileError, load_profile, save_profile
-from tf_device_panel.gui.config_panel import ConfigPanel
+from tf_device_panel.gui.docks.config_panel import ConfigPanel
 
 APPLIED_KEY = "applied_config"  # the configuration last applied, as JSON: restored on the next start
 

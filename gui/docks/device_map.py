@@ -20,8 +20,8 @@ from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.colors import device_color
-from tf_device_panel.gui.device_map_layout import (
+from tf_device_panel.gui.docks import BOTTOM, DockSpec
+from tf_device_panel.gui.views.device_map_layout import (
     BREAK_MARK,
     PADDING,
     TEXT_PAD,
@@ -36,11 +36,11 @@ from tf_device_panel.gui.device_map_layout import (
     fold_task_placements,
     layout_device_map,
 )
-from tf_device_panel.gui.docks import BOTTOM, DockSpec
-from tf_device_panel.gui.worker import to_gui_thread
+from tf_device_panel.gui.widgets.colors import device_color
+from tf_device_panel.gui.widgets.worker import to_gui_thread
 
 if TYPE_CHECKING:
-    from tf_device_panel.gui.controller import RuntimeController
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 FALLBACK_COLOR = "#d97706"
 RUN_COLOR = "#8fa3bf"      # what the run's process holds: a neutral slate, unlike any device's colour

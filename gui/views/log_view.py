@@ -39,8 +39,8 @@ from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.run_state import PlacementKey, RunChanges, RunState
 from tf_device_panel.core.protocol import ansi, events, output_lines
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.gui.colors import device_color
-from tf_device_panel.gui.notice import show_notice
+from tf_device_panel.gui.shell.notice import show_notice
+from tf_device_panel.gui.widgets.colors import device_color
 
 MAX_LOG_LINES = 20_000
 MAX_STARTUP_LINES = 2_000  # the next runtime's start-up lines held apart (a TensorFlow start-up prints tens)

@@ -41,14 +41,14 @@ from tf_device_panel.core.catalogue import JOBS, ParamError, ParamValues
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.gui.console_view import ConsoleView
-from tf_device_panel.gui.job_form import ParamForm
-from tf_device_panel.gui.job_state import JobState
-from tf_device_panel.gui.result_view import ResultView
-from tf_device_panel.gui.widgets import ElidedLabel, code_dialog
+from tf_device_panel.gui.views.console_view import ConsoleView
+from tf_device_panel.gui.views.job_state import JobState
+from tf_device_panel.gui.views.result_view import ResultView
+from tf_device_panel.gui.widgets.common import ElidedLabel, code_dialog
+from tf_device_panel.gui.widgets.job_form import ParamForm
 
 if TYPE_CHECKING:
-    from tf_device_panel.gui.controller import RuntimeController
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 # A script's batch-size argument ("--batch-size 512", "--batch=64", "-b 32"): its number becomes {batch}.
 BATCH_ARGUMENT = re.compile(r"((?:^|\s)(?:--?batch(?:[-_]?size)?|-b|--bs)(?:=|\s+))\d+", re.IGNORECASE)

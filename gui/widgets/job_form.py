@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.catalogue import JobSpec, Param, ParamValue
-from tf_device_panel.gui.form_builder import Editor, build_editor, param_declared
+from tf_device_panel.gui.widgets.form_builder import Editor, build_editor, param_declared
 
 TWO_COLUMNS_WIDTH = 560  # px from which a form of more than TWO_COLUMNS_ROWS rows sets its fields in two columns
 TWO_COLUMNS_ROWS = 3

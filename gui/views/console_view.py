@@ -14,8 +14,8 @@ from PySide6.QtCore import QEvent, QMimeData, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QResizeEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QSizePolicy, QVBoxLayout, QWidget
 from tf_device_panel.core.protocol import ansi
-from tf_device_panel.gui.job_state import MAX_OUTPUT_LINES, JobState
-from tf_device_panel.gui.widgets import monospace_font
+from tf_device_panel.gui.views.job_state import MAX_OUTPUT_LINES, JobState
+from tf_device_panel.gui.widgets.common import monospace_font
 
 EMPTY_TEXT = "The job's own output (print, logging, progress bars) appears here as it runs."
 

@@ -38,10 +38,10 @@ from tf_device_panel.core.client.run_memory import events_peaks, peaks_text, rss
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.log_view import LogView as LogPanel
-from tf_device_panel.gui.memory_compare import MemoryCompareDialog
-from tf_device_panel.gui.result_view import ResultView
-from tf_device_panel.gui.widgets import WrappingHeader, content_widths
+from tf_device_panel.gui.views.log_view import LogView as LogPanel
+from tf_device_panel.gui.views.memory_compare import MemoryCompareDialog
+from tf_device_panel.gui.views.result_view import ResultView
+from tf_device_panel.gui.widgets.common import WrappingHeader, content_widths
 
 COLUMNS = ("Date", "Job", "Status", "Duration", "Peak (MiB)")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.catalogue import Param
 from tf_device_panel.core.config import Field, Kind
-from tf_device_panel.gui.widgets import guard_wheel
+from tf_device_panel.gui.widgets.common import guard_wheel
 
 INT_LIMIT = 2**31 - 1   # a QSpinBox's own limit
 NUMBER_LIMIT = 1e12

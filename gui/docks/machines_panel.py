@@ -37,8 +37,8 @@ from PySide6.QtWidgets import (
 from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
 from tf_device_panel.core.units import GIB
 from tf_device_panel.gui.docks import RIGHT, DockSpec
-from tf_device_panel.gui.widgets import guard_wheel
-from tf_device_panel.gui.worker import Worker, create_worker
+from tf_device_panel.gui.widgets.common import guard_wheel
+from tf_device_panel.gui.widgets.worker import Worker, create_worker
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Dialogs opened from the menus: Share a GPU, About."""

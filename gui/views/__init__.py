@@ -1,0 +1,1 @@
+"""What the docks show that is no dock: result views, the log's view, the OOM drawing, pure layout arithmetic."""
