@@ -229,8 +229,13 @@ def test_stopping_share_while_it_verifies_leaves_no_seat_running(tmp_path, signa
 
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 192, "log_placement": False}))
+    # Each seat's work outlasts the test: the signal lands while the seats run however slowly a busy machine
+    # starts them (the CNN's few steps could end first, and share with them).
+    work = tmp_path / "seat_work.py"
+    work.write_text("import time\nprint('seat under way', flush=True)\ntime.sleep(600)\n")
     process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "share", "--seats", "2", "--config",
-                                str(base), "--out", str(tmp_path / "class"), "--verify"], cwd=ROOT,
+                                str(base), "--out", str(tmp_path / "class"), "--verify", "--script", str(work)],
+                               cwd=ROOT,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         command = psutil.Process(process.pid)
