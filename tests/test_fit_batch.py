@@ -101,6 +101,9 @@ def _check_answer(result: dict, budget_mib: int) -> int:
 
 
 @pytest.mark.slow
+# 170-210 s on an idle 2-core machine, past 300 s beside a load of 10: a wider bound than the suite's, so a busy
+# machine slows it without killing its worker.
+@pytest.mark.timeout(900)
 def test_the_cnns_batch_held_in_each_repeat_and_the_batch_just_above_ran_out(tmp_path: Path) -> None:
     done = _run("fit-batch", "-p", "model=cnn", "-p", "budget_mib=128", "--json")
     assert done.returncode == 0, done.stderr
