@@ -35,6 +35,7 @@ from tf_device_panel.core.catalogue.fit_runs import (
     wait_runs,
 )
 from tf_device_panel.core.catalogue.fit_work import Work
+from tf_device_panel.core.catalogue.share_params import MAX_SEATS, VERIFY_BATCH
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
 from tf_device_panel.core.units import MIB
 
@@ -42,8 +43,7 @@ CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521
 HEADROOM_MIB = 16            # per seat on a GPU, above the context: what the measurements exceed 520 by, and more
 DRIVER_RESERVE_MIB = 480     # NVML's total less CUDA's on the H100 (81,559 - 81,079), where only NVML's is known
 MIN_SEAT_MIB = 32            # a seat smaller than this cannot hold TensorFlow's own first allocations
-MAX_SEATS = 256
-VERIFY_MODEL, VERIFY_BATCH = "cnn", 32
+VERIFY_MODEL = "cnn"
 VERIFY_TIMEOUT_S = 900.0
 # A seat's cap is at least this times the work's peak alone: runs side by side peak higher and fragment (the
 # cnn's peaks at one batch spread by a third from run to run).
