@@ -261,7 +261,7 @@ def test_a_panel_runs_oom_is_read_from_the_outcome_its_command_line_printed(tmp_
     # fit-batch's verdict per batch and share's seat status come from `run --json`'s outcome, which holds the run
     # record's explanation: reading a run explains nothing again.
     from tf_device_panel.core import oom as oom_parser
-    from tf_device_panel.core.catalogue.fit_runs import PanelRun, read_run
+    from tf_device_panel.core.panel_runs.runs import PanelRun, read_run
 
     outcome = fed("fit", tf_stderr(DUMP), error("ResourceExhaustedError", OOM_MESSAGE),
                   events.JobFinished(job="fit", status="error", returncode=1, job_id=JOB_ID)).outcome
