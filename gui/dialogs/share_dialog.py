@@ -46,10 +46,11 @@ from tf_device_panel.gui.widgets.form_builder import Declared, Editor, build_edi
 
 SEAT_COLUMNS = ("Seat", "Profile", "Limit", "Peak", "Process", "Status")
 FROM_THE_WINDOW = ("config",)     # the window's configuration is the base profile: no field of the dialog's
-# The form's rows, in its order: the work, then its file and arguments, the batch, the seats (the switch between
-# the most and a number of seats stands on their row, before the count), the folder and the two switches.
+# The form's own field: which of the works (core.catalogue.share_params) each seat runs.
 WORK = Declared("work", Kind.CHOICE, "Each seat runs", choices=tuple(work.words for work in SHARE_WORKS),
                 default=SHARE_WORKS[0].words)
+# The form's rows, in its order: the work, then its file and arguments, the batch, the seats (the switch between
+# the most and a number of seats stands on their row, before the count), the folder and the two switches.
 ROWS = ("work", "script", "model", "args", "batch", "seats", "out", "verify", "force")
 FILE_ROW = "File"                 # the row of the file the chosen work runs, whichever it is
 ON_THE_ROW_OF = {"max": "seats"}
