@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from figures import report
-from tf_device_panel.core.catalogue.fit_runs import read_run, start_run, wait_runs
 from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.config import DeviceConfig, save_profile
+from tf_device_panel.core.panel_runs.runs import read_run, start_run, wait_runs
 
 LIGHTNING_STEPS = 3
 LIGHTNING_MAX_TRIALS = 25

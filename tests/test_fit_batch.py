@@ -17,9 +17,9 @@ import psutil
 import pytest
 from helpers import collect_job, of_type, wait_until
 from tf_device_panel.core.catalogue import JOBS, ParamError
-from tf_device_panel.core.catalogue.fit_runs import PROBE_MODULE
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.panel_runs.runs import PROBE_MODULE
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import present
 from tf_device_panel.core.runproc.jobs.fit_batch import (

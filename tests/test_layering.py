@@ -148,6 +148,30 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
     assert done.returncode != 0 and broken in done.stdout and two_broken in done.stdout, done.stdout
 
 
+def test_the_catalogue_imports_nothing_that_starts_processes(tmp_path: Path) -> None:
+    """The catalogue holds declarations every side reads; starting, watching and reading processes (the process
+    helpers, the panel's runs of its command line, subprocess, multiprocessing) is the rooms' above it."""
+    lint = _lint_script()
+    broken = "the catalogue imports nothing that starts processes BROKEN"
+    for plant, (module, imported) in (("catalogue-processes", ("jobs.py", "tf_device_panel.core.processes")),
+                                      ("catalogue-subprocess", ("params.py", "subprocess")),
+                                      ("catalogue-multiprocessing", ("share_params.py", "multiprocessing"))):
+        tree = lint.stage(tmp_path / plant)
+        with (tree / "tf_device_panel" / "core" / "catalogue" / module).open("a") as f:
+            f.write(f"\n\ndef _planted():\n    import {imported}\n    return None\n")
+        done = _contracts(tree)
+        assert done.returncode != 0 and broken in done.stdout and ONE_BROKEN in done.stdout, (plant, done.stdout)
+
+    # The panel's runs sit above the catalogue: importing them breaks the layers too.
+    tree = lint.stage(tmp_path / "catalogue-panel-runs")
+    with (tree / "tf_device_panel" / "core" / "catalogue" / "fit_work.py").open("a") as f:
+        f.write("\n\ndef _planted():\n    from tf_device_panel.core.panel_runs import runs\n    return runs\n")
+    done = _contracts(tree)
+    layout = "core is laid out by process: the run process never imports the panel's side BROKEN"
+    assert done.returncode != 0 and broken in done.stdout and layout in done.stdout, done.stdout
+    assert f"{CONTRACTS - 2} kept, 2 broken" in done.stdout, done.stdout
+
+
 def test_nothing_of_the_panel_imports_the_notebook_extension(tmp_path: Path) -> None:
     """The notebook extension runs TensorFlow in the user's kernel: the panel's side (window, command line,
     client, lab) never imports it, the run process's side and what both share sit below it, and it never

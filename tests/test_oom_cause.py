@@ -234,3 +234,48 @@ def test_the_fit_jobs_oom_names_fit_batch_with_its_model_and_the_gpu_that_ran_ou
     assert "(this run's was 600)" in oom["advice"][0]
     assert ("tf-device-panel run fit-batch -p model=cnn -p image_size=32 -p budget_mib=64 -p device=/GPU:1"
             in "\n".join(oom_text(oom, command_line=True)))
+
+
+# -- explained once, in the panel's client (issue 39, item 4) -------------------------------------------------------
+
+def _explaining_modules() -> set[str]:
+    """The modules of core/ and gui/ that call the OOM parser's `explain`, by any name they gave it."""
+    import ast
+
+    found = set()
+    for path in [*(ROOT / "core").rglob("*.py"), *(ROOT / "gui").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "explain"
+                                               or getattr(node.func, "attr", None) == "explain"):
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_an_oom_is_explained_by_the_run_record_and_by_the_notebook_alone() -> None:
+    # The run record explains a run's dump once, in the panel's client; everything else reads its outcome. The
+    # notebook explains its own: its cell runs in the kernel, with no run record.
+    assert _explaining_modules() == {"core/client/run_record.py", "core/notebook/cell_run.py"}
+
+
+def test_a_panel_runs_oom_is_read_from_the_outcome_its_command_line_printed(tmp_path: Path, monkeypatch) -> None:
+    # fit-batch's verdict per batch and share's seat status come from `run --json`'s outcome, which holds the run
+    # record's explanation: reading a run explains nothing again.
+    from tf_device_panel.core import oom as oom_parser
+    from tf_device_panel.core.panel_runs.runs import PanelRun, read_run
+
+    outcome = fed("fit", tf_stderr(DUMP), error("ResourceExhaustedError", OOM_MESSAGE),
+                  events.JobFinished(job="fit", status="error", returncode=1, job_id=JOB_ID)).outcome
+    assert outcome.oom is not None
+    (tmp_path / "outcome.json").write_text(json.dumps(outcome.to_json(), default=str))
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
+
+    def explained_again(*args: object, **options: object) -> None:
+        raise AssertionError("the run's dump was explained a second time")
+
+    monkeypatch.setattr(oom_parser, "explain", explained_again)
+    row = read_run(PanelRun(ended, tmp_path, 64, seconds=1.0))
+    assert not row["fits"] and row["error"] == OOM_MESSAGE
+    assert row["oom"] == {key: outcome.oom.get(key) for key in ("request_bytes", "limit_bytes", "in_use_bytes",
+                                                                "largest_free_bytes", "verdict")}
+    assert row["oom"]["verdict"] == "shortage"

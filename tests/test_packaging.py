@@ -35,7 +35,7 @@ def test_a_regular_install_adds_one_top_level_package(tmp_path: Path) -> None:
     assert {name for name in added if not name.endswith((".dist-info", ".pth"))} == {"tf_device_panel"}, added
     package = site_packages(venv) / "tf_device_panel"
     for shipped in ("__main__.py", "launcher.py", "core/runproc/runtime_main.py", "core/runproc/jobs/script.py",
-                    "gui/shell/main_window.py",
+                    "core/panel_runs/command.py", "gui/shell/main_window.py",
                     "resources/style.qss", "resources/icons/tf-device-panel.svg"):
         assert (package / shipped).is_file(), f"{shipped} is missing from the installed package"
     assert (venv / "bin" / "tf-device-panel").is_file()

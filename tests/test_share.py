@@ -398,3 +398,17 @@ def test_the_most_seats_of_a_small_cpu_cap_all_hold_side_by_side(tmp_path) -> No
     above = [t for t in most["tried"] if t["seats"] == seats + 1]
     assert (above and not above[0]["held"]) or (160 // (seats + 1)) < most["work_peak_mib"] * 1.0 or \
         (160 // (seats + 1)) < 32 or most["tried"][0]["seats"] == seats
+
+
+def test_the_commands_options_are_its_declaration() -> None:
+    # `share`'s options are generated from core.catalogue.share_params, as the Share dialog's fields are.
+    from tf_device_panel.core.catalogue.share_params import SHARE_OPTIONS
+
+    (share_parser,) = [action.choices["share"] for action in cli.build_parser()._actions
+                       if isinstance(action.choices, dict) and "share" in action.choices]
+    options = {action.option_strings[0]: action for action in share_parser._actions}
+    assert list(options) == ["-h", *(option.flag for option in SHARE_OPTIONS), "--json", "--verbose"]
+    for option in SHARE_OPTIONS:
+        action = options[option.flag]
+        assert action.help == option.param.help and action.required == option.required
+        assert action.metavar == (option.metavar or None) and action.default in (None, False)

@@ -131,3 +131,40 @@ def test_the_dialog_answers_how_many_seats_hold_the_cnn(qtbot, window, tmp_path)
     status = SEAT_COLUMNS.index("Status")
     assert [dialog.table.item(r, status).text() for r in range(count)] == ["held"] * count
     dialog.close()
+
+
+def test_the_dialogs_fields_and_the_commands_options_are_one_declaration(qtbot, window, tmp_path) -> None:
+    from tf_device_panel.core import cli
+    from tf_device_panel.core.catalogue.share_params import SHARE_OPTIONS, share_option
+
+    dialog = _open_from_the_menu(window, DeviceConfig(visible_gpus=(), cpu_memory_limit_mib=128))
+    batch, seats = share_option("batch").param, share_option("seats").param
+    assert (dialog.batch.minimum(), dialog.batch.maximum(), dialog.batch.value()) == (
+        batch.minimum, batch.maximum, batch.default)
+    assert (dialog.seats.minimum(), dialog.seats.maximum(), dialog.seats.value()) == (
+        seats.minimum, seats.maximum, seats.default)
+    assert dialog.verify.text() == share_option("verify").param.label and dialog.verify.isChecked()
+    assert dialog.most.text() == share_option("max").param.label and dialog.chosen.text() == "This many:"
+    assert set(dialog.editors) == {option.name for option in SHARE_OPTIONS} - {"config"} | {"work"}
+    # What the dialog starts is what the command line reads back: each field its option's value.
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    dialog.work.setCurrentIndex(1)
+    dialog.work_file.setText(f"  {script}  ")
+    dialog.script_args.setText("--epochs 1 --batch-size {batch}")
+    dialog.batch.setValue(64)
+    dialog.chosen.setChecked(True)
+    dialog.seats.setValue(4)
+    dialog.out.setText(str(tmp_path / "class"))
+    dialog.force.setChecked(True)
+    args = dialog.share_args()
+    assert args is not None
+    parsed = cli.build_parser().parse_args(args)
+    assert (parsed.seats, parsed.max, parsed.verify, parsed.force, parsed.json) == ("4", False, True, True, True)
+    assert (parsed.script, parsed.args, parsed.model, parsed.batch) == (str(script), dialog.script_args.text(),
+                                                                        None, 64)
+    assert parsed.out == str(tmp_path / "class") and load_profile(parsed.config).cpu_memory_limit_mib == 128
+    dialog.most.setChecked(True)
+    parsed = cli.build_parser().parse_args(dialog.share_args())
+    assert (parsed.seats, parsed.max, parsed.verify) == (None, True, False)
+    dialog.close()

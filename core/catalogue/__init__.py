@@ -10,7 +10,8 @@ line or the lab.
 - `params`: Param (its kind is the settings' `Kind`), ParamValue and ParamValues (a job's parameter values),
   ParamError, device names and lists, paths.
 - `script_checks`: whether a script can run at all, checked before any process starts.
-- `fit_runs`: the fit job run by the panel's own command line at one batch (fit-batch and `share --verify`).
+- `share_params`: `share`'s options, declared once for its command line and the window's Share dialog.
+- `fit_work`: the work fit-batch sizes and `share` seats, and its rules (core.panel_runs runs it).
 - `cluster_layout`: TF_CONFIG and the commands that start a real cluster's tasks (`cluster-config`).
 - `doctor_probe`: how the doctor's probe marks its report line.
 """

@@ -1,6 +1,6 @@
 """The work `fit-batch` sizes and `share` seats: the fit job's built-in model, a user's script whose arguments
 carry `{batch}`, or a saved Keras model (a .keras file) trained for a few steps on synthetic inputs. Each is run
-by the panel's own command line, at one batch, as a user would run it (core.catalogue.fit_runs).
+by the panel's own command line, at one batch, as a user would run it (core.panel_runs.runs).
 
 Everything about the work is checked here before any process starts: a script without `{batch}` in its
 arguments, a .keras file that is not a saved model or was saved without compiling.

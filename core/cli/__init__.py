@@ -29,6 +29,7 @@ from tf_device_panel.core.catalogue import (
 from tf_device_panel.core.catalogue.cluster_layout import cluster_commands
 from tf_device_panel.core.catalogue.fit_work import BATCH, BUILT_IN_MODELS, KERAS_SUFFIX, Work, keras_model_problem
 from tf_device_panel.core.catalogue.script_checks import script_problem
+from tf_device_panel.core.catalogue.share_params import SHARE_OPTIONS, VERIFY_BATCH, CommandOption
 from tf_device_panel.core.cli.output import (
     RunPrinter,
     cluster_config_text,
@@ -46,11 +47,11 @@ from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.client.run_memory import summary_peaks
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import shell_status
-from tf_device_panel.core.client.share import VERIFY_BATCH
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
     GpuInfo,
+    Kind,
     ProfileError,
     load_profile,
     to_python_snippet,
@@ -64,9 +65,6 @@ from tf_device_panel.core.text import clip, quote
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_EXPORTER_PORT = 9848  # core.lab.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
-
-
-MAX_FIT_BATCH = 1_000_000          # the fit job's largest batch
 
 
 class UsageError(Exception):
@@ -526,15 +524,28 @@ def _count(text: str) -> int:
     return value
 
 
-def _batch(text: str) -> int:
-    """A batch the fit job takes, for share's --batch."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of samples, got {quote(text)}") from None
-    if not 1 <= value <= MAX_FIT_BATCH:
-        raise argparse.ArgumentTypeError(f"{value} is not a batch; use 1 to {MAX_FIT_BATCH:,} samples (e.g. 32)")
-    return value
+def _add_options(parser: argparse.ArgumentParser, options: Sequence[CommandOption]) -> None:
+    """A command's options from their declaration: a switch is a bare flag, any other option takes a value (read by
+    its declared reading, whose refusal argparse says as the option's)."""
+    for option in options:
+        param = option.param
+        if param.kind is Kind.TOGGLE:
+            parser.add_argument(option.flag, action="store_true", help=param.help)
+        elif option.read is not None:
+            parser.add_argument(option.flag, metavar=option.metavar, help=param.help, required=option.required,
+                                type=_argparse_type(option.read))
+        else:
+            parser.add_argument(option.flag, metavar=option.metavar, help=param.help, required=option.required)
+
+
+def _argparse_type(read: Callable[[str], object]) -> Callable[[str], object]:
+    def typed(text: str) -> object:
+        try:
+            return read(text)
+        except ValueError as exc:  # argparse keeps a type's own words only from an ArgumentTypeError
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return typed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -591,21 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("share", help="split a GPU (or the CPU's cap) into seats: one profile per seat, verified")
-    p.add_argument("--seats", metavar="N", help="how many seats (processes) share the device")
-    p.add_argument("--max", action="store_true", help="find the most seats the device holds for the work, "
-                   "verified side by side (instead of --seats)")
-    p.add_argument("--config", metavar="BASE", help="the profile each seat starts from (for the CPU: its "
-                   "cpu_memory_limit_mib is what is split)")
-    p.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder for seat-1.json … seat-N.json")
-    p.add_argument("--force", action="store_true", help="write into DIR even when it is not empty")
-    p.add_argument("--verify", action="store_true", help="run the N seats side by side and report each one's peak")
-    p.add_argument("--script", metavar="PATH", help="the work each seat runs: your script (run as `run script` "
-                   "runs it) …")
-    p.add_argument("--args", metavar="ARGS", help="… with these arguments ({batch} is replaced by --batch)")
-    p.add_argument("--model", metavar="MODEL", help="the work each seat runs: dense, cnn (the default) or a saved "
-                   "Keras model (PATH.keras) trained a few steps")
-    p.add_argument("--batch", type=_batch, default=None, metavar="B",
-                   help=f"the batch each seat's run trains with (default {VERIFY_BATCH}); with --verify or --max")
+    _add_options(p, SHARE_OPTIONS)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_share)
 

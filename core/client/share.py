@@ -12,7 +12,7 @@ GPU whose memory_limit is the seat's share: TensorFlow's allocator in that proce
 (`cpu_memory_limit_mib`), each seat capped at its share.
 
 Verifying starts the N seats side by side, each running the panel's own `run fit` under its seat's profile (the
-run `fit-batch` verifies with: core.catalogue.fit_runs.start_panel_fit), and reads each one's allocator
+run `fit-batch` verifies with: core.panel_runs.runs.start_run), and reads each one's allocator
 peak from its record. A seat holds when its run finished and its peak stayed within its limit.
 """
 
@@ -26,7 +26,10 @@ from pathlib import Path
 from typing import TypedDict
 
 from tf_device_panel.core.catalogue import JobError
-from tf_device_panel.core.catalogue.fit_runs import (
+from tf_device_panel.core.catalogue.fit_work import Work
+from tf_device_panel.core.catalogue.share_params import MAX_SEATS, VERIFY_BATCH
+from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
+from tf_device_panel.core.panel_runs.runs import (
     PanelRun,
     read_run,
     run_device,
@@ -34,16 +37,13 @@ from tf_device_panel.core.catalogue.fit_runs import (
     stop_run,
     wait_runs,
 )
-from tf_device_panel.core.catalogue.fit_work import Work
-from tf_device_panel.core.config import DeviceConfig, GpuInfo, save_profile
 from tf_device_panel.core.units import MIB
 
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
 HEADROOM_MIB = 16            # per seat on a GPU, above the context: what the measurements exceed 520 by, and more
 DRIVER_RESERVE_MIB = 480     # NVML's total less CUDA's on the H100 (81,559 - 81,079), where only NVML's is known
 MIN_SEAT_MIB = 32            # a seat smaller than this cannot hold TensorFlow's own first allocations
-MAX_SEATS = 256
-VERIFY_MODEL, VERIFY_BATCH = "cnn", 32
+VERIFY_MODEL = "cnn"
 VERIFY_TIMEOUT_S = 900.0
 # A seat's cap is at least this times the work's peak alone: runs side by side peak higher and fragment (the
 # cnn's peaks at one batch spread by a third from run to run).

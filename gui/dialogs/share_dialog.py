@@ -18,13 +18,11 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
-    QPushButton,
     QRadioButton,
     QSpinBox,
     QTableWidget,
@@ -32,19 +30,33 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.share import MAX_SEATS, VERIFY_BATCH, ShareReport, seats_text
-from tf_device_panel.core.config import DeviceConfig, save_profile
+from tf_device_panel.core.catalogue.fit_work import BATCH
+from tf_device_panel.core.catalogue.share_params import (
+    SHARE_OPTIONS,
+    SHARE_WORKS,
+    ShareWork,
+    command_args,
+    share_option,
+)
+from tf_device_panel.core.client.share import ShareReport, seats_text
+from tf_device_panel.core.config import DeviceConfig, Kind, save_profile
 from tf_device_panel.core.processes import module_command
 from tf_device_panel.core.units import MIB
+from tf_device_panel.gui.widgets.form_builder import Declared, Editor, build_editor, option_declared
 
 SEAT_COLUMNS = ("Seat", "Profile", "Limit", "Peak", "Process", "Status")
-# What each seat runs: the dialog's words, and the file a choice asks for.
-WORKS = ("The panel's CNN", "Your script", "Your saved Keras model")
-FILE_FILTERS = {1: "Python files (*.py)", 2: "Keras models (*.keras)"}
+FROM_THE_WINDOW = ("config",)     # the window's configuration is the base profile: no field of the dialog's
+# The form's own field: which of the works (core.catalogue.share_params) each seat runs.
+WORK = Declared("work", Kind.CHOICE, "Each seat runs", choices=tuple(work.words for work in SHARE_WORKS),
+                default=SHARE_WORKS[0].words)
+# The form's rows, in its order: the work, then its file and arguments, the batch, the seats (the switch between
+# the most and a number of seats stands on their row, before the count), the folder and the two switches.
+ROWS = ("work", "script", "model", "args", "batch", "seats", "out", "verify", "force")
+FILE_ROW = "File"                 # the row of the file the chosen work runs, whichever it is
+ON_THE_ROW_OF = {"max": "seats"}
+SPIN_WIDTH = 120
 # The dialog's name for each input a refusal is about (the command names them by its options).
-FIELD_WORDS = {"seats": "Seats", "out": "Folder", "config": "This configuration", "batch": "Batch",
-               "script": "Script", "args": "Script arguments", "model": "Keras model", "work": "The work"}
-MAX_BATCH = 1_000_000
+FIELD_WORDS = {option.name: option.param.label for option in SHARE_OPTIONS} | {"work": "The work"}
 
 
 def mib_text(value: Any) -> str:
@@ -64,55 +76,37 @@ class ShareDialog(QDialog):
                        "alone, then runs that many seats side by side under their own share of the GPU (or of the "
                        "CPU memory cap, on a machine without a GPU), one profile per seat to hand out.")
         intro.setWordWrap(True)
-        self.work = QComboBox()
-        self.work.addItems(list(WORKS))
-        self.work_file = QLineEdit()
-        self.work_file.setPlaceholderText("the file each seat runs")
-        self.work_browse = QPushButton("Browse…")
-        self.work_browse.clicked.connect(self._browse_work)
-        file_row = QHBoxLayout()
-        file_row.addWidget(self.work_file, 1)
-        file_row.addWidget(self.work_browse)
-        self.script_args = QLineEdit()
-        self.script_args.setPlaceholderText("e.g. --batch-size {batch}  ({batch}: the batch below)")
-        self.batch = QSpinBox()
-        self.batch.setRange(1, MAX_BATCH)
-        self.batch.setValue(VERIFY_BATCH)
-        self.batch.setMaximumWidth(120)
-        self.most = QRadioButton("As many as hold the work (found by running them)")
-        self.chosen = QRadioButton("This many:")
-        self.most.setChecked(True)
-        self.seats = QSpinBox()
-        self.seats.setRange(1, MAX_SEATS)
-        self.seats.setValue(3)
-        self.seats.setMaximumWidth(120)
-        seats_row = QHBoxLayout()
-        seats_row.addWidget(self.most)
-        seats_row.addWidget(self.chosen)
-        seats_row.addWidget(self.seats)
-        seats_row.addStretch(1)
-        self.out = QLineEdit()
-        self.out.setPlaceholderText("a new or empty folder")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        out_row = QHBoxLayout()
-        out_row.addWidget(self.out, 1)
-        out_row.addWidget(browse)
-        self.verify = QCheckBox("Verify: run the seats side by side and measure each one's peak")
-        self.verify.setChecked(True)
-        self.force = QCheckBox("Write into a folder that is not empty")
+        # Each field built from its option's declaration (core.catalogue.share_params), as the command line's are.
+        self.editors: dict[str, Editor] = {option.name: build_editor(option_declared(option))
+                                           for option in SHARE_OPTIONS if option.name not in FROM_THE_WINDOW}
+        self.editors["work"] = build_editor(WORK)
+        self.work = cast(QComboBox, self.editors["work"].widget)
+        self.script_args = cast(QLineEdit, self.editors["args"].widget)
+        self.batch = cast(QSpinBox, self.editors["batch"].widget)
+        self.seats = cast(QSpinBox, self.editors["seats"].widget)
+        self.most, self.chosen = self.editors["max"].widget.findChildren(QRadioButton)
+        self.out = self._line(self.editors["out"])
+        self.verify = cast(QCheckBox, self.editors["verify"].widget)
+        self.force = cast(QCheckBox, self.editors["force"].widget)
+        for spin in (self.batch, self.seats):
+            spin.setMaximumWidth(SPIN_WIDTH)
         form = QFormLayout()
-        form.addRow("Each seat runs", self.work)
-        self.file_label = QLabel("File")
-        form.addRow(self.file_label, file_row)
-        self.args_label = QLabel("Script arguments")
-        form.addRow(self.args_label, self.script_args)
-        form.addRow("Batch", self.batch)
-        form.addRow("Seats", seats_row)
-        form.addRow("Folder", out_row)
-        form.addRow("", self.verify)
-        form.addRow("", self.force)
-        self._file_row = file_row
+        self.row_labels: dict[str, QLabel] = {}
+        for name in ROWS:
+            if name != "work" and share_option(name).param.kind is Kind.TOGGLE:
+                form.addRow("", self.editors[name].widget)  # its label is on its box
+                continue
+            self.row_labels[name] = QLabel(WORK.label if name == "work" else FILE_ROW if self._is_work_file(name)
+                                           else share_option(name).param.label)
+            beside = [self.editors[other].widget for other, row in ON_THE_ROW_OF.items() if row == name]
+            if not beside:
+                form.addRow(self.row_labels[name], self.editors[name].widget)
+                continue
+            row = QHBoxLayout()
+            for widget in (*beside, self.editors[name].widget):
+                row.addWidget(widget)
+            row.addStretch(1)
+            form.addRow(self.row_labels[name], row)
         self.work.currentIndexChanged.connect(self._work_changed)
         self.most.toggled.connect(self._mode_changed)
         self.status = QLabel("")
@@ -138,12 +132,33 @@ class ShareDialog(QDialog):
         self._work_changed()
         self._mode_changed()
 
+    @staticmethod
+    def _line(editor: Editor) -> QLineEdit:
+        """A path's text field, beside its Browse… button."""
+        line = editor.widget.findChild(QLineEdit)
+        assert line is not None  # a PATH's editor is a text field and its button
+        return line
+
+    @staticmethod
+    def _is_work_file(name: str) -> bool:
+        return any(work.options[:1] == (name,) for work in SHARE_WORKS)
+
+    @property
+    def chosen_work(self) -> ShareWork:
+        return SHARE_WORKS[self.work.currentIndex()]
+
+    @property
+    def work_file(self) -> QLineEdit | None:
+        """The text field of the file the chosen work runs (None: the built-in cnn runs no file)."""
+        options = self.chosen_work.options
+        return self._line(self.editors[options[0]]) if options else None
+
     def _work_changed(self) -> None:
-        index = self.work.currentIndex()
-        for widget in (self.file_label, self.work_file, self.work_browse):
-            widget.setVisible(index > 0)
-        self.args_label.setVisible(index == 1)
-        self.script_args.setVisible(index == 1)
+        shown = set(self.chosen_work.options)
+        for work in SHARE_WORKS:
+            for name in work.options:
+                self.row_labels[name].setVisible(name in shown)
+                self.editors[name].widget.setVisible(name in shown)
 
     def _mode_changed(self) -> None:
         most = self.most.isChecked()
@@ -151,47 +166,44 @@ class ShareDialog(QDialog):
         self.verify.setEnabled(not most)  # finding the most always runs the seats
         self.share_button.setText("Find how many" if most else "Write profiles")
 
-    def _browse_work(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "What each seat runs", self.work_file.text(),
-                                              FILE_FILTERS.get(self.work.currentIndex(), ""))
-        if path:
-            self.work_file.setText(path)
-
-    def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Folder for the seats' profiles", self.out.text())
-        if folder:
-            self.out.setText(folder)
-
     def work_args(self) -> list[str] | None:
         """The command's arguments for the work and batch; None (and the status says why) when incomplete."""
-        index = self.work.currentIndex()
-        path = self.work_file.text().strip()
-        if index and not path:
-            self.status.setText(f"Choose the {'script' if index == 1 else 'saved Keras model'} each seat runs.")
+        work = self.chosen_work
+        values = {name: self.editors[name].read() for name in work.options}
+        if work.options and not str(values[work.options[0]]).strip():
+            self.status.setText(f"Choose the {work.what} each seat runs.")
             return None
-        args = ["--script", path, "--args", self.script_args.text()] if index == 1 else []
-        args += ["--model", path] if index == 2 else []
-        script_has_batch = index != 1 or "{batch}" in self.script_args.text()
-        if self.most.isChecked() or self.verify.isChecked():
-            args += ["--batch", str(self.batch.value())] if script_has_batch else []
-        return args
+        values = {name: value.strip() if share_option(name).param.kind is Kind.PATH else value
+                  for name, value in values.items()}
+        script_has_batch = BATCH in str(values.get("args", BATCH))
+        if (self.most.isChecked() or self.verify.isChecked()) and script_has_batch:
+            values["batch"] = self.batch.value()
+        return command_args(values)
+
+    def share_args(self) -> list[str] | None:
+        """The `share` command's arguments for what the dialog says; None (and the status says why) when
+        incomplete. The window's configuration is saved as the base profile."""
+        out = self.out.text().strip()
+        if not out:
+            self.status.setText("Choose a folder for the seats' profiles.")
+            return None
+        work = self.work_args()
+        if work is None:
+            return None
+        base = Path(self._folder.name) / "base.json"
+        save_profile(self.config, base)
+        most = self.most.isChecked()
+        chosen = {"max": most, "seats": None if most else self.seats.value(), "config": str(base), "out": out,
+                  "verify": self.verify.isChecked() and not most, "force": self.force.isChecked()}
+        return ["share", *command_args(chosen), *work, "--json"]
 
     def start(self) -> None:
         if self.process is not None:
             return
-        out = self.out.text().strip()
-        if not out:
-            self.status.setText("Choose a folder for the seats' profiles.")
+        args = self.share_args()
+        if args is None:
             return
-        work = self.work_args()
-        if work is None:
-            return
-        base = Path(self._folder.name) / "base.json"
-        save_profile(self.config, base)
         most = self.most.isChecked()
-        seats = ["--max"] if most else ["--seats", str(self.seats.value())]
-        args = ["share", *seats, "--config", str(base), "--out", out, "--json", *work]
-        args += ["--verify"] * (self.verify.isChecked() and not most) + ["--force"] * self.force.isChecked()
         self.report = None
         self.table.setRowCount(0)
         self.status.setText("Measuring the work alone, then running the seats side by side…" if most else

@@ -1,10 +1,11 @@
-"""One form's editor from one declaration: a setting of the configuration or a parameter of a job.
+"""One form's editor from one declaration: a setting of the configuration, a parameter of a job, or an option of
+a command the window offers as a dialog (`share`).
 
-Both declare the same things (a `Kind`, a label, help, a default, choices, a range, a unit), so one builder makes
-the editor for either: the kind picks the widget, the declaration fills it in. What differs between the two forms
-is said in `Declared` (`setting_declared`, `param_declared`): a setting's spin box is held to its range, a job's
-takes any number and the job form names the range beside it instead (a spin box limited to the range would
-silently turn 100000 into 10).
+All declare the same things (a `Kind`, a label, help, a default, choices, a range, a unit), so one builder makes
+the editor for any: the kind picks the widget, the declaration fills it in. What differs between the forms is said
+in `Declared` (`setting_declared`, `param_declared`, `option_declared`): a setting's spin box is held to its range,
+a job's takes any number and the job form names the range beside it instead (a spin box limited to the range would
+silently turn 100000 into 10); a command's option is held to its range, like a setting.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLineEdit,
     QPushButton,
+    QRadioButton,
     QSpinBox,
     QWidget,
 )
 from tf_device_panel.core.catalogue import Param
+from tf_device_panel.core.catalogue.share_params import CommandOption
 from tf_device_panel.core.config import Field, Kind
 from tf_device_panel.gui.widgets.common import guard_wheel
 
@@ -50,9 +53,17 @@ class Declared:
     step: float = 1
     zero_text: str = ""               # what a spin box says at 0 when 0 means "off" or "unset"
     empty_means: str = ""             # what an empty text does, shown while it is empty
+    placeholder: str = ""             # what an empty text field says instead ("empty: " and `empty_means`)
     options: tuple[str, ...] = ()     # a device's suggestions, in its combo box
     label_on_box: bool = False        # a check box carrying its own label (else a label stands beside it)
+    off_label: str = ""               # a TOGGLE shown as two radio buttons: `label` for on, this for off
     file_filter: str = "Python files (*.py)"  # a PATH's Browse… shows these files
+    pick_folder: bool = False         # a PATH naming a folder: Browse… picks a folder
+
+    @property
+    def empty_text(self) -> str:
+        """What the field says while it is empty."""
+        return self.placeholder or (f"empty: {self.empty_means}" if self.empty_means else "")
 
 
 def setting_declared(setting: Field) -> Declared:
@@ -92,6 +103,18 @@ def param_declared(param: Param, devices: Sequence[str]) -> Declared:
                     file_filter=file_filter)
 
 
+def option_declared(option: CommandOption) -> Declared:
+    """A command's option as its dialog shows it: a spin box held to the option's range, a switch's label on its
+    box (or its radio buttons), the field's own placeholder; no tooltip, since the help is the command line's (it
+    names the command's options, which the window never shows)."""
+    param = option.param
+    spin_range = (param.minimum or 0, param.maximum or 0) if param.kind.is_number else (0, 0)
+    file_filter = f"{param.file_type[1]} (*{param.file_type[0]})" if param.file_type else "Python files (*.py)"
+    return Declared(param.name, param.kind, param.label, "", param.default, param.choices, param.unit, spin_range,
+                    placeholder=option.placeholder, label_on_box=True, off_label=option.off_label,
+                    file_filter=file_filter, pick_folder=option.folder)
+
+
 class Editor:
     """One built editor: its widget, its value read and shown, and the signal it says an edit with."""
 
@@ -116,6 +139,15 @@ def build_editor(declared: Declared) -> Editor:
 def _editor_for(declared: Declared) -> Editor:
     low, high = declared.spin_range
     match declared.kind:
+        case Kind.TOGGLE if declared.off_label:
+            holder = QWidget()
+            row = QHBoxLayout(holder)
+            row.setContentsMargins(0, 0, 0, 0)
+            on, off = QRadioButton(declared.label), QRadioButton(declared.off_label)
+            (on if declared.default else off).setChecked(True)
+            row.addWidget(on)
+            row.addWidget(off)
+            return Editor(holder, on.isChecked, lambda value: (on if value else off).setChecked(True), on.toggled)
         case Kind.TOGGLE:
             box = QCheckBox(declared.label) if declared.label_on_box else QCheckBox()
             box.setChecked(bool(declared.default))
@@ -153,8 +185,8 @@ def _editor_for(declared: Declared) -> Editor:
             devices.addItems(list(declared.options))
             devices.setCurrentText(str(declared.default))
             line = devices.lineEdit()
-            if line is not None and declared.empty_means:
-                line.setPlaceholderText(f"empty: {declared.empty_means}")
+            if line is not None and declared.empty_text:
+                line.setPlaceholderText(declared.empty_text)
             return Editor(devices, devices.currentText, lambda value: devices.setCurrentText(str(value)),
                           devices.currentTextChanged)
         case Kind.PATH:
@@ -168,27 +200,28 @@ def _editor_for(declared: Declared) -> Editor:
                 combo.addItems(list(declared.choices))
                 combo.setCurrentText(str(declared.default))
                 path = combo.lineEdit() or QLineEdit()
-                browse.clicked.connect(lambda: _browse(holder, path, declared.file_filter))
+                browse.clicked.connect(lambda: _browse(holder, path, declared))
                 row.addWidget(combo, 1)
                 row.addWidget(browse)
                 return Editor(holder, combo.currentText, lambda value: combo.setCurrentText(str(value)),
                               combo.currentTextChanged)
             path = QLineEdit(str(declared.default))
-            if declared.empty_means:
-                path.setPlaceholderText(f"empty: {declared.empty_means}")
-            browse.clicked.connect(lambda: _browse(holder, path, declared.file_filter))
+            path.setPlaceholderText(declared.empty_text)
+            browse.clicked.connect(lambda: _browse(holder, path, declared))
             row.addWidget(path, 1)
             row.addWidget(browse)
             return Editor(holder, path.text, lambda value: path.setText(str(value)), path.textChanged)
         case Kind.COUNTS | Kind.CHOICES | Kind.ARGS:
             text = QLineEdit(str(declared.default))
-            if declared.empty_means:
-                text.setPlaceholderText(f"empty: {declared.empty_means}")
+            text.setPlaceholderText(declared.empty_text)
             return Editor(text, text.text, lambda value: text.setText(str(value)), text.textChanged)
     raise ValueError(f"{declared.name}: a {declared.kind.value} has no form editor; give it no label")
 
 
-def _browse(parent: QWidget, edit: QLineEdit, file_filter: str) -> None:
-    path, _ = QFileDialog.getOpenFileName(parent, "Choose a file", edit.text(), file_filter)
+def _browse(parent: QWidget, edit: QLineEdit, declared: Declared) -> None:
+    if declared.pick_folder:
+        path = QFileDialog.getExistingDirectory(parent, "Choose a folder", edit.text())
+    else:
+        path, _ = QFileDialog.getOpenFileName(parent, "Choose a file", edit.text(), declared.file_filter)
     if path:
         edit.setText(path)

@@ -2,7 +2,7 @@
 
 Every run is the work itself (the fit job's model, the user's script with `{batch}` filled in, or a saved Keras
 model trained a few steps) run by the panel's own command line in a fresh process, under the user's profile with
-its device capped at the budget (core.catalogue.fit_runs): what the user runs when they take the answer.
+its device capped at the budget (core.panel_runs.runs): what the user runs when they take the answer.
 
 1. Probes: a few runs at small, growing batches; their allocator peaks against the batch give a line, and the
    line predicts the batch whose peak is PREDICT_SHARE of the budget.
@@ -23,7 +23,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from tf_device_panel.core.catalogue.fit_runs import (
+from tf_device_panel.core.catalogue.fit_work import Work
+from tf_device_panel.core.catalogue.jobs import JobError
+from tf_device_panel.core.config import save_profile
+from tf_device_panel.core.panel_runs.runs import (
     PanelRun,
     capped_profile,
     read_run,
@@ -31,9 +34,6 @@ from tf_device_panel.core.catalogue.fit_runs import (
     stop_run,
     wait_runs,
 )
-from tf_device_panel.core.catalogue.fit_work import Work
-from tf_device_panel.core.catalogue.jobs import JobError
-from tf_device_panel.core.config import save_profile
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
 from tf_device_panel.core.runproc.jobs.context import JobContext

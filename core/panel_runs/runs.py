@@ -30,7 +30,7 @@ from tf_device_panel.core.results import FitProbe
 from tf_device_panel.core.units import MIB
 
 # The module that runs the panel's command line (`--panel`), dying with its parent: named as the launcher names it.
-PROBE_MODULE = "tf_device_panel.core.runproc.fit_probe"
+PROBE_MODULE = "tf_device_panel.core.panel_runs.command"
 POLL_S = 0.2
 
 
