@@ -14,7 +14,7 @@ from fake_runtime import FakeProcess, fake_factory
 from PySide6.QtCore import QSettings
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
-from tf_device_panel.core.client.session import ManagerStateChanged, RunPidChanged
+from tf_device_panel.core.client.session import JobEnded, ManagerStateChanged, RunPidChanged
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.docks.config_panel import ConfigPanel
@@ -69,7 +69,7 @@ def test_the_window_routes_no_batch_and_reaches_into_no_panels_layout() -> None:
 def test_a_change_made_on_a_reader_thread_reaches_the_panels_on_the_gui_thread(qtbot, tmp_path: Path) -> None:
     window, made = fake_window(qtbot, tmp_path)
     heard: list[tuple[str, str]] = []
-    window.controller.on(ManagerStateChanged, lambda change: heard.append(
+    window.controller.subscribe(heard, ManagerStateChanged, lambda change: heard.append(
         (str(change.value), threading.current_thread().name)))
     try:
         window.apply(DeviceConfig())
@@ -89,13 +89,14 @@ def test_the_applied_configuration_and_the_run_pid_are_the_sessions_alone(qtbot,
     and the device map follow the session's run pid."""
     window, _ = fake_window(qtbot, tmp_path)
     pids: list[int | None] = []
-    window.controller.on(RunPidChanged, lambda change: pids.append(change.value))
+    window.controller.subscribe(pids, RunPidChanged, lambda change: pids.append(change.value))
     try:
         config = DeviceConfig(cpu_devices=2)
         window.apply(config)
         assert window.config_panel.applied is window.session.applied is window.manager.applied is config
         window.config_panel.set_config(DeviceConfig(cpu_devices=3))
-        assert window.config_panel.is_stale and "STALE" in window.status.runtime_label.text()
+        assert window.session.draft == DeviceConfig(cpu_devices=3)
+        assert window.session.is_stale and "STALE" in window.status.runtime_label.text()
         window.controller.deliver([events.Ready(pid=4242, job_id="j")])
         assert pids == [4242] and window.session.sampler is not None
         assert window.session.sampler.runtime_pid == 4242 == window.session.run_pid
@@ -110,8 +111,8 @@ def test_a_jobs_end_is_said_once_the_batch_that_held_it_is_drawn(qtbot, tmp_path
     panels have drawn the batch that held it, and the state it moved after it."""
     window, made = fake_window(qtbot, tmp_path)
     seen_at_end: list[tuple[str, bool, str]] = []
-    window.controller.jobFinished.connect(lambda outcome: seen_at_end.append(
-        (outcome.status, window.session.run_state.finished is not None, window.manager.state)))
+    window.controller.subscribe(seen_at_end, JobEnded, lambda ended: seen_at_end.append(
+        (ended.outcome.status, window.session.run_state.finished is not None, window.manager.state)))
     try:
         window.apply(DeviceConfig())
         made[-1].warm_up()
