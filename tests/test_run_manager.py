@@ -22,7 +22,13 @@ from tf_device_panel.core.client.run_manager import (
 )
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.runtime import PROCESS_TRANSITIONS, IllegalTransition, Lifecycle, RuntimeState
-from tf_device_panel.core.client.session import JobHandedOver, ManagerStateChanged, ProblemNotice, WaitingRefused
+from tf_device_panel.core.client.session import (
+    JobHandedOver,
+    JobQueued,
+    ManagerStateChanged,
+    ProblemNotice,
+    WaitingRefused,
+)
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
@@ -36,12 +42,14 @@ class Recorder:
         self.manager = manager
         self.events: list[Event] = []
         self.states: list[RuntimeState] = []
+        self.queued: list[str] = []
         self.started: list[str] = []
         self.refused: list[tuple[str, str]] = []
         self.problems: list[str] = []
         manager.event_sink = self.events.append
         session = manager.session
         session.subscribe(self, ManagerStateChanged, lambda change: self.states.append(change.value))
+        session.subscribe(self, JobQueued, lambda queued: self.queued.append(queued.job))
         session.subscribe(self, JobHandedOver, lambda handed_over: self.started.append(handed_over.job))
         session.subscribe(self, WaitingRefused, lambda refused: self.refused.append((refused.job, refused.why)))
         session.subscribe(self, ProblemNotice, lambda notice: self.problems.append(notice.text))
@@ -176,7 +184,7 @@ def test_a_job_asked_for_while_the_spare_warms_starts_by_itself() -> None:
     spare.finish_job()
     assert manager.state == RuntimeState.STARTING  # the next spare still warms
     assert manager.run("fit", {"epochs": 2}) == Submission.WAITING
-    assert manager.pending is not None and next_spare.job is None
+    assert manager.pending is not None and next_spare.job is None and told.queued == ["fit"]
     next_spare.warm_up()
     assert next_spare.job is not None and next_spare.job[:2] == ("fit", {"epochs": 2})
     assert told.started == ["matmul", "fit"] and manager.state == RuntimeState.BUSY and manager.pending is None

@@ -19,6 +19,7 @@ from tf_device_panel.core.client.run_manager import (
     SpareCondition,
     Submission,
 )
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import RuntimeState
 from tf_device_panel.core.client.session import (
     CHANGE_OF_FIELD,
@@ -26,6 +27,7 @@ from tf_device_panel.core.client.session import (
     Change,
     DraftChanged,
     InventoryChanged,
+    JobEnded,
     ManagerStateChanged,
     PendingChanged,
     ReadyChanged,
@@ -36,6 +38,7 @@ from tf_device_panel.core.client.session import (
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import Sample, Sampler
+from tf_device_panel.core.hub import Message
 from tf_device_panel.core.lab.exporter import Exporter
 from tf_device_panel.core.protocol import events
 
@@ -215,6 +218,27 @@ def test_a_batch_is_folded_once_and_the_run_pid_follows_the_ready_report_and_the
                             events.RuntimeExited(returncode=0, expected=True, description="exited")])
     assert session.run_pid is None and pids == [41, None]
     assert len(changes.finished) == 1 and len(changes.exits) == 1 and changes.readies == []
+
+
+def test_a_jobs_end_is_told_after_the_batch_that_held_it_and_only_the_runs_own() -> None:
+    """`fold` tells JobEnded once the batch holding the run's end is folded: whoever draws the run's events has
+    drawn them all when it hears of it (the window's runs panel shows the outcome under the job's last lines)."""
+    session = Session()
+    told: list[Message] = []
+    session.subscribe(told, RunStateChanged, told.append)
+    session.subscribe(told, JobEnded, told.append)
+    run = JobRun("fit", {}, DeviceConfig(), None)
+    run.attach("j")
+    other = events.JobFinished(job="matmul", status="ok", job_id="another")
+    session.fold([events.JobStarted(job="fit", job_id="j"), other], run=run)  # another job's end: not this run's
+    session.fold([events.JobStarted(job="fit", job_id="j")])  # no run known: no end to tell
+    assert [type(m) for m in told] == [RunStateChanged, RunStateChanged]
+    told.clear()
+    ended = events.JobFinished(job="fit", status="ok", job_id="j")
+    run.feed(ended)
+    session.fold([events.Log(stream="stdout", kind="stdout", text="done", job_id="j"), ended], run=run)
+    assert [type(m) for m in told] == [RunStateChanged, JobEnded]
+    assert isinstance(told[1], JobEnded) and told[1].outcome is run.outcome and run.outcome.status == "ok"
 
 
 def test_the_sampler_follows_the_sessions_run_pid_and_a_ready_report_makes_one_inventory(
