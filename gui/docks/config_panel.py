@@ -131,7 +131,6 @@ class ConfigPanel(QWidget):
 
     DOCK = DockSpec("config", "Configuration", LEFT, "Configuration (before TF initializes)", tab_with="devices",
                     raised=True)
-    changed = Signal()
     applyRequested = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, config_type: type[DeviceConfig] = DeviceConfig):
@@ -285,10 +284,9 @@ class ConfigPanel(QWidget):
             editor.bar.set_values(editor.limits(), editor.gpu.total_mib, first_logical)
             if editor.visible.isChecked():
                 first_logical += max(len(editor.limits()), 1)
-        if self.session is not None:
-            self.session.set_draft(config)  # its DraftChanged finds the form showing it already: no echo
+        if self.session is not None:  # the window hears of the edit from the session (DraftChanged), as does
+            self.session.set_draft(config)  # the form, which shows it already: no echo
         self._update_stale()
-        self.changed.emit()
 
     def _show_problems(self) -> None:
         by_field: dict[str, list[str]] = {}
