@@ -119,7 +119,7 @@ class MainWindow(QMainWindow):
         self.controller.subscribe(self, JobEnded, self._job_finished)
         self.controller.subscribe(self, ProblemNotice, lambda notice: self._show_problem(notice.text))
         self.controller.subscribe(self, HandlerFailed, lambda failed: self._show_problem(failed.text))
-        self.controller.subscribe(self, WaitingRefused, self._waiting_refused)
+        self.controller.subscribe(self, WaitingRefused, lambda refused: self._waiting_refused(refused.job, refused.why))
         self.controller.subscribe(self, RunStateChanged,
                                   lambda change: self.status.runtime_news(change, self.session.applied))
         self.config_panel.applyRequested.connect(self.apply)
@@ -245,11 +245,10 @@ class MainWindow(QMainWindow):
         if not self.doctor.checks and not self.doctor.running:
             self.doctor.run()
 
-    def _waiting_refused(self, refused: WaitingRefused) -> None:
-        reason = refused.why
+    def _waiting_refused(self, _job: str, reason: str) -> None:
         self.flash(f"{reason[:1].upper()}{reason[1:]}: the waiting job was not started", 10_000)
 
-    def _job_finished(self, _ended: JobEnded) -> None:
+    def _job_finished(self, _outcome: object = None) -> None:
         self.history_panel.refresh()
         self._refresh_status()
 
