@@ -38,7 +38,7 @@ from tf_device_panel.core.client.session import (
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import Sample, Sampler
-from tf_device_panel.core.hub import Message
+from tf_device_panel.core.hub import HandlerFailed, Message
 from tf_device_panel.core.lab.exporter import Exporter
 from tf_device_panel.core.protocol import events
 
@@ -269,6 +269,21 @@ def test_the_sampler_follows_the_sessions_run_pid_and_a_ready_report_makes_one_i
         assert session.sampler.runtime_pid is None
     finally:
         session.stop_telemetry()
+
+
+def test_a_failing_sample_handler_is_the_sessions_news_too() -> None:
+    """The window hears the session only: a failure on the sampler's hub reaches it through the session."""
+    sampler = Sampler(interval=0.1, nvml=Nvml())
+    session = Session(sampler)
+    failures: list[HandlerFailed] = []
+    session.subscribe(failures, HandlerFailed, failures.append)
+
+    def closed_graph(_sample: Sample) -> None:
+        raise RuntimeError("the graph was closed")
+
+    sampler.hub.subscribe(closed_graph, Sample, closed_graph)
+    sampler.hub.publish(Sample(time=1.0))
+    assert [failed.handler for failed in failures] == [closed_graph]
 
 
 def sampler_threads() -> int:

@@ -137,7 +137,7 @@ CHANGE_OF_FIELD: dict[str, type[Change]] = {cls.field_name: cls for cls in (
 # configuration equal to the applied one still restarts the runtime, and the panels start afresh with it.
 SAME_WHEN_EQUAL = frozenset({"draft", "manager_state", "run_pid", "selected_job"})
 
-# -- the run manager's news (told after its lock is released, on the thread that made them) ----------------
+# -- the run's news: the manager's (told after its lock is released, on its thread) and a job's end (`fold`) --
 @dataclass(frozen=True)
 class JobQueued(Message):
     """A job asked for while the spare warms: it waits for it."""
