@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psutil
 from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.hub import Message
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 
 def wait_until(condition: Callable[[], T], timeout: float, message: str | Callable[[], str] = "",
@@ -35,6 +37,19 @@ def wait_until(condition: Callable[[], T], timeout: float, message: str | Callab
             text = message() if callable(message) else message
             raise AssertionError(f"not so after {timeout:g} s: {text or getattr(condition, '__name__', condition)}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def wait_for_message(qtbot: Any, controller: Any, message_class: type[M], timeout_ms: int) -> Iterator[list[M]]:
+    """qtbot.waitSignal for the window's messages: the messages of `message_class` its controller hands the GUI
+    thread while the block runs, in the list this yields; after the block, waits until one has come."""
+    heard: list[M] = []
+    subscription = controller.subscribe(heard, message_class, heard.append)
+    try:
+        yield heard
+        qtbot.waitUntil(lambda: bool(heard), timeout=timeout_ms)
+    finally:
+        subscription()
 
 
 def events_until(runtime: RuntimeProcess, predicate: Callable[[Event], bool], timeout: float = 120.0) -> list[Event]:

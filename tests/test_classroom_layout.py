@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 
 pytest.importorskip("PySide6")
+from helpers import wait_for_message
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QTabBar, QWidget
 from test_window_layout import RESULTS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
+from tf_device_panel.core.client.session import JobEnded
 from tf_device_panel.gui.docks.history_panel import RunDialog
 from tf_device_panel.gui.shell.main_window import MainWindow
 from tf_device_panel.gui.views.result_view import ResultView
@@ -125,9 +127,9 @@ def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, wi
         qtbot.waitUntil(runs.run_button.isEnabled, timeout=READY_TIMEOUT_MS)
         # fit-batch runs its work in a dozen or more fresh processes, two at a time (3 minutes on a busy machine)
         limit = FIT_BATCH_TIMEOUT_MS if job == "fit-batch" else READY_TIMEOUT_MS
-        with qtbot.waitSignal(window.controller.jobFinished, timeout=limit) as finished:
+        with wait_for_message(qtbot, window.controller, JobEnded, limit) as finished:
             qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
-        outcome = finished.args[0]
+        outcome = finished[0].outcome
         label = f"{job} {params}" if params else job
         assert outcome.status == "ok", f"{label}: {outcome.status} {outcome.error}"
         run_ids[job] = next(summary.run_id for summary in window.history.summaries() if summary.job == job)
@@ -289,12 +291,12 @@ def test_a_run_without_placements_says_why_where_they_would_be(qtbot, window: Ma
     result = {"kind": "cluster", "strategy": "ParameterServerStrategy", "workers": 2, "loss": [0.5, 0.4],
               "steps": 2, "steps_per_s": 9.0, "addresses": {}, "variables": {}, "values": {}}
     window.runs.job_started("parameter-server")
-    window.controller.jobFinished.emit(JobOutcome("parameter-server", {"log_placement": False}, {"log_placement": True},
-                                       status="ok", result=result))
+    window.session.publish(JobEnded(JobOutcome("parameter-server", {"log_placement": False},
+                                               {"log_placement": True}, status="ok", result=result)))
     assert "own “Log placement” switch was off" in window.log.summary.text()
     window.runs.job_started("matmul")
-    window.controller.jobFinished.emit(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
-                                       result={"matrix": [[1.0]], "device": "/CPU:0"}))
+    window.session.publish(JobEnded(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
+                                               result={"matrix": [[1.0]], "device": "/CPU:0"})))
     assert "“Log device placement” is off in the Configuration" in window.log.summary.text()
 
 

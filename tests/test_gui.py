@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from helpers import ROOT
+from helpers import ROOT, wait_for_message
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QMessageBox
+from tf_device_panel.core.client.session import JobEnded
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.protocol import events
@@ -49,7 +50,7 @@ def run_and_wait(qtbot, win: MainWindow, job: str, timeout: int = 120_000, **par
     win.runs.select_job(job)
     for name, value in params.items():
         win.runs.form().set_value(name, value)
-    with qtbot.waitSignal(win.controller.jobFinished, timeout=timeout):
+    with wait_for_message(qtbot, win.controller, JobEnded, timeout):
         qtbot.mouseClick(win.runs.run_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not win.runs.stop_button.isEnabled(), timeout=5000)
 
@@ -103,7 +104,7 @@ def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_erro
 def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window)
     panel = window.config_panel
-    assert not panel.is_stale and "STALE" not in window.status.runtime_label.text()
+    assert not window.session.is_stale and "STALE" not in window.status.runtime_label.text()
     # The status bar said "all GPUs" on a machine with none (CI has none; a GPU machine checks the other branch).
     has_gpu = any(d["device_type"] == "GPU" for d in window.manager.devices.physical)
     assert ("all GPUs" in window.status.runtime_label.text()) == has_gpu
@@ -113,10 +114,10 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     window.flash("Saved /tmp/profile.json")
     assert window.current_message() == "Saved /tmp/profile.json" and window.status.runtime_label.text() == state
     panel.inputs["cpu_devices"].setValue(3)
-    assert panel.is_stale and "STALE" in window.status.runtime_label.text()
+    assert window.session.is_stale and "STALE" in window.status.runtime_label.text()
     assert "Apply" in panel.stale_label.text()
     apply_and_wait(qtbot, window)
-    assert not panel.is_stale and "STALE" not in window.status.runtime_label.text()
+    assert not window.session.is_stale and "STALE" not in window.status.runtime_label.text()
 
     panel.set_config(DeviceConfig(memory_growth=True, virtual_gpus={0: (1024,)}))
     growth = panel.field_problems["memory_growth"]
@@ -148,11 +149,11 @@ def test_a_scripts_output_is_under_its_result_and_run_waits_for_the_spare(qtbot,
     window.runs.select_job("script")
     window.runs.form().set_value("path", str(script))
     waited = window.manager.state == "starting"
-    with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
+    with wait_for_message(qtbot, window.controller, JobEnded, READY_TIMEOUT_MS) as finished:
         qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
         if waited:
             assert window.runs.run_button.text() == "Starts when ready…"
-    assert finished.args[0].status == "ok", finished.args[0].error
+    assert finished[0].outcome.status == "ok", finished[0].outcome.error
     console = window.runs.console
     lines = console.text().splitlines()
     assert lines[0] == "hello from train.py" and "step 3/3" in lines and lines[-1] == "done"
@@ -171,9 +172,9 @@ def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
     # then interrupts real training, not the model's set-up.
     qtbot.waitUntil(lambda: window.runs.progress.maximum() > 0, timeout=60_000)
     assert window.runs.stop_button.isEnabled() and not window.runs.run_button.isEnabled()
-    with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
+    with wait_for_message(qtbot, window.controller, JobEnded, 30_000) as finished:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
-    assert finished.args[0].status == "cancelled", finished.args[0].error
+    assert finished[0].outcome.status == "cancelled", finished[0].outcome.error
     assert window.runs.status.text().startswith("Cancelled")
     # the live graphs marked the job and followed its process's memory while it ran
     qtbot.waitUntil(lambda: {"fit started", "fit cancelled"} <= set(window.memory.marker_labels()), timeout=5000)
@@ -205,11 +206,11 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
     # ignoring Ctrl+C and SIGTERM by then: only the kill after the grace period ends it
     qtbot.waitUntil(lambda: any(text == "stuck in C" for _, text in window.log.entries), timeout=60_000)
     old_pid = window.manager.runtime.pid
-    with qtbot.waitSignal(window.controller.jobFinished, timeout=30_000) as finished:
+    with wait_for_message(qtbot, window.controller, JobEnded, 30_000) as finished:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
         assert window.runs.status.text().startswith("Stopping…") and not window.runs.stop_button.isEnabled()
-    assert finished.args[0].status == "cancelled"
-    assert "did not stop within" in finished.args[0].error.message
+    assert finished[0].outcome.status == "cancelled"
+    assert "did not stop within" in finished[0].outcome.error.message
     # the same configuration comes back by itself, ready for the next run
     qtbot.waitUntil(lambda: window.manager.state == "ready" and window.manager.runtime.pid != old_pid,
                     timeout=READY_TIMEOUT_MS)
@@ -319,6 +320,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
         import json, sys, time
         from PySide6.QtCore import QSettings
         from PySide6.QtWidgets import QApplication
+        from tf_device_panel.core.client.session import JobEnded
         from tf_device_panel.core.config import DeviceConfig
         from tf_device_panel.gui.shell.main_window import MainWindow
 
@@ -326,7 +328,7 @@ def test_the_gui_process_never_imports_tensorflow(tmp_path: Path) -> None:
         win = MainWindow(settings=QSettings(sys.argv[1], QSettings.Format.IniFormat), start_runtime=False)
         win.show()
         finished = []
-        win.controller.jobFinished.connect(finished.append)
+        win.controller.subscribe(finished, JobEnded, lambda ended: finished.append(ended.outcome))
 
         def wait(condition):
             deadline = time.monotonic() + 120

@@ -105,8 +105,10 @@ def test_the_panel_does_not_shadow_a_users_core_package(tmp_path: Path) -> None:
 
 def test_the_window_works_from_that_project(qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("PySide6")
+    from helpers import wait_for_message
     from PySide6.QtCore import QSettings, Qt
     from tf_device_panel.core.client.history import RunHistory
+    from tf_device_panel.core.client.session import JobEnded
     from tf_device_panel.gui.shell.main_window import MainWindow
 
     project = make_user_project(tmp_path / "research")
@@ -121,9 +123,9 @@ def test_the_window_works_from_that_project(qtbot, tmp_path: Path, monkeypatch: 
         assert win.manager.state == "ready", win.status.notices
         qtbot.waitUntil(win.runs.run_button.isEnabled, timeout=10_000)
         win.runs.select_job("matmul")
-        with qtbot.waitSignal(win.controller.jobFinished, timeout=120_000) as finished:
+        with wait_for_message(qtbot, win.controller, JobEnded, 120_000) as finished:
             qtbot.mouseClick(win.runs.run_button, Qt.MouseButton.LeftButton)
-        outcome = finished.args[0]
+        outcome = finished[0].outcome
         assert outcome.status == "ok" and outcome.result["matrix"] == [[22, 28], [49, 64]], outcome.error
     finally:
         win.close()

@@ -117,11 +117,13 @@ def test_the_run_process_makes_the_same_check_before_the_job_starts(job: str, pa
 
 
 def test_the_window_refuses_a_device_the_applied_profile_lacks(qtbot: Any) -> None:
+    from tf_device_panel.core.client.session import Session
     from tf_device_panel.gui.docks.runs_panel import RunsPanel
 
-    panel = RunsPanel()
+    session = Session()
+    session.set("applied", DeviceConfig())
+    panel = RunsPanel(session=session)
     qtbot.addWidget(panel)
-    panel.session.applied = DeviceConfig()
     panel.set_can_run(True)
     panel.select_job("memory")
     panel.load_params("memory", {"device": "/CPU:1"})

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
+from helpers import wait_for_message
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 from readable import CLASSROOM_SIZES, cut_captions, elided_cells, output_end_hidden, size_name
@@ -18,6 +19,7 @@ from test_classroom_layout import BENCHMARK
 from test_window_layout import RESULTS
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
+from tf_device_panel.core.client.session import JobEnded
 from tf_device_panel.gui.shell.main_window import MainWindow
 
 OUTPUT_LINES = [(f"step {n}: loss {1 / n:.4f}", False) for n in range(1, 41)]
@@ -223,9 +225,9 @@ def test_after_every_real_job_every_number_caption_and_last_line_reads(qtbot, wi
         for name, value in params.items():
             runs.form().set_value(name, value)
         qtbot.waitUntil(runs.run_button.isEnabled, timeout=READY_TIMEOUT_MS)
-        with qtbot.waitSignal(window.controller.jobFinished, timeout=READY_TIMEOUT_MS) as finished:
+        with wait_for_message(qtbot, window.controller, JobEnded, READY_TIMEOUT_MS) as finished:
             qtbot.mouseClick(runs.run_button, Qt.MouseButton.LeftButton)
-        outcome = finished.args[0]
+        outcome = finished[0].outcome
         label = f"{job} {params}" if params else job
         expected = "error" if params.get("path") == str(oom) else "ok"
         assert outcome.status == expected, f"{label}: {outcome.status} {outcome.error}"

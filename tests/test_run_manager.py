@@ -20,25 +20,46 @@ from tf_device_panel.core.client.run_manager import (
     Trigger,
     run_job_once,
 )
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.runtime import PROCESS_TRANSITIONS, IllegalTransition, Lifecycle, RuntimeState
+from tf_device_panel.core.client.session import (
+    JobHandedOver,
+    JobQueued,
+    ManagerStateChanged,
+    ProblemNotice,
+    WaitingRefused,
+)
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
 
 class Recorder:
-    """Everything a manager tells its listeners, in order."""
+    """Everything a manager tells, in order: the events it hands to its sink and the news it publishes on its
+    session."""
 
     def __init__(self, manager: RunManager):
+        self.manager = manager
         self.events: list[Event] = []
         self.states: list[RuntimeState] = []
+        self.queued: list[str] = []
         self.started: list[str] = []
-        self.finished: list[Any] = []
         self.refused: list[tuple[str, str]] = []
         self.problems: list[str] = []
-        manager.subscribe(events=self.events.append, state=self.states.append, job_started=self.started.append,
-                          job_finished=self.finished.append, problem=self.problems.append,
-                          waiting_refused=lambda job, reason: self.refused.append((job, reason)))
+        manager.event_sink = self.events.append
+        session = manager.session
+        session.subscribe(self, ManagerStateChanged, lambda change: self.states.append(change.value))
+        session.subscribe(self, JobQueued, lambda queued: self.queued.append(queued.job))
+        session.subscribe(self, JobHandedOver, lambda handed_over: self.started.append(handed_over.job))
+        session.subscribe(self, WaitingRefused, lambda refused: self.refused.append((refused.job, refused.why)))
+        session.subscribe(self, ProblemNotice, lambda notice: self.problems.append(notice.text))
+
+    @property
+    def finished(self) -> list[JobOutcome]:
+        """How the last run ended, once its record did (the window hears of it when the session folds the batch
+        that held the end: test_session.py)."""
+        run = self.manager.job_run
+        return [run.outcome] if run is not None and run.finished else []
 
 
 def make_manager(spares: int = 1, history: RunHistory | None = None) -> tuple[RunManager, list[FakeProcess], Recorder]:
@@ -163,10 +184,10 @@ def test_a_job_asked_for_while_the_spare_warms_starts_by_itself() -> None:
     spare.finish_job()
     assert manager.state == RuntimeState.STARTING  # the next spare still warms
     assert manager.run("fit", {"epochs": 2}) == Submission.WAITING
-    assert manager.pending is not None and next_spare.job is None
+    assert manager.pending is not None and next_spare.job is None and told.queued == ["fit"]
     next_spare.warm_up()
     assert next_spare.job is not None and next_spare.job[:2] == ("fit", {"epochs": 2})
-    assert told.started == ["fit"] and manager.state == RuntimeState.BUSY and manager.pending is None
+    assert told.started == ["matmul", "fit"] and manager.state == RuntimeState.BUSY and manager.pending is None
     # a second job while one waits is refused with a reason, never queued behind it silently
     manager.cancel()
     assert manager.run("matmul", {}) == Submission.REFUSED
@@ -472,7 +493,7 @@ def test_a_window_closed_on_a_killed_run_starts_no_fresh_runtime() -> None:
             manager.shutdown(timeout=1.0)
             at_shutdown.append(len(made))
 
-    manager.subscribe(events=close_on_the_kill)
+    manager.event_sink = close_on_the_kill
     manager.cancel()
     running.kill(reason="the job did not stop within 5 s of being cancelled")
     assert at_shutdown and len(made) == at_shutdown[0], "a process was started after the shutdown"
@@ -495,8 +516,9 @@ def test_a_readers_news_is_told_on_its_own_thread_in_its_order() -> None:
 
     made: list[FakeProcess] = []
     manager = PausedReader(spares=1, describe=False, process_factory=fake_factory(made))
-    manager.subscribe(events=lambda e: told_on.append((type(e).__name__, threading.current_thread().name)),
-                      problem=lambda m: told_on.append(("problem", threading.current_thread().name)))
+    manager.event_sink = lambda e: told_on.append((type(e).__name__, threading.current_thread().name))
+    manager.session.subscribe(told_on, ProblemNotice,
+                              lambda _notice: told_on.append(("problem", threading.current_thread().name)))
     manager.apply(DeviceConfig())
     reader = threading.Thread(target=made[-1].warm_up, name="reader")
     reader.start()

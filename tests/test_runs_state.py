@@ -238,7 +238,8 @@ def test_a_jobs_own_placement_switch_says_it_overrides_the_configuration(qtbot, 
     own switches say plainly that they override it, and what it is."""
     from tf_device_panel.core.config import DeviceConfig
 
-    window.manager.apply = lambda config: None  # the restart itself is the manager's
+    # No restart here: only the applied configuration is written, as the manager writes it (its one writer).
+    window.manager.apply = lambda config: window.session.set("applied", config)
     window.apply(DeviceConfig(soft_placement=True, log_placement=False))
     texts = {job: window.runs.forms[job].widgets[name].text()
              for job, name in (("session", "soft_placement"), ("multi-worker", "log_placement"),

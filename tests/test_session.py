@@ -1,6 +1,6 @@
 """The observable session: the one owner of the window's state, written by the run manager and by the window,
-watched by field or by event class. No Qt, no TensorFlow: the manager drives fake processes (fake_runtime.py),
-NVML is faked (fake_nvml.py)."""
+watched by event class through its hub. No Qt, no TensorFlow: the manager drives fake processes
+(fake_runtime.py), NVML is faked (fake_nvml.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tf_device_panel.core.client.run_manager import (
     SpareCondition,
     Submission,
 )
+from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.client.runtime import RuntimeState
 from tf_device_panel.core.client.session import (
     CHANGE_OF_FIELD,
@@ -26,6 +27,7 @@ from tf_device_panel.core.client.session import (
     Change,
     DraftChanged,
     InventoryChanged,
+    JobEnded,
     ManagerStateChanged,
     PendingChanged,
     ReadyChanged,
@@ -36,8 +38,8 @@ from tf_device_panel.core.client.session import (
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import Sample, Sampler
+from tf_device_panel.core.hub import HandlerFailed, Message
 from tf_device_panel.core.lab.exporter import Exporter
-from tf_device_panel.core.listeners import Listeners
 from tf_device_panel.core.protocol import events
 
 
@@ -46,7 +48,7 @@ def window_manager() -> tuple[RunManager, list[FakeProcess], list[Change]]:
     made: list[FakeProcess] = []
     manager = RunManager(spares=1, process_factory=fake_factory(made))
     told: list[Change] = []
-    manager.session.subscribe_all(told.append)
+    manager.session.subscribe(told, Change, told.append)
     return manager, made, told
 
 
@@ -57,26 +59,24 @@ def kinds(told: list[Change]) -> list[tuple[str, object]]:
 # -- the model itself ------------------------------------------------------------------------------
 
 
-def test_each_field_has_its_own_change_event_and_is_watched_by_name_or_by_class() -> None:
+def test_each_field_has_its_own_change_event_and_is_watched_by_its_class_or_every_change() -> None:
     session = Session()
-    by_name: list[Change] = []
     by_class: list[DraftChanged] = []
     everything: list[Change] = []
-    session.subscribe("draft", by_name.append)
-    stop = session.subscribe(DraftChanged, by_class.append)
-    session.subscribe_all(everything.append)
+    stop = session.subscribe(by_class, DraftChanged, by_class.append)
+    session.subscribe(everything, Change, everything.append)
     first = DeviceConfig(memory_growth=True)
     session.set_draft(first)
     session.set_draft(DeviceConfig(memory_growth=True))  # an equal draft is no news
     stop()
     stop()  # twice is harmless
     session.set("selected_job", "fit")
-    assert by_name == [DraftChanged(first)] and by_class == [DraftChanged(first)]
+    assert by_class == [DraftChanged(first)]
     assert kinds(everything) == [("draft", first), ("selected_job", "fit")]
-    # one class per field, named after it; a field with no event cannot be watched
+    # one class per field, named after it
     assert all(cls.field_name == name and hasattr(session, name) for name, cls in CHANGE_OF_FIELD.items())
     with pytest.raises(KeyError):
-        session.subscribe("no such field", everything.append)
+        session.set("no such field", None)
     with pytest.raises(KeyError):
         session.set("run_state", None)  # the run state moves only by `fold`
 
@@ -84,32 +84,28 @@ def test_each_field_has_its_own_change_event_and_is_watched_by_name_or_by_class(
 def test_the_draft_the_applied_configuration_and_staleness() -> None:
     session = Session()
     applied: list[AppliedChanged] = []
-    session.subscribe(AppliedChanged, applied.append)
-    assert not session.is_stale  # nothing applied yet: nothing to be stale against
+    session.subscribe(applied, AppliedChanged, applied.append)
     first = DeviceConfig(memory_growth=True)
-    session.mark_applied(first)
+    session.set_draft(first)
+    assert not session.is_stale  # nothing applied yet: nothing to be stale against
+    session.set("applied", first)
     assert session.applied == session.draft == first and not session.is_stale
     edited = DeviceConfig(memory_growth=True, cpu_devices=3)
     session.set_draft(edited)
     assert session.is_stale
-    session.mark_applied(edited)
+    session.set("applied", edited)
     assert not session.is_stale and [c.value for c in applied] == [first, edited]
     again = DeviceConfig(memory_growth=True, cpu_devices=3)
-    session.mark_applied(again)  # applied again, equal: still news (the runtime restarts with it)
-    session.mark_applied(again)  # the very same object: none
+    session.set("applied", again)  # applied again, equal: still news (the runtime restarts with it)
+    session.set("applied", again)  # the very same object: none
     assert [c.value for c in applied] == [first, edited, again] and applied[-1].value is again
 
 
-def test_listeners_get_each_value_in_order_until_they_unsubscribe() -> None:
-    news: Listeners[int] = Listeners()
-    seen: list[tuple[str, int]] = []
-    unsubscribe_a = news.subscribe(lambda v: seen.append(("a", v)))
-    news.subscribe(lambda v: seen.append(("b", v)))
-    news.notify(1)
-    unsubscribe_a()
-    unsubscribe_a()  # twice is harmless
-    news.notify(2)
-    assert seen == [("a", 1), ("b", 1), ("b", 2)] and len(news) == 1
+def test_applying_writes_the_applied_configuration_once() -> None:
+    manager, _, told = window_manager()
+    config = DeviceConfig(cpu_devices=2)
+    manager.apply(config)
+    assert [c.value for c in told if isinstance(c, AppliedChanged)] == [config] and manager.session.applied is config
 
 
 # -- the run manager writes it -----------------------------------------------------------------------
@@ -163,7 +159,7 @@ def test_changes_made_on_a_reader_thread_are_told_there_after_the_managers_lock_
         manager._lock.release()
         heard.append((str(change.value), threading.current_thread().name, manager.status_text()))
 
-    manager.session.subscribe(ManagerStateChanged, asks_again)
+    manager.session.subscribe(heard, ManagerStateChanged, asks_again)
     made[0].warm_up()
     made[0].ready()
     reader = threading.Thread(target=made[1].warm_up, name="runtime-reader-2")
@@ -208,8 +204,8 @@ def test_a_batch_is_folded_once_and_the_run_pid_follows_the_ready_report_and_the
     session = Session()
     folded: list[RunStateChanged] = []
     pids: list[int | None] = []
-    session.subscribe(RunStateChanged, folded.append)
-    session.subscribe(RunPidChanged, lambda change: pids.append(change.value))
+    session.subscribe(folded, RunStateChanged, folded.append)
+    session.subscribe(pids, RunPidChanged, lambda change: pids.append(change.value))
     changes = session.fold([events.Ready(pid=41, job_id="j"), events.JobStarted(job="fit", job_id="j"),
                             events.Progress(done=1, total=4, job_id="j"), events.Progress(done=2, total=4, job_id="j"),
                             events.Metric(name="loss", step=1, value=0.5, job_id="j"),
@@ -224,6 +220,27 @@ def test_a_batch_is_folded_once_and_the_run_pid_follows_the_ready_report_and_the
     assert len(changes.finished) == 1 and len(changes.exits) == 1 and changes.readies == []
 
 
+def test_a_jobs_end_is_told_after_the_batch_that_held_it_and_only_the_runs_own() -> None:
+    """`fold` tells JobEnded once the batch holding the run's end is folded: whoever draws the run's events has
+    drawn them all when it hears of it (the window's runs panel shows the outcome under the job's last lines)."""
+    session = Session()
+    told: list[Message] = []
+    session.subscribe(told, RunStateChanged, told.append)
+    session.subscribe(told, JobEnded, told.append)
+    run = JobRun("fit", {}, DeviceConfig(), None)
+    run.attach("j")
+    other = events.JobFinished(job="matmul", status="ok", job_id="another")
+    session.fold([events.JobStarted(job="fit", job_id="j"), other], run=run)  # another job's end: not this run's
+    session.fold([events.JobStarted(job="fit", job_id="j")])  # no run known: no end to tell
+    assert [type(m) for m in told] == [RunStateChanged, RunStateChanged]
+    told.clear()
+    ended = events.JobFinished(job="fit", status="ok", job_id="j")
+    run.feed(ended)
+    session.fold([events.Log(stream="stdout", kind="stdout", text="done", job_id="j"), ended], run=run)
+    assert [type(m) for m in told] == [RunStateChanged, JobEnded]
+    assert isinstance(told[1], JobEnded) and told[1].outcome is run.outcome and run.outcome.status == "ok"
+
+
 def test_the_sampler_follows_the_sessions_run_pid_and_a_ready_report_makes_one_inventory(
         monkeypatch: pytest.MonkeyPatch) -> None:
     FakeGpus(2).install(monkeypatch)
@@ -233,7 +250,7 @@ def test_the_sampler_follows_the_sessions_run_pid_and_a_ready_report_makes_one_i
     try:
         assert [g.pci_bus_id for g in session.nvml_gpus] == ["00000000:01:00.0", "00000000:02:00.0"]
         told: list[InventoryChanged] = []
-        session.subscribe(InventoryChanged, told.append)
+        session.subscribe(told, InventoryChanged, told.append)
         ready = events.Ready(pid=7, physical=(
             {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0},
             {"name": "/physical_device:GPU:1", "device_type": "GPU", "index": 1}), gpu_devices=(
@@ -254,6 +271,21 @@ def test_the_sampler_follows_the_sessions_run_pid_and_a_ready_report_makes_one_i
         session.stop_telemetry()
 
 
+def test_a_failing_sample_handler_is_the_sessions_news_too() -> None:
+    """The window hears the session only: a failure on the sampler's hub reaches it through the session."""
+    sampler = Sampler(interval=0.1, nvml=Nvml())
+    session = Session(sampler)
+    failures: list[HandlerFailed] = []
+    session.subscribe(failures, HandlerFailed, failures.append)
+
+    def closed_graph(_sample: Sample) -> None:
+        raise RuntimeError("the graph was closed")
+
+    sampler.hub.subscribe(closed_graph, Sample, closed_graph)
+    sampler.hub.publish(Sample(time=1.0))
+    assert [failed.handler for failed in failures] == [closed_graph]
+
+
 def sampler_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name == "telemetry-sampler")
 
@@ -268,7 +300,7 @@ def test_the_window_and_an_exporter_share_one_sampler(monkeypatch: pytest.Monkey
     assert sampler is not None
     session.start_telemetry()
     graphs: list[Sample] = []
-    sampler.subscribe(graphs.append)
+    sampler.hub.subscribe(graphs, Sample, graphs.append)
     exporter = Exporter("127.0.0.1", 0, sampler=sampler)
     exporter.start()
     try:
@@ -295,8 +327,9 @@ def test_a_failing_subscriber_does_not_keep_the_others_from_their_samples(monkey
     def broken(_sample: Sample) -> None:
         raise RuntimeError("a closed panel")
 
-    sampler = Sampler(broken, interval=0.1, nvml=Nvml())
-    sampler.subscribe(got.append)
+    sampler = Sampler(interval=0.1, nvml=Nvml())
+    sampler.hub.subscribe(broken, Sample, broken)
+    sampler.hub.subscribe(got, Sample, got.append)
     sampler.start()
     sampler.start()  # a second owner's start is no second thread
     try:

@@ -15,7 +15,8 @@ import pytest
 from fake_nvml import FakeGpus, no_library, process
 from helpers import wait_until
 from tf_device_panel.core.devices.nvml import Nvml
-from tf_device_panel.core.devices.telemetry import History, Sampler, Series, read_csv
+from tf_device_panel.core.devices.telemetry import History, Sample, Sampler, Series, read_csv
+from tf_device_panel.core.hub import HandlerFailed
 
 
 def test_series_is_a_bounded_ring_in_time_order() -> None:
@@ -97,8 +98,9 @@ def test_no_nvml_library_means_host_only_mode(monkeypatch: pytest.MonkeyPatch) -
 
 def test_the_sampler_thread_samples_at_its_interval_and_stops(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeGpus(1).install(monkeypatch)
-    seen = []
-    sampler = Sampler(seen.append, interval=0.1, nvml=Nvml())
+    seen: list[Sample] = []
+    sampler = Sampler(interval=0.1, nvml=Nvml())
+    sampler.hub.subscribe(seen, Sample, seen.append)
     sampler.start()
     wait_until(lambda: len(seen) >= 5, timeout=10, message=lambda: f"only {len(seen)} samples")
     sampler.stop()
@@ -107,7 +109,7 @@ def test_the_sampler_thread_samples_at_its_interval_and_stops(monkeypatch: pytes
     assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 5
 
 
-def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
+def test_a_failing_subscriber_is_reported_once_and_nothing_reaches_stdout(
         monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     FakeGpus(1).install(monkeypatch)
     calls = []
@@ -116,7 +118,10 @@ def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
         calls.append(sample)
         raise RuntimeError("the window went away")
 
-    sampler = Sampler(broken_listener, interval=0.1, nvml=Nvml())
+    sampler = Sampler(interval=0.1, nvml=Nvml())
+    sampler.hub.subscribe(calls, Sample, broken_listener)
+    reported: list[HandlerFailed] = []
+    sampler.hub.subscribe(reported, HandlerFailed, reported.append)
     sampler.start()
     try:
         wait_until(lambda: len(calls) >= 3, timeout=10, message=lambda: f"only {len(calls)} calls")
@@ -124,9 +129,10 @@ def test_a_failing_listener_is_logged_once_and_nothing_reaches_stdout(
         sampler.stop()
     assert "telemetry-sampler" not in {t.name for t in threading.enumerate()}
     assert capfd.readouterr().out == ""  # stdout is the command line's output; a thread must never write there
-    failures = [r for r in caplog.records if r.name == "tf_device_panel.core.devices.telemetry"]
+    failures = [r for r in caplog.records if r.name == "tf_device_panel.core.hub"]
     assert [r.levelno for r in failures] == [logging.ERROR]  # the same failure every tick is logged once
     assert "the window went away" in failures[0].getMessage() and failures[0].exc_info is not None
+    assert [failed.handler for failed in reported] == [broken_listener]  # and published once, for the window
     assert len(sampler.history.series["gpu0.memory_used_mib"]) >= 3  # sampling went on
 
 

@@ -1,4 +1,4 @@
-"""One class per name across core/ and gui/: a name that means two things (two `Placement`s, two `Listeners`) makes
+"""One class per name across core/ and gui/: a name that means two things (two `Placement`s, two `Hub`s) makes
 every reader check which one an import brings in."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def class_definitions() -> dict[str, list[str]]:
     return found
 
 
-def test_placement_and_listeners_are_each_defined_once() -> None:
+def test_placement_and_the_hub_are_each_defined_once() -> None:
     found = class_definitions()
     assert found["Placement"] == ["core/protocol/events.py"]
-    assert found["Listeners"] == ["core/listeners.py"]
+    assert found["Hub"] == ["core/hub.py"]
 
 
 def test_no_new_class_shares_a_name() -> None:

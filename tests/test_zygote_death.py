@@ -21,8 +21,8 @@ from helpers import collect_job, events_until, of_type, output_line, output_line
 from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager, Submission
-from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.runtime import READY, RuntimeProcess
+from tf_device_panel.core.client.session import ProblemNotice
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 
@@ -110,13 +110,7 @@ def test_a_zygote_that_keeps_dying_is_restarted_after_a_backoff_and_the_state_sa
         ready_zygote: zygote.Zygote, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(zygote, "STEADY_S", 3600.0)  # every death here counts as a quick one
     heard: list[str] = []
-
-    class Listener:
-        def news(self, message: str) -> None:
-            heard.append(message)
-
-    listener = Listener()
-    zygote.subscribe(listener.news)
+    zygote.hub.subscribe(heard, zygote.ZygoteDied, lambda died: heard.append(died.text))
     os.kill(ready_zygote.process_id, signal.SIGKILL)
     wait_until(lambda: others(ready_zygote), 30, "the zygote was not restarted at once")
     (restarted,) = others(ready_zygote)
@@ -136,6 +130,7 @@ def test_a_zygote_that_keeps_dying_is_restarted_after_a_backoff_and_the_state_sa
     wait_until(lambda: any(z.ready() for z in others(ready_zygote, restarted)), 240,
                "the zygote was not restarted after its backoff")
     assert zygote.state_text() is None
+    zygote.hub.unsubscribe_all(heard)
 
 
 def test_a_stopped_zygote_holds_up_no_run_and_ends_none(ready_zygote: zygote.Zygote, tmp_path: Path) -> None:
@@ -181,25 +176,26 @@ def test_run_pressed_after_the_zygote_died_starts_the_job(ready_zygote: zygote.Z
     quick = tmp_path / "quick.py"
     quick.write_text("print('quick', flush=True)\n")
     problems: list[str] = []
-    outcomes: list[JobOutcome] = []
     manager = RunManager(RunHistory(), spares=1, describe=False)
-    manager.subscribe(problem=problems.append, job_finished=outcomes.append)
+    manager.session.subscribe(problems, ProblemNotice, lambda notice: problems.append(notice.text))
     try:
         manager.apply(DeviceConfig())
         wait_until(lambda: manager.state == READY, 180, lambda: f"the manager is {manager.state}: {problems}")
         assert manager.run("script", {"path": str(path)}) == Submission.STARTED
-        running = manager.current
-        assert running is not None and running.forked
+        running, first = manager.current, manager.job_run
+        assert running is not None and running.forked and first is not None
         wait_until(lambda: "waiting" in running.recent_lines(), 60, "the script did not start")
         os.kill(ready_zygote.process_id, signal.SIGKILL)
         wait_until(lambda: any("zygote" in problem for problem in problems), 30, "the zygote's death was not told")
         flag.write_text("")
-        wait_until(lambda: outcomes, 60, "the run did not end")
-        assert outcomes[0].status == "error" and outcomes[0].returncode == 5, outcomes[0]
+        wait_until(lambda: first.finished, 60, "the run did not end")
+        assert first.outcome.status == "error" and first.outcome.returncode == 5, first.outcome
         wait_until(lambda: manager.state == READY, 60, lambda: f"the manager is {manager.state}")
         assert manager.run("script", {"path": str(quick)}) == Submission.STARTED
-        wait_until(lambda: len(outcomes) == 2, 60, "the next run did not end")
-        assert outcomes[1].status == "ok"
+        second = manager.job_run
+        assert second is not None and second is not first
+        wait_until(lambda: second.finished, 60, "the next run did not end")
+        assert second.outcome.status == "ok"
     finally:
         manager.shutdown()
     assert not [p for p in problems if "Broken pipe" in p or "busy" in p or "not listening" in p], problems

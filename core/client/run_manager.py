@@ -13,11 +13,13 @@ A `RunManager` keeps the applied configuration's processes and the run in progre
   cancel leaves a fresh process with the same configuration behind.
 
 Its state moves only through `TRANSITIONS` (an unknown move raises `IllegalTransition`). Processes come from
-an injected factory, so its tests drive it with a fake process in milliseconds. Listeners are plain callbacks,
-called on the thread the news came from (a process's reader thread, or the caller's), in the order it came
-there, never with the manager's lock held: an event listener that blocks (a terminal that takes no output) slows
-only that process. Each thread tells only its own news: a reader's events are never told by another thread, so
-they cannot overtake one another, nor reach a listener from two threads at once.
+an injected factory, so its tests drive it with a fake process in milliseconds. Its news (the session's fields,
+a job queued, handed over or refused, a problem) is published on its session (core.client.session), and the
+run's events are handed to one `event_sink`; both on the thread the news came from (a process's reader thread,
+or the caller's), in the order it came there, never with the manager's lock held: an event sink that blocks (a
+terminal that takes no output) slows only that process. Each thread tells only its own news: a reader's events
+are never told by another thread, so they cannot overtake one another, nor reach a subscriber from two threads
+at once.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -47,8 +48,16 @@ from tf_device_panel.core.client.runtime import (
     RuntimeState,
     RuntimeUnavailable,
 )
-from tf_device_panel.core.client.session import PendingRun, Session
+from tf_device_panel.core.client.session import (
+    JobHandedOver,
+    JobQueued,
+    PendingRun,
+    ProblemNotice,
+    Session,
+    WaitingRefused,
+)
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.hub import Message
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
@@ -169,7 +178,7 @@ WAITING_JOB: dict[RuntimeState, str] = {
 class Submission(str, Enum):
     STARTED = "started"    # handed to a warm process
     WAITING = "waiting"    # starts by itself once the process warming for it is ready
-    REFUSED = "refused"    # the reason went to the problem listeners
+    REFUSED = "refused"    # the reason was published (ProblemNotice)
 
     def __str__(self) -> str:
         return self.value
@@ -181,40 +190,31 @@ SPARE, DESCRIBE = "spare", "describe"
 STOP_BY_WINDOW = "Stop in the window"  # who cancels when the caller does not say (the window's Stop)
 
 
-@dataclass
-class ManagerCallbacks:
-    """The callbacks the manager calls, one list per kind of news (plain lists: the manager calls them outside its
-    lock, in the order they were added)."""
-
-    events: list[Callable[[Event], None]] = field(default_factory=list)          # every event kept, in order
-    state: list[Callable[[RuntimeState], None]] = field(default_factory=list)
-    job_started: list[Callable[[str], None]] = field(default_factory=list)       # a waiting job was handed over
-    job_finished: list[Callable[[JobOutcome], None]] = field(default_factory=list)
-    waiting_refused: list[Callable[[str, str], None]] = field(default_factory=list)  # (job, reason)
-    problem: list[Callable[[str], None]] = field(default_factory=list)
-
-
 class RunManager:
     """Owns the run lifecycle: the spare pool, the run in progress and its record, the restart policies."""
 
     def __init__(self, history: RunHistory | None = None, *, spares: int = 1, describe: bool | None = None,
                  process_factory: ProcessFactory = runtime_process,
                  cancel_grace_s: float = CANCEL_GRACE_S, stop_timeout_s: float = STOP_TIMEOUT_S,
-                 session: Session | None = None):
+                 session: Session | None = None, event_sink: Callable[[Event], None] | None = None):
+        """`event_sink`: who takes every event kept, in order (the window's event pump, the CLI's printer)."""
         if spares not in (0, 1):
             raise ValueError(f"spares: a pool of 0 or 1 warm processes, not {spares}")
         self.history = history
         self.spares = spares
         if spares:
             zygote.start_zygotes()  # a pool's next spares fork from it, warm in milliseconds
-            zygote.subscribe(self._zygote_news)  # a zygote that died: the window says so (its runs go on)
+            # A zygote that died: the window says so (its runs go on). Unsubscribed by `shutdown`.
+            zygote.hub.subscribe(self, zygote.ZygoteDied, self._zygote_news)
         self.describe_devices = spares > 0 if describe is None else describe
         self.process_factory = process_factory
         # How long a cancelled job may take to stop before its process is killed, and how long a process may
         # take to stop; settable so that tests need not wait out the defaults.
         self.cancel_grace_s = cancel_grace_s
         self.stop_timeout_s = stop_timeout_s
-        self.listeners = ManagerCallbacks()
+        # The run's events go to one sink, not through the session: a run can make 100,000 placement events,
+        # and the window's pump batches them (a message per event, handed to every subscription, would cost).
+        self.event_sink = event_sink
         # The state, the spare, the applied configuration, its devices and the waiting job are the session's
         # (the properties below): the manager decides them, the session holds them and tells who watches.
         self.session = session if session is not None else Session()
@@ -305,9 +305,10 @@ class RunManager:
         trouble = zygote.state_text() if self.spares else None
         return f"{text}; {trouble}" if trouble else text
 
-    def _zygote_news(self, message: str) -> None:
-        """On the thread that reaped a zygote: the listeners hear it as a problem (the window notifies)."""
-        self._later(self.listeners.problem, message)
+    def _zygote_news(self, died: zygote.ZygoteDied) -> None:
+        """On the thread that reaped a zygote: the session's subscribers hear it as a problem (the window
+        notifies)."""
+        self._later(ProblemNotice(died.text))
         self._flush()
 
     def _status_text(self) -> str:
@@ -361,9 +362,11 @@ class RunManager:
             replaced_run.kill(reason="replaced by a new configuration")
 
     def run(self, job: str, params: Mapping[str, Any]) -> Submission:
-        """Hand the job to the warm spare, or, while one warms, let it wait for it."""
+        """Hand the job to the warm spare, or, while one warms, let it wait for it (`JobQueued`)."""
         with self._lock:
             submission = self._run(job, dict(params))
+            if submission == Submission.WAITING:
+                self._later(JobQueued(job))
         self._flush()
         return submission
 
@@ -445,6 +448,7 @@ class RunManager:
         for thread in self._retired:
             thread.join(timeout)
         self._starter.close(timeout)
+        zygote.hub.unsubscribe_all(self)
         with self._lock:
             self.current = self.spare = self.describer = None
             pending, self.pending = self.pending, None
@@ -453,19 +457,7 @@ class RunManager:
             self._fire(Trigger.STOPPED)
         self._flush()
 
-    # -- listeners -------------------------------------------------------------------------------
-    def subscribe(self, *, events: Callable[[Event], None] | None = None,
-                  state: Callable[[RuntimeState], None] | None = None,
-                  job_started: Callable[[str], None] | None = None,
-                  job_finished: Callable[[JobOutcome], None] | None = None,
-                  waiting_refused: Callable[[str, str], None] | None = None,
-                  problem: Callable[[str], None] | None = None) -> None:
-        for kind, callback in (("events", events), ("state", state), ("job_started", job_started),
-                               ("job_finished", job_finished), ("waiting_refused", waiting_refused),
-                               ("problem", problem)):
-            if callback is not None:
-                getattr(self.listeners, kind).append(callback)
-
+    # -- news ------------------------------------------------------------------------------------
     def _news(self) -> collections.deque[Callable[[], None]]:
         """This thread's news not yet told."""
         news = getattr(self._outbox, "news", None)
@@ -473,21 +465,24 @@ class RunManager:
             news = self._outbox.news = collections.deque()
         return news
 
-    def _later(self, callbacks: list[Callable[..., None]], *args: Any) -> None:
-        self._news().extend(functools.partial(callback, *args) for callback in callbacks)
+    def _later(self, message: Message) -> None:
+        """Published on the session once the lock is released."""
+        self._news().append(functools.partial(self.session.publish, message))
 
     def _flush(self) -> None:
-        # One at a time from the front: a listener that asks the manager again (and so flushes) tells the rest in
+        # One at a time from the front: a subscriber that asks the manager again (and so flushes) tells the rest in
         # their order, not after its own news.
         news = self._news()
         while news:
             news.popleft()()
 
     def _tell_event(self, event: Event) -> None:
-        self._later(self.listeners.events, event)
+        sink = self.event_sink
+        if sink is not None:
+            self._news().append(functools.partial(sink, event))
 
     def _refuse(self, message: str) -> Submission:
-        self._later(self.listeners.problem, message)
+        self._later(ProblemNotice(message))
         return Submission.REFUSED
 
     # -- the state machine -----------------------------------------------------------------------
@@ -497,7 +492,6 @@ class RunManager:
         after = self.lifecycle.fire(trigger)
         if after != before:
             self._put("manager_state", after)
-            self._later(self.listeners.state, after)
 
     def _spare_usable(self) -> bool:
         """Warm as its own event said (taken here, not only its state: the job's events must follow it)."""
@@ -526,11 +520,8 @@ class RunManager:
             return
         self.pending = None
         if decision == "hand over":
-            if self._hand_over(pending.job, pending.params, pending.run):
-                self._later(self.listeners.job_started, pending.job)
-            else:
-                self._later(self.listeners.waiting_refused, pending.job,
-                            "the runtime could not take it (see the message)")
+            if not self._hand_over(pending.job, pending.params, pending.run):
+                self._later(WaitingRefused(pending.job, "the runtime could not take it (see the message)"))
         else:
             self._refuse_waiting(pending)
 
@@ -544,8 +535,7 @@ class RunManager:
             else:
                 message = process.failure_message() if process is not None else (self.start_problem or reason)
                 run.fail("RuntimeExited", message, status="cancelled" if pending.cancelled else "crashed")
-            self._later(self.listeners.job_finished, run.outcome)
-        self._later(self.listeners.waiting_refused, pending.job, reason)
+        self._later(WaitingRefused(pending.job, reason))
 
     # -- processes -------------------------------------------------------------------------------
     def _start(self, role: str) -> ProcessHandle | None:
@@ -562,7 +552,7 @@ class RunManager:
                 self._starter.start(process.start)
         except OSError as exc:
             self.start_problem = f"Could not start a TensorFlow process: {exc}"
-            self._later(self.listeners.problem, self.start_problem)
+            self._later(ProblemNotice(self.start_problem))
             return None
         return process
 
@@ -573,7 +563,7 @@ class RunManager:
         self._retired.append(thread)
 
     def _hand_over(self, job: str, params: ParamValues, run: JobRun | None) -> bool:
-        """The spare takes the job; the next spare starts warming at once."""
+        """The spare takes the job (`JobHandedOver`); the next spare starts warming at once."""
         spare = self.spare
         assert self.applied is not None and spare is not None
         devices = self.devices.payload() if self.devices is not None else None  # as the run's record keeps them
@@ -591,11 +581,11 @@ class RunManager:
         except RuntimeUnavailable as exc:
             self.current = previous
             run.fail("RuntimeUnavailable", str(exc), status="crashed" if self.spares == 0 else "error")
-            self._later(self.listeners.problem, str(exc))
-            self._later(self.listeners.job_finished, run.outcome)
+            self._later(ProblemNotice(str(exc)))
             return False
         self._fire(Trigger.RUN)
         self.spare = self._start(SPARE) if self.spares else None
+        self._later(JobHandedOver(job))
         return True
 
     # -- events (on a process's reader thread) ---------------------------------------------------
@@ -638,7 +628,6 @@ class RunManager:
             self._job_ended(run)
 
     def _job_ended(self, run: JobRun) -> None:
-        self._later(self.listeners.job_finished, run.outcome)
         if self.state == RuntimeState.BUSY:
             self._fire(Trigger.JOB_ENDED)
 
@@ -647,13 +636,13 @@ class RunManager:
             try:
                 process.describe()
             except RuntimeUnavailable as exc:
-                self._later(self.listeners.problem, f"Could not list the devices: {exc}")
+                self._later(ProblemNotice(f"Could not list the devices: {exc}"))
         if not current:
             return
         if isinstance(event, events.RuntimeExited) and self.devices is None and process.startup_error is None:
             # Without the list, runs still work: their own `ready` brings the devices.
             self.devices = process.warm.as_ready() if process.warm is not None else events.Ready()
-            self._later(self.listeners.problem, f"Could not list the devices: {process.failure_message()}")
+            self._later(ProblemNotice(f"Could not list the devices: {process.failure_message()}"))
             self._tell_event(self.devices)  # what is known of them, and with it the state it settles into
         elif isinstance(event, events.Ready):
             self._tell_event(event)
@@ -664,7 +653,7 @@ class RunManager:
             return
         # Stop had to kill the run's process: the job's outcome says so. Like a notebook kernel, the
         # configuration comes back by itself: the spare is already there, else a fresh one starts (after the
-        # listeners heard of the kill, so a window closing on it starts nothing).
+        # kill was told, so a window closing on it starts nothing).
         self._tell_event(event.replace(expected=True))
         if self.spares and self.applied is not None:
             self._news().append(functools.partial(self._restart_after_kill, self.applied))
@@ -695,7 +684,6 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
     slows the job's writes instead of piling them up. Ctrl+C, SIGTERM and SIGHUP (on the main thread) and
     `cancel` cancel the job; a second one kills it. The run record always ends with a final status.
     """
-    manager = RunManager(history, spares=0, process_factory=process_factory, cancel_grace_s=grace_s)
     gone = threading.Event()  # the run's process has exited (its last event is in)
 
     def told(event: Event) -> None:
@@ -704,9 +692,10 @@ def run_job_once(config: DeviceConfig, job: str, params: Mapping[str, Any], *,
                 on_event(event)
         finally:
             if isinstance(event, events.RuntimeExited):
-                gone.set()  # whatever the listener did, the loop below must learn that the run ended
+                gone.set()  # whatever `on_event` did, the loop below must learn that the run ended
 
-    manager.subscribe(events=told)
+    manager = RunManager(history, spares=0, process_factory=process_factory, cancel_grace_s=grace_s,
+                         event_sink=told)
     signals: list[int] = []
     previous = _note_stop_signals(signals)  # before the process starts: a stop from now on is acted on
     started = time.monotonic()

@@ -1,5 +1,5 @@
 """The window's session without Qt (glue's `State` and hub, napari's EventedModel): one observable owner of what
-the window shows and the run manager decides.
+the window shows and the run manager decides, and the one hub its news goes through.
 
 The session holds, once each:
 
@@ -12,30 +12,31 @@ The session holds, once each:
 - the current run as every panel draws it (`run_state`, fed each batch of events once by `fold`);
 - the job selected in the job list (`selected_job`).
 
-Each field has its own change event, one small frozen dataclass per field. A subscriber picks by field name
-(`subscribe("draft", cb)`), by event class (`subscribe(DraftChanged, cb)`), or takes every change
-(`subscribe_all`), as glue's hub does. Changes are told on the thread that made them: the run manager's under
-its own rules (after its lock is released), the window's on the GUI thread. The window's controller moves the
-manager's changes onto the GUI thread before any widget sees them.
+The session is a `Hub` (core.hub): each field has its own change event, one small frozen dataclass per field,
+and the run manager's news are messages too (a job queued, handed over, ended; a waiting job refused; a problem
+for the user). A subscriber picks a class (`subscribe(self, DraftChanged, handler)`), or every change
+(`Change`). Messages are told on the thread that made them: the run manager's under its own rules (after its
+lock is released), the window's on the GUI thread. The window's controller moves them onto the GUI thread before
+any widget sees them.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from tf_device_panel.core.catalogue import ParamValues, RunDevices, profile_devices
 from tf_device_panel.core.client.process_handle import ProcessHandle
-from tf_device_panel.core.client.run_record import JobRun
+from tf_device_panel.core.client.run_record import JobOutcome, JobRun
 from tf_device_panel.core.client.run_state import RunChanges, RunState
 from tf_device_panel.core.client.runtime import RuntimeState
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.devices.telemetry import Sampler
+from tf_device_panel.core.hub import HandlerFailed, Hub, Message
 from tf_device_panel.core.protocol import events
 
 
@@ -52,7 +53,7 @@ class PendingRun:
 
 # -- one change event per field ----------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Change:
+class Change(Message):
     """A field of the session took a new value (`value`); subclasses name the field."""
 
     field_name: ClassVar[str] = ""
@@ -136,16 +137,52 @@ CHANGE_OF_FIELD: dict[str, type[Change]] = {cls.field_name: cls for cls in (
 # configuration equal to the applied one still restarts the runtime, and the panels start afresh with it.
 SAME_WHEN_EQUAL = frozenset({"draft", "manager_state", "run_pid", "selected_job"})
 
-C = TypeVar("C", bound=Change)
+# -- the run's news: the manager's (told after its lock is released, on its thread) and a job's end (`fold`) --
+@dataclass(frozen=True)
+class JobQueued(Message):
+    """A job asked for while the spare warms: it waits for it."""
+
+    job: str
 
 
-class Session:
-    """The single owner of the window's state; see the module's doc."""
+@dataclass(frozen=True)
+class JobHandedOver(Message):
+    """A job handed to a warm process (at once, or once it had waited for it)."""
+
+    job: str
+
+
+@dataclass(frozen=True)
+class WaitingRefused(Message):
+    """The spare a job waited for failed: the job is not started, for `why`."""
+
+    job: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ProblemNotice(Message):
+    """Something the person must hear of (the window shows a notice)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class JobEnded(Message):
+    """A job's end, told by `fold` after the batch that held its last events: whoever draws the run's events has
+    drawn them all when it hears of it."""
+
+    outcome: JobOutcome
+
+
+class Session(Hub):
+    """The single owner of the window's state, and the hub of its news; see the module's doc."""
 
     def __init__(self, sampler: Sampler | None = None) -> None:
         """`sampler`: the process's one telemetry sampler (the window's graphs, its device map and an exporter all
         subscribe to it), told the run's pid as it changes; none in a session without telemetry (the CLI, a
         test)."""
+        super().__init__()
         self.sampler: Sampler | None = None
         self.nvml_gpus: list[GpuSnapshot] = []   # NVML's GPUs, read once when the sampler starts
         self.draft = DeviceConfig()
@@ -158,8 +195,6 @@ class Session:
         self.inventory = DeviceInventory()
         self.run_state = RunState()
         self.selected_job: str | None = None
-        self._subscribers: dict[type[Change] | None, list[Callable[[Any], None]]] = {}
-        self._lock = threading.Lock()
         if sampler is not None:
             self.attach_sampler(sampler)
 
@@ -170,7 +205,9 @@ class Session:
             raise ValueError("the session has its sampler already")
         self.sampler = sampler
         sampler.set_runtime_pid(self.run_pid)
-        self.subscribe(RunPidChanged, lambda change: sampler.set_runtime_pid(change.value))
+        self.subscribe(sampler, RunPidChanged, lambda change: sampler.set_runtime_pid(change.value))
+        # A sample's handler that failed is the window's news too (it hears the session only).
+        sampler.hub.subscribe(self, HandlerFailed, self.publish)
 
     def start_telemetry(self) -> None:
         """Start sampling; NVML's GPUs (name, bus id, memory) are read once here, for the inventory too."""
@@ -189,31 +226,6 @@ class Session:
             return None
         devices = profile_devices(self.applied, self.inventory.gpu_infos())
         return replace(devices, whose="the applied configuration gives", settings="the configuration")
-
-    # -- subscribing -----------------------------------------------------------------------------
-    def subscribe(self, what: str | type[C], callback: Callable[[C], None]) -> Callable[[], None]:
-        """`callback(change)` for each change of one field, named (`"draft"`) or by its event class
-        (`DraftChanged`); returns the function that unsubscribes."""
-        kind = CHANGE_OF_FIELD[what] if isinstance(what, str) else what
-        if kind not in CHANGE_OF_FIELD.values():
-            raise KeyError(f"the session has no field whose change is {kind!r}")
-        return self._add(kind, callback)
-
-    def subscribe_all(self, callback: Callable[[Change], None]) -> Callable[[], None]:
-        """`callback(change)` for every change of every field, in the order they were made."""
-        return self._add(None, callback)
-
-    def _add(self, kind: type[Change] | None, callback: Callable[[Any], None]) -> Callable[[], None]:
-        with self._lock:
-            self._subscribers.setdefault(kind, []).append(callback)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                callbacks = self._subscribers.get(kind, [])
-                if callback in callbacks:
-                    callbacks.remove(callback)
-
-        return unsubscribe
 
     # -- changing --------------------------------------------------------------------------------
     def update(self, name: str, value: Any) -> Change | None:
@@ -235,22 +247,21 @@ class Session:
             self.publish(change)
         return change
 
-    def publish(self, change: Change) -> None:
-        with self._lock:
-            callbacks = [*self._subscribers.get(type(change), ()), *self._subscribers.get(None, ())]
-        for callback in callbacks:
-            callback(change)
-
-    def fold(self, batch: Iterable[events.Event], tf_lines: Callable[[], list[str]] = list) -> RunChanges:
+    def fold(self, batch: Iterable[events.Event], tf_lines: Callable[[], list[str]] = list,
+             run: JobRun | None = None) -> RunChanges:
         """A batch of the run's events, fed to the run state once, in order: every panel draws what it made of
         them. The run's pid moves with it (a ready report's pid; none once the process exited), and each ready
-        report makes the inventory afresh (`tf_lines`: TensorFlow's lines of the process that reported)."""
+        report makes the inventory afresh (`tf_lines`: TensorFlow's lines of the process that reported). When the
+        batch holds the end of `run`'s job (the run in progress, as the manager records it), `JobEnded` is told
+        after it."""
         batch = tuple(batch)
         changes = self.run_state.apply_all(batch)
         for ready in changes.readies:
             self.take_ready(ready, tf_lines())
         self.publish(RunStateChanged(self.run_state, changes, batch))
         self.set("run_pid", self.run_state.pid)
+        if run is not None and any(finished.job_id == run.job_id for finished in changes.finished):
+            self.publish(JobEnded(run.outcome))
         return changes
 
     def take_ready(self, ready: events.Ready, tf_lines: list[str] | None = None) -> DeviceInventory:
@@ -262,13 +273,9 @@ class Session:
     # -- derived ---------------------------------------------------------------------------------
     @property
     def is_stale(self) -> bool:
-        """The runtime runs another configuration than the one being edited."""
+        """The runtime runs another configuration than the one being edited (the one answer to "stale": the
+        Configuration panel and the status bar both ask it)."""
         return self.applied is not None and self.draft != self.applied
 
     def set_draft(self, config: DeviceConfig) -> None:
         self.set("draft", config)
-
-    def mark_applied(self, config: DeviceConfig) -> None:
-        """`config` was handed to the runtime: the draft is it, and nothing is stale."""
-        self.set("draft", config)
-        self.set("applied", config)

@@ -32,11 +32,11 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, cast
 
+from tf_device_panel.core.hub import Hub, Message
 from tf_device_panel.core.processes import PARENT_PID_ENV, module_command
 from tf_device_panel.core.protocol.environment import USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.zygote import SpawnRequest, ZygoteReply
@@ -346,13 +346,16 @@ _watched: set[Zygote] = set()    # every zygote started and not yet reaped, thos
 _wake = os.pipe() if hasattr(os, "pidfd_open") else (-1, -1)  # a byte here: the watcher looks again
 _watcher: threading.Thread | None = None
 _closing = False
-_listeners: list[weakref.WeakMethod[Callable[[str], None]]] = []
 
 
-def subscribe(callback: Callable[[str], None]) -> None:
-    """`callback(message)` when a zygote died and is being restarted (on the thread that reaped it); a bound
-    method, held weakly."""
-    _listeners.append(weakref.WeakMethod(callback))
+@dataclass(frozen=True)
+class ZygoteDied(Message):
+    """A zygote died and is being restarted; `text` says so, for the person (its runs go on)."""
+
+    text: str
+
+
+hub = Hub()  # ZygoteDied, published on the thread that reaped the zygote
 
 
 def ended_how(returncode: int) -> str:
@@ -445,12 +448,7 @@ def _ended(zygote: Zygote) -> None:
     message = (f"The zygote (pid {zygote.process_id}) {how}: runs in progress go on; it is restarted {when}, and "
                "spares start by hand meanwhile (a TensorFlow import each).")
     log.warning("%s", message)
-    _listeners[:] = [listener for listener in _listeners if listener() is not None]
-    for listener in list(_listeners):
-        callback = listener()
-        if callback is not None:
-            with contextlib.suppress(Exception):  # a listener's bug must not stop the watcher
-                callback(message)
+    hub.publish(ZygoteDied(message))  # a subscriber's bug is the hub's to report: it never stops the watcher
 
 
 def state_text() -> str | None:

@@ -13,15 +13,14 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import psutil
 from tf_device_panel.core.devices.nvml import GpuSample, GpuSnapshot, Nvml
-from tf_device_panel.core.listeners import Listeners
-from tf_device_panel.core.logsetup import RepeatedFailureLog
+from tf_device_panel.core.hub import Hub, Message
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +165,7 @@ def held_on_gpu(gpu: GpuSample, run_pid: int | None) -> HeldOnGpu | None:
 
 
 @dataclass
-class Sample:
+class Sample(Message):
     time: float
     gpus: list[GpuSample] = field(default_factory=list)
     host: HostSample = field(default_factory=HostSample)
@@ -192,23 +191,22 @@ class Sample:
 
 
 class Sampler:
-    """Samples every `interval` seconds on a thread; each subscriber (`subscribe`, or `on_sample`) gets each
-    Sample on that thread. One sampler serves every reader in a process: the window's graphs, its device map
-    and an exporter subscribe to the same one (core.client.session.Session owns the window's)."""
+    """Samples every `interval` seconds on a thread and publishes each `Sample` on its `hub`, on that thread
+    (`sampler.hub.subscribe(subscriber, Sample, handler)`). One sampler serves every reader in a process: the
+    window's graphs, its device map and an exporter subscribe to the same one (core.client.session.Session owns
+    the window's)."""
 
-    def __init__(self, on_sample: Callable[[Sample], None] | None = None, *, interval: float = DEFAULT_INTERVAL_S,
-                 nvml: Nvml | None = None, history: History | None = None):
+    def __init__(self, *, interval: float = DEFAULT_INTERVAL_S, nvml: Nvml | None = None,
+                 history: History | None = None):
         self.interval = self._clamp(interval)
         self.nvml = nvml or Nvml()
         self.history = history or History(self.interval)
-        self.listeners: Listeners[Sample] = Listeners()
-        if on_sample is not None:
-            self.listeners.subscribe(on_sample)
+        # A handler that fails never stops the graphs nor the other subscribers: the hub reports it.
+        self.hub = Hub()
         self.runtime_pid: int | None = None
         self.gpus: list[GpuSnapshot] = []
         self.note = ""
         self._runtime_process: psutil.Process | None = None
-        self._listener_failures = RepeatedFailureLog(log)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         psutil.cpu_percent(None)  # the first call only starts psutil's measurement
@@ -219,10 +217,6 @@ class Sampler:
 
     def set_interval(self, interval: float) -> None:
         self.interval = self._clamp(interval)
-
-    def subscribe(self, on_sample: Callable[[Sample], None]) -> Callable[[], None]:
-        """Get every Sample from now on (on the sampler's thread); returns the function that unsubscribes."""
-        return self.listeners.subscribe(on_sample)
 
     @property
     def running(self) -> bool:
@@ -252,12 +246,7 @@ class Sampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            sample = self.sample()
-            for listener in self.listeners.callbacks():
-                try:
-                    listener(sample)
-                except Exception as exc:  # a listener's bug must stop neither the graphs nor the other listeners
-                    self._listener_failures.failed("the telemetry listener", exc)
+            self.hub.publish(self.sample())
             self._stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
 
     def sample(self) -> Sample:

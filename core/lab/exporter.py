@@ -470,7 +470,7 @@ class Exporter:
                  "driver": self.nvml.driver_version() or "", "cuda": self.nvml.cuda_driver_version() or ""}
         self.collector = PanelCollector(self.nvml, build, socket.gethostname())
         self.registry.register(self.collector)
-        self._unsubscribe = self.sampler.subscribe(self._sampled)
+        self._unsubscribe = self.sampler.hub.subscribe(self, Sample, self._sampled)
         if self._owns_sampler:
             self.sampler.start()
         self.collector.gpus = self.sampler.gpus

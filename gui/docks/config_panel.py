@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
@@ -19,7 +18,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, Session
+from tf_device_panel.core.client.session import AppliedChanged, DraftChanged, InventoryChanged, Session
 from tf_device_panel.core.config import (
     DeviceConfig,
     Field,
@@ -121,6 +120,10 @@ def _problem_label() -> QLabel:
 class ConfigPanel(QWidget):
     """Edits a draft `DeviceConfig`; `applyRequested` carries it once it has no problems.
 
+    Wired (`wire`), the form is bound both ways to the session's draft: an edit sets it, and a draft set
+    elsewhere (`DraftChanged`) shows in the widgets; the form keeps no draft of its own, only what no widget
+    shows (a loaded profile's GPUs this machine lacks, a fraction's unrounded value).
+
     The form is built from the configuration's schema (`config_fields`): one row per setting with a label, its
     widget from the setting's kind, range, unit and help; each GPU's visibility and split are edited per GPU.
     `inputs` and `field_problems` are keyed by the settings' own names.
@@ -128,7 +131,6 @@ class ConfigPanel(QWidget):
 
     DOCK = DockSpec("config", "Configuration", LEFT, "Configuration (before TF initializes)", tab_with="devices",
                     raised=True)
-    changed = Signal()
     applyRequested = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, config_type: type[DeviceConfig] = DeviceConfig):
@@ -137,11 +139,9 @@ class ConfigPanel(QWidget):
         self.settings = {setting.key: setting for setting in config_fields(config_type)}
         self.gpus: list[GpuInfo] = []
         self.gpu_editors: list[GpuEditor] = []
-        self.session = Session()  # the applied configuration's owner: its own until `wire` gives the window's
+        self.session: Session | None = None  # the window's, from `wire`
         self.problems: list[Problem] = []
         self._loading = False
-        # The draft the widgets edit: settings the form has no widget for (the version) are kept from it.
-        self._draft: DeviceConfig = config_type()
         # Parts of a loaded profile for GPUs this machine does not have: kept so saving loses nothing.
         self._hidden_gpus_config: dict[int, tuple[int, ...]] = {}
         self._unknown_visible: tuple[int, ...] = ()
@@ -204,7 +204,7 @@ class ConfigPanel(QWidget):
 
     # -- model <-> widgets -----------------------------------------------------------------------
     def set_gpus(self, gpus: list[GpuInfo], reason: str = "") -> None:
-        """The machine's physical GPUs (from the runtime's report and NVML); keeps the draft."""
+        """The machine's physical GPUs (from the runtime's report and NVML); the draft stays as it is."""
         draft = self.config()
         for editor in self.gpu_editors:
             editor.setParent(None)
@@ -222,9 +222,9 @@ class ConfigPanel(QWidget):
         self.set_config(draft)
 
     def set_config(self, config: DeviceConfig) -> None:
+        """The widgets show `config`; then the draft is what they hold (as an edit of them all at once would)."""
         self._loading = True
         try:
-            self._draft = config
             for key in self.editors:
                 self._show_value(key, getattr(config, key))
             for editor in self.gpu_editors:
@@ -261,7 +261,7 @@ class ConfigPanel(QWidget):
         virtual.update(self._hidden_gpus_config)
         values: dict[str, Any] = {key: self._read_value(key) for key in self.editors}
         values.update({self._visible_key: visible, self._splits.key: virtual})
-        return replace(self._draft, **values)
+        return self.config_type(**values)  # every setting but the version has a widget (or the GPUs' parts)
 
     def _fraction(self, key: str, value: float) -> float | None:
         """The spin box's fraction; a loaded profile's own value while the box shows it rounded, so that
@@ -284,8 +284,9 @@ class ConfigPanel(QWidget):
             editor.bar.set_values(editor.limits(), editor.gpu.total_mib, first_logical)
             if editor.visible.isChecked():
                 first_logical += max(len(editor.limits()), 1)
+        if self.session is not None:  # the window hears of the edit from the session (DraftChanged), as does
+            self.session.set_draft(config)  # the form, which shows it already: no echo
         self._update_stale()
-        self.changed.emit()
 
     def _show_problems(self) -> None:
         by_field: dict[str, list[str]] = {}
@@ -312,14 +313,10 @@ class ConfigPanel(QWidget):
     # -- stale state -----------------------------------------------------------------------------
     @property
     def applied(self) -> DeviceConfig | None:
-        return self.session.applied
-
-    @property
-    def is_stale(self) -> bool:
-        return self.applied is not None and self.config() != self.applied
+        return self.session.applied if self.session is not None else None
 
     def _update_stale(self) -> None:
-        if self.is_stale:
+        if self.session is not None and self.session.is_stale:
             self.stale_label.setText("⟳ Changed since the runtime started: press Apply to restart it with "
                                      "this configuration.")
         else:
@@ -361,13 +358,15 @@ class ConfigPanel(QWidget):
     def wire(self, link: RuntimeController) -> None:
         self.session = link.session
         self.snippet_button.clicked.connect(self.show_snippet)
-        self.changed.connect(self._draft_changed)
-        link.on(AppliedChanged, lambda _change: self._update_stale())
-        link.on(InventoryChanged, self._inventory)
+        link.subscribe(self, DraftChanged, self._draft_set)
+        link.subscribe(self, AppliedChanged, lambda _change: self._update_stale())
+        link.subscribe(self, InventoryChanged, self._inventory)
+        self.session.set_draft(self.config())  # what the form was given before it was wired
 
-    def _draft_changed(self) -> None:
-        if not self.problems:  # a draft with problems is no configuration yet
-            self.session.set_draft(self.config())
+    def _draft_set(self, change: DraftChanged) -> None:
+        """The session's draft was set: shown, unless the form made it (an edit) and shows it already."""
+        if change.value != self.config():
+            self.set_config(change.value)
 
     def _inventory(self, change: InventoryChanged) -> None:
         reasons = tf_gpu_messages(list(change.tf_lines))[-2:]

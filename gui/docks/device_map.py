@@ -373,11 +373,12 @@ class DeviceMapPanel(QWidget):
 
     def wire(self, link: RuntimeController) -> None:
         self._link = link
-        link.on(SelectedJobChanged, lambda change: self.select_job(str(change.value or "")))
-        link.on(InventoryChanged, self._inventory)
-        link.on(RunStateChanged, lambda change: self.show_run_news(change.changes, change.value, redraw=True))
-        if link.session.sampler is not None:
-            self._unsubscribe_samples = link.session.sampler.subscribe(to_gui_thread(self.on_sample, self))
+        link.subscribe(self, SelectedJobChanged, lambda change: self.select_job(str(change.value or "")))
+        link.subscribe(self, InventoryChanged, self._inventory)
+        link.subscribe(self, RunStateChanged,
+                       lambda change: self.show_run_news(change.changes, change.value, redraw=True))
+        if link.session.sampler is not None:  # samples come on the sampler's thread
+            link.session.sampler.hub.subscribe(self, Sample, to_gui_thread(self.on_sample, self))
 
     def _inventory(self, change: InventoryChanged) -> None:
         if change.ready is not None:

@@ -106,10 +106,10 @@ class DevicesPanel(QWidget):
 
     def wire(self, link: RuntimeController) -> None:
         self._link = link
-        link.on(InventoryChanged, lambda change: self.show_devices(change.ready, change.value, list(change.tf_lines))
-                if change.ready is not None else None)
-        link.on(AppliedChanged, self._starting)
-        link.on(RunStateChanged, self._run_news)
+        link.subscribe(self, InventoryChanged, lambda change: self.show_devices(
+            change.ready, change.value, list(change.tf_lines)) if change.ready is not None else None)
+        link.subscribe(self, AppliedChanged, self._starting)
+        link.subscribe(self, RunStateChanged, self._run_news)
 
     def _starting(self, change: AppliedChanged) -> None:
         if change.value is not None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.core.client.session import AppliedChanged, RunStateChanged
+from tf_device_panel.core.client.session import AppliedChanged, JobEnded, JobHandedOver, RunStateChanged
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
 from tf_device_panel.gui.views.log_view import LogView
 
@@ -23,18 +23,10 @@ class LogPanel(LogView):
         return self
 
     def wire(self, link: RuntimeController) -> None:
-        link.on(RunStateChanged, lambda change: self.add_events(list(change.batch), change.changes))
-        link.on(AppliedChanged, lambda _change: self.clear_placements())
-        # Bound methods, not lambdas: these signals come from other threads, and only a receiver's own methods
-        # are queued onto its (the GUI) thread.
-        link.jobStarted.connect(self._job_started)
-        link.jobFinished.connect(self._job_finished)
-
-    def _job_started(self, _job: str) -> None:
-        self.clear_placements()
-
-    def _job_finished(self, outcome: JobOutcome) -> None:
-        self.no_placements_because(placement_silence(outcome))
+        link.subscribe(self, RunStateChanged, lambda change: self.add_events(list(change.batch), change.changes))
+        link.subscribe(self, AppliedChanged, lambda _change: self.clear_placements())
+        link.subscribe(self, JobHandedOver, lambda _handed_over: self.clear_placements())
+        link.subscribe(self, JobEnded, lambda ended: self.no_placements_because(placement_silence(ended.outcome)))
 
 
 def placement_silence(outcome: JobOutcome) -> str:

@@ -37,8 +37,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tf_device_panel.core.client.run_state import RunChanges
-from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged, Session
+from tf_device_panel.core.client.run_state import RunChanges, RunState
+from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged
 from tf_device_panel.core.devices.inventory import DeviceInventory, InventoryLogicalGpu
 from tf_device_panel.core.devices.nvml import GpuSample, Nvml
 from tf_device_panel.core.devices.telemetry import HeldOnGpu, History, Marker, Sample, Sampler
@@ -248,9 +248,9 @@ class MemoryPanel(QWidget):
         self.sampler = sampler if sampler is not None else Sampler(interval=interval_s, nvml=nvml)
         self._unsubscribe: Callable[[], None] | None = None
         self.history: History = self.sampler.history
-        # The run's pid and markers come from a session: the panel's own when it is used on its own, the
-        # window's once `wire` gives it (that session's sampler is this panel's).
-        self.session = Session(self.sampler)
+        # Fed only when the panel is used on its own (`on_events`): the window's panel draws its session's run
+        # state, and that session tells the sampler the run's pid.
+        self.run_state = RunState()
         self.paused = False
         self.last_sample: Sample | None = None
         self.redraws = 0
@@ -357,7 +357,7 @@ class MemoryPanel(QWidget):
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         if self._unsubscribe is None:
-            self._unsubscribe = self.sampler.subscribe(self._sampled)
+            self._unsubscribe = self.sampler.hub.subscribe(self, Sample, self._sampled)
         if self._owns_sampler:
             self.sampler.start()
         self.build_plots([g.index for g in self.sampler.gpus])
@@ -588,9 +588,12 @@ class MemoryPanel(QWidget):
             self.table.setMaximumHeight(height)
 
     def on_events(self, batch: list[Event]) -> None:
-        """A batch fed to the panel's own session (a panel used on its own; the window's panel is wired to the
-        window's session instead): the sampler follows the run's pid, the graphs its markers and figures."""
-        self.show_run_news(self.session.fold(batch))
+        """A batch fed to the panel's own run state (a panel used on its own; the window's panel is wired to the
+        window's session instead): its sampler follows the run's pid, the graphs its markers and figures."""
+        changes = self.run_state.apply_all(batch)
+        if self.run_state.pid != self.sampler.runtime_pid:
+            self.sampler.set_runtime_pid(self.run_state.pid)
+        self.show_run_news(changes)
 
     def show_run_news(self, changes: RunChanges) -> None:
         """What the run state made of a batch: its markers (a runtime's start and exit, a job's start, end and
@@ -607,9 +610,8 @@ class MemoryPanel(QWidget):
         return self
 
     def wire(self, link: RuntimeController) -> None:
-        self.session = link.session
-        link.on(RunStateChanged, lambda change: self.show_run_news(change.changes))
-        link.on(InventoryChanged, lambda change: self.set_inventory(change.value))
+        link.subscribe(self, RunStateChanged, lambda change: self.show_run_news(change.changes))
+        link.subscribe(self, InventoryChanged, lambda change: self.set_inventory(change.value))
 
     def set_inventory(self, inventory: DeviceInventory) -> None:
         """A ready run's logical GPUs: on which NVML GPU each lives (the inventory matched them by PCI bus id)

@@ -39,7 +39,16 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.catalogue import JOBS, ParamError, ParamValues
 from tf_device_panel.core.client.run_record import JobOutcome
-from tf_device_panel.core.client.session import AppliedChanged, InventoryChanged, RunStateChanged, Session
+from tf_device_panel.core.client.session import (
+    AppliedChanged,
+    InventoryChanged,
+    JobEnded,
+    JobHandedOver,
+    JobQueued,
+    RunStateChanged,
+    Session,
+    WaitingRefused,
+)
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.gui.views.console_view import ConsoleView
 from tf_device_panel.gui.views.job_state import JobState
@@ -139,11 +148,13 @@ class RunsPanel(QWidget):
     runRequested = Signal(str, dict)
     stopRequested = Signal()
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, *, session: Session | None = None):
+        """`session`: the one the runs use (its applied configuration and devices); the window's comes with
+        `wire`, a panel used on its own may be given one here."""
         super().__init__(parent)
         self.devices: list[str] = []
         self.forms: dict[str, ParamForm] = {}
-        self.session = Session()  # the applied configuration's owner: its own until `wire` gives the window's
+        self.session = session
         self.job_list = QListWidget()
         for spec in JOBS.values():
             item = QListWidgetItem(spec.title)
@@ -356,7 +367,8 @@ class RunsPanel(QWidget):
     @property
     def configuration(self) -> DeviceConfig:
         """The configuration the runs use (the session's applied one)."""
-        return self.session.applied or DeviceConfig()
+        applied = self.session.applied if self.session is not None else None
+        return applied or DeviceConfig()
 
     def show_configuration(self) -> None:
         """Forms with a switch of their own say that it overrides the configuration's."""
@@ -495,7 +507,7 @@ class RunsPanel(QWidget):
             return
         try:
             params = spec.resolve(self.form().values())
-            devices = self.session.run_devices()
+            devices = self.session.run_devices() if self.session is not None else None
             if devices is not None:  # the devices named must be where the job uses them: refused now, not in TF
                 spec.check_devices(params, devices)
         except ParamError as exc:  # named by the form's labels ("Script", not the parameter's name "path")
@@ -515,22 +527,19 @@ class RunsPanel(QWidget):
     # -- wired to the session and the run manager ----------------------------------------------------
     def wire(self, link: RuntimeController) -> None:
         self._link = link
+        self.session = link.session
         self.runRequested.connect(link.run)
         self.stopRequested.connect(self._stop)
-        link.jobQueued.connect(self.job_queued)
-        link.jobStarted.connect(self.job_started)
-        link.waitingRefused.connect(self._waiting_refused)  # a method: queued from the reader's thread
-        link.jobFinished.connect(self.job_finished)
-        self.session = link.session
-        link.on(AppliedChanged, lambda _change: self.show_configuration())
-        link.on(InventoryChanged, lambda change: self.set_devices(
+        link.subscribe(self, JobQueued, lambda queued: self.job_queued(queued.job))
+        link.subscribe(self, JobHandedOver, lambda handed_over: self.job_started(handed_over.job))
+        link.subscribe(self, WaitingRefused, lambda refused: self.cancel_queued(refused.why))
+        link.subscribe(self, JobEnded, lambda ended: self.job_finished(ended.outcome))
+        link.subscribe(self, AppliedChanged, lambda _change: self.show_configuration())
+        link.subscribe(self, InventoryChanged, lambda change: self.set_devices(
             [d["short_name"] for d in change.ready.logical] if change.ready is not None else []))
-        link.on(RunStateChanged, self._run_news)
+        link.subscribe(self, RunStateChanged, self._run_news)
         self.job_list.currentRowChanged.connect(lambda _row: link.session.set("selected_job", self.current_job))
         link.session.set("selected_job", self.current_job)
-
-    def _waiting_refused(self, _job: str, reason: str) -> None:
-        self.cancel_queued(reason)
 
     def _stop(self) -> None:
         if self._link is None:  # connected by `wire`, which sets it

@@ -12,10 +12,20 @@ from PySide6.QtWidgets import QDialog, QDockWidget, QMainWindow, QMessageBox, QW
 from tf_device_panel.core.catalogue import ParamValues
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import RunManager
-from tf_device_panel.core.client.session import RunStateChanged
+from tf_device_panel.core.client.session import (
+    DraftChanged,
+    JobEnded,
+    JobHandedOver,
+    JobQueued,
+    ManagerStateChanged,
+    ProblemNotice,
+    RunStateChanged,
+    WaitingRefused,
+)
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.devices.telemetry import Sampler
+from tf_device_panel.core.hub import HandlerFailed
 from tf_device_panel.gui.dialogs.about import show_about
 from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.docks.config_panel import ConfigPanel
@@ -104,15 +114,15 @@ class MainWindow(QMainWindow):
         self.docks["machines"].visibilityChanged.connect(self.machines.on_shown)
         self._build_menus()
 
-        self.controller.stateChanged.connect(self._refresh_status)
-        self.controller.jobStarted.connect(self._refresh_status)
-        self.controller.jobQueued.connect(self._refresh_status)
-        self.controller.jobFinished.connect(self._job_finished)
-        self.controller.problem.connect(self._show_problem)
-        self.controller.waitingRefused.connect(self._waiting_refused)
-        self.controller.on(RunStateChanged, lambda change: self.status.runtime_news(change, self.session.applied))
+        for news in (ManagerStateChanged, JobHandedOver, JobQueued, DraftChanged):
+            self.controller.subscribe(self, news, self._refresh_status)
+        self.controller.subscribe(self, JobEnded, self._job_finished)
+        self.controller.subscribe(self, ProblemNotice, lambda notice: self._show_problem(notice.text))
+        self.controller.subscribe(self, HandlerFailed, lambda failed: self._show_problem(failed.text))
+        self.controller.subscribe(self, WaitingRefused, lambda refused: self._waiting_refused(refused.job, refused.why))
+        self.controller.subscribe(self, RunStateChanged,
+                                  lambda change: self.status.runtime_news(change, self.session.applied))
         self.config_panel.applyRequested.connect(self.apply)
-        self.config_panel.changed.connect(self._refresh_status)
         self.history_panel.runAgainRequested.connect(self.run_again)
         self.history_panel.applyConfigRequested.connect(self.apply_from_history)
         self.history_panel.refresh()
@@ -213,8 +223,7 @@ class MainWindow(QMainWindow):
                 "A job is running. Applying the configuration stops it and starts a fresh runtime. Continue?")
             if answer != QMessageBox.StandardButton.Yes:
                 return
-        self.manager.apply(config)  # the panels hear of it from the session (AppliedChanged)
-        self.session.mark_applied(config)
+        self.manager.apply(config)  # the one writer of the applied configuration: the panels hear AppliedChanged
         self.profiles.remember_applied(config)
         self._refresh_status()
 
@@ -244,7 +253,7 @@ class MainWindow(QMainWindow):
         self._refresh_status()
 
     def _refresh_status(self, *_news: object) -> None:
-        state = self.status.refresh(self.manager, self.config_panel.is_stale)
+        state = self.status.refresh(self.manager, self.session.is_stale)
         self.runs.set_can_run(state == READY, "" if state == READY else f"The runtime is {state}",
                               warming=state == STARTING)
 
