@@ -36,6 +36,7 @@ from tf_device_panel.core.client.share import MAX_SEATS, VERIFY_BATCH, ShareRepo
 from tf_device_panel.core.config import DeviceConfig, save_profile
 from tf_device_panel.core.processes import module_command
 from tf_device_panel.core.units import MIB
+from tf_device_panel.gui.widgets.common import guard_wheel
 
 SEAT_COLUMNS = ("Seat", "Profile", "Limit", "Peak", "Process", "Status")
 # What each seat runs: the dialog's words, and the file a choice asks for.
@@ -45,6 +46,14 @@ FILE_FILTERS = {1: "Python files (*.py)", 2: "Keras models (*.keras)"}
 FIELD_WORDS = {"seats": "Seats", "out": "Folder", "config": "This configuration", "batch": "Batch",
                "script": "Script", "args": "Script arguments", "model": "Keras model", "work": "The work"}
 MAX_BATCH = 1_000_000
+
+
+def show_share(parent: QWidget, config: DeviceConfig) -> ShareDialog:
+    """File → Share a GPU…: the seats start from `config`, the window's configuration."""
+    dialog = ShareDialog(config, parent)
+    guard_wheel(dialog)
+    dialog.show()
+    return dialog
 
 
 def mib_text(value: Any) -> str:
