@@ -73,21 +73,21 @@ def main() -> int:
         window.show()
         for name in ("config", "devices", "history", "doctor", "log", "memory"):
             window.docks[name].hide()
-        dock = window.docks["machines"]
-        window.machines.kind.setCurrentText(kind)
-        window.machines.address.setText(address)
-        window.machines.columns.setValue(3)
+        dock, machines = window.docks["machines"], window.panels["machines"]
+        machines.kind.setCurrentText(kind)
+        machines.address.setText(address)
+        machines.columns.setValue(3)
         dock.show()
         dock.raise_()
         window.resizeDocks([dock], [1000], Qt.Orientation.Horizontal)
         started = time.monotonic()
 
         def shoot() -> None:
-            ready = len(window.machines.tiles) == len(targets) and time.monotonic() - started > args.delay
+            ready = len(machines.tiles) == len(targets) and time.monotonic() - started > args.delay
             if ready or time.monotonic() - started > 90:
                 shot = app.primaryScreen().grabWindow(0)
                 shot.save(args.out)
-                print(f"saved {args.out} ({shot.width()}x{shot.height()}); tiles: {len(window.machines.tiles)}")
+                print(f"saved {args.out} ({shot.width()}x{shot.height()}); tiles: {len(machines.tiles)}")
                 window.close()
                 app.quit()
 

@@ -51,6 +51,7 @@ from tf_device_panel.core.config import DeviceConfig, ProfileError, load_profile
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.shell.menus import PRESENTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLAY_PID = 4242  # the replayed run's process id, as NVML lists it
@@ -136,7 +137,7 @@ def main() -> int:
     QTest.qWaitForWindowExposed(window)
     runs = window.runs
     # The Configuration: a profile opened, the logical CPUs typed, then Apply pressed.
-    if args.config is not None and not window.open_profile(args.config):
+    if args.config is not None and not window.profiles.open(args.config):
         notices = window.status.notices
         print(f"screenshot.py: --config {args.config}: {notices[-1] if notices else 'not opened'}", file=sys.stderr)
         return 2
@@ -153,10 +154,10 @@ def main() -> int:
         docks = [window.docks[name] for name in args.dock]
         window.resizeDocks(docks, [args.dock_height] * len(docks), Qt.Orientation.Vertical)
     if args.presentation:
-        window.presentation_action.trigger()
+        window.menu_actions[PRESENTATION].trigger()
     for _ in range(abs(args.zoom)):
-        window.zoom_in() if args.zoom > 0 else window.zoom_out()
-    window.memory.window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
+        window.dock_layout.zoom_in() if args.zoom > 0 else window.dock_layout.zoom_out()
+    window.panels["memory"].window_choice.setCurrentIndex(0)  # the last minute: a fresh window has no older history
     QTest.mouseClick(window.config_panel.apply_button, Qt.MouseButton.LeftButton)
     if args.doctor:
         window.open_doctor()
@@ -276,7 +277,7 @@ def replay_h100(args: argparse.Namespace) -> int:
     if args.dock and args.dock_height:
         docks = [window.docks[name] for name in args.dock]
         window.resizeDocks(docks, [args.dock_height] * len(docks), Qt.Orientation.Vertical)
-    window.memory.window_choice.setCurrentIndex(0)
+    window.panels["memory"].window_choice.setCurrentIndex(0)
     report, config = h100_report(args.replay_h100, args.gpus)
     window.config_panel.set_gpus([GpuInfo(i, H100_NAME, H100_TOTAL_MIB) for i in range(args.gpus)])
     window.config_panel.set_config(config)
@@ -304,7 +305,7 @@ def replay_h100(args: argparse.Namespace) -> int:
             window.controller.deliver(batch)  # the slot the controller's batches arrive at
             state["fed"] = now
             return
-        canvas = window.device_map.canvas
+        canvas = window.panels["map"].canvas
         read = not gpu_job or (0 in canvas.use and canvas.use[0].run_mib is not None)
         if read and not state["exited"]:
             # The run's process exits after its job (each run has its own): NVML no longer lists it.

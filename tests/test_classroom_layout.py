@@ -23,6 +23,7 @@ from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import JobEnded
 from tf_device_panel.gui.docks.history_panel import RunDialog
 from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.shell.menus import PRESENTATION
 from tf_device_panel.gui.views.result_view import ResultView
 
 READY_TIMEOUT_MS = 180_000
@@ -134,7 +135,7 @@ def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, wi
         assert outcome.status == "ok", f"{label}: {outcome.status} {outcome.error}"
         run_ids[job] = next(summary.run_id for summary in window.history.summaries() if summary.job == job)
         for presentation in (False, True):
-            window.set_presentation(presentation)
+            window.dock_layout.set_presentation(presentation)
             for size in SIZES:
                 window.resize(*size)
                 settle(qtbot)
@@ -144,11 +145,11 @@ def test_every_jobs_result_keeps_its_plots_in_sight_at_classroom_sizes(qtbot, wi
                 assert not runs.form_scroll.isVisible(), f"{label}: the form did not fold under its result"
                 where = f"{label} at {size[0]}×{size[1]}{' in presentation mode' if presentation else ''}"
                 problems += [f"{where}: {problem}" for problem in result_problems(view, least) + sideways(window)]
-                canvas = window.device_map.canvas  # presentation mode: the device map whole beside the result
+                canvas = window.panels["map"].canvas  # presentation mode: the device map whole beside the result
                 if presentation and canvas.visibleRegion().boundingRect().height() < canvas.height():
                     problems.append(f"{where}: the device map shows {canvas.visibleRegion().boundingRect().height()}"
                                     f" of its {canvas.height()} px")
-        window.set_presentation(False)
+        window.dock_layout.set_presentation(False)
     assert not problems, "\n".join(problems)
 
     # The benchmark reopened from History: its plot in sight too, its table not sideways.
@@ -195,7 +196,7 @@ def test_the_form_folds_to_one_line_under_a_result_and_opens_to_edit(qtbot, wind
 @pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
 def test_every_result_kind_reads_at_classroom_sizes(qtbot, window: MainWindow, size, presentation) -> None:
     window.resize(*size)
-    window.set_presentation(presentation)
+    window.dock_layout.set_presentation(presentation)
     problems = []
     for job, result in {**RESULTS, "benchmark": BENCHMARK}.items():
         window.runs.select_job(job)
@@ -241,8 +242,8 @@ def test_zoom_steps_answer_at_once_and_keep_the_result_in_sight(qtbot, window: M
         start = time.perf_counter()
         QTest.keyClick(window, Qt.Key.Key_Equal, Qt.KeyboardModifier.ControlModifier)
         answers.append(time.perf_counter() - start)
-        assert f"Zoom {window.view.zoom * 100:.0f} %" in window.current_message()
-    assert window.view.zoom == pytest.approx(1.15 ** 3, rel=0.01)
+        assert f"Zoom {window.dock_layout.view.zoom * 100:.0f} %" in window.status.message_label.full_text()
+    assert window.dock_layout.view.zoom == pytest.approx(1.15 ** 3, rel=0.01)
     assert max(answers) < 0.1, f"zoom steps took {[round(a * 1000) for a in answers]} ms"
     qtbot.waitUntil(lambda: window.runs.status.fontInfo().pointSizeF() >= 1.4 * base, timeout=5000)
     settle(qtbot)
@@ -252,7 +253,7 @@ def test_zoom_steps_answer_at_once_and_keep_the_result_in_sight(qtbot, window: M
     window.runs.select_job("fit")  # a result drawn at the old zoom is drawn again when shown
     settle(qtbot)
     (plot,) = window.runs.result.plots
-    assert plot.listDataItems()[0].opts["pen"].widthF() >= 2.0 * window.view.zoom - 0.01
+    assert plot.listDataItems()[0].opts["pen"].widthF() >= 2.0 * window.dock_layout.view.zoom - 0.01
 
 
 # -- cosmetics ---------------------------------------------------------------------------------------------
@@ -280,7 +281,7 @@ def test_side_dock_tabs_read_whole(qtbot, window: MainWindow) -> None:
 
 def test_copy_as_python_reads_without_a_sideways_scroll_bar(qtbot, window: MainWindow) -> None:
     window.resize(1024, 768)
-    dialog = window.show_snippet()
+    dialog = window.config_panel.show_snippet()
     qtbot.waitExposed(dialog)
     settle(qtbot)
     assert not sideways(dialog)
@@ -293,11 +294,11 @@ def test_a_run_without_placements_says_why_where_they_would_be(qtbot, window: Ma
     window.runs.job_started("parameter-server")
     window.session.publish(JobEnded(JobOutcome("parameter-server", {"log_placement": False},
                                                {"log_placement": True}, status="ok", result=result)))
-    assert "own “Log placement” switch was off" in window.log.summary.text()
+    assert "own “Log placement” switch was off" in window.panels["log"].summary.text()
     window.runs.job_started("matmul")
     window.session.publish(JobEnded(JobOutcome("matmul", {}, {"log_placement": False}, status="ok",
                                                result={"matrix": [[1.0]], "device": "/CPU:0"})))
-    assert "“Log device placement” is off in the Configuration" in window.log.summary.text()
+    assert "“Log device placement” is off in the Configuration" in window.panels["log"].summary.text()
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda size: f"{size[0]}x{size[1]}")
@@ -306,7 +307,7 @@ def test_the_placement_log_keeps_several_lines_and_rows(qtbot, window: MainWindo
     window.resize(*size)
     window.docks["log"].raise_()
     settle(qtbot)
-    log = window.log
+    log = window.panels["log"]
     assert log.view.viewport().height() // log.view.fontMetrics().lineSpacing() >= 5
     assert log.table.viewport().height() // log.table.verticalHeader().defaultSectionSize() >= 3
     assert not result_problems(window.runs.result, MIN_PLOT_HEIGHT)
@@ -323,26 +324,27 @@ def test_presentation_mode_at_1280x720_shows_the_result_and_the_whole_device_map
         tf_version="2.21.0", python="3.12.3", pid=4242, build={"is_cuda_build": True},
         physical=({"name": "/physical_device:CPU:0", "device_type": "CPU", "index": 0, "visible": True},),
         logical=(cpu(0), cpu(1)), config={"cpu_devices": 2})])
-    window.presentation_action.trigger()
+    window.menu_actions[PRESENTATION].trigger()
     window.runs.select_job("benchmark")
     window.runs.job_started("benchmark")
     window.runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
-    canvas = window.device_map.canvas
+    canvas = window.panels["map"].canvas
     qtbot.waitUntil(lambda: canvas.visibleRegion().boundingRect().height() >= canvas.height() > 50, timeout=3000)
     settle(qtbot)
     assert not result_problems(window.runs.result, PRESENTATION_PLOT_HEIGHT) + sideways(window)
-    window.presentation_action.trigger()
-    assert window.device_map.note.isVisible() and window.docks["log"].isVisible()
+    window.menu_actions[PRESENTATION].trigger()
+    assert window.panels["map"].note.isVisible() and window.docks["log"].isVisible()
 
 
 def test_memory_legend_swatches_sit_level_with_their_labels(qtbot, window: MainWindow) -> None:
     """The host-memory legend's swatches sat 25 px below and 50 px left of their labels (the legend stretched to
     the plot's height)."""
     window.docks["memory"].raise_()
-    qtbot.waitUntil(lambda: bool(window.memory.legends) and all(legend.items for legend in
-                                                                 window.memory.legends.values()), timeout=5000)
+    memory = window.panels["memory"]
+    qtbot.waitUntil(lambda: bool(memory.legends) and all(legend.items for legend in memory.legends.values()),
+                    timeout=5000)
     settle(qtbot)
-    for name, legend in window.memory.legends.items():
+    for name, legend in memory.legends.items():
         for sample, label in legend.items:
             sample_box, text_box = sample.sceneBoundingRect(), label.item.sceneBoundingRect()
             assert abs(sample_box.center().y() - text_box.center().y()) <= 3, (name, label.text)

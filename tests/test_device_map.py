@@ -296,11 +296,11 @@ def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp
              *[placed("/CPU:0")] * 3, *[placed("/CPU:1")] * 2,
              events.JobFinished(job="matmul", status="ok", job_id="j")]
     window.controller.deliver(batch)  # the slot the controller's batches arrive at
-    assert dict(window.device_map.canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
-    assert "3 ops" in window.device_map.canvas.current_map().segment("/CPU:0").lines
+    assert dict(window.panels["map"].canvas.ops) == {"/CPU:0": 3, "/CPU:1": 2}
+    assert "3 ops" in window.panels["map"].canvas.current_map().segment("/CPU:0").lines
     # the next run's report resets the map (a new configuration's devices), and its own placements count anew
     window.controller.deliver([report(1), events.JobStarted(job="m", job_id="k"), placed("/CPU:0").replace(job_id="k")])
-    assert dict(window.device_map.canvas.ops) == {"/CPU:0": 1}
+    assert dict(window.panels["map"].canvas.ops) == {"/CPU:0": 1}
     window.close()
 
 
@@ -466,7 +466,7 @@ def test_on_an_80_gb_gpu_split_2048_4096_every_segments_text_fits_in_the_window(
                        *[placed("/GPU:0")] * 25, *[placed("/CPU:0")] * 2,
                        events.TfMemory(device="/GPU:0", current_mib=512.0, peak_mib=512.0),
                        events.JobFinished(job="memory", status="ok", job_id="j")])
-    canvas = window.device_map.canvas
+    canvas = window.panels["map"].canvas
     qtbot.waitUntil(lambda: canvas.use.get(0) is not None and canvas.use[0].run_mib is not None, timeout=10_000)
     assert canvas.width() >= size[0] - 60  # the map dock spans the window's width
     texts = painted_texts_fit(canvas)
@@ -525,8 +525,8 @@ def test_the_placement_table_and_the_device_map_count_the_same_run(qtbot, tmp_pa
                        events.JobFinished(job="matmul", status="ok", job_id="a"),
                        ready(cpus=2).replace(job_id="b"), events.JobStarted(job="matmul", job_id="b"),
                        placed("/CPU:1", "b"), placed("/CPU:1", "b")])
-    table = {row[2]: row[3] for row in window.log.model.rows}
-    assert table == dict(window.device_map.canvas.ops) == {"/CPU:1": 2}
+    table = {row[2]: row[3] for row in window.panels["log"].model.rows}
+    assert table == dict(window.panels["map"].canvas.ops) == {"/CPU:1": 2}
     window.close()
 
 

@@ -55,7 +55,7 @@ def squeezed(qtbot, win: MainWindow) -> list[str]:
 @pytest.mark.parametrize("dock", ["doctor", "history", "machines"])
 def test_a_dock_beside_runs_never_squeezes_its_forms(qtbot, window: MainWindow, size, dock) -> None:
     window.resize(*size)
-    window.reset_layout()
+    window.dock_layout.reset_layout()
     window.resize(*size)
     settle(qtbot)
     assert squeezed(qtbot, window) == []
@@ -70,7 +70,7 @@ def test_a_dock_beside_runs_never_squeezes_its_forms(qtbot, window: MainWindow, 
             settle(qtbot)
             assert window.runs.forms["fit"].columns == 2
     # after Reset layout the training forms stand in two columns again
-    window.reset_layout()
+    window.dock_layout.reset_layout()
     window.resize(*size)
     settle(qtbot)
     window.runs.select_job("fit")
@@ -80,7 +80,7 @@ def test_a_dock_beside_runs_never_squeezes_its_forms(qtbot, window: MainWindow, 
 
 def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: MainWindow) -> None:
     window.resize(1280, 720)
-    window.reset_layout()
+    window.dock_layout.reset_layout()
     window.resize(1280, 720)
     window.docks["config"].raise_()
     settle(qtbot)
@@ -99,7 +99,7 @@ def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: 
     window.apply_current()  # refused: the problem is named, nothing shifts
     for box in window.findChildren(__import__("PySide6.QtWidgets", fromlist=["QMessageBox"]).QMessageBox):
         box.close()
-    window.reset_layout()
+    window.dock_layout.reset_layout()
     settle(qtbot)
     assert bar.maximum() == 0 and bar.value() == 0
 
@@ -107,11 +107,11 @@ def test_configuration_never_scrolls_sideways_after_zero_and_tab(qtbot, window: 
 def test_the_placement_log_and_machines_never_scroll_sideways(qtbot, window: MainWindow) -> None:
     window.resize(1280, 720)
     long_line = "MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0 " + "x" * 400
-    window.log.add_events([events.Log(stream="stderr", kind="placement", text=long_line)])
+    window.panels["log"].add_events([events.Log(stream="stderr", kind="placement", text=long_line)])
     window.docks["log"].raise_()
     settle(qtbot)
-    assert window.log.view.horizontalScrollBar().maximum() == 0
-    panel = window.machines
+    assert window.panels["log"].view.horizontalScrollBar().maximum() == 0
+    panel = window.panels["machines"]
     window.docks["machines"].show()
     settle(qtbot)
     now = time.time()
@@ -125,8 +125,9 @@ def test_the_placement_log_and_machines_never_scroll_sideways(qtbot, window: Mai
 
 
 def test_machines_says_no_answer_yet_when_there_never_was_one(qtbot, window: MainWindow) -> None:
-    window.machines._failed("connection refused")
-    assert "no answer yet" in window.machines.status.text() and "last answer" not in window.machines.status.text()
+    machines = window.panels["machines"]
+    machines._failed("connection refused")
+    assert "no answer yet" in machines.status.text() and "last answer" not in machines.status.text()
 
 
 def test_with_history_open_at_1280_the_result_caption_is_never_cut(qtbot, window: MainWindow) -> None:
@@ -134,7 +135,7 @@ def test_with_history_open_at_1280_the_result_caption_is_never_cut(qtbot, window
     from tf_device_panel.core.client.run_record import JobOutcome
 
     window.resize(1280, 720)
-    window.reset_layout()
+    window.dock_layout.reset_layout()
     window.resize(1280, 720)
     window.docks["history"].show()
     window.runs.select_job("fit")

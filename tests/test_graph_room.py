@@ -39,13 +39,13 @@ def plot_heights_in_sight(panel: MemoryPanel) -> dict[str, int]:
 def test_raised_memory_graphs_are_each_large_enough_to_read(qtbot, window: MainWindow, size, least, gpus) -> None:
     window.resize(*size)
     if gpus:
-        window.memory.build_plots(list(range(gpus)))
-    window.reset_layout()
+        window.panels["memory"].build_plots(list(range(gpus)))
+    window.dock_layout.reset_layout()
     window.resize(*size)
     QApplication.processEvents()
     window.docks["memory"].raise_()
-    qtbot.waitUntil(lambda: min(plot_heights_in_sight(window.memory).values()) >= least, timeout=3000)
-    keys = list(window.memory.plots)
+    qtbot.waitUntil(lambda: min(plot_heights_in_sight(window.panels["memory"]).values()) >= least, timeout=3000)
+    keys = list(window.panels["memory"].plots)
     assert keys[:gpus] == [f"gpu{n}" for n in range(gpus)]  # GPU plots first
     # the centre keeps its form: the job's rows are not squeezed by the grown dock
     assert window.runs.form_scroll.height() >= window.runs.form_scroll.minimumSizeHint().height()

@@ -61,21 +61,21 @@ def table_values(win: MainWindow) -> list[list[str]]:
 
 
 def placements(win: MainWindow) -> set[tuple[str, str]]:
-    return {(row[1], row[2]) for row in win.log.model.rows}
+    return {(row[1], row[2]) for row in win.panels["log"].model.rows}
 
 
 def test_replicate_on_two_logical_cpus_end_to_end(qtbot, window: MainWindow) -> None:
     apply_and_wait(qtbot, window, cpu_devices=2)
     # The Devices panel lists the ready report when its event reaches it, which may be a batch after the
     # manager's state says ready (a CI run read the tree still empty).
-    qtbot.waitUntil(lambda: window.devices.tree.topLevelItem(1) is not None, timeout=10_000)
-    logical = window.devices.tree.topLevelItem(1)
+    qtbot.waitUntil(lambda: window.panels["devices"].tree.topLevelItem(1) is not None, timeout=10_000)
+    logical = window.panels["devices"].tree.topLevelItem(1)
     assert [logical.child(i).text(0) for i in range(logical.childCount())] == ["/CPU:0", "/CPU:1"]
-    assert "TensorFlow sees no GPU" in window.devices.note.text()
+    assert "TensorFlow sees no GPU" in window.panels["devices"].note.text()
     run_and_wait(qtbot, window, "replicate")
     assert table_values(window) == [["44", "56"], ["98", "128"]]
     assert {("MatMul", "/CPU:0"), ("MatMul", "/CPU:1"), ("AddN", "/CPU:0")} <= placements(window)
-    assert "/CPU:1" in window.log.summary.text()
+    assert "/CPU:1" in window.panels["log"].summary.text()
     window.history_panel.refresh()
     assert window.history_panel.wait_until_loaded()
     assert window.history_panel.table.item(0, 1).text() == "replicate"
@@ -88,8 +88,8 @@ def test_soft_placement_fallback_is_highlighted_and_hard_placement_shows_tf_erro
     apply_and_wait(qtbot, window)
     run_and_wait(qtbot, window, "matmul", device="/GPU:2")
     assert table_values(window) == [["22", "28"], ["49", "64"]]
-    assert window.log.fallback_banner.isVisible() and "/GPU:2" in window.log.fallback_banner.text()
-    assert any(row[4] for row in window.log.model.rows if row[1] == "MatMul")
+    assert window.panels["log"].fallback_banner.isVisible() and "/GPU:2" in window.panels["log"].fallback_banner.text()
+    assert any(row[4] for row in window.panels["log"].model.rows if row[1] == "MatMul")
     assert "soft-placement fallback" in window.runs.result.caption.text()
 
     apply_and_wait(qtbot, window, soft_placement=False)
@@ -111,8 +111,9 @@ def test_validation_blocks_apply_and_stale_marker_follows_changes(qtbot, window:
     assert ("no GPU on this machine" in window.status.runtime_label.text()) == (not has_gpu)
     # A passing message no longer takes the runtime's state out of sight.
     state = window.status.runtime_label.text()
-    window.flash("Saved /tmp/profile.json")
-    assert window.current_message() == "Saved /tmp/profile.json" and window.status.runtime_label.text() == state
+    window.status.flash("Saved /tmp/profile.json")
+    assert window.status.message_label.full_text() == "Saved /tmp/profile.json"
+    assert window.status.runtime_label.text() == state
     panel.inputs["cpu_devices"].setValue(3)
     assert window.session.is_stale and "STALE" in window.status.runtime_label.text()
     assert "Apply" in panel.stale_label.text()
@@ -177,8 +178,9 @@ def test_stop_cancels_a_running_fit(qtbot, window: MainWindow) -> None:
     assert finished[0].outcome.status == "cancelled", finished[0].outcome.error
     assert window.runs.status.text().startswith("Cancelled")
     # the live graphs marked the job and followed its process's memory while it ran
-    qtbot.waitUntil(lambda: {"fit started", "fit cancelled"} <= set(window.memory.marker_labels()), timeout=5000)
-    _, rss = window.memory.history.series["host.runtime_rss_mib"].arrays()
+    memory = window.panels["memory"]
+    qtbot.waitUntil(lambda: {"fit started", "fit cancelled"} <= set(memory.marker_labels()), timeout=5000)
+    _, rss = memory.history.series["host.runtime_rss_mib"].arrays()
     assert np.nanmax(rss) > 100
     qtbot.waitUntil(lambda: window.runs.run_button.isEnabled(), timeout=5000)
 
@@ -204,7 +206,7 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
     window.runs.form().set_value("path", str(script))
     qtbot.mouseClick(window.runs.run_button, Qt.MouseButton.LeftButton)
     # ignoring Ctrl+C and SIGTERM by then: only the kill after the grace period ends it
-    qtbot.waitUntil(lambda: any(text == "stuck in C" for _, text in window.log.entries), timeout=60_000)
+    qtbot.waitUntil(lambda: any(text == "stuck in C" for _, text in window.panels["log"].entries), timeout=60_000)
     old_pid = window.manager.runtime.pid
     with wait_for_message(qtbot, window.controller, JobEnded, 30_000) as finished:
         qtbot.keyClick(window, Qt.Key.Key_Escape)
@@ -222,7 +224,7 @@ def test_stop_that_must_kill_the_runtime_brings_a_fresh_one(qtbot, window: MainW
 def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) -> None:
     lines_at_ticks: list[int] = []  # how many lines the window had taken each time the event loop ran a timer
     timer = QTimer()
-    timer.timeout.connect(lambda: lines_at_ticks.append(window.log.total_lines))
+    timer.timeout.connect(lambda: lines_at_ticks.append(window.panels["log"].total_lines))
     timer.start(5)
     # Stands in for a run's reader thread (there is no public way to feed events but a real process).
     line = ("I0000 00:00:1795270979.856597 5908 execute.cc:1775] Executing op MatMul in device "
@@ -240,14 +242,14 @@ def test_log_flood_keeps_the_event_loop_responsive(qtbot, window: MainWindow) ->
 
     thread = threading.Thread(target=flood)
     thread.start()
-    qtbot.waitUntil(lambda: window.log.total_lines >= 100_000, timeout=60_000)
+    qtbot.waitUntil(lambda: window.panels["log"].total_lines >= 100_000, timeout=60_000)
     thread.join()
     timer.stop()
     # A window that took the flood in one go (or blocked until it ended) never ran its timers in between.
     assert any(0 < lines < 100_000 for lines in lines_at_ticks), "the event loop did not run while the flood arrived"
-    assert window.log.view.blockCount() <= MAX_LOG_LINES
-    assert len(window.log.entries) == MAX_LOG_LINES
-    assert window.log.model.rows[0][3] == 50_000
+    assert window.panels["log"].view.blockCount() <= MAX_LOG_LINES
+    assert len(window.panels["log"].entries) == MAX_LOG_LINES
+    assert window.panels["log"].model.rows[0][3] == 50_000
 
 
 def test_closing_mid_run_stops_job_and_runtime(qtbot, window: MainWindow) -> None:
@@ -265,20 +267,20 @@ def test_profiles_open_save_and_snippet(qtbot, window: MainWindow, tmp_path: Pat
     warnings = window.status.notices
     broken = tmp_path / "broken.json"
     broken.write_text("{oops")
-    assert not window.open_profile(broken)
+    assert not window.profiles.open(broken)
     assert "not valid JSON" in warnings[-1]
-    assert not window.save_profile(broken)
+    assert not window.profiles.save(broken)
     assert broken.read_text() == "{oops" and "left untouched" in warnings[-1]
     good = tmp_path / "good.json"
     good.write_text('{"version": 1, "cpu_devices": 4, "soft_placement": false}')
-    assert window.open_profile(good)
+    assert window.profiles.open(good)
     inputs = window.config_panel.inputs
     assert inputs["cpu_devices"].value() == 4 and not inputs["soft_placement"].isChecked()
     window.config_panel.inputs["cpu_devices"].setValue(2)
-    assert window.save_profile()
+    assert window.profiles.save()
     assert '"cpu_devices": 2' in good.read_text()
-    dialog = window.show_snippet()
-    text = dialog.findChild(type(window.log.view)).toPlainText()
+    dialog = window.config_panel.show_snippet()
+    text = dialog.findChild(type(window.panels["log"].view)).toPlainText()
     assert "LogicalDeviceConfiguration()] * 2" in text and "set_soft_device_placement(False)" in text
     dialog.close()
     assert dismiss_notices(window) == ["Cannot open profile", "Profile not saved"]
@@ -297,7 +299,7 @@ def test_a_warning_logged_on_another_thread_shows_in_the_window(qtbot, window: M
     worker = threading.Thread(target=log_like_the_sampler, name="test-sampler")
     worker.start()
     worker.join(10)
-    qtbot.waitUntil(lambda: message in window.current_message(), timeout=5000)
+    qtbot.waitUntil(lambda: message in window.status.message_label.full_text(), timeout=5000)
     assert thread_names == ["test-sampler"]
     assert f"Warning: {message}" in window.status.notices and window.status.warnings_button.isVisible()
     # The INFO record was logged first on the same thread, so it would have arrived first: it was never sent.
@@ -435,11 +437,11 @@ def test_show_code_dialog(qtbot, window: MainWindow) -> None:
     window.runs.select_job("custom-loop")
     assert "Custom training loop" in window.runs.description.text()
     dialog = window.runs.show_code()
-    assert "compute_average_loss" in dialog.findChild(type(window.log.view)).toPlainText()
+    assert "compute_average_loss" in dialog.findChild(type(window.panels["log"].view)).toPlainText()
     dialog.close()
     window.runs.select_job("parameter-server")
     dialog = window.runs.show_code()
-    code = dialog.findChild(type(window.log.view)).toPlainText()
+    code = dialog.findChild(type(window.panels["log"].view)).toPlainText()
     assert "tf.distribute.ParameterServerStrategy(resolver)" in code and "tf.distribute.Server(" in code
     dialog.close()
 
@@ -560,11 +562,11 @@ def test_gpus_are_shown_and_configurable_matched_by_bus_id(qtbot, window: MainWi
                              "pci_bus_id": "0000:01:00.0"}]}
     # as a ready runtime is reported
     window.controller.eventsArrived.emit([events.from_json({"type": events.READY, "data": info})])
-    physical = window.devices.tree.topLevelItem(0)
+    physical = window.panels["devices"].tree.topLevelItem(0)
     details = {physical.child(i).text(0): physical.child(i).text(1) for i in range(physical.childCount())}
     assert "23034 MiB" in details["GPU:0"] and "PCI 00000000:02:00.0" in details["GPU:0"]
     assert "40960 MiB" in details["GPU:1"] and "compute 8.0" in details["GPU:1"]
-    assert not window.devices.doctor_button.isVisible()
+    assert not window.panels["devices"].doctor_button.isVisible()
 
     panel = window.config_panel
     l4, a100 = panel.gpu_editors

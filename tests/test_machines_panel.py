@@ -193,10 +193,10 @@ def test_the_window_docks_the_view_and_stops_it_on_close(qtbot, settings: QSetti
     view_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&View")
     assert dock.toggleViewAction() in view_menu.actions() and dock.toggleViewAction().text() == "Machines (lab)"
     dock.show()
-    window.machines.set_source(FakeSource(lab(2)))
-    qtbot.waitUntil(lambda: len(window.machines.tiles) == 2, timeout=10_000)
+    window.panels["machines"].set_source(FakeSource(lab(2)))
+    qtbot.waitUntil(lambda: len(window.panels["machines"].tiles) == 2, timeout=10_000)
     window.close()
-    assert window.machines.fetcher is None
+    assert window.panels["machines"].fetcher is None
 
 
 def test_misbehaving_targets_leave_the_grid_responsive_and_a_stop_prompt(qtbot, panel: MachinesPanel) -> None:

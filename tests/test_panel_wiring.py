@@ -29,17 +29,12 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import Nvml
 from tf_device_panel.core.devices.telemetry import Sampler
 from tf_device_panel.core.protocol import events
-from tf_device_panel.gui.docks.config_panel import ConfigPanel
-from tf_device_panel.gui.docks.device_map import DeviceMapPanel
-from tf_device_panel.gui.docks.devices_panel import DevicesPanel
-from tf_device_panel.gui.docks.log_panel import LogPanel
-from tf_device_panel.gui.docks.machines_panel import MachinesPanel
+from tf_device_panel.gui.docks.dock_list import PANELS
 from tf_device_panel.gui.docks.memory_panel import MemoryPanel
 from tf_device_panel.gui.shell.controller import RuntimeController
 from tf_device_panel.gui.shell.main_window import MainWindow
 
 WINDOW = Path(__file__).parent.parent / "gui" / "shell" / "main_window.py"
-DECLARED = (DevicesPanel, ConfigPanel, LogPanel, MemoryPanel, MachinesPanel, DeviceMapPanel)
 
 
 def fake_window(qtbot, tmp_path: Path) -> tuple[MainWindow, list[FakeProcess]]:
@@ -56,16 +51,20 @@ def test_each_dock_is_laid_out_as_its_panel_declares(qtbot, tmp_path: Path) -> N
     window.show()
     qtbot.waitExposed(window)
     try:
-        for panel in DECLARED:
+        for panel in PANELS:
             spec = panel.DOCK
             dock = window.docks[spec.name]
             assert dock.windowTitle() == spec.title and window.dockWidgetArea(dock) == spec.area, spec
-            if spec.tab_with:
-                assert dock in window.tabifiedDockWidgets(window.docks[spec.tab_with]), spec
             assert dock.isVisible() != spec.hidden, spec
             if spec.long_title:
                 assert dock.toggleViewAction().text() == spec.long_title
         assert window.docks["map"].visibleRegion().isEmpty() is False  # raised over the log and memory tabs
+        for dock in window.docks.values():  # a hidden dock is in no tab group until it is shown
+            dock.show()
+        for panel in PANELS:
+            if panel.DOCK.tab_with:
+                tabs = window.tabifiedDockWidgets(window.docks[panel.DOCK.tab_with])
+                assert window.docks[panel.DOCK.name] in tabs, panel.DOCK
     finally:
         window.close()
 
@@ -112,6 +111,7 @@ def test_the_applied_configuration_and_the_run_pid_are_the_sessions_alone(qtbot,
         assert window.session.is_stale and "STALE" in window.status.runtime_label.text()
         window.controller.deliver([events.Ready(pid=4242, job_id="j")])
         assert pids == [4242] and window.session.sampler is not None
+        assert window.panels["memory"].sampler is window.session.sampler  # the process's one sampler
         assert window.session.sampler.runtime_pid == 4242 == window.session.run_pid
         window.controller.deliver([events.RuntimeExited(returncode=0, expected=True, description="exited")])
         assert pids == [4242, None] and window.session.sampler.runtime_pid is None

@@ -17,6 +17,7 @@ from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.results import Plot, Presentation, Series
 from tf_device_panel.gui.shell.main_window import MainWindow
+from tf_device_panel.gui.shell.menus import PRESENTATION
 from tf_device_panel.gui.views.result_view import ResultView
 from tf_device_panel.gui.widgets.view_settings import SERIES_COLORS, series_style
 
@@ -54,7 +55,7 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
     base_result_width, base_map_height = runs.result.width(), window.docks["map"].height()
     QTest.keyClick(window, Qt.Key.Key_P, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     QApplication.processEvents()
-    assert window.view.presentation and window.presentation_action.isChecked()
+    assert window.dock_layout.view.presentation and window.menu_actions[PRESENTATION].isChecked()
     assert runs.status.fontInfo().pixelSize() >= 1.4 * base_text
     assert runs.status.fontInfo().pixelSize() >= 18  # readable from the back of a room at 1920×1080
     assert runs.console.view.fontInfo().pixelSize() >= 1.4 * base_console  # the monospace views too
@@ -65,9 +66,9 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
     # the side docks put away: the result and the device map take the window's width
     qtbot.waitUntil(lambda: runs.result.width() >= base_result_width + 200, timeout=3000)
     assert window.docks["map"].height() >= base_map_height + 50
-    window.presentation_action.trigger()
+    window.menu_actions[PRESENTATION].trigger()
     QApplication.processEvents()
-    assert not window.view.presentation and window.docks["config"].isVisible()
+    assert not window.dock_layout.view.presentation and window.docks["config"].isVisible()
     assert runs.status.fontInfo().pixelSize() == base_text
 
 
@@ -81,14 +82,14 @@ def test_zoom_is_remembered(qtbot, tmp_path: Path) -> None:
     assert QKeySequence("Ctrl+=") in zoom_in.shortcuts() and zoom_out.shortcut() == QKeySequence("Ctrl+-")
     zoom_in.trigger()
     zoom_in.trigger()
-    assert first.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
+    assert first.dock_layout.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
     qtbot.waitUntil(lambda: first.runs.status.fontInfo().pointSizeF() > 1.25 * base, timeout=2000)
     first.close()
     again = make(tmp_path)
     qtbot.addWidget(again)
-    assert again.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
+    assert again.dock_layout.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
     next(a for a in again.findChildren(QAction) if a.text() == "Zoom &out").trigger()
-    assert again.view.zoom == pytest.approx(1.15, rel=0.01)
+    assert again.dock_layout.view.zoom == pytest.approx(1.15, rel=0.01)
     again.close()
 
 

@@ -48,7 +48,7 @@ def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
 def test_every_result_kind_reads_whole(qtbot, window: MainWindow, size: tuple[int, int, bool]) -> None:
     width, height, presentation = size
     window.resize(width, height)
-    window.set_presentation(presentation)
+    window.dock_layout.set_presentation(presentation)
     runs = window.runs
     problems = []
     for job, result in {**RESULTS, "benchmark": BENCHMARK}.items():
@@ -74,7 +74,7 @@ def test_an_out_of_memory_error_leads_with_one_plain_sentence(qtbot, window: Mai
 
     width, height, presentation = size
     window.resize(width, height)
-    window.set_presentation(presentation)
+    window.dock_layout.set_presentation(presentation)
     runs = window.runs
     runs.select_job("script")
     runs.job_started("script")
@@ -219,7 +219,7 @@ def test_after_every_real_job_every_number_caption_and_last_line_reads(qtbot, wi
             params = params or {"path": str(script)}
             if params["path"] == str(oom):
                 apply(cpu_memory_limit_mib=64)
-        window.set_presentation(False)
+        window.dock_layout.set_presentation(False)
         window.resize(1280, 720)
         runs.select_job(job)
         for name, value in params.items():
@@ -234,9 +234,9 @@ def test_after_every_real_job_every_number_caption_and_last_line_reads(qtbot, wi
         if expected == "error":
             assert outcome.oom, f"{label}: no OOM explained"
         for width, height, presentation in CLASSROOM_SIZES:
-            window.set_presentation(False)
+            window.dock_layout.set_presentation(False)
             window.resize(width, height)
-            window.set_presentation(presentation)  # entered at this size, as a presenter does
+            window.dock_layout.set_presentation(presentation)  # entered at this size, as a presenter does
             settle(qtbot)
             least_lines = 8 if (width, height, presentation) == (1280, 720, False) and runs.result.plots \
                 and not runs.result.stacked() else 2
@@ -247,7 +247,7 @@ def test_after_every_real_job_every_number_caption_and_last_line_reads(qtbot, wi
                 error = runs.result.error.summary
                 if error.visibleRegion().boundingRect().size() != error.size():
                     problems.append(f"{where}: the red error text is cut")
-    window.set_presentation(False)
+    window.dock_layout.set_presentation(False)
     assert not problems, "\n".join(problems)
 
 

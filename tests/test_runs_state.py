@@ -196,7 +196,7 @@ def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: M
         log(None, "a spare's own output")])
     assert console.view.toPlainText().splitlines() == ["epoch 1 starting", "step 20/20", "done: loss 0.01"]
     assert not console.live_line.isVisible()
-    assert "MatMul" in window.log.view.toPlainText()  # placements stay in the Placement log
+    assert "MatMul" in window.panels["log"].view.toPlainText()  # placements stay in the Placement log
     runs.job_finished(outcome("script"))
     runs.select_job("matmul")
     assert console.view.toPlainText() == ""  # another job's console is its own
@@ -264,12 +264,12 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
     assert runs.status.full_text() == "Running fit…" and "Running" not in runs.result.message.text()
     runs.job_finished(outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
     # after a cancel, the run's process ending is no failure
-    window.log.add_events([events.JobFinished(job="fit", status="cancelled", job_id="1"),
+    window.panels["log"].add_events([events.JobFinished(job="fit", status="cancelled", job_id="1"),
                            events.RuntimeExited(description="exited with code 1", expected=False)])
-    last = window.log.view.toPlainText().splitlines()[-1]
-    assert "after its job was cancelled" in last and window.log.entries[-1][0] != "error"
+    last = window.panels["log"].view.toPlainText().splitlines()[-1]
+    assert "after its job was cancelled" in last and window.panels["log"].entries[-1][0] != "error"
     # the placement table says its order the way it is: the largest counts first, "Count ▼"
-    header = window.log.proxy.headerData(3, Qt.Orientation.Horizontal, Qt.ItemDataRole.DisplayRole)
+    header = window.panels["log"].proxy.headerData(3, Qt.Orientation.Horizontal, Qt.ItemDataRole.DisplayRole)
     assert header == "Count ▼"
     # View → History raises it (it was a tab behind the Doctor)
     window.docks["doctor"].show()
@@ -320,8 +320,8 @@ def test_a_cancel_that_had_to_kill_the_runtime_says_so(qtbot, tmp_path: Path) ->
         running = made[-2]
         manager.cancel()
         running.kill(reason="the job did not stop within 5 s of being cancelled")
-        qtbot.waitUntil(lambda: "did not stop in time" in window.devices.note.text())
-        assert "the next run gets a fresh one" in window.current_message()
+        qtbot.waitUntil(lambda: "did not stop in time" in window.panels["devices"].note.text())
+        assert "the next run gets a fresh one" in window.status.message_label.full_text()
     finally:
         window.close()
 

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.gpu_facts import GpuInfo
+from tf_device_panel.gui.dialogs.share_dialog import show_share
 from tf_device_panel.gui.shell.main_window import MainWindow
 from tf_device_panel.gui.widgets.common import guard_wheel
 
@@ -87,12 +88,12 @@ def test_a_wheel_over_any_form_changes_no_field(qtbot, window: MainWindow) -> No
     panel = window.config_panel
     panel.set_gpus([GpuInfo(index=0, name="NVIDIA H100 80GB HBM3", total_mib=81559)])  # a split's spin boxes too
     panel.gpu_editors[0].add_split(2048)
-    roots: list[tuple[str, QWidget]] = [("Configuration", panel), ("Memory (live)", window.memory),
-                                         ("Machines (lab)", window.machines)]
+    roots: list[tuple[str, QWidget]] = [("Configuration", panel), ("Memory (live)", window.panels["memory"]),
+                                         ("Machines (lab)", window.panels["machines"])]
     for job in window.runs.forms:
         window.runs.select_job(job)
         roots.append((f"job form {job}", window.runs.forms[job]))
-    share = window.show_share()
+    share = show_share(window, window.config_panel.config())
     qtbot.addWidget(share)
     roots.append(("Share a GPU", share))
     seen = sum(len(fields_in(root)) for _, root in roots)

@@ -80,10 +80,10 @@ def test_a_long_error_widens_nothing_and_nothing_scrolls_sideways(qtbot, window:
     window.runs.select_job("matmul")
     window.runs.job_started("matmul")
     window.runs.job_finished(failed("matmul", f"Could not satisfy device specification '/GPU:2': {LONG}"))
-    window.devices.show_message("<b>The runtime died.</b> " + LONG)
+    window.panels["devices"].show_message("<b>The runtime died.</b> " + LONG)
     window.config_panel.set_gpus([], "TensorFlow said: " + LONG)
     window.status.runtime_label.setText("Runtime exited: " + LONG)  # after set_gpus, which refreshes the status
-    window.log.add_events([])
+    window.panels["log"].add_events([])
     settle(qtbot, window)
     after = widths(window)
     assert after == before
@@ -111,7 +111,7 @@ def test_the_first_window_fits_its_screen_and_reset_layout_restores_the_docks(qt
     default_devices_width = win.docks["devices"].width()
     win.docks["log"].setFloating(True)
     win.docks["config"].hide()
-    win.reset_layout()
+    win.dock_layout.reset_layout()
     settle(qtbot, win)
     assert not win.docks["log"].isFloating() and win.docks["config"].isVisible()
     assert abs(win.docks["devices"].width() - default_devices_width) <= 2
@@ -584,7 +584,7 @@ def test_snippet_and_code_are_monospace_with_copy(qtbot, window: MainWindow) -> 
     from PySide6.QtGui import QFontInfo, QGuiApplication
     from PySide6.QtWidgets import QPlainTextEdit, QPushButton
 
-    for dialog in (window.show_snippet(), window.runs.show_code()):
+    for dialog in (window.config_panel.show_snippet(), window.runs.show_code()):
         text = dialog.findChild(QPlainTextEdit)
         assert QFontInfo(text.font()).fixedPitch()
         copy = next(b for b in dialog.findChildren(QPushButton) if b.text() == "Copy")

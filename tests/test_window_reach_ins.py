@@ -17,32 +17,47 @@ from tf_device_panel.gui.docks.log_panel import LogPanel
 from tf_device_panel.gui.shell.main_window import MainWindow
 
 WINDOW = Path(__file__).parent.parent / "gui" / "shell" / "main_window.py"
-PANELS = {"devices", "config_panel", "runs", "log", "history_panel", "doctor", "memory", "machines", "device_map"}
-# Reach-ins left to the helpers who own the code around them: none since the panels wire themselves (issue 30).
-NOT_YET: set[tuple[str, str]] = set()
+# The panels the window holds by name; it reaches the others as `self.panel(Kind)` or `self.panels[name]`.
+PANELS = {"runs", "config_panel", "history_panel", "doctor"}
 
 
-def reach_ins() -> list[str]:
-    """`self.<panel>._private` and `self.<panel>.<member>.<anything>` (but a signal's connect) in the window's
-    source."""
+def is_panel(node: ast.expr) -> bool:
+    """`self.<panel>`, `self.panel(...)` or `self.panels[...]`."""
+    if isinstance(node, ast.Call):
+        node = node.func
+        return isinstance(node, ast.Attribute) and is_self(node.value) and node.attr == "panel"
+    if isinstance(node, ast.Subscript):
+        node = node.value
+        return isinstance(node, ast.Attribute) and is_self(node.value) and node.attr == "panels"
+    return isinstance(node, ast.Attribute) and is_self(node.value) and node.attr in PANELS
+
+
+def is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def reach_ins(source: str) -> list[str]:
+    """`<panel>._private` and `<panel>.<member>.<anything>` (but a signal's connect) in the source."""
     found = []
-    for node in ast.walk(ast.parse(WINDOW.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Attribute):
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
             continue
-        inner = node.value
-        if isinstance(inner.value, ast.Name) and inner.value.id == "self" and inner.attr in PANELS:
-            if node.attr.startswith("_"):
-                found.append(f"line {node.lineno}: self.{inner.attr}.{node.attr}")
-        elif (isinstance(inner.value, ast.Attribute) and isinstance(inner.value.value, ast.Name)
-              and inner.value.value.id == "self" and inner.value.attr in PANELS
-              and (inner.value.attr, inner.attr) not in NOT_YET
-              and node.attr != "connect"):  # a panel's public signal, connected
-            found.append(f"line {node.lineno}: self.{inner.value.attr}.{inner.attr}.{node.attr}")
+        private = is_panel(node.value) and node.attr.startswith("_")
+        inside = isinstance(node.value, ast.Attribute) and is_panel(node.value.value) and node.attr != "connect"
+        if private or inside:  # (a panel's public signal, connected, is no reach-in)
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
     return found
 
 
 def test_the_window_does_not_reach_into_its_panels() -> None:
-    assert reach_ins() == []
+    assert reach_ins(WINDOW.read_text(encoding="utf-8")) == []
+
+
+def test_a_reach_in_is_found_however_the_window_holds_the_panel() -> None:
+    planted = ("self.doctor._worker\nself.panel(LogPanel).view.clear()\nself.panels['map'].canvas.refresh()\n"
+               "self.panel(DevicesPanel).doctorRequested.connect(self.open_doctor)\nself.runs.select_job('fit')\n")
+    assert reach_ins(planted) == ["line 1: self.doctor._worker", "line 2: self.panel(LogPanel).view.clear",
+                                  "line 3: self.panels['map'].canvas.refresh"]
 
 
 def test_a_fits_loss_and_save_log_go_through_the_panels_own_methods(qtbot, tmp_path: Path, monkeypatch) -> None:
@@ -59,5 +74,5 @@ def test_a_fits_loss_and_save_log_go_through_the_panels_own_methods(qtbot, tmp_p
     file_menu = window.menuBar().actions()[0].menu()
     (save_log,) = [action for action in file_menu.actions() if action.text() == "Save &log…"]
     save_log.trigger()
-    assert saved == [window.log]
+    assert saved == [window.panels["log"]]
     window.close()

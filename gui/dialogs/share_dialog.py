@@ -42,6 +42,7 @@ from tf_device_panel.core.client.share import ShareReport, seats_text
 from tf_device_panel.core.config import DeviceConfig, Kind, save_profile
 from tf_device_panel.core.processes import module_command
 from tf_device_panel.core.units import MIB
+from tf_device_panel.gui.widgets.common import guard_wheel
 from tf_device_panel.gui.widgets.form_builder import Declared, Editor, build_editor, option_declared
 
 SEAT_COLUMNS = ("Seat", "Profile", "Limit", "Peak", "Process", "Status")
@@ -57,6 +58,14 @@ ON_THE_ROW_OF = {"max": "seats"}
 SPIN_WIDTH = 120
 # The dialog's name for each input a refusal is about (the command names them by its options).
 FIELD_WORDS = {option.name: option.param.label for option in SHARE_OPTIONS} | {"work": "The work"}
+
+
+def show_share(parent: QWidget, config: DeviceConfig) -> ShareDialog:
+    """File → Share a GPU…: the seats start from `config`, the window's configuration."""
+    dialog = ShareDialog(config, parent)
+    guard_wheel(dialog)
+    dialog.show()
+    return dialog
 
 
 def mib_text(value: Any) -> str:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client import doctor
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.widgets.worker import Worker, create_worker
 
 STATUS_COLORS = {doctor.PASS: "#2e9d4f", doctor.WARN: "#c77700", doctor.FAIL: "#d33", doctor.SKIPPED: "#888888"}
@@ -106,6 +107,8 @@ def _examine(config: DeviceConfig | None) -> tuple[list[doctor.Check], doctor.Fa
 class DoctorPanel(QWidget):
     """Runs `core.client.doctor` on a worker thread (gui.worker); results come back on the GUI thread."""
 
+    DOCK = DockSpec("doctor", "Doctor", RIGHT, "Doctor (why no GPU?)", tab_with="history", hidden=True,
+                    needs=("config_source",))
     finished = Signal()
 
     def __init__(self, config_source: Callable[[], DeviceConfig | None], parent: QWidget | None = None):
@@ -155,6 +158,15 @@ class DoctorPanel(QWidget):
     def wait(self, timeout: float) -> None:
         if self._worker is not None:
             self._worker.wait(timeout)
+
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, _link: object) -> None:
+        """The checks examine this machine when asked (`run`), apart from the session."""
+
+    def shut_down(self) -> None:
+        self.wait(30)  # the probe process cannot be cut short: its checks end first
 
     def _show_examined(self, examined: tuple[list[doctor.Check], doctor.Facts]) -> None:
         self._show(*examined)

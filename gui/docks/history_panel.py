@@ -38,6 +38,7 @@ from tf_device_panel.core.client.run_memory import events_peaks, peaks_text, rss
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
+from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.views.log_view import LogView as LogPanel
 from tf_device_panel.gui.views.memory_compare import MemoryCompareDialog
 from tf_device_panel.gui.views.result_view import ResultView
@@ -149,6 +150,7 @@ def config_text(summary: RunSummary) -> str:
 
 
 class HistoryPanel(QWidget):
+    DOCK = DockSpec("history", "History", RIGHT, hidden=True, needs=("history",))
     runAgainRequested = Signal(str, dict)   # job, params
     applyConfigRequested = Signal(object)   # DeviceConfig
 
@@ -236,6 +238,12 @@ class HistoryPanel(QWidget):
         layout.addLayout(paging)
         layout.addWidget(self.details)
         self.dialogs: list[QDialog] = []
+
+    def dock_body(self) -> QWidget:
+        return self
+
+    def wire(self, _link: object) -> None:
+        """The runs are read from the run history on disk (`refresh`), not heard from the session."""
 
     def refresh(self) -> None:
         """Read the page shown again, off the GUI thread (the table fills when it has been read)."""

@@ -255,7 +255,7 @@ class MachinesPanel(QWidget):
     updated = Signal()
 
     # Hidden at first: it fetches only once shown (`on_shown`), so a window without a lab asks no network.
-    DOCK = DockSpec("machines", "Machines (lab)", RIGHT, hidden=True)
+    DOCK = DockSpec("machines", "Machines (lab)", RIGHT, hidden=True, needs=("settings",))
 
     def __init__(self, settings: QSettings | None = None, *, refresh_s: float = REFRESH_S,
                  source_factory: Callable[[str, str], Source] | None = None):
@@ -377,6 +377,9 @@ class MachinesPanel(QWidget):
             dialog.cancel()
             dialog.close()
         self.dialogs.clear()
+
+    def shut_down(self) -> None:
+        self.stop()
 
     def _fetched(self, answer: tuple[list[MachineStatus], float] | str) -> None:
         if isinstance(answer, str):

@@ -235,7 +235,7 @@ def gpu_process_text(gpu: GpuSample, held: HeldOnGpu | None) -> str:
 
 
 class MemoryPanel(QWidget):
-    DOCK = DockSpec("memory", "Memory (live)", BOTTOM, tab_with="log")
+    DOCK = DockSpec("memory", "Memory (live)", BOTTOM, tab_with="log", needs=("sampler",))
     sampleShown = Signal(object)  # each telemetry Sample, on the GUI thread, once the table shows it
 
     def __init__(self, nvml: Nvml | None = None, *, sampler: Sampler | None = None, interval_s: float = 0.5,
@@ -370,6 +370,9 @@ class MemoryPanel(QWidget):
             self._unsubscribe = None
         if self._owns_sampler:
             self.sampler.stop()
+
+    def shut_down(self) -> None:
+        self.stop()
 
     def build_plots(self, gpu_indices: list[int]) -> None:
         self.graphs.clear()

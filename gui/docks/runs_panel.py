@@ -686,7 +686,8 @@ class RunsPanel(QWidget):
         self._update_buttons()
         self._render_state()
 
-    def stop_clock(self) -> None:
+    def shut_down(self) -> None:
+        """The window is closing: a job stopped by closing may never report its end, so its clock stops here."""
         self._timer.stop()
 
     def _render_state(self) -> None:

@@ -39,6 +39,18 @@ class Profiles:
         self.window.setWindowTitle(f"TF Device Panel — {self.path.name}")
         return True
 
+    def restore(self, profile: str | None) -> None:
+        """The window's configuration as it opens: `profile` (the command line's), else the profile opened last
+        time and the configuration last applied, as it was (the profile may have been changed after it was
+        opened): the first spare warms with it."""
+        if profile is not None:
+            self.open(profile)
+            return
+        self.open_last()
+        restored = self.applied_last_time()
+        if restored is not None:
+            self.config_panel.set_config(restored)
+
     def open_last(self) -> None:
         """The profile opened last time, if it is still there (quietly: it may have been edited since)."""
         last = self.settings.value("last_profile")

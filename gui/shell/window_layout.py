@@ -1,6 +1,7 @@
-"""How the window lays its docks out: sizes fitted to the screen, the reading docks (Doctor, History) given
-their width, the bottom docks grown to show each memory plot whole, zoom and presentation mode, and the layout
-saved and restored. The window holds the docks; this decides where they go and how large they are."""
+"""How the window lays its docks out: a dock for each panel, placed as the panel declares (`dock_panels`), sizes
+fitted to the screen, the reading docks (Doctor, History) given their width, the bottom docks grown to show each
+memory plot whole, zoom and presentation mode, and the layout saved and restored. The window holds the docks; this
+makes them and decides where they go and how large they are."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QByteArray, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QPalette
 from PySide6.QtWidgets import QDockWidget, QWidget
+from tf_device_panel.gui.docks.device_map import DeviceMapPanel
+from tf_device_panel.gui.docks.memory_panel import MemoryPanel
+from tf_device_panel.gui.shell.menus import PRESENTATION
 from tf_device_panel.gui.widgets import view_settings
 
 from tf_device_panel import resources
 
 if TYPE_CHECKING:
+    from tf_device_panel.gui.docks import DockSpec, Panel
     from tf_device_panel.gui.shell.main_window import MainWindow
 
 DEFAULT_SIZE = (1280, 820)
@@ -54,6 +59,33 @@ class WindowLayout:
         self._view_timer.setSingleShot(True)
         self._view_timer.setInterval(ZOOM_SETTLE_MS)
         self._view_timer.timeout.connect(self.apply_view)
+
+    def dock_panels(self, panels: dict[str, Panel]) -> dict[str, QDockWidget]:
+        """A dock for each panel, in order, placed as it declares (`DockSpec`): its area, the dock it shares a
+        place with as a tab, the tab raised there, hidden until asked for."""
+        docks = {name: self._dock(type(panel).DOCK, panel.dock_body()) for name, panel in panels.items()}
+        specs = [type(panel).DOCK for panel in panels.values()]
+        for spec in specs:
+            if spec.tab_with:
+                self.window.tabifyDockWidget(docks[spec.tab_with], docks[spec.name])
+        for spec in specs:
+            if spec.raised:
+                docks[spec.name].raise_()
+            if spec.hidden:
+                docks[spec.name].hide()
+        return docks
+
+    def _dock(self, spec: DockSpec, widget: QWidget) -> QDockWidget:
+        """A dock titled `spec.title`: a tab's text when docks share a place; `long_title` says more in the View
+        menu and on hover."""
+        dock = QDockWidget(spec.title, self.window)
+        dock.setObjectName(spec.title.split()[0].lower() + "-dock")  # saved window states restore docks by it
+        dock.setWidget(widget)
+        if spec.long_title:
+            dock.toggleViewAction().setText(spec.long_title)
+            dock.setToolTip(spec.long_title)
+        self.window.addDockWidget(spec.area, dock)
+        return dock
 
     def follow_docks(self) -> None:
         """Reading docks widen when shown; the bottom docks grow for the memory graphs when raised, and go
@@ -109,23 +141,23 @@ class WindowLayout:
         self.window.settings.setValue(ZOOM_KEY, self.view.zoom)
         self._view_timer.start()  # apply_view, once the steps pause
         mode = " (presentation mode)" if self.view.presentation else ""
-        self.window.flash(f"Zoom {self.view.zoom * 100:.0f} %{mode}", 3000)
+        self.window.status.flash(f"Zoom {self.view.zoom * 100:.0f} %{mode}", 3000)
 
     def set_presentation(self, on: bool) -> None:
         """View → Presentation mode: larger text and lines, high contrast, the side docks put away so the job's
         result and the device map take the room; leaving it puts the layout back as it was."""
         on = bool(on)
         if on == self.view.presentation:
-            self.window.presentation_action.setChecked(on)
+            self.window.menu_actions[PRESENTATION].setChecked(on)
             return
         if on:
             self._layout_before_presentation = self.window.saveState(LAYOUT_VERSION)
         self.view.presentation = on
         self._view_timer.stop()  # a zoom step waiting to be drawn is drawn now, with the mode
-        self.window.presentation_action.setChecked(on)
+        self.window.menu_actions[PRESENTATION].setChecked(on)
         self.window.settings.setValue(PRESENTATION_KEY, on)
         # The map's explanation is the presenter's to say: its two large lines cut the boxes' op counts at 720 px.
-        self.window.device_map.set_presenting(on)
+        self.window.panel(DeviceMapPanel).set_presenting(on)
         # Its title bar too: the map is alone at the bottom, and its boxes need the 25 px.
         self.window.docks["map"].setTitleBarWidget(QWidget() if on else None)  # type: ignore[arg-type]  # None: the default
         self.apply_view()
@@ -150,7 +182,7 @@ class WindowLayout:
         dock = self.window.docks["map"]
         if self.window.closing or not self.view.presentation or dock.isFloating() or not dock.isVisible():
             return
-        need = self.window.device_map.least_height()
+        need = self.window.panel(DeviceMapPanel).least_height()
         if dock.height() < need:
             self.window.resizeDocks([dock], [need], Qt.Orientation.Vertical)
 
@@ -163,7 +195,7 @@ class WindowLayout:
         size = self._base_font.pointSizeF() * scale
         self.window.setStyleSheet(self._style + (f"\n* {{ font-size: {size:.1f}pt; }}" if scale != 1.0 else ""))
         self.window.setPalette(self._contrast_palette() if self.view.presentation else self._base_palette)
-        self.window.memory.set_line_width(2 if self.view.presentation else 1)
+        self.window.panel(MemoryPanel).set_line_width(2 if self.view.presentation else 1)
         self.window.runs.fit_job_list()
         self.window.runs.redraw_results()
 
@@ -286,7 +318,7 @@ class WindowLayout:
         if self.window.closing or dock.isFloating() or not dock.isVisible():
             return
         if dock is self.window.docks["memory"]:
-            missing = self.window.memory.height_missing(self.memory_plot_height())
+            missing = self.window.panel(MemoryPanel).height_missing(self.memory_plot_height())
             centre = self.window.centralWidget()
             spare = centre.height() - centre.minimumSizeHint().height() if centre is not None else 0
             grow = min(missing, max(spare, 0))  # never below what the job's form needs
