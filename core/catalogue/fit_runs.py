@@ -27,7 +27,7 @@ from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.processes import start_module
 from tf_device_panel.core.results import FitProbe
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import KIB, MIB
 
 # The module that runs the panel's command line (`--panel`), dying with its parent: named as the launcher names it.
 PROBE_MODULE = "tf_device_panel.core.runproc.fit_probe"
@@ -87,7 +87,7 @@ def poll_run(run: PanelRun, nvml_sampler: GpuSampler | None = None) -> bool:
         return False
     run.seconds = time.monotonic() - run.started
     run.process.returncode = os.waitstatus_to_exitcode(status)
-    run.rss_peak_bytes = usage.ru_maxrss * 1024 if usage.ru_maxrss else None  # Linux counts it in KiB
+    run.rss_peak_bytes = usage.ru_maxrss * KIB if usage.ru_maxrss else None  # Linux counts it in KiB
     _kill_rest(run)
     return True
 

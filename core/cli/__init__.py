@@ -61,6 +61,7 @@ from tf_device_panel.core.devices.nvml import GpuSnapshotJson
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.logsetup import configure_logging
 from tf_device_panel.core.text import clip, quote
+from tf_device_panel.core.units import MIB, mib_text
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_EXPORTER_PORT = 9848  # core.lab.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
@@ -447,10 +448,10 @@ def _share(args: argparse.Namespace) -> int:
         return EXIT_JOB_FAILED if failed else EXIT_OK
     if "verified" in report:
         for row in report["seats"]:
-            peak = "—" if row["peak_bytes"] is None else f"{row['peak_bytes'] / 1048576:.1f} MiB"
+            peak = "—" if row["peak_bytes"] is None else mib_text(row["peak_bytes"] / MIB)
             process = row.get("process_peak_bytes")
-            own = f", its processes {process / 1048576:,.0f} MiB" if process else ""
-            line = f"  seat {row['seat']}: peak {peak} of {row['limit_bytes'] / 1048576:.0f} MiB{own}: {row['status']}"
+            own = f", its processes {mib_text(process / MIB, 0)}" if process else ""
+            line = f"  seat {row['seat']}: peak {peak} of {mib_text(row['limit_bytes'] / MIB, 0)}{own}: {row['status']}"
             print(line + (f" ({row['error']})" if row.get("error") else ""))
     if most is not None:
         print(f"the most seats for {work.name} (batch {batch}): {len(profiles)}, all held side by side; "

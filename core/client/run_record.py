@@ -18,6 +18,7 @@ from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.protocol.streams import SCRIPT
+from tf_device_panel.core.units import bytes_text
 
 MAX_KEPT_PLACEMENTS = 100_000
 
@@ -264,7 +265,7 @@ class JobRun:
         if not self._dumps.lines:
             return
         earlier = self._explained(None)
-        request = f" ({oom_parser.mib(earlier['request_bytes'])} requested)" if earlier and "request_bytes" in earlier \
+        request = f" ({bytes_text(earlier['request_bytes'])} requested)" if earlier and "request_bytes" in earlier \
             else ""
         device = (earlier or {}).get("short_device") or "a device"
         self.outcome.oom_earlier = (f"an out-of-memory error on {device}{request} came earlier in this run, and the "

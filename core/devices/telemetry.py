@@ -22,6 +22,7 @@ import psutil
 from tf_device_panel.core.devices.nvml import GpuSample, GpuSnapshot, Nvml
 from tf_device_panel.core.listeners import Listeners
 from tf_device_panel.core.logsetup import RepeatedFailureLog
+from tf_device_panel.core.units import MIB
 
 log = logging.getLogger(__name__)
 
@@ -270,15 +271,15 @@ class Sampler:
 
     def _host(self) -> HostSample:
         memory = psutil.virtual_memory()
-        host = HostSample(cpu_percent=psutil.cpu_percent(None), ram_used_mib=(memory.total - memory.available) / 2**20,
-                          ram_total_mib=memory.total / 2**20)
+        host = HostSample(cpu_percent=psutil.cpu_percent(None), ram_used_mib=(memory.total - memory.available) / MIB,
+                          ram_total_mib=memory.total / MIB)
         if self.runtime_pid is not None:
             try:
                 if self._runtime_process is None or self._runtime_process.pid != self.runtime_pid:
                     self._runtime_process = psutil.Process(self.runtime_pid)
                 rss = self._runtime_process.memory_info().rss
                 # An exited run not yet reaped (a zombie) reads 0: no reading, not a drop to nothing.
-                host.runtime_rss_mib = rss / 2**20 if rss else None
+                host.runtime_rss_mib = rss / MIB if rss else None
             except psutil.Error:
                 host.runtime_rss_mib = None
         return host
