@@ -20,12 +20,6 @@ from tf_device_panel.core.units import mib_text
 MAX_LINE_BYTES = 64 * 1024   # a tf_memory line is a few hundred bytes; longer lines are skipped unread
 
 
-def run_peaks(history: RunHistory, run_id: str) -> dict[str, float]:
-    """Device → the largest allocator peak (MiB) the run's record gives for it; {} when it recorded none (a run
-    before TensorFlow's allocator reported: the CPU without cpu_memory_limit_mib) or its record is unreadable."""
-    return events_peaks(history, run_id).allocator_mib
-
-
 def summary_peaks(history: RunHistory, summary: RunSummary) -> RunPeaks:
     """The run's peaks: as its run.json kept them at its end, else (a run recorded before run.json kept them, or
     one still running) read from its events.jsonl, which takes a second for an hour-long run: never on a GUI
