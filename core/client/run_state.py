@@ -92,7 +92,6 @@ class RunState:
         self.job_id = job_id
         self.job = ""
         self.placements: dict[PlacementKey, int] = {}       # in the order first placed
-        self.placements_dropped = 0  # placements of keys past max_placement_rows: counted per device only
         self.ops_per_device: Counter[str] = Counter()       # every placement, by device
         self.fallbacks: list[events.Fallback] = []
         self.fallback_pairs: list[tuple[str, str]] = []      # (requested device, actual), each once
@@ -194,8 +193,7 @@ class RunState:
         self.ops_per_device[key.device] += 1
         changes.device_changes = True
         if key not in self.placements and len(self.placements) >= self.max_placement_rows:
-            self.placements_dropped += 1
-            return
+            return  # a key past max_placement_rows: counted per device only
         self.placements[key] = self.placements.get(key, 0) + 1
         changes.placements[key] += 1
 

@@ -15,7 +15,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import psutil
@@ -63,17 +62,6 @@ class Series:
             start = int(np.searchsorted(times, since))
             times, values = times[start:], values[start:]
         return times, values
-
-    def value_at(self, t: float) -> float | None:
-        """The value nearest to time `t`."""
-        times, values = self.arrays()
-        if not len(times):
-            return None
-        index = int(np.clip(np.searchsorted(times, t), 0, len(times) - 1))
-        if index > 0 and abs(times[index - 1] - t) < abs(times[index] - t):
-            index -= 1
-        value = float(values[index])
-        return None if math.isnan(value) else value
 
     def last(self) -> float | None:
         if not self._count:
@@ -283,16 +271,4 @@ class Sampler:
             except psutil.Error:
                 host.runtime_rss_mib = None
         return host
-
-
-def read_csv(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, float | None]]]:
-    """Read back an exported history: series name -> [(time, value)]."""
-    found: dict[str, list[tuple[float, float | None]]] = {}
-    with Path(path).open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            if row["series"].startswith("marker:"):
-                continue
-            found.setdefault(row["series"], []).append((float(row["time"]), float(row["value"]) if row["value"]
-                                                        else None))
-    return found
 

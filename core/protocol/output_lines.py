@@ -95,17 +95,6 @@ def canonical_device(spec: str) -> str:
     return f"/{match.group(1).upper()}:{match.group(2)}" if match else text
 
 
-def device_mapping(lines: list[str]) -> dict[str, str]:
-    """The 'Device mapping:' block of a Session's log: device name -> physical description."""
-    mapping: dict[str, str] = {}
-    for line in lines:
-        prefix = _CPP_PREFIX.match(line)
-        match = _MAPPING.match(line[prefix.end():] if prefix else line)
-        if match:
-            mapping[match.group(1)] = match.group(2).strip()
-    return mapping
-
-
 def _node_type(node: str) -> str:
     """TF1 placement lines name the node only; TF's default node names are the op type plus '_N'."""
     return re.sub(r"_\d+$", "", node.rsplit("/", 1)[-1])

@@ -378,7 +378,7 @@ class DeviceMapPanel(QWidget):
         link.on(InventoryChanged, self._inventory)
         link.on(RunStateChanged, lambda change: self.show_run_news(change.changes, change.value, redraw=True))
         if link.session.sampler is not None:
-            self._unsubscribe_samples = link.session.sampler.subscribe(to_gui_thread(self.on_sample, self))
+            link.session.sampler.subscribe(to_gui_thread(self.on_sample, self))
 
     def _inventory(self, change: InventoryChanged) -> None:
         if change.ready is not None:

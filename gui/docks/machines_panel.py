@@ -266,7 +266,6 @@ class MachinesPanel(QWidget):
         self._laid_columns = 0
         self._laid_tiles: list[int] = []
         self.dialogs: list[MachineDialog] = []
-        self.last_update_s = 0.0  # GUI-thread time the last update took (benchmarks)
 
         self.kind = QComboBox()
         self.kind.addItems([PROMETHEUS, EXPORTERS])
@@ -388,7 +387,6 @@ class MachinesPanel(QWidget):
     # -- the grid ---------------------------------------------------------------------------------
     def show_machines(self, machines: Sequence[MachineStatus], now: float | None = None) -> None:
         self.answered = True
-        started = time.perf_counter()
         now = now or time.time()
         seen = set()
         layout_changed = False
@@ -412,7 +410,6 @@ class MachinesPanel(QWidget):
         source = self.source.description if self.source is not None else "a source"
         self.status.setText(f"{len(machines)} machine(s) from {source}: {online} online, {gpus} GPU(s)"
                             + ("" if online == len(machines) else f", {len(machines) - online} offline"))
-        self.last_update_s = time.perf_counter() - started
         self.updated.emit()
 
     def fitting_columns(self) -> int:
