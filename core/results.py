@@ -313,7 +313,8 @@ def presenter(kind: str) -> Callable[[Presenter], Presenter]:
 
 
 def result_kind(result: Mapping[str, Any]) -> str | None:
-    # Matrix results are recognised by their matrix, as they were before they carried a kind.
+    # A result with a matrix is a matrix result whatever else it says: records from before results carried a
+    # kind have only the matrix.
     return "matrix" if "matrix" in result else result.get("kind")
 
 

@@ -126,7 +126,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         config = load_profile(args.file)
     except ProfileError as exc:
-        # Every problem and every warning: the GPU warning was shown only when it was alone.
+        # Every problem and every warning: a profile with problems still says which GPUs it could not check.
         unread = exc.config
         warning = (unchecked_gpus_warning(unread, no_gpu_reason())
                    if unread is not None and nvml_gpu_inventory() is None else None)
@@ -690,7 +690,7 @@ MAX_PARAM_PROBLEMS_SHOWN = 8
 
 def param_error_text(exc: ParamError) -> str:
     """One line for the refused parameters: the first few problems and how many more (100,000 unknown names
-    once printed a 15 MB line)."""
+    would otherwise make a 15 MB line)."""
     shown = "; ".join(f"{name}: {message}" for name, message in exc.problems[:MAX_PARAM_PROBLEMS_SHOWN])
     more = len(exc.problems) - MAX_PARAM_PROBLEMS_SHOWN
     return f"error: job {exc.job!r}: {shown}" + (f"; … and {more} more problems like these" if more > 0 else "")

@@ -2,8 +2,8 @@
 
 The window feeds its `RunState` each batch of events once (`apply_all`) and hands what changed to the log's
 placement table, the device map, the memory graphs' markers and the job's console; none of them counts for
-itself any more, so they can no longer disagree on what a run placed or when a run starts afresh. A panel used
-on its own (a past run's log, a test) keeps a state of its own and feeds it the same way.
+itself, so they cannot disagree on what a run placed or when a run starts afresh. A panel used on its own (a
+past run's log, a test) keeps a state of its own and feeds it the same way.
 
 What a run is: each run is a fresh process whose events carry its job id. `starts_new_run` is the one rule
 for where a run's state begins; see its comment.
