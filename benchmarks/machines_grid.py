@@ -12,9 +12,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from figures import report
 from PySide6.QtWidgets import QApplication
 from tf_device_panel.core.lab.machines import GpuStatus, MachineStatus
+from tf_device_panel.core.units import GIB
 from tf_device_panel.gui.docks.machines_panel import MachinesPanel
 
-GIB = 2**30
 TARGET_MS = 50.0
 
 

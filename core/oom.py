@@ -28,14 +28,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, TypedDict
 
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import GIB, KIB, MIB, bytes_text
 
 MAX_BAR_SEGMENTS = 400     # the bar the window draws: runs of chunks of one state, at most this many
 MAX_TOP_CHUNKS = 8         # the largest live allocations reported
 MAX_DUMP_LINES = 200_000   # what a collector keeps of one dump (a real one has a line per chunk)
 RUN_MARGIN = 1.1           # a cap named from a run's known allocations: the allocator rounds and keeps regions
 
-_UNITS = {"B": 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB, "TiB": 1024 * 1024 * MIB}
+_UNITS = {"B": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "TiB": 1024 * GIB}
 _SIZE = r"([0-9.]+)\s*(B|KiB|MiB|GiB|TiB)"
 
 RAN_OUT = re.compile(r"Allocator \((?P<allocator>[^)]*)\) ran out of memory trying to allocate " + _SIZE
@@ -395,18 +395,20 @@ def _verdict(oom: OomReport) -> tuple[str, str]:
     if request is None or free is None:
         return "unknown", "the allocator's figures were not printed (no dump on stderr), so free memory is unknown"
     if free < request:
-        block = f"; the largest free block is {mib(largest)}" if largest is not None else ""
+        block = f"; the largest free block is {bytes_text(largest)}" if largest is not None else ""
         close = request - free < MIB  # "4.00 MiB free, 4.00 MiB requested" would read as no shortage at all
-        return "shortage", (f"a real shortage: {mib(request)} requested, "
-                            f"{f'{free:,} B' if close else mib(free)} free in all "
-                            f"({mib(request - free)} short){block}")
+        return "shortage", (f"a real shortage: {bytes_text(request)} requested, "
+                            f"{f'{free:,} B' if close else bytes_text(free)} free in all "
+                            f"({bytes_text(request - free)} short){block}")
     if largest is None and oom.get("dump_cut_lines"):
-        return "unknown", (f"{mib(free)} free in all, enough for the {mib(request)} requested, but the largest free "
-                           "block is unknown (the chunks past the dump's cut were not read): fragmentation, likely")
+        return "unknown", (f"{bytes_text(free)} free in all, enough for the {bytes_text(request)} requested, but the "
+                           "largest free block is unknown (the chunks past the dump's cut were not read): "
+                           "fragmentation, likely")
     if largest is not None and largest < request:
-        return "fragmentation", (f"fragmentation: {mib(free)} free in all, enough for the {mib(request)} "
-                                 f"requested, but the largest free block is {mib(largest)}")
-    return "unknown", (f"{mib(request)} requested and {mib(largest if largest is not None else free)} free in one "
+        return "fragmentation", (f"fragmentation: {bytes_text(free)} free in all, enough for the {bytes_text(request)} "
+                                 f"requested, but the largest free block is {bytes_text(largest)}")
+    return "unknown", (f"{bytes_text(request)} requested and "
+                       f"{bytes_text(largest if largest is not None else free)} free in one "
                        "block: the memory was freed after the failure or another allocator ran out")
 
 
@@ -440,15 +442,15 @@ def advice(oom: OomReport, *, growth: bool | None = None, batch_size: int | None
     if oom.get("verdict") == "shortage" and limit and needed > 0:
         if run_needs_bytes and run_needs_bytes > limit:
             whole = ceil_mib(run_needs_bytes * RUN_MARGIN)
-            tips.append(f"a larger {'split' if on_gpu else 'cap'}: this run allocates {mib(run_needs_bytes)} in "
+            tips.append(f"a larger {'split' if on_gpu else 'cap'}: this run allocates {bytes_text(run_needs_bytes)} in "
                         f"all; " + (f"give this device at least {whole} MiB (virtual_gpus or memory_fraction)"
                                     if on_gpu else f"cpu_memory_limit_mib of at least {whole}"))
         elif on_gpu:
-            tips.append(f"a larger split: this step alone needed {mib(needed)} of the {mib(limit)} this device has "
-                        "(virtual_gpus or memory_fraction), and later steps may need more; or fewer logical GPUs "
-                        "on it")
+            tips.append(f"a larger split: this step alone needed {bytes_text(needed)} of the {bytes_text(limit)} "
+                        "this device has (virtual_gpus or memory_fraction), and later steps may need more; or fewer "
+                        "logical GPUs on it")
         else:
-            tips.append(f"a larger cap: this step alone needed {mib(needed)} of the {mib(limit)} cap "
+            tips.append(f"a larger cap: this step alone needed {bytes_text(needed)} of the {bytes_text(limit)} cap "
                         "(cpu_memory_limit_mib), and later steps may need more")
     if oom.get("verdict") == "fragmentation":
         if on_gpu:
@@ -480,15 +482,6 @@ def find_batch_command(find: FindBatch) -> str:
     return " ".join(parts)
 
 
-def mib(value: float) -> str:
-    """A size in a person's words: MiB from 1 MiB up, else KiB or bytes (256 B short is not "0.00 MiB")."""
-    if abs(value) >= MIB:
-        return f"{value / MIB:.2f} MiB"
-    if abs(value) >= 1024:
-        return f"{value / 1024:.1f} KiB"
-    return f"{int(value)} B"
-
-
 def ceil_mib(value: float) -> int:
     return -(-int(value) // MIB)
 
@@ -501,17 +494,18 @@ def oom_text(oom: OomReport, *, command_line: bool = False) -> list[str]:
     request = oom.get("request_bytes")
     device = oom.get("short_device") or oom.get("device") or "an unknown device"
     lines = [f"out of memory on {device} ({oom.get('allocator') or 'allocator'}): {what}"
-             + (f", {mib(request)}" if request is not None else "") + (f", by op {oom['op']}" if oom.get("op") else "")]
+             + (f", {bytes_text(request)}" if request is not None else "")
+             + (f", by op {oom['op']}" if oom.get("op") else "")]
     figures = [("limit", oom.get("limit_bytes")), ("in use", oom.get("in_use_bytes")),
                ("free in all", oom.get("free_bytes")), ("largest free block", oom.get("largest_free_bytes"))]
-    shown = [f"{name} {mib(value)}" for name, value in figures if value is not None]
+    shown = [f"{name} {bytes_text(value)}" for name, value in figures if value is not None]
     if shown:
         lines.append("  " + ", ".join(shown))
     lines.append(f"  {oom.get('explanation', '')}")
     live = oom.get("largest_live") or []
     if live:
         lines.append("  largest live allocations: " + ", ".join(
-            f"{mib(a['bytes'])}" + (f" ×{a['count']}" if a.get("count") else "")
+            f"{bytes_text(a['bytes'])}" + (f" ×{a['count']}" if a.get("count") else "")
             + (f" by {a['op']}" if a.get("op") else "") for a in live[:5]))
     if oom.get("dump_cut_lines"):
         lines.append(f"  the allocator's dump was cut after {MAX_DUMP_LINES:,} lines ({oom['dump_cut_lines']:,} more "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from tf_device_panel.core.protocol.output_lines import short_device_name
+from tf_device_panel.core.units import MIB, bytes_text, mib_text
 
 # -- the result kinds ----------------------------------------------------------------------------------
 
@@ -312,7 +313,8 @@ def presenter(kind: str) -> Callable[[Presenter], Presenter]:
 
 
 def result_kind(result: Mapping[str, Any]) -> str | None:
-    # Matrix results are recognised by their matrix, as they were before they carried a kind.
+    # A result with a matrix is a matrix result whatever else it says: records from before results carried a
+    # kind have only the matrix.
     return "matrix" if "matrix" in result else result.get("kind")
 
 
@@ -465,7 +467,6 @@ class FitBatchResult(TypedDict, total=False):
 
 @presenter("fit_batch")
 def _fit_batch(result: FitBatchResult) -> Presentation:
-    mib = 1024 * 1024
     fit = result["fit"]
     rows = result["probes"]
     answer = result["predicted_max_batch"]
@@ -476,22 +477,21 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
     out = boundary["ran_out"]
     lines = [f"boundary: {boundary['held']} held, " + (f"{out} ran out of memory" if out is not None else
                                                        "nothing ran out"),
-             f"peaks at {answer}: {peaks['min_bytes'] / mib:.1f}–{peaks['max_bytes'] / mib:.1f} MiB of "
+             f"peaks at {answer}: {peaks['min_bytes'] / MIB:.1f}–{peaks['max_bytes'] / MIB:.1f} MiB of "
              f"{result['budget_mib']} (spread {peaks['spread']:.0%})"]
     if result.get("process_peak_bytes"):
-        lines.append(f"the process's own peak at {answer}: {_figure(result['process_peak_bytes']) / mib:,.0f} MiB "
+        lines.append(f"the process's own peak at {answer}: {mib_text(_figure(result['process_peak_bytes']) / MIB, 0)} "
                      "resident (TensorFlow's runtime beside the allocator's)")
     if result.get("gpu_process_peak_bytes"):
-        lines.append(f"on the GPU, the process held {_figure(result['gpu_process_peak_bytes']) / mib:,.0f} MiB "
+        lines.append(f"on the GPU, the process held {mib_text(_figure(result['gpu_process_peak_bytes']) / MIB, 0)} "
                      "at most (NVML)")
     near = result.get("failures_near") or {}
     if near:
         kinds = ", ".join(f"{count} {verdict}" for verdict, count in sorted(near.items()))
         lines.append(f"runs out of memory near it: {kinds} (fragmentation: one block asked for with the pool far "
                      "from full; shortage: the pool full)")
-    per_sample = fit["bytes_per_sample"]
-    per_sample_text = f"{per_sample / 1024:.1f} KiB" if per_sample >= 1024 else f"{per_sample:.0f} B"
-    lines.append(f"peak ≈ {fit['fixed_bytes'] / mib:.1f} MiB + {per_sample_text} × batch over the runs that held; "
+    lines.append(f"peak ≈ {mib_text(fit['fixed_bytes'] / MIB)} + {bytes_text(fit['bytes_per_sample'])} × batch over "
+                 "the runs that held; "
                  f"first guess {result['prediction']} (its peak predicted at {fit['margin']:.0%} of the budget)")
     lines.append(f"{result['runs']} runs, {result['run_s']:.0f} s")
     # Every run in order (a run's role, probe, search or repeat, is in the JSON). Outcome: held, or how it ran out
@@ -501,12 +501,12 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
                Column("RSS (MiB)", "right", "number"))
     table = Table(columns, tuple(
         (r["batch"], "held" if r["fits"] else str((r.get("oom") or {}).get("verdict") or "out of memory"),
-         _figure(r["peak_bytes"]) / mib if r["fits"] and r.get("peak_bytes") else None,
-         _figure(r["rss_peak_bytes"]) / mib if r.get("rss_peak_bytes") else None) for r in rows))
+         _figure(r["peak_bytes"]) / MIB if r["fits"] and r.get("peak_bytes") else None,
+         _figure(r["rss_peak_bytes"]) / MIB if r.get("rss_peak_bytes") else None) for r in rows))
     held = sorted((r for r in rows if r["fits"] and r.get("peak_bytes")), key=lambda r: r["batch"])
     ran_out = sorted((r for r in rows if not r["fits"]), key=lambda r: r["batch"])
     top = float(max(r["batch"] for r in rows))
-    series = [_series("peak of a run that held", [_figure(r["peak_bytes"]) / mib for r in held],
+    series = [_series("peak of a run that held", [_figure(r["peak_bytes"]) / MIB for r in held],
                       [r["batch"] for r in held]),
               _series("budget", [float(result["budget_mib"])] * 2, [0.0, top])]
     if ran_out:

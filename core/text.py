@@ -49,15 +49,3 @@ def object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise DuplicateKey(key)
         result[key] = value
     return result
-
-
-def exception_line(text: str) -> str:
-    """The line of a traceback a person reads, "JobError: bad label", without its frames or the exception's module:
-    the last line that names an exception, else the last line written."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        name, colon, message = line.partition(":")
-        short = name.rsplit(".", 1)[-1]
-        if colon and " " not in name and short.endswith(("Error", "Exception", "Exit", "Interrupt")):
-            return f"{short}:{message}"
-    return lines[-1] if lines else ""

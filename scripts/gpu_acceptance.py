@@ -53,7 +53,6 @@ from tf_device_panel.core.config.plan import logical_gpu_owners
 CONTEXT_MAX_MIB = 1024    # a CUDA context and TensorFlow's kernels: 520 MiB measured on the H100
 GROWTH_MAX_MIB = 2048     # with memory growth, one small op holds little more than the context
 HIDDEN_MAX_MIB = 64       # every GPU hidden: no context; listing the GPUs took 4 MiB on the H100
-MIB = 2**20
 
 PROFILES: dict[str, DeviceConfig] = {
     "default": DeviceConfig(),

@@ -190,10 +190,16 @@ def three_cpus(start_runtime: Callable[..., RuntimeProcess]) -> RuntimeProcess:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[Any]:
-    """The real main window without a runtime, shown; closed after the test, when the checks above then fail the
-    test if closing it left a thread, a timer or a process running. A test file that needs another size
-    declares its own."""
+def window_size() -> tuple[int, int] | None:
+    """The size `window` is shown at: None, the size the window takes for the screen. A test file whose checks
+    need a size of their own (a classroom's projector, a laptop) overrides this fixture."""
+    return None
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path, window_size: tuple[int, int] | None) -> Iterator[Any]:
+    """The real main window without a runtime, shown (at `window_size`); closed after the test, when the checks
+    above then fail the test if closing it left a thread, a timer or a process running."""
     from PySide6.QtCore import QSettings  # Qt only for the tests that ask for a window
     from tf_device_panel.core.client.history import RunHistory
     from tf_device_panel.gui.shell.main_window import MainWindow
@@ -201,6 +207,8 @@ def window(qtbot, tmp_path: Path) -> Iterator[Any]:
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
     qtbot.addWidget(win)
+    if window_size is not None:
+        win.resize(*window_size)
     win.show()
     qtbot.waitExposed(win)
     yield win

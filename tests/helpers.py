@@ -4,6 +4,8 @@ a test left running. Tests import this module; conftest.py only holds fixtures."
 from __future__ import annotations
 
 import contextlib
+import csv
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -114,3 +116,15 @@ def process_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def read_csv(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, float | None]]]:
+    """A history the memory panel exported (`History.to_csv`), read back: series name -> [(time, value)]."""
+    found: dict[str, list[tuple[float, float | None]]] = {}
+    with Path(path).open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["series"].startswith("marker:"):
+                continue
+            found.setdefault(row["series"], []).append((float(row["time"]), float(row["value"]) if row["value"]
+                                                        else None))
+    return found

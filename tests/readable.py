@@ -5,9 +5,10 @@ line. Each returns the problems it found, in words, empty when all reads."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QFontMetrics, QTextDocument
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QScrollArea, QStyle, QTableView, QWidget
 from tf_device_panel.gui.docks.runs_panel import RunsPanel
+from tf_device_panel.gui.widgets.common import text_line_bottoms
 
 # (width, height, presentation mode): the sizes a classroom's projector shows the window at
 CLASSROOM_SIZES = ((1024, 768, False), (1280, 720, False), (1920, 1080, False), (1280, 720, True))
@@ -68,26 +69,6 @@ def elided_cells(root: QWidget) -> list[str]:
     return problems
 
 
-def _line_bottoms(label: QLabel) -> list[float]:
-    """The bottom of each line of a rich-text label's text, laid out at the label's width."""
-    document = QTextDocument()
-    document.setDefaultFont(label.font())
-    document.setDocumentMargin(0)
-    document.setHtml(label.text())
-    document.setTextWidth(label.contentsRect().width())
-    document.size()  # lays the text out: until then no block has lines
-    bottoms = []
-    block = document.begin()
-    while block.isValid():
-        layout = block.layout()
-        top = layout.position().y()
-        for number in range(layout.lineCount()):
-            line = layout.lineAt(number)
-            bottoms.append(top + line.y() + line.height())
-        block = block.next()
-    return bottoms
-
-
 def cut_captions(root: QWidget) -> list[str]:
     """Every caption strip in sight (a result's title and lines above its plots) that ends in the middle of a
     line: a strip shows its whole lines, and scrolls for the rest."""
@@ -97,7 +78,7 @@ def cut_captions(root: QWidget) -> list[str]:
         if strip.objectName() != "result-caption" or not isinstance(label, QLabel) or not in_sight(strip):
             continue
         shown = strip.viewport().height() + strip.verticalScrollBar().value()
-        bottoms = _line_bottoms(label)
+        bottoms = text_line_bottoms(label, label.contentsRect().width() + 2 * label.margin())
         if not bottoms or bottoms[-1] <= shown + 1:
             continue
         cut = [bottom for bottom in bottoms if bottom > shown + 1]

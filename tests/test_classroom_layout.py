@@ -6,7 +6,6 @@ result reopened from History keeps its plot in sight too."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,10 @@ import pytest
 
 pytest.importorskip("PySide6")
 from helpers import wait_for_message
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QTabBar, QWidget
 from test_window_layout import RESULTS
-from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.session import JobEnded
 from tf_device_panel.gui.docks.history_panel import RunDialog
@@ -93,16 +91,8 @@ def settle(qtbot) -> None:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.resize(*SIZES[0])
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
+def window_size() -> tuple[int, int]:
+    return SIZES[0]
 
 
 @pytest.mark.slow

@@ -129,7 +129,7 @@ def test_ctrl_c_while_the_command_line_is_importing_is_quiet(after: str, tmp_pat
 
 def test_the_windows_stop_is_on_record_as_such_and_how_it_ended() -> None:
     from test_run_manager import ready_window_manager
-    from tf_device_panel.core.cli.output import runs_text
+    from tf_device_panel.core.cli.output import run_line
 
     manager, made, told = ready_window_manager()
     manager.cancel_grace_s = 1.0
@@ -141,7 +141,7 @@ def test_the_windows_stop_is_on_record_as_such_and_how_it_ended() -> None:
     assert outcome.status == "cancelled" and outcome.cancel is not None
     assert outcome.cancel.by == "Stop in the window" and outcome.cancel.signal is None
     assert outcome.cancel.how.startswith("killed: ") and "did not stop within 1 s" in outcome.cancel.how
-    (line,) = runs_text([RunSummary(run_id="r", job="", status="cancelled", started=0, cancel=outcome.cancel)])
+    line = run_line(RunSummary(run_id="r", job="", status="cancelled", started=0, cancel=outcome.cancel))
     assert "stopped by Stop in the window; killed: " in line
     manager.shutdown()
 

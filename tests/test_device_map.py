@@ -252,8 +252,8 @@ def test_the_cpu_box_says_the_runs_resident_memory_after_every_job_even_a_quick_
     pytest.importorskip("PySide6")
     from job_helpers import run_job
     from tf_device_panel.core.config import DeviceConfig
+    from tf_device_panel.core.units import short_mib_text
     from tf_device_panel.gui.docks.device_map import DeviceMapPanel
-    from tf_device_panel.gui.views.device_map_layout import mib_text
 
     _result, error, seen = run_job(DeviceConfig(), "matmul")
     assert error is None
@@ -267,7 +267,7 @@ def test_the_cpu_box_says_the_runs_resident_memory_after_every_job_even_a_quick_
     panel.set_devices(info, None, DeviceInventory.from_ready(info, []))
     assert "in use" not in panel.canvas.current_map().boxes[0].title
     panel.on_events(seen)  # a quick job: no sample read its process while it ran
-    assert panel.canvas.current_map().boxes[0].title.endswith(f"{mib_text(finished.rss_mib)} in use")
+    assert panel.canvas.current_map().boxes[0].title.endswith(f"{short_mib_text(finished.rss_mib)} in use")
 
 
 def test_a_quick_jobs_op_counts_are_shown_with_the_batch_that_ends_it(qtbot, tmp_path) -> None:

@@ -23,7 +23,7 @@ import pytest
 from helpers import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tf_device_panel.core.cli.output import runs_text
+from tf_device_panel.core.cli.output import run_line
 from tf_device_panel.core.client import history
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunSummary
@@ -94,7 +94,7 @@ def test_a_damaged_summary_is_listed_unreadable_with_the_reason_beside_the_good_
     (damaged,) = (run for run_id, run in runs.items() if run_id != GOOD_ID)
     assert damaged.status == "unreadable" and reason in damaged.error.message, damaged
     assert RunHistory().get(damaged.run_id).status == "unreadable"
-    assert len(runs_text(list(runs.values()))) == 2
+    assert len([run_line(run) for run in runs.values()]) == 2
 
 
 def test_runs_lists_every_good_run_beside_all_the_damaged_ones(panel_home: Path) -> None:
@@ -150,9 +150,9 @@ def read_everything(root: Path) -> list[RunSummary]:
     """Every reader of the history, as `runs`, `runs --json`, the exporter and the window use it."""
     store = RunHistory(root)
     runs = store.summaries()
-    runs_text(runs)
     json.dumps([run.to_json() for run in runs], default=str)
     for run in runs:
+        run_line(run)
         store.get(run.run_id)
         store.events(run.run_id)
     PanelStateReader(store).read()

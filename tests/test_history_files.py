@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from helpers import ROOT
-from tf_device_panel.core.cli.output import runs_text
+from tf_device_panel.core.cli.output import run_line
 from tf_device_panel.core.client import history
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import RunSummary
@@ -134,7 +134,7 @@ def test_a_run_whose_first_summary_hit_a_full_disk_is_incomplete(panel_home: Pat
     (summary,) = RunHistory().summaries()
     assert summary.status == "incomplete" and summary.job == "fit" and summary.error is None
     assert summary.incomplete == "run.json was never written (was the disk full when the run started?)"
-    (line,) = runs_text([summary])
+    line = run_line(summary)
     assert "incomplete" in line and "unreadable" not in line
     assert RunHistory().get(recorder.run_id).status == "incomplete"
 

@@ -64,7 +64,7 @@ def test_a_run_keeps_its_peaks_in_its_summary_and_an_older_record_has_them_read_
     assert summary.peaks is None
     peaks = run_memory.summary_peaks(history, summary)
     assert peaks == RunPeaks({"/GPU:0": 40.25, "/GPU:1": 3.0}, 812.5)
-    assert run_memory.run_peaks(history, old) == {"/GPU:0": 40.25, "/GPU:1": 3.0}
+    assert run_memory.events_peaks(history, old).allocator_mib == {"/GPU:0": 40.25, "/GPU:1": 3.0}
 
     recorder = history.new_run("fit", {}, DeviceConfig().to_json(), None)
     recorder.append(events.TfMemory(device="/CPU:0", current_mib=1.0, peak_mib=7.5))

@@ -70,7 +70,7 @@ def test_the_recorded_h100_split_2048_4096_is_one_gpu_with_two_logical_gpus_and_
     assert (info.index, info.total_mib, info.total_source) == (0, 81_079, "CUDA")  # what TF can be given
     assert [(g.name, g.tf_index, g.nvml_index, g.limit_mib) for g in inventory.logical_gpus] == [
         ("/GPU:0", 0, 0, 2048), ("/GPU:1", 0, 0, 4096)]
-    assert inventory.totals_by_tf_index() == {0: 81_559} and inventory.tf_index_of_nvml(0) == 0
+    assert inventory.totals_by_tf_index() == {0: 81_559}
 
 
 def test_the_fraction_profiles_limit_comes_through_as_recorded() -> None:
@@ -90,7 +90,6 @@ def test_two_gpus_in_cudas_reverse_order_are_matched_by_bus_id_not_index() -> No
     assert [(g.tf_index, g.nvml_index) for g in inventory.gpus] == [(0, 1), (1, 0)]
     assert [g.nvml_index for g in inventory.logical_gpus] == [1, 0]
     assert [i.nvml_index for i in inventory.gpu_infos()] == [1, 0]
-    assert inventory.tf_index_of_nvml(1) == 0 and inventory.tf_index_of_nvml(0) == 1
 
 
 def test_a_hidden_gpu_tf_created_nothing_on_is_matched_by_cudas_order_not_by_index() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from fake_nvml import FakeGpus, no_library, process
+from helpers import read_csv
 
 pytest.importorskip("PySide6")
 from PySide6.QtGui import QImage
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.nvml import Nvml
-from tf_device_panel.core.devices.telemetry import read_csv
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.docks.memory_panel import MemoryPanel

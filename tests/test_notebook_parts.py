@@ -18,7 +18,7 @@ from tf_device_panel.core.notebook.cell_run import CellFallback, CellReport
 from tf_device_panel.core.notebook.configure import ConfigUsageError, profile_json, read_config
 from tf_device_panel.core.notebook.views import CellRunView
 from tf_device_panel.core.oom import explain
-from tf_device_panel.core.protocol.output_lines import PlacementLine
+from tf_device_panel.core.protocol.output_lines import PlacedOp
 
 
 def test_settings_are_read_as_a_profile_would_hold_them() -> None:
@@ -112,8 +112,9 @@ def test_the_report_as_text() -> None:
     message = ("OOM when allocating tensor with shape[1024,1024] and type float on "
                "/job:localhost/replica:0/task:0/device:CPU:0 by allocator bfc_cpu_allocator_for_gpu [Op:AddV2]")
     report = CellReport(wall_s=1.25, from_log=True, devices=["/CPU:0", "/CPU:1"],
-                        placements=[PlacementLine("MatMul", "MatMul", "_MklMatMul",
-                                                  "/job:localhost/replica:0/task:0/device:CPU:1", "eager")] * 2,
+                        placements=[PlacedOp(op="MatMul", op_type="MatMul", kernel="_MklMatMul",
+                                             device="/job:localhost/replica:0/task:0/device:CPU:1",
+                                             short_device="/CPU:1", mode="eager")] * 2,
                         fallbacks=[CellFallback("/GPU:0", "/CPU:0", 4)], peaks={"/CPU:0": 3 * 1024 * 1024},
                         limits={"/CPU:0": 64 * 1024 * 1024}, shared_cpu_allocator=True,
                         oom=explain(dump, message))

@@ -5,7 +5,6 @@ memory growth, whose following gave an IndexError with its `~~~~^^^^` lines."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -148,16 +147,6 @@ def test_fit_batch_on_a_device_it_cannot_use_is_exit_2_in_words(tmp_path: Path, 
     assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
     assert not any(mark in done.stderr for mark in TRACEBACK_MARKS), done.stderr
     assert not (tmp_path / "home" / "runs").exists()  # no run started
-
-
-def test_a_probe_that_died_is_told_by_its_error_not_its_frames() -> None:
-    from tf_device_panel.core.text import exception_line
-
-    stderr = ('Traceback (most recent call last):\n  File "/x/training.py", line 30, in pick_devices\n'
-              '    raise JobError(f"devices: ...")\n    ^^^^^^^^^^^^^^^^\n'
-              "tf_device_panel.core.catalogue.jobs.JobError: devices: /CPU:1 not in this runtime\n")
-    assert exception_line(stderr) == "JobError: devices: /CPU:1 not in this runtime"
-    assert json.dumps(exception_line("killed\n")) == '"killed"'
 
 
 def test_fit_batch_on_a_gpu_is_allowed_when_the_profile_hides_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import pytest
+from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.output_lines import (
     ERROR,
     OUTPUT,
     PLACEMENT,
     TF_INFO,
     WARNING,
+    PlacedOp,
     canonical_device,
     parse_line,
     short_device_name,
@@ -30,6 +32,22 @@ def test_graph_line_keeps_node_name() -> None:
     assert placed is not None
     assert (placed.op, placed.op_type, placed.device) == (
         "replica_1/mul", "Mul", "/job:localhost/replica:0/task:0/device:GPU:1")
+
+
+def test_one_placement_record_from_the_log_line_to_the_wire_and_the_run_record() -> None:
+    """The parsed line, its event and what a run's outcome keeps are one class: the event's JSON line (the events
+    pipe, events.jsonl) and the outcome's placement (`run --json`) keep their keys, in their order."""
+    _kind, placed = parse_line(EAGER, "stderr")
+    assert placed is not None
+    event = events.Placement.of(placed, stream="stderr", line=EAGER, job_id="j")
+    assert isinstance(event, PlacedOp) and events.decode(event.encode()) == event
+    assert event.replace(time=1.5).encode() == (
+        '{"type":"placement","job_id":"j","time":1.5,"data":{"op":"_MklMatMul","op_type":"MatMul",'
+        '"device":"/job:localhost/replica:0/task:0/device:CPU:1","short_device":"/CPU:1","mode":"eager",'
+        '"kernel":"_MklMatMul","stream":"stderr","line":"' + EAGER + '"}}\n').encode()
+    assert list(event.record_json().items()) == [
+        ("op", "_MklMatMul"), ("op_type", "MatMul"), ("device", "/job:localhost/replica:0/task:0/device:CPU:1"),
+        ("short_device", "/CPU:1"), ("mode", "eager")]
 
 
 def test_stdout_echo_is_raw_placement_but_not_counted() -> None:

@@ -3,17 +3,16 @@ device map), zoom remembered, twelve distinct series, a log scale for losses (re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QColor, QKeySequence, QPalette
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
-from tf_device_panel.core.client.history import RunHistory
+from test_window_layout import make_window
 from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.results import Plot, Presentation, Series
 from tf_device_panel.gui.shell.main_window import MainWindow
@@ -26,21 +25,9 @@ FIT = {"kind": "training", "devices": ["/CPU:0", "/CPU:1"], "replicas_in_sync": 
        "model": "dense", "parameters": 2}
 
 
-def make(tmp_path: Path) -> MainWindow:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    return MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-
-
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    win = make(tmp_path)
-    qtbot.addWidget(win)
-    win.resize(1920, 1080)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
+def window_size() -> tuple[int, int]:
+    return (1920, 1080)
 
 
 def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout(qtbot, window: MainWindow) -> None:
@@ -73,7 +60,7 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
 
 
 def test_zoom_is_remembered(qtbot, tmp_path: Path) -> None:
-    first = make(tmp_path)
+    first = make_window(tmp_path)
     qtbot.addWidget(first)
     first.show()
     base = first.runs.status.fontInfo().pointSizeF()
@@ -85,7 +72,7 @@ def test_zoom_is_remembered(qtbot, tmp_path: Path) -> None:
     assert first.dock_layout.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
     qtbot.waitUntil(lambda: first.runs.status.fontInfo().pointSizeF() > 1.25 * base, timeout=2000)
     first.close()
-    again = make(tmp_path)
+    again = make_window(tmp_path)
     qtbot.addWidget(again)
     assert again.dock_layout.view.zoom == pytest.approx(1.15 ** 2, rel=0.01)
     next(a for a in again.findChildren(QAction) if a.text() == "Zoom &out").trigger()
@@ -147,7 +134,7 @@ def test_a_benchmarks_curves_keep_their_width_beside_a_wide_table(qtbot, tmp_pat
     from readable import elided_cells
     from test_window_layout import RESULTS
 
-    win = make(tmp_path)
+    win = make_window(tmp_path)
     qtbot.addWidget(win)
     win.resize(1280, 720)
     win.show()

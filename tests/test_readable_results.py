@@ -5,7 +5,6 @@ column out of sight, every caption ending on a whole line, the job's output at i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,8 @@ def settle(qtbot) -> None:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.resize(1280, 720)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
+def window_size() -> tuple[int, int]:
+    return (1280, 720)
 
 
 @pytest.mark.parametrize("size", CLASSROOM_SIZES, ids=size_name)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tf_device_panel.core.cli.output import runs_text
+from tf_device_panel.core.cli.output import run_line
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.records import Cancel, OutputRecord, RunError, RunSummary, SummaryError, TailSegment
 from tf_device_panel.core.client.run_record import JobRun
@@ -71,7 +71,7 @@ def write_runs(panel_home: Path, *records: dict[str, object]) -> RunHistory:
 def test_records_of_earlier_versions_load_into_the_same_rows(panel_home: Path, utc: None) -> None:
     history = write_runs(panel_home, CANCELLED, OLDEST, RUNNING)
     rows = history.summaries()
-    assert runs_text(rows) == RUNS_TEXT
+    assert [run_line(row) for row in rows] == RUNS_TEXT
     cancelled, running, oldest = rows
     assert cancelled.cancel == Cancel(by="Ctrl+C in the terminal", how="cancelled", signal=2)
     assert cancelled.error == RunError(type="Cancelled", message="cancelled by the user")

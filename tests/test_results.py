@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from tf_device_panel.core import cli
-from tf_device_panel.core.cli.output import format_result, one_line, runs_text, table_text
+from tf_device_panel.core.cli.output import format_result, one_line, run_line, table_text
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_record import JobOutcome, JobRun
 from tf_device_panel.core.config import DeviceConfig
@@ -154,7 +154,7 @@ def test_runs_listing_prints_a_multi_line_error_as_one_row(panel_home: Path,
         (folder / "run.json").write_text(json.dumps({
             "run_id": folder.name, "job": "matmul", "status": "error" if error else "ok", "error": error,
             "started": time.time(), "client_pid": 1, "duration_s": 1.5}))
-    lines = runs_text(RunHistory().summaries())
+    lines = [run_line(run) for run in RunHistory().summaries()]
     assert len(lines) == 2 and lines[1].endswith("  InvalidArgumentError: Could not satisfy device specificatio…")
     assert cli.main(["runs"]) == 0 and len(capsys.readouterr().out.splitlines()) == 2
     assert cli.main(["runs", "--limit", "1"]) == 0 and len(capsys.readouterr().out.splitlines()) == 1

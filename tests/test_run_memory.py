@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tf_device_panel.core.client.history import RunHistory
-from tf_device_panel.core.client.run_memory import PeakChange, compare_peaks, peaks_text, run_peaks
+from tf_device_panel.core.client.run_memory import PeakChange, compare_peaks, events_peaks, peaks_text
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 
@@ -31,10 +31,10 @@ def test_a_records_peak_per_device_is_the_largest_its_tf_memory_events_give() ->
     history = RunHistory()
     run_id = _record(history, [("/GPU:0", 10.0, 12.5), ("/GPU:1", 3.0, 3.0), ("/GPU:0", 4.0, 40.25),
                                ("/GPU:0", 2.0, 40.25)])
-    assert run_peaks(history, run_id) == {"/GPU:0": 40.25, "/GPU:1": 3.0}
-    assert peaks_text(run_peaks(history, run_id)) == "/GPU:0 40.2 MiB, /GPU:1 3.0 MiB"
-    assert run_peaks(history, _record(history, [])) == {} and peaks_text({}) == "not recorded"
-    assert run_peaks(history, "../elsewhere") == {} and run_peaks(history, "no-such-run") == {}
+    assert events_peaks(history, run_id).allocator_mib == {"/GPU:0": 40.25, "/GPU:1": 3.0}
+    assert peaks_text(events_peaks(history, run_id).allocator_mib) == "/GPU:0 40.2 MiB, /GPU:1 3.0 MiB"
+    assert events_peaks(history, _record(history, [])).allocator_mib == {} and peaks_text({}) == "not recorded"
+    assert events_peaks(history, "../elsewhere").empty and events_peaks(history, "no-such-run").empty
 
 
 def test_damaged_and_overlong_lines_are_skipped_not_fatal() -> None:
@@ -45,7 +45,7 @@ def test_damaged_and_overlong_lines_are_skipped_not_fatal() -> None:
         handle.write(b'{"type": "tf_memory", "data": ' + b"[" * 100_000 + b"\n")
         handle.write(b'{"type": "tf_memory", "time": 1, "data": {"device": "/CPU:0", "current_mib": 1, '
                      b'"peak_mib": 7.5}}\n')
-    assert run_peaks(history, run_id) == {"/CPU:0": 7.5}
+    assert events_peaks(history, run_id).allocator_mib == {"/CPU:0": 7.5}
 
 
 def test_two_runs_compared_device_by_device() -> None:
@@ -70,7 +70,7 @@ def test_real_runs_under_a_cpu_cap_record_peaks_that_grow_with_the_batch(tmp_pat
         told.append(json.loads(done.stdout)["peaks"])
     history = RunHistory()
     newer, older = (run.run_id for run in history.summaries())
-    small, large = run_peaks(history, older), run_peaks(history, newer)
+    small, large = events_peaks(history, older).allocator_mib, events_peaks(history, newer).allocator_mib
     # Issue 40 item 4: `run --json` and `runs --json` carry the allocator's peak per device and the process's RSS
     # peak (a process that imported TensorFlow holds hundreds of MiB).
     assert [peaks["allocator_mib"] for peaks in told] == [small, large]

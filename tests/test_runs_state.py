@@ -4,7 +4,6 @@ whole; Run may be pressed while the runtime warms (real widgets offscreen, no ru
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,8 @@ FIT = {"kind": "training", "devices": ["/CPU:0", "/CPU:1"], "replicas_in_sync": 
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.resize(1280, 720)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
+def window_size() -> tuple[int, int]:
+    return (1280, 720)
 
 
 def outcome(job: str, status: str = "ok", duration_s: float = 1.0, error_type: str = "", message: str = "",

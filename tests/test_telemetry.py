@@ -13,9 +13,9 @@ import numpy as np
 import psutil
 import pytest
 from fake_nvml import FakeGpus, no_library, process
-from helpers import wait_until
+from helpers import read_csv, wait_until
 from tf_device_panel.core.devices.nvml import Nvml
-from tf_device_panel.core.devices.telemetry import History, Sample, Sampler, Series, read_csv
+from tf_device_panel.core.devices.telemetry import History, Sample, Sampler, Series
 from tf_device_panel.core.hub import HandlerFailed
 
 
@@ -27,7 +27,7 @@ def test_series_is_a_bounded_ring_in_time_order() -> None:
     assert list(times) == [3, 4, 5, 6, 7] and len(series) == 5
     assert math.isnan(values[3]) and values[-1] == 70
     assert list(series.arrays(since=5)[0]) == [5, 6, 7]
-    assert series.value_at(4.4) == 40 and series.value_at(6.1) is None and series.last() == 70
+    assert series.last() == 70
 
 
 def test_history_holds_an_hour_at_the_default_interval() -> None:

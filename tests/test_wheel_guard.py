@@ -4,14 +4,12 @@ person clicked into (focused) still takes the wheel."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("PySide6")
-from PySide6.QtCore import QPoint, QPointF, QSettings, Qt
+from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
@@ -24,7 +22,6 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QWidget,
 )
-from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.devices.gpu_facts import GpuInfo
 from tf_device_panel.gui.dialogs.share_dialog import show_share
 from tf_device_panel.gui.shell.main_window import MainWindow
@@ -34,16 +31,8 @@ FIELDS = (QAbstractSpinBox, QComboBox, QAbstractSlider)
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    win = MainWindow(settings=settings, history=RunHistory(), start_runtime=False)
-    qtbot.addWidget(win)
-    win.resize(1280, 720)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
+def window_size() -> tuple[int, int]:
+    return (1280, 720)
 
 
 def wheel(widget: QWidget, steps: int = -3) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,15 +26,8 @@ def make_window(tmp_path: Path, name: str = "settings.ini") -> MainWindow:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    win = make_window(tmp_path)
-    qtbot.addWidget(win)
-    win.resize(1280, 720)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    if not win.closing:
-        win.close()
+def window_size() -> tuple[int, int]:
+    return (1280, 720)
 
 
 def widths(win: MainWindow) -> dict[str, int]:

@@ -71,11 +71,6 @@ class Work:
     args: str = ""                  # the script's arguments, with {batch}
     image_size: int = 32            # the built-in cnn's
 
-    @classmethod
-    def from_params(cls, values: Mapping[str, object]) -> Work:
-        return cls(str(values.get("model", "cnn")), str(values.get("script", "")).strip(),
-                   str(values.get("args", "")), int(str(values.get("image_size", 32))))
-
     @property
     def name(self) -> str:
         """What the work is, in a few words: "cnn", "script train.py", "model my.keras"."""

@@ -62,6 +62,7 @@ from tf_device_panel.core.devices.nvml import GpuSnapshotJson
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.logsetup import configure_logging
 from tf_device_panel.core.text import clip, quote
+from tf_device_panel.core.units import MIB, mib_text
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_EXPORTER_PORT = 9848  # core.lab.exporter.DEFAULT_PORT; cli imports the exporter only when it runs
@@ -123,7 +124,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         config = load_profile(args.file)
     except ProfileError as exc:
-        # Every problem and every warning: the GPU warning was shown only when it was alone.
+        # Every problem and every warning: a profile with problems still says which GPUs it could not check.
         unread = exc.config
         warning = (unchecked_gpus_warning(unread, no_gpu_reason())
                    if unread is not None and nvml_gpu_inventory() is None else None)
@@ -445,10 +446,10 @@ def _share(args: argparse.Namespace) -> int:
         return EXIT_JOB_FAILED if failed else EXIT_OK
     if "verified" in report:
         for row in report["seats"]:
-            peak = "—" if row["peak_bytes"] is None else f"{row['peak_bytes'] / 1048576:.1f} MiB"
+            peak = "—" if row["peak_bytes"] is None else mib_text(row["peak_bytes"] / MIB)
             process = row.get("process_peak_bytes")
-            own = f", its processes {process / 1048576:,.0f} MiB" if process else ""
-            line = f"  seat {row['seat']}: peak {peak} of {row['limit_bytes'] / 1048576:.0f} MiB{own}: {row['status']}"
+            own = f", its processes {mib_text(process / MIB, 0)}" if process else ""
+            line = f"  seat {row['seat']}: peak {peak} of {mib_text(row['limit_bytes'] / MIB, 0)}{own}: {row['status']}"
             print(line + (f" ({row['error']})" if row.get("error") else ""))
     if most is not None:
         print(f"the most seats for {work.name} (batch {batch}): {len(profiles)}, all held side by side; "
@@ -686,7 +687,7 @@ MAX_PARAM_PROBLEMS_SHOWN = 8
 
 def param_error_text(exc: ParamError) -> str:
     """One line for the refused parameters: the first few problems and how many more (100,000 unknown names
-    once printed a 15 MB line)."""
+    would otherwise make a 15 MB line)."""
     shown = "; ".join(f"{name}: {message}" for name, message in exc.problems[:MAX_PARAM_PROBLEMS_SHOWN])
     more = len(exc.problems) - MAX_PARAM_PROBLEMS_SHOWN
     return f"error: job {exc.job!r}: {shown}" + (f"; … and {more} more problems like these" if more > 0 else "")

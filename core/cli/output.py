@@ -327,8 +327,8 @@ MAX_PROBLEMS_SHOWN = 20  # a profile with 100,000 bad entries is answered in a s
 
 
 def problems_text(heading: str, problems: Sequence[object], warnings: Sequence[object] = ()) -> list[str]:
-    """The problems, one a line: the first MAX_PROBLEMS_SHOWN, then how many more; then every warning (a warning
-    was shown only when it was alone: a profile with six problems lost its "GPU 5 could not be checked")."""
+    """The problems, one a line: the first MAX_PROBLEMS_SHOWN, then how many more; then every warning (never
+    dropped for the problems: a profile with six problems still says "GPU 5 could not be checked")."""
     counted = f"{len(problems)} problem(s)" + (f" and {len(warnings)} warning(s)" if warnings else "")
     lines = [f"{heading}: {counted}", *(f"  - {p}" for p in problems[:MAX_PROBLEMS_SHOWN])]
     if len(problems) > MAX_PROBLEMS_SHOWN:
@@ -358,10 +358,6 @@ def one_line(text: str, width: int = ERROR_WIDTH) -> str:
     if len(first) > width or (more and len(first) > width - 2):
         return first[:width - 1] + "…"
     return first + (" …" if more else "")
-
-
-def runs_text(runs: Iterable[RunSummary]) -> list[str]:
-    return [run_line(run) for run in runs]
 
 
 def run_line(run: RunSummary) -> str:

@@ -150,8 +150,9 @@ class RunPeaks:
     its run process's peak resident memory (MiB, Linux's VmHWM as the job ended; None after a crash).
 
     `take` is the one reader of peaks from events: the recorder keeps them as the run goes (written into run.json
-    at its end), and a record written before run.json kept them is read through it once more
-    (`core.client.run_memory.run_peaks`)."""
+    at its end), so does the run's outcome (`run --json`, which fit-batch and share read for each of their runs),
+    and a record written before run.json kept them is read through it once more
+    (`core.client.run_memory.events_peaks`)."""
 
     allocator_mib: dict[str, float] = field(default_factory=dict)
     rss_mib: float | None = None

@@ -15,14 +15,9 @@ from dataclasses import dataclass
 from tf_device_panel.core.client.history import MAX_EVENTS_FILE_BYTES, RunHistory, open_regular
 from tf_device_panel.core.client.records import RunPeaks, RunSummary
 from tf_device_panel.core.protocol import events
+from tf_device_panel.core.units import mib_text
 
 MAX_LINE_BYTES = 64 * 1024   # a tf_memory line is a few hundred bytes; longer lines are skipped unread
-
-
-def run_peaks(history: RunHistory, run_id: str) -> dict[str, float]:
-    """Device → the largest allocator peak (MiB) the run's record gives for it; {} when it recorded none (a run
-    before TensorFlow's allocator reported: the CPU without cpu_memory_limit_mib) or its record is unreadable."""
-    return events_peaks(history, run_id).allocator_mib
 
 
 def summary_peaks(history: RunHistory, summary: RunSummary) -> RunPeaks:
@@ -94,11 +89,11 @@ def _take_lines(data: bytes, peaks: RunPeaks) -> None:
 
 
 def peaks_text(peaks: dict[str, float]) -> str:
-    return ", ".join(f"{device} {mib:,.1f} MiB" for device, mib in sorted(peaks.items())) or "not recorded"
+    return ", ".join(f"{device} {mib_text(mib)}" for device, mib in sorted(peaks.items())) or "not recorded"
 
 
 def rss_text(peaks: RunPeaks) -> str:
-    return f"{peaks.rss_mib:,.1f} MiB" if peaks.rss_mib is not None else "not recorded"
+    return mib_text(peaks.rss_mib) if peaks.rss_mib is not None else "not recorded"
 
 
 @dataclass(frozen=True)

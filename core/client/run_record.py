@@ -17,7 +17,9 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.oom import OomReport
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.protocol.output_lines import PlacedOp
 from tf_device_panel.core.protocol.streams import SCRIPT
+from tf_device_panel.core.units import bytes_text
 
 MAX_KEPT_PLACEMENTS = 100_000
 
@@ -36,21 +38,6 @@ def ended_in_oom(job: str, error_type: str | None, message: str | None) -> bool:
     return job != "script" and error_type != "ScriptExit" and oom_parser.is_oom_message(message)
 
 
-@dataclass(frozen=True)
-class PlacedOp:
-    """One op's placement as a run's outcome keeps it (the first MAX_KEPT_PLACEMENTS of a run)."""
-
-    op: str
-    op_type: str
-    device: str
-    short_device: str
-    mode: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"op": self.op, "op_type": self.op_type, "device": self.device, "short_device": self.short_device,
-                "mode": self.mode}
-
-
 @dataclass
 class JobOutcome:
     job: str
@@ -60,7 +47,7 @@ class JobOutcome:
     status: str = "running"          # running, ok, error, cancelled, crashed
     result: Any = None
     error: RunError | None = None
-    placements: list[PlacedOp] = field(default_factory=list)
+    placements: list[PlacedOp] = field(default_factory=list)   # the first MAX_KEPT_PLACEMENTS of the run
     placement_counts: Counter[tuple[str, str]] = field(default_factory=Counter)  # (op_type, device)
     fallbacks: list[JsonObject] = field(default_factory=list)
     metrics: list[JsonObject] = field(default_factory=list)
@@ -81,7 +68,7 @@ class JobOutcome:
     def to_json(self) -> dict[str, object]:
         return {
             "job": self.job, "status": self.status, "result": self.result, "params": self.params,
-            "placements": [placed.to_json() for placed in self.placements], "fallbacks": self.fallbacks,
+            "placements": [placed.record_json() for placed in self.placements], "fallbacks": self.fallbacks,
             "error": self.error.to_json() if self.error is not None else None,
             "config": self.config, "devices": self.devices, "duration_s": self.duration_s,
             "run_id": self.run_id, "record_problem": self.record_problem,
@@ -151,7 +138,8 @@ class JobRun:
             case events.Placement(op=op, op_type=op_type, device=device, short_device=short_device, mode=mode):
                 outcome.placement_counts[(op_type, short_device)] += 1
                 if len(outcome.placements) < MAX_KEPT_PLACEMENTS:
-                    outcome.placements.append(PlacedOp(op, op_type, device, short_device, mode))
+                    outcome.placements.append(PlacedOp(op=op, op_type=op_type, device=device,
+                                                       short_device=short_device, mode=mode))
             case events.Fallback():
                 outcome.fallbacks.append(event.payload())
             case events.Metric():
@@ -264,7 +252,7 @@ class JobRun:
         if not self._dumps.lines:
             return
         earlier = self._explained(None)
-        request = f" ({oom_parser.mib(earlier['request_bytes'])} requested)" if earlier and "request_bytes" in earlier \
+        request = f" ({bytes_text(earlier['request_bytes'])} requested)" if earlier and "request_bytes" in earlier \
             else ""
         device = (earlier or {}).get("short_device") or "a device"
         self.outcome.oom_earlier = (f"an out-of-memory error on {device}{request} came earlier in this run, and the "

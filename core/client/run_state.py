@@ -2,8 +2,8 @@
 
 The window feeds its `RunState` each batch of events once (`apply_all`) and hands what changed to the log's
 placement table, the device map, the memory graphs' markers and the job's console; none of them counts for
-itself any more, so they can no longer disagree on what a run placed or when a run starts afresh. A panel used
-on its own (a past run's log, a test) keeps a state of its own and feeds it the same way.
+itself, so they cannot disagree on what a run placed or when a run starts afresh. A panel used on its own (a
+past run's log, a test) keeps a state of its own and feeds it the same way.
 
 What a run is: each run is a fresh process whose events carry its job id. `starts_new_run` is the one rule
 for where a run's state begins; see its comment.
@@ -92,7 +92,6 @@ class RunState:
         self.job_id = job_id
         self.job = ""
         self.placements: dict[PlacementKey, int] = {}       # in the order first placed
-        self.placements_dropped = 0  # placements of keys past max_placement_rows: counted per device only
         self.ops_per_device: Counter[str] = Counter()       # every placement, by device
         self.fallbacks: list[events.Fallback] = []
         self.fallback_pairs: list[tuple[str, str]] = []      # (requested device, actual), each once
@@ -194,8 +193,7 @@ class RunState:
         self.ops_per_device[key.device] += 1
         changes.device_changes = True
         if key not in self.placements and len(self.placements) >= self.max_placement_rows:
-            self.placements_dropped += 1
-            return
+            return  # a key past max_placement_rows: counted per device only
         self.placements[key] = self.placements.get(key, 0) + 1
         changes.placements[key] += 1
 

@@ -89,9 +89,6 @@ class Lifecycle:
         self.transitions = transitions
         self.state = state
 
-    def can(self, trigger: str) -> bool:
-        return (self.state, trigger) in self.transitions
-
     def fire(self, trigger: str) -> RuntimeState:
         try:
             self.state = self.transitions[(self.state, trigger)]

@@ -37,7 +37,7 @@ from tf_device_panel.core.panel_runs.runs import (
     stop_run,
     wait_runs,
 )
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import MIB, mib_text
 
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
 HEADROOM_MIB = 16            # per seat on a GPU, above the context: what the measurements exceed 520 by, and more
@@ -312,7 +312,7 @@ def first_guess_of_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, needs: 
                "processes (measured)")
     else:
         beside = f" and {reserved} MiB beside it" if reserved else ""
-        why = (f"{whole.total_mib:,} MiB, at {seat_need} MiB a seat (the work peaked at {needs.peak_mib:.0f} MiB "
+        why = (f"{whole.total_mib:,} MiB, at {seat_need} MiB a seat (the work peaked at {mib_text(needs.peak_mib, 0)} "
                f"alone; {PEAK_ROOM:.0%} of that, for runs that peak higher){beside}")
     return most, why
 
@@ -356,7 +356,7 @@ def verify_seats(plan: SharePlan, profiles: list[Path], *, work: Work | None = N
                 row["status"], row["error"] = "out of memory" if "oom" in outcome else "failed", outcome["error"]
             elif peak is not None and peak > limit:
                 row["status"] = "over"
-                row["error"] = f"peak {peak / MIB:.1f} MiB is over the seat's {plan.seat_mib} MiB"
+                row["error"] = f"peak {mib_text(peak / MIB)} is over the seat's {plan.seat_mib} MiB"
             else:
                 row["status"], row["error"] = "held", None
             rows.append(row)
@@ -401,8 +401,8 @@ def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, 
             above = str(exc)  # too many seats for the memory: the last that held stands
             break
         if plan.seat_mib < needs.peak_mib:
-            above = (f"{seats_text(seats)} would leave {plan.seat_mib} MiB a seat, under the {needs.peak_mib:.0f} "
-                     "MiB the work peaked at alone")
+            above = (f"{seats_text(seats)} would leave {plan.seat_mib} MiB a seat, under the "
+                     f"{mib_text(needs.peak_mib, 0)} the work peaked at alone")
             break
         if seats * (needs.host_mib or 0) > available_mib:
             above = (f"{seats_text(seats)} would need about {seats * (needs.host_mib or 0):,} MiB of this machine's "

@@ -223,7 +223,7 @@ class Field:
             return None
         seen: set[int] = set()
         dupes: set[int] = set()
-        for value in raw:  # one pass: a profile may list 100,000 indices (list.count here was quadratic)
+        for value in raw:  # one pass: a profile may list 100,000 indices (list.count for each would be quadratic)
             (dupes if value in seen else seen).add(value)
         if dupes:
             problems.append(Problem(self.key, f"GPU {short_list(sorted(dupes))} listed more than once",

@@ -95,10 +95,6 @@ class DeviceInventory:
     def gpu(self, tf_index: int) -> InventoryGpu | None:
         return next((gpu for gpu in self.gpus if gpu.tf_index == tf_index), None)
 
-    def tf_index_of_nvml(self, nvml_index: int) -> int | None:
-        """TensorFlow's index of NVML's GPU `nvml_index`, None when TensorFlow does not have it."""
-        return next((gpu.tf_index for gpu in self.gpus if gpu.nvml_index == nvml_index), None)
-
     def gpu_infos(self) -> list[GpuInfo]:
         """The configuration's GPU list: each of TensorFlow's physical GPUs with CUDA's total."""
         return [gpu.info() for gpu in self.gpus]

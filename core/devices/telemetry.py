@@ -15,12 +15,12 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import psutil
 from tf_device_panel.core.devices.nvml import GpuSample, GpuSnapshot, Nvml
 from tf_device_panel.core.hub import Hub, Message
+from tf_device_panel.core.units import MIB
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +61,6 @@ class Series:
             start = int(np.searchsorted(times, since))
             times, values = times[start:], values[start:]
         return times, values
-
-    def value_at(self, t: float) -> float | None:
-        """The value nearest to time `t`."""
-        times, values = self.arrays()
-        if not len(times):
-            return None
-        index = int(np.clip(np.searchsorted(times, t), 0, len(times) - 1))
-        if index > 0 and abs(times[index - 1] - t) < abs(times[index] - t):
-            index -= 1
-        value = float(values[index])
-        return None if math.isnan(value) else value
 
     def last(self) -> float | None:
         if not self._count:
@@ -259,28 +248,16 @@ class Sampler:
 
     def _host(self) -> HostSample:
         memory = psutil.virtual_memory()
-        host = HostSample(cpu_percent=psutil.cpu_percent(None), ram_used_mib=(memory.total - memory.available) / 2**20,
-                          ram_total_mib=memory.total / 2**20)
+        host = HostSample(cpu_percent=psutil.cpu_percent(None), ram_used_mib=(memory.total - memory.available) / MIB,
+                          ram_total_mib=memory.total / MIB)
         if self.runtime_pid is not None:
             try:
                 if self._runtime_process is None or self._runtime_process.pid != self.runtime_pid:
                     self._runtime_process = psutil.Process(self.runtime_pid)
                 rss = self._runtime_process.memory_info().rss
                 # An exited run not yet reaped (a zombie) reads 0: no reading, not a drop to nothing.
-                host.runtime_rss_mib = rss / 2**20 if rss else None
+                host.runtime_rss_mib = rss / MIB if rss else None
             except psutil.Error:
                 host.runtime_rss_mib = None
         return host
-
-
-def read_csv(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, float | None]]]:
-    """Read back an exported history: series name -> [(time, value)]."""
-    found: dict[str, list[tuple[float, float | None]]] = {}
-    with Path(path).open(newline="", encoding="utf-8") as handle:
-        for row in csv.DictReader(handle):
-            if row["series"].startswith("marker:"):
-                continue
-            found.setdefault(row["series"], []).append((float(row["time"]), float(row["value"]) if row["value"]
-                                                        else None))
-    return found
 

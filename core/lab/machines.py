@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypedDict
 
 from prometheus_client.parser import text_string_to_metric_families
 from tf_device_panel.core.lab.fetch import MAX_BYTES, Cancelled, Deadline, FetchError, get
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import MIB, gib_figure
 
 TIMEOUT_S = 5.0  # one exporter target: lookup, connect, headers and body together (core.lab.fetch)
 REFRESH_TIMEOUT_S = 10.0  # one refresh: every exporter target, or every query of Prometheus's, together
@@ -647,10 +647,6 @@ class ExporterSource:
         return series
 
 
-def _gib(value: float | None) -> str:
-    return "?" if value is None else f"{value / 2**30:.1f}"
-
-
 def _percent(value: float | None) -> str:
     return "N/A" if value is None else f"{value * 100:.0f}%"
 
@@ -674,15 +670,15 @@ def machines_text(machines: Sequence[MachineStatus], description: str, now: floa
             lines.append(f"{machine.name[:24]:<24} {state:<8} {'-':<12} {'-':>5}  {'-':<11} -")
             lines.append(f"  {machine.instance}: {machine.error}")
             continue
+        host = f"{gib_figure(machine.host_memory_used_bytes)}/{gib_figure(machine.host_memory_total_bytes)}"
         lines.append(f"{machine.name[:24]:<24} {state:<8} {_age(machine.age_s(now)):<12} "
-                     f"{_percent(machine.host_cpu_utilization_ratio):>5}  "
-                     f"{_gib(machine.host_memory_used_bytes) + '/' + _gib(machine.host_memory_total_bytes):<11} "
+                     f"{_percent(machine.host_cpu_utilization_ratio):>5}  {host:<11} "
                      f"{len(machine.gpus):<4} {run}".rstrip())
         if machine.name != machine.instance:
             lines.append(f"  {machine.instance} ({', '.join(machine.exporters) or 'no known metrics'})")
         for gpu in machine.gpus:
-            lines.append(f"  gpu{gpu.index:<3} {gpu.name[:28]:<28} {_gib(gpu.memory_used_bytes)}/"
-                         f"{_gib(gpu.memory_total_bytes)} GiB  {_percent(gpu.utilization_ratio)} busy")
+            lines.append(f"  gpu{gpu.index:<3} {gpu.name[:28]:<28} {gib_figure(gpu.memory_used_bytes)}/"
+                         f"{gib_figure(gpu.memory_total_bytes)} GiB  {_percent(gpu.utilization_ratio)} busy")
     return lines
 
 

@@ -29,7 +29,7 @@ from tf_device_panel.core.notebook.capture import Captured, OutputSieve
 from tf_device_panel.core.notebook.configure import tensorflow_initialized
 from tf_device_panel.core.oom import OomReport, explain, is_oom_message
 from tf_device_panel.core.protocol.output_lines import (
-    PlacementLine,
+    PlacedOp,
     parse_line,
     short_device_name,
 )
@@ -50,7 +50,7 @@ class CellReport:
     """What one `%%tf_run` cell did on the devices."""
 
     wall_s: float = 0.0
-    placements: list[PlacementLine] = field(default_factory=list)
+    placements: list[PlacedOp] = field(default_factory=list)
     from_log: bool = False                        # placements read from TensorFlow's log (else op callbacks)
     fallbacks: list[CellFallback] = field(default_factory=list)
     peaks: dict[str, int] = field(default_factory=dict)       # device (/GPU:0, /CPU:0) -> peak bytes
@@ -70,7 +70,7 @@ class CellReport:
         return per_device
 
 
-def _op_callback(placements: list[PlacementLine]) -> Callable[..., None]:
+def _op_callback(placements: list[PlacedOp]) -> Callable[..., None]:
     def record(op_type: str | bytes, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
                graph: Any = None) -> None:
         if graph is not None:
@@ -80,18 +80,19 @@ def _op_callback(placements: list[PlacementLine]) -> Callable[..., None]:
         for output in outputs or ():
             device = getattr(output, "device", "")
             if device:
-                placements.append(PlacementLine(op_type, op_type, op_type, device, "eager"))
+                placements.append(PlacedOp(op=op_type, op_type=op_type, device=device,
+                                           short_device=short_device_name(device), mode="eager", kernel=op_type))
                 return
 
     return record
 
 
 @contextlib.contextmanager
-def eager_placements() -> Iterator[list[PlacementLine]]:
+def eager_placements() -> Iterator[list[PlacedOp]]:
     """Each eager op's device while the block runs, from an op callback (works whenever TensorFlow started)."""
     from tensorflow.python.framework import op_callbacks
 
-    placements: list[PlacementLine] = []
+    placements: list[PlacedOp] = []
     callback = _op_callback(placements)
     op_callbacks.add_op_callback(callback)
     try:

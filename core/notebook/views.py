@@ -11,9 +11,10 @@ from typing import Any
 
 from tf_device_panel.core.devices.nvml import GpuSnapshot
 from tf_device_panel.core.notebook.cell_run import CellReport
-from tf_device_panel.core.oom import OomReport, mib, oom_text
+from tf_device_panel.core.oom import OomReport, oom_text
 from tf_device_panel.core.protocol.events import BuildInfo, PhysicalDevice
 from tf_device_panel.core.protocol.output_lines import canonical_device
+from tf_device_panel.core.units import bytes_text
 
 MAX_OP_TYPES = 6       # op types named per device (the most frequent), the rest counted
 SVG_WIDTH = 600
@@ -167,7 +168,7 @@ class CellRunView:
             placed = counts.get(name)
             peak = self.report.peaks.get(name)
             limit = self.report.limits.get(name)
-            memory = "" if peak is None else mib(peak) + (f" of {mib(limit)}" if limit else "")
+            memory = "" if peak is None else bytes_text(peak) + (f" of {bytes_text(limit)}" if limit else "")
             if peak is not None and name == "/CPU:0" and self.report.shared_cpu_allocator:
                 memory += " (all logical CPUs)"
             rows.append([name, str(sum(placed.values())) if placed else "0", _op_summary(placed) if placed else "",
@@ -224,7 +225,7 @@ def oom_html(oom: OomReport, caught: bool) -> str:
     figures = [("requested", oom.get("request_bytes")), ("limit", oom.get("limit_bytes")),
                ("in use", oom.get("in_use_bytes")), ("free in all", oom.get("free_bytes")),
                ("largest free block", oom.get("largest_free_bytes"))]
-    rows = [[name, mib(value)] for name, value in figures if value is not None]
+    rows = [[name, bytes_text(value)] for name, value in figures if value is not None]
     tips = "".join(f"<li>{escape(tip)}</li>" for tip in oom.get("advice", []))
     first = oom_lines(oom, caught)[0]
     return (f"<div style='border-left:4px solid {_COLORS['in_use']};padding-left:8px;margin:6px 0'>"
@@ -244,8 +245,8 @@ def memory_bar_svg(oom: OomReport) -> str:
         width = int(segment[1]) / total * SVG_WIDTH
         state = str(segment[0])
         shapes.append(f"<rect x='{x:.2f}' y='0' width='{max(width, 0.5):.2f}' height='18' "
-                      f"fill='{_COLORS.get(state, '#999')}'><title>{escape(state)} {escape(mib(int(segment[1])))}"
-                      "</title></rect>")
+                      f"fill='{_COLORS.get(state, '#999')}'><title>{escape(state)} "
+                      f"{escape(bytes_text(int(segment[1])))}</title></rect>")
         x += width
     shown = {str(segment[0]) for segment in bar}
     labels = [(label, state) for label, state in (("in use", "in_use"), ("free", "free"),

@@ -27,7 +27,7 @@ from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.processes import start_module
 from tf_device_panel.core.results import FitProbe
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import KIB, MIB
 
 # The module that runs the panel's command line (`--panel`), dying with its parent: named as the launcher names it.
 PROBE_MODULE = "tf_device_panel.core.panel_runs.command"
@@ -87,7 +87,7 @@ def poll_run(run: PanelRun, nvml_sampler: GpuSampler | None = None) -> bool:
         return False
     run.seconds = time.monotonic() - run.started
     run.process.returncode = os.waitstatus_to_exitcode(status)
-    run.rss_peak_bytes = usage.ru_maxrss * 1024 if usage.ru_maxrss else None  # Linux counts it in KiB
+    run.rss_peak_bytes = usage.ru_maxrss * KIB if usage.ru_maxrss else None  # Linux counts it in KiB
     _kill_rest(run)
     return True
 
@@ -158,8 +158,9 @@ class GpuSampler:
 
 
 def read_run(run: PanelRun) -> FitProbe:
-    """What a finished run did: whether it held, its allocator peak (the largest its record's tf_memory events
-    give, over its devices), its process's peaks, its error and, for an OOM, the figures."""
+    """What a finished run did: whether it held, its allocator peak (the largest over its devices of the peaks
+    its outcome gives: `run --json` prints the ones its record keeps), its process's peaks, its error and, for an
+    OOM, the figures."""
     folder, batch = run.folder, run.batch
     try:
         outcome = json.loads((folder / "outcome.json").read_text())
@@ -167,14 +168,8 @@ def read_run(run: PanelRun) -> FitProbe:
         tail = (folder / "stderr.txt").read_text(errors="replace").strip().splitlines()[-3:]
         raise JobError(f"the run at batch {batch} printed no outcome (exit {run.process.returncode}): "
                        + " / ".join(tail)) from None
-    peaks: dict[str, int] = {}
-    for events_file in (folder / "home").rglob("events.jsonl"):
-        for line in events_file.read_text(errors="replace").splitlines():
-            if '"tf_memory"' in line:
-                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-                    data = json.loads(line)["data"]
-                    device = str(data.get("device", ""))
-                    peaks[device] = max(peaks.get(device, 0), int(data["peak_mib"] * MIB))
+    allocator_mib = (outcome.get("peaks") or {}).get("allocator_mib") or {}
+    peaks = {device: int(mib * MIB) for device, mib in allocator_mib.items()}
     peak = max(peaks.values()) if peaks else None
     fits = outcome.get("status") == "ok"
     row: FitProbe = {"batch": batch, "fits": fits, "peak_bytes": peak, "seconds": run.seconds or 0.0,

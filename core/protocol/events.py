@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypedDict, TypeVar
 
+from tf_device_panel.core.protocol.output_lines import PlacedOp
+
 # A JSON object passed through as it came: a job's result (core.results reads it), TensorFlow's build info, a
 # configuration as JSON (core.config reads it). Never an event's own payload.
 JsonObject = Mapping[str, Any]
@@ -240,20 +242,23 @@ class Log(Event):
 
 
 @dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)
-class Placement(Event):
-    """One op placed on a device, from TensorFlow's placement log."""
+class Placement(Event, PlacedOp):
+    """One op placed on a device, from TensorFlow's placement log: the placement's fields (PlacedOp's, first on
+    the wire) and where it was logged."""
 
     TYPE = PLACEMENT
-    op: str
-    op_type: str
-    device: str
-    short_device: str
-    mode: str = ""              # eager or graph
-    kernel: str = ""
     stream: str = "stderr"
     line: str = ""
-    task: str | None = None
+    task: str | None = None     # a cluster task's placement: "worker:0"
     raw: bytes | None = None
+
+    @classmethod
+    def of(cls, placed: PlacedOp, *, stream: str, line: str, task: str | None = None, raw: bytes | None = None,
+           job_id: str | None = None) -> Placement:
+        """The event of a parsed placement line."""
+        return cls(op=placed.op, op_type=placed.op_type, device=placed.device, short_device=placed.short_device,
+                   mode=placed.mode, kernel=placed.kernel, stream=stream, line=line, task=task, raw=raw,
+                   job_id=job_id)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)

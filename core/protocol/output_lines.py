@@ -9,6 +9,7 @@ counted again as placements.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -44,28 +45,34 @@ def is_tensorflow_log(line: str) -> bool:
     return bool(_CPP_PREFIX.match(line)) or line.startswith(_ABSL_PREAMBLE)
 
 
-@dataclass(frozen=True)
-class PlacementLine:
-    """One line of TensorFlow's placement log, parsed: what `streams` makes an `events.Placement` of."""
+@dataclass(frozen=True, kw_only=True)
+class PlacedOp:
+    """One op placed on a device: a line of TensorFlow's placement log parsed (or a notebook's op callback), the
+    `events.Placement` that carries it to the panel (this, with where it was logged), and what a run's outcome
+    keeps of it. The fields' order is the order of their keys in every JSON a placement is written as."""
 
-    op: str           # node name for graph lines; op type for eager lines
-    op_type: str      # the op, with oneDNN's kernel prefix removed (_MklMatMul -> MatMul)
-    kernel: str       # the name TF logged
-    device: str       # full name, /job:localhost/replica:0/task:0/device:CPU:0
-    mode: str         # "eager" or "graph"
+    op: str             # node name for graph lines; op type for eager lines
+    op_type: str        # the op, with oneDNN's kernel prefix removed (_MklMatMul -> MatMul)
+    device: str         # full name, /job:localhost/replica:0/task:0/device:CPU:0
+    short_device: str   # /CPU:0 (`short_device_name`)
+    mode: str = ""      # "eager" or "graph" ("" in a record that did not say)
+    kernel: str = ""    # the name TF logged ("" where its log names only the node)
 
-    @property
-    def short_device(self) -> str:
-        return short_device_name(self.device)
+    def record_json(self) -> dict[str, str]:
+        """As a run's outcome keeps it (`run --json`'s placements): the kernel's name is the log's detail."""
+        return {"op": self.op, "op_type": self.op_type, "device": self.device, "short_device": self.short_device,
+                "mode": self.mode}
 
-    def to_json(self) -> dict[str, str]:
-        return {"op": self.op, "op_type": self.op_type, "kernel": self.kernel,
-                "device": self.device, "short_device": self.short_device, "mode": self.mode}
+
+def _placed(op: str, op_type: str, kernel: str, device: str, mode: str) -> PlacedOp:
+    return PlacedOp(op=op, op_type=op_type, device=device, short_device=short_device_name(device), mode=mode,
+                    kernel=kernel)
 
 
 _TASK = re.compile(r"^/job:([\w-]+)(?:/replica:\d+)?/task:(\d+)/")
 
 
+@functools.lru_cache(maxsize=1024)  # every placement line names one of a run's few devices
 def short_device_name(device: str) -> str:
     """'/job:localhost/replica:0/task:0/device:GPU:1' -> '/GPU:1' (unchanged if not a device name).
 
@@ -88,17 +95,6 @@ def canonical_device(spec: str) -> str:
     return f"/{match.group(1).upper()}:{match.group(2)}" if match else text
 
 
-def device_mapping(lines: list[str]) -> dict[str, str]:
-    """The 'Device mapping:' block of a Session's log: device name -> physical description."""
-    mapping: dict[str, str] = {}
-    for line in lines:
-        prefix = _CPP_PREFIX.match(line)
-        match = _MAPPING.match(line[prefix.end():] if prefix else line)
-        if match:
-            mapping[match.group(1)] = match.group(2).strip()
-    return mapping
-
-
 def _node_type(node: str) -> str:
     """TF1 placement lines name the node only; TF's default node names are the op type plus '_N'."""
     return re.sub(r"_\d+$", "", node.rsplit("/", 1)[-1])
@@ -111,7 +107,7 @@ def _op_type(kernel: str) -> str:
     return kernel
 
 
-def parse_line(line: str, stream: str) -> tuple[str, PlacementLine | None]:
+def parse_line(line: str, stream: str) -> tuple[str, PlacedOp | None]:
     """Return (kind, placement) for one raw line from the runtime's stdout or stderr."""
     prefix = _CPP_PREFIX.match(line)
     if prefix:
@@ -121,18 +117,18 @@ def parse_line(line: str, stream: str) -> tuple[str, PlacementLine | None]:
             eager = _EAGER.match(body)
             if eager:
                 kernel = eager.group(1)
-                return PLACEMENT, PlacementLine(kernel, _op_type(kernel), kernel, eager.group(2), "eager")
+                return PLACEMENT, _placed(kernel, _op_type(kernel), kernel, eager.group(2), "eager")
         if source == "placer.cc":
             graph = _GRAPH.match(body)
             if graph:
                 kernel = graph.group(2)
-                return PLACEMENT, PlacementLine(graph.group(1), _op_type(kernel), kernel, graph.group(3), "graph")
+                return PLACEMENT, _placed(graph.group(1), _op_type(kernel), kernel, graph.group(3), "graph")
         return {"I": TF_INFO, "W": WARNING}.get(severity, ERROR), None
     if stream == "stdout" and _GRAPH.match(line):
         return PLACEMENT, None
     v1 = _GRAPH_V1.match(line)
     if v1:
-        return PLACEMENT, PlacementLine(v1.group(1), _node_type(v1.group(1)), "", v1.group(2), "graph")
+        return PLACEMENT, _placed(v1.group(1), _node_type(v1.group(1)), "", v1.group(2), "graph")
     if _MAPPING.match(line) or line.strip() == "Device mapping:":
         return TF_INFO, None
     if line.startswith(("INFO:tensorflow:", "INFO:absl:")):

@@ -285,9 +285,7 @@ class StreamDemux:
                 self._stderr_kind = kind if kind != output_lines.OUTPUT else ""
             self._stderr_tf = tensorflow
         if placed is not None:
-            self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
-                                           device=placed.device, short_device=placed.short_device, mode=placed.mode,
-                                           stream=stream, line=line, raw=exact, job_id=self._job_id()))
+            self._deliver(events.Placement.of(placed, stream=stream, line=line, raw=exact, job_id=self._job_id()))
         else:
             self._deliver(Log(stream=stream, kind=kind, text=line, raw=exact, job_id=self._job_id(),
                               source=output_lines.TENSORFLOW if tensorflow else None))
@@ -362,9 +360,7 @@ class StreamDemux:
             line = raw.decode("utf-8", errors="replace")
             _, placed = output_lines.parse_line(line, STDERR)
             if placed is not None:
-                self._deliver(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel,
-                                               device=placed.device, short_device=placed.short_device,
-                                               mode=placed.mode, stream=STDERR, line=line, job_id=self._job_id()))
+                self._deliver(events.Placement.of(placed, stream=STDERR, line=line, job_id=self._job_id()))
             if placed is None or not self._placement_is_the_panels:
                 kept.append(raw)
         return kept

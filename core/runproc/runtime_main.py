@@ -50,7 +50,7 @@ from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.runproc.jobs import implementation
 from tf_device_panel.core.runproc.jobs.context import JobCancelled, JobContext, ScriptExit
 from tf_device_panel.core.runproc.tf_facts import BuildInfo, build_info, physical_devices
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import KIB, MIB
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_CONFIG_REJECTED = 0, 1, 3
 MEMORY_REPORT_S = 0.5
@@ -384,7 +384,7 @@ def resident_mib() -> float | None:
             pages = int(statm.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return pages * os.sysconf("SC_PAGE_SIZE") / MIB
 
 
 def peak_resident_mib() -> float | None:
@@ -392,7 +392,7 @@ def peak_resident_mib() -> float | None:
     try:
         with open("/proc/self/status", "rb") as status:
             line = next(line for line in status if line.startswith(b"VmHWM:"))
-        return int(line.split()[1]) / 1024  # kB
+        return int(line.split()[1]) * KIB / MIB  # Linux counts it in KiB ("kB")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
 

@@ -20,6 +20,7 @@ from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.units import mib_text
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
 from tf_device_panel.gui.views.device_map_layout import (
     BREAK_MARK,
@@ -215,14 +216,14 @@ class DeviceMapCanvas(QWidget):
                     return f"{segment.full_name}\n" + "\n".join(segment.lines[1:])
             if device is None or device.kind != "GPU":
                 continue
-            total = f" of {device.total_mib:,.0f} MiB" if device.total_mib else ""
+            total = f" of {mib_text(device.total_mib, 0)}" if device.total_mib else ""
             if box.usage is not None and _rect(box.usage.rect).contains(position):
                 reading = self.use.get(device.index)
                 if reading is None or reading.run_mib is None:
                     return f"{box.usage.label}\n(NVML's per-process memory of this run's process)"
                 held = "held at its last reading, before its process exited" if reading.run_ended else "holds"
-                others = f"\nother processes: {reading.others_mib:,.0f} MiB" if reading.others_mib else ""
-                return (f"this run's process {held} {reading.run_mib:,.0f} MiB{total} (NVML){others}\n"
+                others = f"\nother processes: {mib_text(reading.others_mib, 0)}" if reading.others_mib else ""
+                return (f"this run's process {held} {mib_text(reading.run_mib, 0)}{total} (NVML){others}\n"
                         f"{device.mode}")
             if box.unassigned is not None and _rect(box.unassigned.rect).contains(position):
                 if box.hidden:
@@ -231,7 +232,7 @@ class DeviceMapCanvas(QWidget):
                 rest = (device.total_mib or 0) - limits
                 note = ("\nDrawn narrower than its share so that every logical GPU's figures can be read."
                         if box.unassigned.compressed else "")
-                return (f"{rest:,.0f} MiB{total} not given to any logical GPU (limits: {limits:,.0f} MiB; "
+                return (f"{mib_text(rest, 0)}{total} not given to any logical GPU (limits: {mib_text(limits, 0)}; "
                         f"NVML counts memory the driver keeps, which CUDA does not offer){note}")
         return ""
 

@@ -543,7 +543,7 @@ class RunDialog(QDialog):
             if not self.log.model.rows:
                 self.log.summary.setText("No placements were logged in this run" + (
                     " (Log device placement was off)." if not config.log_placement else "."))
-        # The log from its start, as it was written (it opened at its end, scrolled to the far right).
+        # The log from its start, as it was written (a live log follows its end, scrolled to the far right).
         self.log.following = False
         self.log.view.moveCursor(QTextCursor.MoveOperation.Start)  # the view keeps its cursor in sight
         self.log.view.verticalScrollBar().setValue(0)

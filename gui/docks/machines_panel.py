@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.lab.machines import MachineStatus, Source, SourceError, make_source
-from tf_device_panel.core.units import GIB
+from tf_device_panel.core.units import GIB, gib_figure
 from tf_device_panel.gui.docks import RIGHT, DockSpec
 from tf_device_panel.gui.widgets.common import guard_wheel
 from tf_device_panel.gui.widgets.worker import Worker, create_worker
@@ -53,10 +53,6 @@ BAR_FILL = QColor("#1e88e5")
 BAR_HIGH = QColor("#fb8c00")  # memory nearly full
 HOST_FILL = QColor("#43a047")
 OFFLINE_ROWS = 3  # the reason a machine is offline, wrapped (Prometheus's errors are long: 'Get "http://…": dial …')
-
-
-def _gib(value: float | None) -> str:
-    return "?" if value is None else f"{value / GIB:.1f}"
 
 
 def _age_text(seconds: float | None) -> str:
@@ -103,9 +99,10 @@ class MachineTile(QWidget):
             return [*lines, f"OFFLINE: {machine.error or 'no answer'}"]
         for gpu in machine.gpus:
             utilization = "N/A" if gpu.utilization_ratio is None else f"{gpu.utilization_ratio * 100:.0f}%"
-            lines.append(f"gpu{gpu.index} {_gib(gpu.memory_used_bytes)}/{_gib(gpu.memory_total_bytes)} GiB "
+            lines.append(f"gpu{gpu.index} {gib_figure(gpu.memory_used_bytes)}/{gib_figure(gpu.memory_total_bytes)} GiB "
                          f"{utilization}")
-        lines.append(f"host {_gib(machine.host_memory_used_bytes)}/{_gib(machine.host_memory_total_bytes)} GiB")
+        lines.append(f"host {gib_figure(machine.host_memory_used_bytes)}/"
+                     f"{gib_figure(machine.host_memory_total_bytes)} GiB")
         return lines
 
     def paintEvent(self, event: QPaintEvent) -> None:
@@ -269,7 +266,6 @@ class MachinesPanel(QWidget):
         self._laid_columns = 0
         self._laid_tiles: list[int] = []
         self.dialogs: list[MachineDialog] = []
-        self.last_update_s = 0.0  # GUI-thread time the last update took (benchmarks)
 
         self.kind = QComboBox()
         self.kind.addItems([PROMETHEUS, EXPORTERS])
@@ -394,7 +390,6 @@ class MachinesPanel(QWidget):
     # -- the grid ---------------------------------------------------------------------------------
     def show_machines(self, machines: Sequence[MachineStatus], now: float | None = None) -> None:
         self.answered = True
-        started = time.perf_counter()
         now = now or time.time()
         seen = set()
         layout_changed = False
@@ -418,7 +413,6 @@ class MachinesPanel(QWidget):
         source = self.source.description if self.source is not None else "a source"
         self.status.setText(f"{len(machines)} machine(s) from {source}: {online} online, {gpus} GPU(s)"
                             + ("" if online == len(machines) else f", {len(machines) - online} offline"))
-        self.last_update_s = time.perf_counter() - started
         self.updated.emit()
 
     def fitting_columns(self) -> int:

@@ -43,6 +43,7 @@ from tf_device_panel.core.devices.inventory import DeviceInventory, InventoryLog
 from tf_device_panel.core.devices.nvml import GpuSample, Nvml
 from tf_device_panel.core.devices.telemetry import HeldOnGpu, History, Marker, Sample, Sampler
 from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.core.units import mib_text
 from tf_device_panel.gui.docks import BOTTOM, DockSpec
 from tf_device_panel.gui.shell.notice import show_notice
 from tf_device_panel.gui.views.decimation import columns_for
@@ -228,7 +229,7 @@ def gpu_process_text(gpu: GpuSample, held: HeldOnGpu | None) -> str:
     if held is None or total is None:
         return ""
     if not held.listed:
-        return f"this run holds nothing of {total:,.0f} MiB"
+        return f"this run holds nothing of {mib_text(total, 0)}"
     if held.run_mib is None:
         return "this run's memory: N/A (the driver does not say)"
     return f"this run holds {held.run_mib:,.0f} of {total:,.0f} MiB ({100 * held.run_mib / total:.0f} %)"

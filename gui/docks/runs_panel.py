@@ -125,7 +125,7 @@ class FormScroll(QScrollArea):
 
     def minimumSizeHint(self) -> QSize:
         # As wide as the widest form in one column: a dock opened beside the Runs panel takes its width from
-        # what can spare it, never from the fields (they were cut at the edge, spin arrows hidden).
+        # what can spare it, never from the fields (cut at the edge, they would hide their spin arrows).
         widget = self.widget()
         forms = widget.findChildren(ParamForm) if widget is not None else []
         least = max((form.least_width() for form in forms), default=super().minimumSizeHint().width())

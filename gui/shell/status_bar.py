@@ -31,7 +31,7 @@ class RuntimeStatusBar:
         self.gpus_present: bool | None = None  # whether the last ready runtime saw a GPU (None: none has reported)
         # Elided with the whole text as its tooltip: a long failure must not widen the window.
         self.runtime_label = ElidedLabel("Runtime: not started")
-        # Passing messages have a label of their own: they used to replace the runtime's state for 10 s.
+        # Passing messages have a label of their own, so the runtime's state stays in sight while one shows.
         self.message_label = ElidedLabel()
         self.message_label.setObjectName("status-message")
         self.message_timer = QTimer(window)

@@ -54,7 +54,7 @@ class WindowLayout:
         self._default_state = QByteArray()
         self._fitted: QSize | None = None  # the default size this window was given for its screen, if it was
         # A zoom step answers at once (its level in the status bar); the window is restyled once a burst of
-        # steps ends: each restyle took seconds while every result was drawn again, so presses queued up.
+        # steps ends: a restyle draws every result again, seconds each, and presses would queue up behind them.
         self._view_timer = QTimer(window)
         self._view_timer.setSingleShot(True)
         self._view_timer.setInterval(ZOOM_SETTLE_MS)
@@ -325,7 +325,7 @@ class WindowLayout:
             if grow > 0 and attempt < 3:  # the docks' layout rounds: measure again after each step
                 if self._height_before_memory is None:
                     self._height_before_memory = dock.height()
-                # the whole tab group, sized through each of its docks (one alone was held to its old size)
+                # the whole tab group, sized through each of its docks (one alone is held to its size)
                 # A size asked of resizeDocks includes the tab bar under the area: ask more until it shows.
                 asked = (requested or dock.height()) + grow
                 group = [d for d in self.window.tabifiedDockWidgets(dock) if not d.isFloating()] + [dock]

@@ -21,13 +21,9 @@ class Columns:
     starts: np.ndarray | None       # None: few enough points to keep them all
     ends: np.ndarray | None
 
-    def apply(self, times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        shown_times, rows = self.apply_rows(times, values[np.newaxis, :])
-        return shown_times, rows[0]
-
     def apply_rows(self, times: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`apply` for several series of the same times at once, one per row of `rows`: one pass of numpy
-        over all of them instead of one per series."""
+        """The shown points of several series of the same times, one per row of `rows`: one pass of numpy over
+        all of them instead of one per series."""
         times, rows = times[self.first:self.last], rows[:, self.first:self.last]
         if self.starts is None or self.ends is None:
             return times, rows
@@ -54,9 +50,3 @@ def columns_for(times: np.ndarray, start: float, end: float, pixels: int) -> Col
     ends = np.append(starts[1:], len(inside)) - 1
     return Columns(first, last, starts, ends)
 
-
-def decimate(times: np.ndarray, values: np.ndarray, start: float, end: float,
-             pixels: int) -> tuple[np.ndarray, np.ndarray]:
-    """The points of (`times`, `values`) within [start, end] as at most two per pixel column: each column's
-    minimum and maximum, in time order. Short series come back unchanged (clipped to the window)."""
-    return columns_for(times, start, end, pixels).apply(times, values)

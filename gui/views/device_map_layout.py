@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tf_device_panel.core.protocol import events
+from tf_device_panel.core.units import short_mib_text
 
 BOX_MIN_WIDTH = 340.0   # px; below twice this the boxes stack in one column
 BOX_GAP = 12.0
@@ -42,10 +43,6 @@ Measure = Callable[[str, bool], float]  # a text's width in px (bold or not)
 def approximate_width(text: str, bold: bool = False) -> float:
     """A text's width without a font at hand (Qt-free callers, tests): generous, like a 9-10 pt sans font."""
     return len(text) * (7.5 if bold else 7.0)
-
-
-def mib_text(value: float) -> str:
-    return f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value:.0f} MiB"
 
 
 def share_text(part: float, whole: float) -> str:
@@ -167,7 +164,7 @@ class PhysicalDevice:
 
     def titles(self) -> list[str]:
         """The box's title, longest first: the map uses the first that fits."""
-        size = f"{mib_text(self.total_mib)}" if self.total_mib else ""
+        size = short_mib_text(self.total_mib) if self.total_mib else ""
         head = f"{self.kind} {self.index}"
         named = head + (f": {self.name}" if self.name else "")
         full = " — ".join(part for part in (named, size, self.mode) if part)
@@ -277,7 +274,7 @@ def _segment_lines(device: LogicalDevice, physical: PhysicalDevice, ops: Mapping
         if physical.memory_growth:
             lines.append("grows as needed")
         elif device.memory_limit_mib:
-            lines.append(f"limit {mib_text(device.memory_limit_mib)}")
+            lines.append(f"limit {short_mib_text(device.memory_limit_mib)}")
         else:
             lines.append("takes all memory")
     if ops:  # a job has placed ops: a device it did not use says 0, so the picture is complete
@@ -286,7 +283,7 @@ def _segment_lines(device: LogicalDevice, physical: PhysicalDevice, ops: Mapping
         by_task = f" ({', '.join(f'{task} {count}' for task, count in sorted(tasks.items()))})" if tasks else ""
         lines.append(f"{ops.get(device.name, 0)} ops{by_task}")
     if device.name in memory:
-        lines.append(f"{mib_text(memory[device.name])} allocated")
+        lines.append(f"{short_mib_text(memory[device.name])} allocated")
     return lines
 
 
@@ -299,11 +296,11 @@ def _usage_labels(device: PhysicalDevice, use: GpuUse | None) -> list[str]:
         if use is not None and use.run_ended:
             return ["the run ended before NVML read what it held", "no NVML reading of the run", "no reading"]
         return ["this run's process: no NVML reading yet", "no NVML reading yet", "no reading"]
-    held = mib_text(use.run_mib)
+    held = short_mib_text(use.run_mib)
     verb = "the run held" if use.run_ended else "this run holds"
     share = f" ({share_text(use.run_mib, total)})" if total else ""
-    of_total = f" of {mib_text(total)}" if total else ""
-    other_text = f" · others {mib_text(use.others_mib)}" if use.others_mib >= 1 else ""
+    of_total = f" of {short_mib_text(total)}" if total else ""
+    other_text = f" · others {short_mib_text(use.others_mib)}" if use.others_mib >= 1 else ""
     return [f"{verb} {held}{of_total}{share}{other_text}" + (" at its end" if use.run_ended else ""),
             f"{verb} {held}{of_total}{share}", f"{verb} {held}{share}", f"{held}{share}"]
 
@@ -342,7 +339,7 @@ def _gpu_pieces(device: PhysicalDevice, logical: Sequence[LogicalDevice], lines:
     rest = total - sum(limits)
     if rest < 1:  # the limits take it all (or more: TensorFlow refuses that), or NVML did not say its size
         return pieces, lines, False, max(total, sum(limits))
-    gap_lines = [mib_text(rest), "not given to TensorFlow", "(not to scale)"]
+    gap_lines = [short_mib_text(rest), "not given to TensorFlow", "(not to scale)"]
     pieces.append(Piece(rest, _text_width(gap_lines, measure) + BREAK_MARK))
     return pieces, [*lines, gap_lines], True, total
 
@@ -426,7 +423,7 @@ def _box(content: _Content, rect: Rect, use: Mapping[int, GpuUse], memory: Mappi
     else:
         titles = device.titles()
         if device.kind == "CPU" and "CPU" in memory:
-            titles = [f"{t} — {mib_text(memory['CPU'])} in use" for t in titles] + titles
+            titles = [f"{t} — {short_mib_text(memory['CPU'])} in use" for t in titles] + titles
         box = Box(_first_fitting(titles, title_width, measure, bold=True), rect, hidden=not device.visible,
                   growth=device.memory_growth, mode=device.mode, to_scale=content.fit.to_scale)
         logical_names = [d.name for d in device.logical] if device.visible else []

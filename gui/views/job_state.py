@@ -1,6 +1,6 @@
 """What the window remembers about each job between runs: its status line, progress, clock and last outcome.
 
-Qt-free on purpose (issue 22: the window's state is heading for a plain app model): the Runs panel keeps one
+Qt-free, so the window's state is held apart from the widgets that draw it: the Runs panel keeps one
 `JobState` per job and draws the selected one, so switching jobs never shows another job's outcome.
 """
 

@@ -15,7 +15,8 @@ from typing import Any
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
-from tf_device_panel.gui.views.device_map_layout import Fit, Piece, fit_pieces, mib_text, share_text
+from tf_device_panel.core.units import short_mib_text
+from tf_device_panel.gui.views.device_map_layout import Fit, Piece, fit_pieces, share_text
 from tf_device_panel.gui.widgets.colors import device_color
 
 TEXT_PAD = 4.0
@@ -69,7 +70,7 @@ class MemoryBar(QWidget):
         result = []
         for offset, limit in enumerate(self.limits):
             device = f"/GPU:{self.first_logical + offset}"
-            size = mib_text(limit)
+            size = short_mib_text(limit)
             labels = (f"{device} {size} · {share_text(limit, total)}", f"{size} · {share_text(limit, total)}",
                       size) if total else (f"{device} {size}", size)
             result.append(BarPiece("limit", limit, labels, device))
@@ -77,13 +78,13 @@ class MemoryBar(QWidget):
         if not total:
             result.append(BarPiece("unknown", 0, ("GPU memory unknown", "size unknown", "?")))
         elif used > total:
-            over = mib_text(used - total)
+            over = short_mib_text(used - total)
             result.append(BarPiece("over", 0, (f"over by {over}", f"over by {over}", f"+{over}")))
         elif total - used >= 1:
             rest = total - used
             what = "left" if self.limits else "whole GPU"
-            result.append(BarPiece("rest", rest, (f"{mib_text(rest)} {what} · {share_text(rest, total)}",
-                                                  f"{mib_text(rest)} {what}", mib_text(rest))))
+            result.append(BarPiece("rest", rest, (f"{short_mib_text(rest)} {what} · {share_text(rest, total)}",
+                                                  f"{short_mib_text(rest)} {what}", short_mib_text(rest))))
         return result
 
     def layout_pieces(self, width: float) -> tuple[list[BarPiece], list[str], Fit]:

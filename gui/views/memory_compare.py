@@ -16,12 +16,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tf_device_panel.core.client.run_memory import PeakChange, compare_peaks
+from tf_device_panel.core.units import mib_text
 
 COMPARE_COLUMNS = ("Device", "First run", "Second run", "Change")
 
 
-def _mib(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f} MiB"
+def _figure(mib: float | None) -> str:
+    return "—" if mib is None else mib_text(mib)
 
 
 def _change(row: PeakChange) -> str:
@@ -29,7 +30,7 @@ def _change(row: PeakChange) -> str:
     if change is None:
         return "only in one run"
     share = f" ({change / first:+.0%})" if first else ""
-    return f"{change:+,.1f} MiB{share}"
+    return mib_text(change, signed=True) + share
 
 
 class MemoryCompareDialog(QDialog):
@@ -50,7 +51,7 @@ class MemoryCompareDialog(QDialog):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         for number, row in enumerate(self.rows):
-            values = (row.device, _mib(row.first_mib), _mib(row.second_mib), _change(row))
+            values = (row.device, _figure(row.first_mib), _figure(row.second_mib), _change(row))
             for column, value in enumerate(values):
                 item = QTableWidgetItem(value)
                 if column:

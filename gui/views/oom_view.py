@@ -15,7 +15,8 @@ import math
 from PySide6.QtCore import QEvent, QRectF, QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
-from tf_device_panel.core.oom import OomReport, mib, oom_text
+from tf_device_panel.core.oom import OomReport, oom_text
+from tf_device_panel.core.units import MIB, bytes_text
 
 COLORS = {"in_use": "#d9534f", "mixed": "#c9a04a", "free": "#5cb85c", "unallocated": "#b0bec5"}
 WORDS = {"in_use": "in use", "mixed": "in use and free in pieces too small to draw", "free": "free",
@@ -53,9 +54,9 @@ class OomBar(QWidget):
         self.segments = [(state, int(size)) for state, size in segments if size > 0]
         self.request, self.largest_free = int(request), int(largest_free)
         total = sum(size for _, size in self.segments)
-        tip = [f"{WORDS.get(state, state)}: {mib(size)}" for state, size in self._totals().items()]
+        tip = [f"{WORDS.get(state, state)}: {bytes_text(size)}" for state, size in self._totals().items()]
         if total:
-            tip.append(f"the request: {mib(self.request)} ({self.request / total:.1%} of the device's memory)")
+            tip.append(f"the request: {bytes_text(self.request)} ({self.request / total:.1%} of the device's memory)")
         self.setToolTip("\n".join(tip))
         self.update()
 
@@ -94,7 +95,7 @@ class OomBar(QWidget):
             painter.drawRect(request)
             self.painted.append(("request", request))
             painter.setPen(self.palette().color(self.foregroundRole()))
-            label = f"request {mib(self.request)}"
+            label = f"request {bytes_text(self.request)}"
             # beside the request where it fits, else inside it from its left end: never cut at the bar's edge
             needed = QFontMetricsF(self.font()).horizontalAdvance(label) + 6
             left = request.right() + 6 if width - request.right() - 6 >= needed else request.left() + 4
@@ -112,18 +113,19 @@ def plain_sentence(oom: OomReport) -> str:
     request, free, largest, limit = (oom.get("request_bytes"), oom.get("free_bytes"), oom.get("largest_free_bytes"),
                                      oom.get("limit_bytes"))
     by = f" ({oom['op']})" if oom.get("op") else ""
-    asked = f"the job asked for {mib(request)} more{by}" if request is not None else f"the job asked for more{by}"
-    of_limit = f" of its {mib(limit)}" if limit else ""
+    asked = f"the job asked for {bytes_text(request)} more{by}" if request is not None else \
+        f"the job asked for more{by}"
+    of_limit = f" of its {bytes_text(limit)}" if limit else ""
     verdict = oom.get("verdict")
-    if verdict == "shortage" and free is not None and request is not None and request - free < 1024 * 1024:
+    if verdict == "shortage" and free is not None and request is not None and request - free < MIB:
         # "asked for 4.00 MiB, 4.00 MiB free" would read as no shortage at all
-        had = f"but only {mib(free)}{of_limit} was free, {request - free:,} bytes too few"
+        had = f"but only {bytes_text(free)}{of_limit} was free, {request - free:,} bytes too few"
     elif verdict == "shortage" and free is not None:
-        had = f"but only {mib(free)}{of_limit} was free"
+        had = f"but only {bytes_text(free)}{of_limit} was free"
     elif verdict == "fragmentation" and free is not None and largest is not None:
-        had = f"and {mib(free)}{of_limit} was free in all, but in pieces: the largest was {mib(largest)}"
+        had = f"and {bytes_text(free)}{of_limit} was free in all, but in pieces: the largest was {bytes_text(largest)}"
     elif free is not None:
-        had = f"and {mib(free)}{of_limit} was free when it was read"
+        had = f"and {bytes_text(free)}{of_limit} was free when it was read"
     else:
         had = "(the allocator did not print how much was free)"
     tips = oom.get("advice") or []
@@ -193,7 +195,7 @@ class OomView(QWidget):
         self.bar.setVisible(bool(bar))
         totals = self.bar._totals()
         self.legend.setText(" ".join(
-            f'<span style="color:{COLORS[state]}">■</span> {WORDS[state]} {html.escape(mib(totals[state]))}'
+            f'<span style="color:{COLORS[state]}">■</span> {WORDS[state]} {html.escape(bytes_text(totals[state]))}'
             for state in COLORS if state in totals)
             + (f' <span style="color:{REQUEST_COLOR}">▨</span> request' if bar else "")
             + (" (the largest free block outlined)" if bar and oom.get("largest_free_bytes") else ""))

@@ -196,8 +196,8 @@ def code_dialog(parent: QWidget, title: str, heading: str, code: str, *, object_
     view = QPlainTextEdit(code)
     view.setReadOnly(True)
     view.setFont(monospace_font())
-    # As wide as the longest line where the screen allows; a longer line wraps (a comment of the snippet was cut
-    # by a sideways scroll bar), never scrolls sideways.
+    # As wide as the longest line where the screen allows; a longer line wraps, never scrolls sideways (a
+    # sideways scroll bar cuts a snippet's comments out of sight).
     view.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
     view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
     view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)

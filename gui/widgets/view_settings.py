@@ -1,6 +1,7 @@
 """How large and how contrasted the window is drawn: zoom and presentation mode (for a projector).
 
-Qt-free (issue 22): the window applies it; plots read it when they draw; the settings file remembers it.
+Qt-free, one state every part reads: the window applies it; plots read it when they draw; the settings file
+remembers it.
 """
 
 from __future__ import annotations

@@ -26,9 +26,7 @@ def _forwarder(ctx: JobContext) -> Any:
     def forward(task: Task, stream: str, line: str) -> None:
         kind, placed = output_lines.parse_line(line, stream)
         if placed is not None:
-            ctx.emit(events.Placement(op=placed.op, op_type=placed.op_type, kernel=placed.kernel, device=placed.device,
-                                      short_device=placed.short_device, mode=placed.mode, stream=stream,
-                                      line=f"[{task.name}] {line}", task=task.name))
+            ctx.emit(events.Placement.of(placed, stream=stream, line=f"[{task.name}] {line}", task=task.name))
         elif kind != output_lines.PLACEMENT:  # stdout echoes of placer lines are not shown twice
             source = output_lines.TENSORFLOW if output_lines.is_tensorflow_log(line) else None
             ctx.emit(events.Log(stream=stream, kind=kind, text=f"[{task.name}] {line}", task=task.name, source=source))

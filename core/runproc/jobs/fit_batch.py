@@ -37,7 +37,7 @@ from tf_device_panel.core.panel_runs.runs import (
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
 from tf_device_panel.core.runproc.jobs.context import JobContext
-from tf_device_panel.core.units import MIB
+from tf_device_panel.core.units import MIB, mib_text
 
 PROBES = 3
 PROBE_GROWTH = 4           # each probe's batch is this times the last
@@ -156,7 +156,7 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
             row["role"] = role
             row["side_by_side"] = side_by_side
             rows.append(row)
-            verdict = f"held, peak {row['peak_bytes'] / MIB:.1f} MiB" if row["fits"] and row["peak_bytes"] else \
+            verdict = f"held, peak {mib_text(row['peak_bytes'] / MIB)}" if row["fits"] and row["peak_bytes"] else \
                 f"out of memory ({(row.get('oom') or {}).get('verdict') or 'unknown'})"
             print(f"{role} batch {batch}: {verdict} ({row['seconds']:.1f} s)", flush=True)
         return all(row["fits"] for row in rows[-side_by_side:])
