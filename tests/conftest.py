@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import threading
 import traceback
 import weakref
@@ -26,6 +27,13 @@ from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt's qapp makes the QApplication
+# A suite started in the background of a shell without job control (`cmd &` in a script, nohup) inherits SIGINT
+# ignored, and so would every process it starts: a command line then cannot be stopped by Ctrl+C while it
+# imports, and a bare script reports SIGINT ignored where the panel's run process restores Python's handler.
+# The tests compare with a person's terminal, where Ctrl+C is Python's KeyboardInterrupt: their children inherit
+# SIGINT at its default (set before the zygotes start, which their run processes fork from).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Every test worker runs many run processes, as the window does: they fork from a zygote (one per worker and
 # environment), which imported TensorFlow once, instead of importing it each.
 zygote.start_zygotes()
