@@ -69,15 +69,19 @@ class Hub:
     def __init__(self) -> None:
         self._subscriptions: list[Subscription] = []
         self._lock = threading.Lock()
-        self._last_failure = ""
+        self._reported: set[tuple[str, str, type, type]] = set()  # the bugs told already
 
     def subscribe(self, subscriber: object, message_class: type[M], handler: Callable[[M], object],
                   filter: Callable[[M], bool] | None = None) -> Subscription:
         """`handler(message)` for each message of `message_class` (or a subclass) for which `filter(message)` is
         true; returns the subscription, whose call unsubscribes it."""
-        if not (isinstance(message_class, type) and issubclass(message_class, Message)):
-            raise TypeError(f"a hub carries Message subclasses, not {message_class!r}")
-        subscription = Subscription(self, subscriber, message_class, handler, filter)
+        return self.add(Subscription(self, subscriber, message_class, handler, filter))
+
+    def add(self, subscription: Subscription) -> Subscription:
+        """A subscription made beforehand (for a handler that must know its own subscription from the first
+        message on: one published on another thread may come before `subscribe` has returned)."""
+        if not (isinstance(subscription.message_class, type) and issubclass(subscription.message_class, Message)):
+            raise TypeError(f"a hub carries Message subclasses, not {subscription.message_class!r}")
         with self._lock:
             self._subscriptions.append(subscription)
         return subscription
@@ -121,10 +125,15 @@ class Hub:
         """Report a handler's failure: logged, and published as `HandlerFailed` (unless it failed on one). Also
         for a handler called later, elsewhere (the window's, on the GUI thread)."""
         failed = HandlerFailed(subscriber, handler, message, error)
+        # Once per bug: a handler that fails on every batch (or two that fail in turn, or with a changing text)
+        # would otherwise put a notice in front of the person for each message.
+        bug = (getattr(handler, "__module__", ""), getattr(handler, "__qualname__", repr(handler)),
+               type(message), type(error))
         with self._lock:
-            if failed.text == self._last_failure:
+            if bug in self._reported:
+                log.debug("%s (again)", failed.text)
                 return
-            self._last_failure = failed.text
+            self._reported.add(bug)
         log.error("%s", failed.text, exc_info=error)
         if not isinstance(message, HandlerFailed):
             self.publish(failed)

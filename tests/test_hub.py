@@ -94,6 +94,8 @@ def test_a_raising_handler_is_reported_and_the_others_are_still_served(caplog: p
     broken = object()
 
     def breaks(said: Said) -> None:
+        if said.text == "odd":
+            raise ValueError("an odd one")
         raise RuntimeError(f"cannot draw {said.text}")
 
     hub.subscribe(broken, Said, breaks)
@@ -107,10 +109,32 @@ def test_a_raising_handler_is_reported_and_the_others_are_still_served(caplog: p
     assert "breaks failed on Said (RuntimeError: cannot draw a)" in failed.text
     (record,) = [r for r in caplog.records if r.name == "tf_device_panel.core.hub"]
     assert record.levelno == logging.ERROR and record.exc_info is not None and "cannot draw a" in record.getMessage()
-    # the same failure again (a handler called per sample) is reported once; another one is reported
+    # The same bug again, even on another message of its class with another text (a handler called per sample),
+    # is reported once; another kind of error in it is another bug, reported.
     hub.publish(Said("a"))
     hub.publish(Said("b"))
-    assert heard == ["a", "a", "b"] and [f.message for f in reported] == [Said("a"), Said("b")]
+    hub.publish(Said("odd"))
+    assert heard == ["a", "a", "b", "odd"] and [f.message for f in reported] == [Said("a"), Said("odd")]
+
+
+def test_two_handlers_failing_in_turn_are_reported_once_each() -> None:
+    """Two handlers with a bug each, on every batch: their failures alternate, and each is told once (not a
+    notice in front of the person per batch)."""
+    hub = Hub()
+    reported: list[HandlerFailed] = []
+
+    def draws(said: Said) -> None:
+        raise RuntimeError(f"draw {said.text}")
+
+    def counts(said: Said) -> None:
+        raise KeyError(said.text)
+
+    hub.subscribe(draws, Said, draws)
+    hub.subscribe(counts, Said, counts)
+    hub.subscribe(reported, HandlerFailed, reported.append)
+    for batch in range(5):
+        hub.publish(Said(f"batch {batch}"))
+    assert [(f.handler, f.message) for f in reported] == [(draws, Said("batch 0")), (counts, Said("batch 0"))]
 
 
 def test_a_handler_failing_on_a_failure_is_logged_and_told_no_further(caplog: pytest.LogCaptureFixture) -> None:

@@ -27,7 +27,7 @@ from tf_device_panel.core.client.session import (
 )
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import Nvml
-from tf_device_panel.core.devices.telemetry import Sampler
+from tf_device_panel.core.devices.telemetry import Sample, Sampler
 from tf_device_panel.core.protocol import events
 from tf_device_panel.gui.docks.dock_list import PANELS
 from tf_device_panel.gui.docks.memory_panel import MemoryPanel
@@ -263,3 +263,19 @@ def test_a_memory_panel_given_the_windows_sampler_leaves_the_run_pid_to_the_sess
     panel = MemoryPanel(sampler=sampler, start=False)
     qtbot.addWidget(panel)
     assert sampler.runtime_pid == 4242
+
+
+def test_a_closed_window_hears_no_more_samples_and_loads_no_more_history(qtbot, tmp_path: Path) -> None:
+    """Closing ends every panel's subscription to the sampler (the device map's too) and stops History's loader:
+    a job that ends while the window closes starts no reading of the history."""
+    window, _ = fake_window(qtbot, tmp_path)
+    sampler = window.session.sampler
+    assert sampler is not None
+    listening = {type(s.subscriber).__name__ for s in sampler.hub._subscriptions if s.message_class is Sample}
+    assert "DeviceMapPanel" in listening
+    window.close()
+    assert not [s for s in sampler.hub._subscriptions if s.message_class is Sample]
+    loaders = {thread for thread in threading.enumerate() if thread.name == "history-loader"}
+    window.history_panel.refresh()  # as `_job_finished` would, for a job that ended in the closing window's last batch
+    assert {thread for thread in threading.enumerate() if thread.name == "history-loader"} <= loaders
+    assert not window.history_panel._poll.isActive()

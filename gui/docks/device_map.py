@@ -18,6 +18,7 @@ from tf_device_panel.core.client.run_state import RunChanges, RunState
 from tf_device_panel.core.client.session import InventoryChanged, RunStateChanged, SelectedJobChanged
 from tf_device_panel.core.devices.inventory import DeviceInventory
 from tf_device_panel.core.devices.telemetry import Sample
+from tf_device_panel.core.hub import Subscription
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.core.units import mib_text
@@ -265,6 +266,7 @@ class DeviceMapPanel(QWidget):
         self._tf_index_of: dict[int, int] = {}  # NVML index -> TensorFlow's physical index
         self._reported_by: int | None = None  # the pid of the process whose ready report the map draws
         self.run_state = RunState()  # fed only when the map is used on its own (the window passes its own)
+        self._samples: Subscription | None = None  # the telemetry sampler's, once wired
         self.canvas = DeviceMapCanvas()
         self.note = QLabel("The devices appear here once the TensorFlow runtime is ready.")
         self.note.setWordWrap(True)
@@ -379,7 +381,13 @@ class DeviceMapPanel(QWidget):
         link.subscribe(self, RunStateChanged,
                        lambda change: self.show_run_news(change.changes, change.value, redraw=True))
         if link.session.sampler is not None:  # samples come on the sampler's thread
-            link.session.sampler.hub.subscribe(self, Sample, to_gui_thread(self.on_sample, self))
+            self._samples = link.session.sampler.hub.subscribe(self, Sample, to_gui_thread(self.on_sample, self))
+
+    def shut_down(self) -> None:
+        """The window is closing: no sample is queued for it any more."""
+        if self._samples is not None:
+            self._samples()
+            self._samples = None
 
     def _inventory(self, change: InventoryChanged) -> None:
         if change.ready is not None:

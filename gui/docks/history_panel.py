@@ -167,6 +167,7 @@ class HistoryPanel(QWidget):
         self._generation = 0  # a newer refresh makes an older loader's results stale
         self._results: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._superseded = threading.Event()
+        self._closed = False
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self._take_results)
@@ -245,8 +246,16 @@ class HistoryPanel(QWidget):
     def wire(self, _link: object) -> None:
         """The runs are read from the run history on disk (`refresh`), not heard from the session."""
 
+    def shut_down(self) -> None:
+        """The window is closing: the loader stops where it is and nothing more is taken from it."""
+        self._superseded.set()
+        self._poll.stop()
+        self._closed = True
+
     def refresh(self) -> None:
         """Read the page shown again, off the GUI thread (the table fills when it has been read)."""
+        if self._closed:
+            return  # a job that ended while the window closed: no loader may start then
         self._generation += 1
         self._superseded.set()  # the loader before stops: its page is not the one to show now
         self._superseded = threading.Event()

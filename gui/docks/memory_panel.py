@@ -503,7 +503,7 @@ class MemoryPanel(QWidget):
                 curve.setPen(pen)
 
     def _add_curve(self, plot: str, key: str, legend: str, human: str, pen: Any) -> Curve:
-        # A bare curve item: PlotDataItem's own downsampling and clipping would only repeat `decimate`.
+        # A bare curve item: PlotDataItem's own downsampling and clipping would repeat the thinning (columns_for).
         curve = Curve(pen=pen, connect="finite", skipFiniteCheck=True)
         self.plots[plot].addItem(curve)
         self.legends[plot].addItem(curve, legend)

@@ -58,7 +58,8 @@ class RuntimeController(QObject):
             elif not isinstance(message, ManagerStateChanged):  # `deliver` says it, after the batch
                 self._hop.emit(subscription, handler, message)
 
-        subscription = self.session.subscribe(subscriber, message_class, to_gui_thread, filter)
+        # Made before it is added: a message published on another thread meanwhile finds it already named.
+        subscription = self.session.add(Subscription(self.session, subscriber, message_class, to_gui_thread, filter))
         self._subscriptions = [*(s for s in self._subscriptions if s.active), subscription]
         return subscription
 

@@ -188,9 +188,9 @@ class MainWindow(QMainWindow):
         self.settings.sync()  # a window opened next (a restart) reads the same file
         self.controller.shutdown()
         self.dock_layout.close()
-        for panel in (self.runs, *self.panels.values()):  # their threads and timers, before the session's sampler
-            if isinstance(panel, HoldsThreads):
-                panel.shut_down()
+        holders = [panel for panel in (self.runs, *self.panels.values()) if isinstance(panel, HoldsThreads)]
+        for panel in sorted(holders, key=lambda panel: panel is self.doctor):  # its probe's wait (≤ 30 s) last
+            panel.shut_down()
         self.session.stop_telemetry()
         self.garbage.stop()
         super().closeEvent(event)
