@@ -252,6 +252,9 @@ class ShareDialog(QDialog):
                     f"{report.get('batch')}): all held side by side; {most.get('above')}.\n" + text)
         elif "verified" in report:
             text += " All seats held." if report["verified"] else " A seat did not hold."
+        overhead = report.get("overhead")
+        if overhead:
+            text += f"\nBeyond each seat's allocator: {overhead['said']}."
         for warning in report.get("warnings") or ():
             text += f"\nNote: {warning}"
         self.status.setText(text)
