@@ -206,8 +206,8 @@ class ShareDialog(QDialog):
         most = self.most.isChecked()
         self.report = None
         self.table.setRowCount(0)
-        self.status.setText("Measuring the work alone, then running the seats side by side…" if most else
-                            "Verifying the seats side by side…" if self.verify.isChecked() else "Writing…")
+        self.status.setText("Measuring the work alone, then running the seats side by side…"
+                            if most or self.verify.isChecked() else "Writing…")
         self.share_button.setEnabled(False)
         command = module_command("tf_device_panel", *args)
         self.process = QProcess(self)
