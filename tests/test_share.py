@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -186,11 +187,18 @@ def test_three_seats_of_a_cpu_cap_run_side_by_side_and_each_peak_stays_within_it
     report = json.loads(done.stdout)
     assert report["device"] == "/CPU:0" and report["verified"] is True
     assert [s["seat"] for s in report["seats"]] == [1, 2, 3]
+    # One run of the work alone measured what each seat's TensorFlow process takes beside its allocator...
+    overhead = report["overhead"]
+    assert overhead["measured"] is True and overhead["said"].startswith("measured by one run of cnn (batch 32)")
+    assert 200 < overhead["host_mib"] < 4096 and overhead["gpu_mib"] is None
     for seat in report["seats"]:
         assert seat["limit_bytes"] == 64 * MIB
         assert seat["status"] == "held", seat
         assert 0 < seat["peak_bytes"] <= seat["limit_bytes"]   # the seat's own allocator, really used
         assert load_profile(seat["profile"]).cpu_memory_limit_mib == 64
+        # ... and it is what each seat's processes took beside their allocator's peak, side by side.
+        expected = overhead["host_mib"] * MIB + seat["peak_bytes"]
+        assert abs(seat["process_peak_bytes"] - expected) <= 0.1 * expected, (seat, overhead)
 
 
 @pytest.mark.slow
@@ -201,6 +209,9 @@ def test_a_seat_whose_run_does_not_fit_its_limit_fails_the_command(tmp_path) -> 
                   "--batch", "4096")
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.count(": out of memory") == 2 and "a seat did not hold" in done.stdout
+    # The work ran out of memory alone too, so nothing measured the seats' overhead: said, with what was assumed.
+    assert "beyond each seat's allocator: not measured (the run that measures it did not hold: " in done.stdout
+    assert "assumed about 640 MiB of this machine's memory for each seat's TensorFlow process" in done.stdout
 
 
 def test_verifying_more_seats_than_this_machines_memory_holds_is_refused_before_anything_is_written(
@@ -209,17 +220,55 @@ def test_verifying_more_seats_than_this_machines_memory_holds_is_refused_before_
     from tf_device_panel.core.client.share import SEAT_HOST_MIB
 
     _no_nvml(monkeypatch)
-    if 256 * SEAT_HOST_MIB["/CPU"] * MIB <= psutil.virtual_memory().available:
+    if 256 * (SEAT_HOST_MIB["/CPU"] + 32) * MIB <= psutil.virtual_memory().available:
         pytest.skip("this machine could start 256 seats at once")
     base = tmp_path / "base.json"
-    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 256 * 32}))
+    base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 256 * 32, "log_placement": False}))
     out = tmp_path / "class"
+    # The work runs alone first (its TensorFlow process measured), then the seats are refused with that figure.
     assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out), "--verify"]) == 2
-    error = capsys.readouterr().err
-    assert "--seats: 256 seats side by side need about 179,200 MiB" in error and "verify at most" in error
+    captured = capsys.readouterr()
+    assert "measuring the work alone (cnn, batch 32)" in captured.out
+    each = int(captured.err.split("(about ")[1].split(" MiB for each seat's TensorFlow process, measured)")[0]
+               .replace(",", ""))
+    assert 200 < each < 4096
+    assert f"--seats: 256 seats side by side need about {256 * each:,} MiB" in captured.err
+    assert "verify at most" in captured.err
     assert not out.exists()
     assert cli.main(["share", "--seats", "256", "--config", str(base), "--out", str(out)]) == 0  # writing is fine
     assert len(list(out.iterdir())) == 256
+
+
+def test_profiles_only_written_say_the_overhead_they_assumed_and_why(monkeypatch, tmp_path, capsys) -> None:
+    from tf_device_panel.core.client.share import SEAT_HOST_MIB
+
+    _no_nvml(monkeypatch)
+    assert cli.main(["share", "--seats", "2", "--config", str(_cpu_base(tmp_path, 128)), "--out",
+                     str(tmp_path / "class"), "--json"]) == 0
+    overhead = json.loads(capsys.readouterr().out)["overhead"]
+    assert overhead["measured"] is False and overhead["host_mib"] == SEAT_HOST_MIB["/CPU"]
+    assert overhead["said"].startswith("not measured (the profiles are only written, nothing runs; verifying the "
+                                       "seats measures it); assumed about 640 MiB")
+    assert "--" not in overhead["said"]   # the window shows it as it is
+
+
+def test_a_gpus_seats_keep_the_overhead_measured_for_the_work_beyond_their_limit() -> None:
+    from tf_device_panel.core.client.share import WorkNeeds
+
+    # What one run of the work alone on the H100 would report: its process held 700 MiB beyond its limit.
+    needs = WorkNeeds(peak_mib=900.0, process_mib=80_000, host_mib=2_300, gpu_overhead_mib=700, device="/GPU:0",
+                      what="cnn (batch 32)")
+    overhead = needs.overhead()
+    assert overhead.measured and overhead.gpu_reserve_mib == 700 + HEADROOM_MIB and overhead.host_mib == 2_300
+    plan = plan_seats(DeviceConfig(), 3, [H100_GPU], reserved_mib=overhead.gpu_reserve_mib)
+    assert plan.reserved_mib == 716 and plan.seat_mib == (H100["cuda_total_mib"] - 3 * 716) // 3
+    assert 3 * (plan.seat_mib + 700) <= H100["cuda_total_mib"]
+    assert "held 700 MiB on the GPU beyond its limit (NVML)" in overhead.said
+    # Where NVML saw nothing of the run, the H100's context is assumed, and said.
+    unseen = WorkNeeds(peak_mib=900.0, process_mib=2_300, host_mib=2_300, gpu_overhead_mib=None, device="/GPU:0",
+                       what="cnn (batch 32)").overhead()
+    assert not unseen.measured and unseen.gpu_reserve_mib is None and "NVML gave no figure" in unseen.said
+    assert plan_seats(DeviceConfig(), 3, [H100_GPU], reserved_mib=unseen.gpu_reserve_mib).reserved_mib == 536
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
@@ -230,9 +279,18 @@ def test_stopping_share_while_it_verifies_leaves_no_seat_running(tmp_path, signa
     base = tmp_path / "base.json"
     base.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": 192, "log_placement": False}))
     # Each seat's work outlasts the test: the signal lands while the seats run however slowly a busy machine
-    # starts them (the CNN's few steps could end first, and share with them).
+    # starts them (the CNN's few steps could end first, and share with them). The first run, the work alone
+    # that measures each seat's overhead before the seats start, ends at once.
     work = tmp_path / "seat_work.py"
-    work.write_text("import time\nprint('seat under way', flush=True)\ntime.sleep(600)\n")
+    work.write_text(textwrap.dedent(f"""\
+        import pathlib, time
+        measured = pathlib.Path({str(tmp_path / "measured")!r})
+        if not measured.exists():
+            measured.write_text("")
+            raise SystemExit(0)
+        print('seat under way', flush=True)
+        time.sleep(600)
+    """))
     process = subprocess.Popen([sys.executable, "-m", "tf_device_panel", "share", "--seats", "2", "--config",
                                 str(base), "--out", str(tmp_path / "class"), "--verify", "--script", str(work)],
                                cwd=ROOT,

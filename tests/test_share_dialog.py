@@ -40,6 +40,9 @@ def test_the_dialog_writes_three_cpu_seats_and_shows_each_peak_within_its_limit(
         assert 0 < seat["peak_bytes"] <= seat["limit_bytes"] == 64 * MIB
     assert dialog.table.item(0, SEAT_COLUMNS.index("Limit")).text() == "64.0 MiB"
     assert "All seats held" in dialog.status.text()
+    # What each seat takes beyond its cap, measured by the work's run alone first, in the window's words.
+    assert "\nBeyond each seat's allocator: measured by one run of cnn (batch 32) alone: " in dialog.status.text()
+    assert "--" not in dialog.status.text()
     assert [load_profile(out / f"seat-{i}.json").cpu_memory_limit_mib for i in (1, 2, 3)] == [64] * 3
     dialog.close()
 

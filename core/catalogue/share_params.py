@@ -87,7 +87,8 @@ SHARE_OPTIONS: tuple[CommandOption, ...] = (
                   metavar="DIR", required=True, placeholder="a new or empty folder", folder=True),
     CommandOption(Param("force", Kind.TOGGLE, False, "write into DIR even when it is not empty",
                         label="Write into a folder that is not empty")),
-    CommandOption(Param("verify", Kind.TOGGLE, True, "run the N seats side by side and report each one's peak",
+    CommandOption(Param("verify", Kind.TOGGLE, True, "run the work once alone (measuring what each seat takes beyond "
+                        "its allocator), then the N seats side by side, and report each one's peak",
                         label="Verify: run the seats side by side and measure each one's peak")),
     CommandOption(Param("script", Kind.PATH, "", "the work each seat runs: your script (run as `run script` runs "
                         "it) …", label="Script", empty_means="the model"),

@@ -401,15 +401,24 @@ def _share(args: argparse.Namespace) -> int:
     out = share.check_out_dir(args.out, args.force)
     reason = no_gpu_reason() if not gpus else ""
     most: share.MostSeats | None = None
+    say = (lambda text: None) if args.json else (lambda text: print(text, flush=True))
     if args.max:
-        say = (lambda text: None) if args.json else (lambda text: print(text, flush=True))
         most = share.find_most_seats(base, gpus, work, batch, no_gpu_reason=reason, said=say)
         plan = most.plan
+        overhead = most.needs.overhead()
     else:
         plan = share.plan_seats(base, seats, gpus, no_gpu_reason=reason)
-        if args.verify:
-            share.check_host_memory(plan)
-    warnings = share.machine_warnings(plan)
+        if args.verify:  # one run of the work alone measures what each seat takes beyond its allocator
+            say(f"measuring the work alone ({work.name}, batch {batch})…")
+            overhead, needs = share.measure_overhead(base, gpus, work, batch, no_gpu_reason=reason)
+            if overhead.gpu_reserve_mib is not None:
+                plan = share.plan_seats(base, seats, gpus, no_gpu_reason=reason,
+                                        reserved_mib=overhead.gpu_reserve_mib)
+            share.check_host_memory(plan, overhead, needs.peak_mib if needs else None)
+        else:
+            overhead = share.assumed_overhead(plan.device, "the profiles are only written, nothing runs; verifying "
+                                                           "the seats measures it")
+    warnings = share.machine_warnings(plan, overhead)
     for warning in warnings if not args.json else ():
         print(f"warning: {warning}", file=sys.stderr)
     try:
@@ -418,7 +427,7 @@ def _share(args: argparse.Namespace) -> int:
         raise share.ShareError(f"cannot write the profiles in {quote(str(out))}: {exc.strerror or exc}",
                                "out") from None
     report: share.ShareReport = {**plan.to_json(), "out": str(out), "work": work.name, "batch": batch,
-                                 "warnings": warnings,
+                                 "warnings": warnings, "overhead": overhead.to_json(),
                                  "seats": [{"seat": i, "profile": str(p), "limit_bytes": plan.seat_mib * 1024 * 1024}
                                            for i, p in enumerate(profiles, start=1)]}
     count = share.seats_text(len(profiles))
@@ -426,6 +435,7 @@ def _share(args: argparse.Namespace) -> int:
         reserve = (f", less {plan.reserved_mib} MiB per seat for its CUDA context and headroom"
                    if plan.reserved_mib else "")
         print(f"{plan.device}: {plan.source}{reserve}: {count} of {plan.seat_mib} MiB")
+        print(f"beyond each seat's allocator: {overhead.said}")
         for path in profiles:
             print(f"  wrote {share.shown_path(path)}")
         if args.verify and most is None:

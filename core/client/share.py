@@ -11,6 +11,13 @@ GPU whose memory_limit is the seat's share: TensorFlow's allocator in that proce
 (no GPU, or a base profile that hides the GPUs) the split is of the base profile's CPU cap
 (`cpu_memory_limit_mib`), each seat capped at its share.
 
+Each seat's processes also take memory beyond their allocator's cap: on the host, TensorFlow's runtime (resident
+memory the CPU's allocator does not hold), and on a GPU what the process holds beyond its logical GPU's limit
+(its CUDA context). Before verifying, one run of the work alone measures both for that work (`measure_work`:
+its resident peak less its allocator's on the CPU, NVML's figure for the process on a GPU less its limit), and
+the seats are planned with them: a GPU's reserve per seat, the host memory the seats need side by side. Where
+nothing runs (the profiles only written) or the run did not hold, the report says so and what it assumed.
+
 Verifying starts the N seats side by side, each running the panel's own `run fit` under its seat's profile (the
 run `fit-batch` verifies with: core.panel_runs.runs.start_run), and reads each one's allocator
 peak from its record. A seat holds when its run finished and its peak stayed within its limit.
@@ -48,9 +55,11 @@ VERIFY_TIMEOUT_S = 900.0
 # A seat's cap is at least this times the work's peak alone: runs side by side peak higher and fragment (the
 # cnn's peaks at one batch spread by a third from run to run).
 PEAK_ROOM = 1.5
-# Host memory one verifying seat takes: measured here, a seat's `run fit` (cnn, batch 32) under a 64 MiB CPU cap
-# peaked at 662 MiB resident (its TensorFlow runtime); a GPU seat also maps CUDA's libraries.
-SEAT_HOST_MIB = {"/CPU": 700, "/GPU": 2048}
+# Host memory a seat's processes take beside its CPU allocator, assumed where the work's own run did not measure
+# it: measured here, a seat's `run fit` (cnn, batch 32) under a 64 MiB CPU cap peaked at 662 MiB resident with
+# 22 MiB in its allocator, and at batch 420 under 256 MiB at 843 MiB with 207 MiB in it: about 640 MiB of
+# TensorFlow's runtime. A GPU seat also maps CUDA's libraries: all its resident memory is beside its allocator.
+SEAT_HOST_MIB = {"/CPU": 640, "/GPU": 2048}
 
 
 class SharePlanJson(TypedDict):
@@ -76,6 +85,13 @@ class SeatRow(_SeatBase, total=False):
     error: str | None
     seconds: float
     process_peak_bytes: int | None    # its processes' own peak: resident set on the CPU, NVML's on a GPU
+
+
+class OverheadJson(TypedDict):
+    measured: bool                    # by a run of the work alone; False: assumed (`said` says why)
+    host_mib: int                     # a seat's processes' host memory beside its allocator
+    gpu_mib: int | None               # on a GPU: what a seat's process holds beyond its limit
+    said: str
 
 
 class _ReportBase(SharePlanJson):
@@ -108,6 +124,7 @@ class ShareReport(_ReportBase, total=False):
     warnings: list[str]
     verified: bool
     most: MostJson
+    overhead: OverheadJson            # what each seat takes beyond its allocator, measured or assumed
 
 
 class ShareError(ValueError):
@@ -140,10 +157,13 @@ class SharePlan:
                 "seat_limit_bytes": self.seat_mib * MIB}
 
 
-def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no_gpu_reason: str = "") -> SharePlan:
+def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no_gpu_reason: str = "",
+               reserved_mib: int | None = None) -> SharePlan:
     """Split the device `base` uses into `seats` seats. `gpus`: the machine's GPUs (NVML, CUDA's totals), None or
-    empty when it has none. ShareError for a count that is not a positive number or is too many for the memory,
-    and for a CPU-only split whose base has no CPU cap."""
+    empty when it has none. `reserved_mib`: on a GPU, what each seat keeps beyond its limit, measured for the work
+    (SeatOverhead.gpu_reserve_mib); else the CUDA context measured on an H100 and headroom. ShareError for a count
+    that is not a positive number or is too many for the memory, and for a CPU-only split whose base has no CPU
+    cap."""
     if seats < 1:
         raise ShareError(f"{seats} is not a number of seats; use 1 or more (e.g. 3)")
     if seats > MAX_SEATS:
@@ -155,7 +175,8 @@ def plan_seats(base: DeviceConfig, seats: int, gpus: list[GpuInfo] | None, *, no
         if gpu.total_mib is None:
             raise ShareError(f"GPU {gpu.index}'s total memory is unknown (NVML did not report it); "
                              "check the driver (the doctor's report says what NVML answers)", "config")
-        total, reserved = gpu.total_mib, CONTEXT_RESERVE_MIB + HEADROOM_MIB
+        total = gpu.total_mib
+        reserved = CONTEXT_RESERVE_MIB + HEADROOM_MIB if reserved_mib is None else reserved_mib
         source = f"GPU {gpu.index} ({gpu.name or 'unnamed'}): {total} MiB as CUDA counts it"
         if gpu.total_source != "CUDA":  # NVML's total (an older driver): CUDA's is less by the driver's reserve
             total -= DRIVER_RESERVE_MIB
@@ -215,19 +236,22 @@ def check_out_dir(out_text: str, force: bool) -> Path:
     return out
 
 
-def machine_warnings(plan: SharePlan, host_total_mib: int | None = None) -> list[str]:
-    """What a person must hear before the profiles are written: a CPU split larger than this machine's memory."""
+def machine_warnings(plan: SharePlan, overhead: SeatOverhead, host_total_mib: int | None = None) -> list[str]:
+    """What a person must hear before the profiles are written: a CPU split that, with each seat's processes
+    beside its cap, is larger than this machine's memory."""
     if not plan.device.startswith("/CPU"):
         return []
     if host_total_mib is None:
         import psutil
 
         host_total_mib = psutil.virtual_memory().total // MIB
-    if plan.total_mib <= host_total_mib:
+    seats = len(plan.configs)
+    need = seats * overhead.host_per_seat_mib(plan)
+    if need <= host_total_mib:
         return []
-    return [f"{seats_text(len(plan.configs))} of {plan.seat_mib:,} MiB ({plan.total_mib:,} MiB in all) are more "
-            f"than this machine's {host_total_mib:,} MiB of memory: the seats cannot all reach their caps here "
-            "(profiles for a larger machine are fine)"]
+    return [f"{seats_text(seats)} of {plan.seat_mib:,} MiB, with about {overhead.host_mib:,} MiB beside each for its "
+            f"TensorFlow process ({need:,} MiB in all), are more than this machine's {host_total_mib:,} MiB of "
+            "memory: the seats cannot all reach their caps here (profiles for a larger machine are fine)"]
 
 
 def write_profiles(plan: SharePlan, out: Path, force: bool = False) -> list[Path]:
@@ -240,20 +264,66 @@ def write_profiles(plan: SharePlan, out: Path, force: bool = False) -> list[Path
     return paths
 
 
-def check_host_memory(plan: SharePlan, available_mib: int | None = None, per_seat_mib: int | None = None) -> None:
-    """ShareError when starting every seat at once would take more host memory than is available. `per_seat_mib`:
-    the host memory one seat's processes took, measured for the work; else SEAT_HOST_MIB's estimate."""
+def check_host_memory(plan: SharePlan, overhead: SeatOverhead, work_peak_mib: float | None = None,
+                      available_mib: int | None = None) -> None:
+    """ShareError when starting every seat at once would take more host memory than is available: each seat's
+    processes beside its allocator (`overhead`), and on the CPU its allocator's memory (the work's peak alone,
+    where measured, within the seat's cap)."""
     if available_mib is None:
         import psutil
 
         available_mib = psutil.virtual_memory().available // MIB
-    each = per_seat_mib or SEAT_HOST_MIB[plan.device[:4]]
+    each = overhead.host_per_seat_mib(plan, work_peak_mib)
     seats = len(plan.configs)
     if seats * each > available_mib:
+        how = "measured" if overhead.measured else "assumed"
         raise ShareError(f"{seats_text(seats)} side by side need about {seats * each:,} MiB of this machine's "
-                         f"memory (about {each:,} MiB for each seat's TensorFlow process) and {available_mib:,} MiB "
-                         f"is available; verify at most {seats_text(max(1, available_mib // each))} here (write the "
-                         "profiles without verifying, and verify a smaller split), or free memory")
+                         f"memory (about {each:,} MiB for each seat's TensorFlow process, {how}) and "
+                         f"{available_mib:,} MiB is available; verify at most "
+                         f"{seats_text(max(1, available_mib // each))} here (write the profiles without verifying, "
+                         "and verify a smaller split), or free memory")
+
+
+@dataclass(frozen=True)
+class SeatOverhead:
+    """What each seat's processes take beyond its allocator: host memory beside it (`host_mib`: resident memory
+    less the allocator's peak on the CPU; all of it on a GPU, whose allocator is on the GPU) and, on a GPU, what
+    the process holds on it beyond its limit (`gpu_mib`: its CUDA context). Measured by one run of the work
+    alone, or assumed; `said` says which and how, in words."""
+
+    host_mib: int
+    gpu_mib: int | None
+    measured: bool
+    said: str
+
+    def host_per_seat_mib(self, plan: SharePlan, work_peak_mib: float | None = None) -> int:
+        """A seat's host memory: beside its allocator, and on the CPU what its allocator holds (the work's peak
+        alone where measured, at most the seat's cap)."""
+        if not plan.device.startswith("/CPU"):
+            return self.host_mib
+        held = plan.seat_mib if work_peak_mib is None else min(plan.seat_mib, math.ceil(work_peak_mib))
+        return self.host_mib + held
+
+    @property
+    def gpu_reserve_mib(self) -> int | None:
+        """On a GPU, what each seat keeps beyond its limit when measured: the work's own, with HEADROOM_MIB."""
+        return self.gpu_mib + HEADROOM_MIB if self.measured and self.gpu_mib is not None else None
+
+    def to_json(self) -> OverheadJson:
+        return {"measured": self.measured, "host_mib": self.host_mib, "gpu_mib": self.gpu_mib, "said": self.said}
+
+
+def assumed_overhead(device: str, why: str) -> SeatOverhead:
+    """The overhead where no run of the work measured it (`why`, in words): SEAT_HOST_MIB on the host, and on
+    a GPU the CUDA context measured on an H100."""
+    host = SEAT_HOST_MIB[device[:4]]
+    if device.startswith("/GPU"):
+        return SeatOverhead(host, CONTEXT_RESERVE_MIB, False,
+                            f"not measured ({why}); assumed {CONTEXT_RESERVE_MIB} MiB on the GPU for each seat's "
+                            f"CUDA context (an H100's) and about {host:,} MiB of this machine's memory for its "
+                            "TensorFlow process")
+    return SeatOverhead(host, None, False, f"not measured ({why}); assumed about {host:,} MiB of this machine's "
+                                           "memory for each seat's TensorFlow process beside its cap")
 
 
 @dataclass(frozen=True)
@@ -265,6 +335,28 @@ class WorkNeeds:
     process_mib: int | None
     host_mib: int | None
     gpu_overhead_mib: int | None
+    device: str = "/CPU:0"
+    what: str = ""                  # the work and its batch, in words: "cnn (batch 32)"
+
+    def overhead(self) -> SeatOverhead:
+        """What one seat of this work takes beyond its allocator, as this run measured it (assumed where the run
+        gave no figure: a process whose resident peak the kernel did not report, a GPU NVML did not see)."""
+        if self.host_mib is None:
+            return assumed_overhead(self.device, f"the run of {self.what} alone reported no resident peak")
+        on_gpu = self.device.startswith("/GPU")
+        if on_gpu and self.gpu_overhead_mib is None:
+            return assumed_overhead(self.device, f"NVML gave no figure for the run of {self.what} alone")
+        if on_gpu:
+            assert self.gpu_overhead_mib is not None
+            return SeatOverhead(self.host_mib, self.gpu_overhead_mib, True,
+                                f"measured by one run of {self.what} alone: its process held "
+                                f"{self.gpu_overhead_mib:,} MiB on the GPU beyond its limit (NVML) and "
+                                f"{self.host_mib:,} MiB of this machine's memory")
+        beside = max(0, self.host_mib - math.ceil(self.peak_mib))
+        return SeatOverhead(beside, None, True,
+                            f"measured by one run of {self.what} alone: {self.host_mib:,} MiB resident at its "
+                            f"peak, {self.peak_mib:.0f} MiB of it its allocator's, so {beside:,} MiB for each "
+                            "seat's TensorFlow process beside its cap")
 
 
 def measure_work(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, batch: int,
@@ -291,25 +383,38 @@ def measure_work(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, bat
     rss = outcome.get("rss_peak_bytes")
     gpu = outcome.get("gpu_process_peak_bytes")
     return WorkNeeds(peak / MIB, (gpu or rss or 0) // MIB or None, (rss or 0) // MIB or None,
-                     max(0, gpu // MIB - plan.seat_mib) if gpu else None)
+                     max(0, gpu // MIB - plan.seat_mib) if gpu else None, plan.device, f"{work.name} (batch {batch})")
+
+
+def measure_overhead(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, batch: int,
+                     no_gpu_reason: str = "") -> tuple[SeatOverhead, WorkNeeds | None]:
+    """The seats' overhead for this work from one run of it alone, and that run's figures; where the run did not
+    hold or did not run, the assumed overhead saying why (the seats' own runs then say what went wrong)."""
+    try:
+        needs = measure_work(base, gpus, work, batch, no_gpu_reason=no_gpu_reason)
+    except ShareError as exc:
+        if exc.field != "work":
+            raise
+        device = plan_seats(base, 1, gpus, no_gpu_reason=no_gpu_reason).device
+        return assumed_overhead(device, f"the run that measures it did not hold: {exc}"), None
+    return needs.overhead(), needs
 
 
 def first_guess_of_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, needs: WorkNeeds, available_mib: int,
                          no_gpu_reason: str = "") -> tuple[int, str]:
     """The most seats the device could hold for the work (each seat's cap at least PEAK_ROOM × its peak alone,
     all their processes within this machine's available memory), and what bounds it, in words."""
-    whole = plan_seats(base, 1, gpus, no_gpu_reason=no_gpu_reason)
+    overhead = needs.overhead()
+    whole = plan_seats(base, 1, gpus, no_gpu_reason=no_gpu_reason, reserved_mib=overhead.gpu_reserve_mib)
     reserved = whole.reserved_mib
-    if needs.gpu_overhead_mib is not None:  # measured: this work's process beyond its allocator, with headroom
-        reserved = needs.gpu_overhead_mib + HEADROOM_MIB
     seat_need = max(MIN_SEAT_MIB, math.ceil(needs.peak_mib * PEAK_ROOM))
     by_memory = whole.total_mib // (seat_need + reserved)
-    host_each = needs.host_mib or SEAT_HOST_MIB[whole.device[:4]]
+    host_each = overhead.host_mib + (math.ceil(needs.peak_mib) if whole.device.startswith("/CPU") else 0)
     by_host = available_mib // host_each
     most = max(0, min(MAX_SEATS, by_memory, by_host))
     if most == by_host and by_host < by_memory:
         why = (f"this machine's {available_mib:,} MiB of available memory, at {host_each:,} MiB for each seat's "
-               "processes (measured)")
+               f"processes ({'measured' if overhead.measured else 'assumed'})")
     else:
         beside = f" and {reserved} MiB beside it" if reserved else ""
         why = (f"{whole.total_mib:,} MiB, at {seat_need} MiB a seat (the work peaked at {mib_text(needs.peak_mib, 0)} "
@@ -387,6 +492,7 @@ def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, 
         available_mib = psutil.virtual_memory().available // MIB
     said(f"measuring the work alone ({work.name}, batch {batch})…")
     needs = measure_work(base, gpus, work, batch, no_gpu_reason=no_gpu_reason)
+    overhead = needs.overhead()
     guess, bound = first_guess_of_seats(base, gpus, needs, available_mib, no_gpu_reason)
     if guess < 1:
         raise ShareError(f"not even one seat: {bound}", "work")
@@ -396,7 +502,7 @@ def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, 
     seats = guess
     while 1 <= seats <= MAX_SEATS:
         try:
-            plan = plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason)
+            plan = plan_seats(base, seats, gpus, no_gpu_reason=no_gpu_reason, reserved_mib=overhead.gpu_reserve_mib)
         except ShareError as exc:
             above = str(exc)  # too many seats for the memory: the last that held stands
             break
@@ -404,8 +510,9 @@ def find_most_seats(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, 
             above = (f"{seats_text(seats)} would leave {plan.seat_mib} MiB a seat, under the "
                      f"{mib_text(needs.peak_mib, 0)} the work peaked at alone")
             break
-        if seats * (needs.host_mib or 0) > available_mib:
-            above = (f"{seats_text(seats)} would need about {seats * (needs.host_mib or 0):,} MiB of this machine's "
+        host_mib = seats * overhead.host_per_seat_mib(plan, needs.peak_mib)
+        if host_mib > available_mib:
+            above = (f"{seats_text(seats)} would need about {host_mib:,} MiB of this machine's "
                      f"memory, and {available_mib:,} MiB is available")
             break
         said(f"verifying {seats_text(seats)} of {plan.seat_mib} MiB side by side…")

@@ -215,8 +215,8 @@ class ShareDialog(QDialog):
         most = self.most.isChecked()
         self.report = None
         self.table.setRowCount(0)
-        self.status.setText("Measuring the work alone, then running the seats side by side…" if most else
-                            "Verifying the seats side by side…" if self.verify.isChecked() else "Writing…")
+        self.status.setText("Measuring the work alone, then running the seats side by side…"
+                            if most or self.verify.isChecked() else "Writing…")
         self.share_button.setEnabled(False)
         command = module_command("tf_device_panel", *args)
         self.process = QProcess(self)
@@ -261,6 +261,9 @@ class ShareDialog(QDialog):
                     f"{report.get('batch')}): all held side by side; {most.get('above')}.\n" + text)
         elif "verified" in report:
             text += " All seats held." if report["verified"] else " A seat did not hold."
+        overhead = report.get("overhead")
+        if overhead:
+            text += f"\nBeyond each seat's allocator: {overhead['said']}."
         for warning in report.get("warnings") or ():
             text += f"\nNote: {warning}"
         self.status.setText(text)
