@@ -112,9 +112,9 @@ def test_the_dialog_asks_for_the_work_and_refuses_in_its_own_words(qtbot, window
     script.write_text("print('hi')\n")
     dialog.work_file.setText(str(script))
     dialog.script_args.setText("--epochs 1")
-    assert "--batch" not in dialog.work_args()
+    assert not [arg for arg in dialog.work_args() or [] if arg.startswith("--batch")]
     dialog.script_args.setText("--batch-size {batch}")
-    assert dialog.work_args()[-2:] == ["--batch", "32"]
+    assert dialog.work_args()[-2:] == ["--args=--batch-size {batch}", "--batch=32"]
     dialog.close()
 
 
@@ -167,6 +167,10 @@ def test_the_dialogs_fields_and_the_commands_options_are_one_declaration(qtbot, 
     assert (parsed.script, parsed.args, parsed.model, parsed.batch) == (str(script), dialog.script_args.text(),
                                                                         None, 64)
     assert parsed.out == str(tmp_path / "class") and load_profile(parsed.config).cpu_memory_limit_mib == 128
+    # Script arguments that are one dash-led word reach the command as its value, not as an option of their own.
+    dialog.script_args.setText("--fast")
+    args = dialog.share_args()
+    assert args is not None and cli.build_parser().parse_args(args).args == "--fast"
     dialog.most.setChecked(True)
     parsed = cli.build_parser().parse_args(dialog.share_args())
     assert (parsed.seats, parsed.max, parsed.verify) == (None, True, False)

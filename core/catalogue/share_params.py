@@ -126,5 +126,7 @@ def command_args(values: Mapping[str, ParamValue | None]) -> list[str]:
         if option.param.kind is Kind.TOGGLE:
             args += [option.flag] if value else []
         elif value is not None and value != "":
-            args += [option.flag, str(value)]
+            # One word, `--flag=value`: a value that starts with a dash (script arguments such as `--fast`) would
+            # otherwise be read as an option of its own and refused.
+            args.append(f"{option.flag}={value}")
     return args
