@@ -419,6 +419,17 @@ def judge_zygote_run(name: str, forked: bool, gpus: int | None, held_mib: int | 
     return Result("zygote", name, not problems, f"GPUs {gpus}, held {held_mib} MiB", problems)
 
 
+def open_files(pid: int) -> list[str]:
+    """What the process has open, as /proc names it; a process or fd that went meanwhile (a zygote replaced, a
+    file closed) has nothing to say."""
+    paths: list[str] = []
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(FileNotFoundError):
+                paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return paths
+
+
 def zygote_checks() -> list[Result]:
     """The zygote on a GPU: it holds no GPU (not in NVML's process list, no /dev/nvidia* open) and each variable
     TensorFlow reads when it initializes, set in the fork, takes effect (tests/test_zygote.py proves on a CPU
@@ -437,7 +448,7 @@ def zygote_checks() -> list[Result]:
         return [Result("zygote", "the zygote starts", False, "not ready in 300 s")]
     pids = zygote.process_ids()
     listed = {proc.pid for gpu in nvml.gpus() for proc in nvml.processes(gpu.index) or []}
-    opened = [os.readlink(f"/proc/{pid}/fd/{fd}") for pid in pids for fd in os.listdir(f"/proc/{pid}/fd")]
+    opened = [path for pid in pids for path in open_files(pid)]
     devices = [path for path in opened if path.startswith("/dev/nvidia")]
     results = [Result("zygote", "the zygote holds no GPU", not (pids & listed) and not devices,
                       f"zygote {sorted(pids)}; in NVML's list: {sorted(pids & listed)}; devices open: {devices}")]
