@@ -20,8 +20,7 @@ its device capped at the budget (core.panel_runs.runs): what the user runs when 
    it has held REPEATS times (MORE_REPEATS when its peaks spread by more than SPREAD_FOR_MORE, or once a repeat
    has run out: the boundary is then a band where a run runs out one time in three or four, and 3 holds in a
    row happen there one time in three). Only there do repeats decide: a batch that ran out once has run out,
-   and one below the answer needs no more proof than the answer's. A run out of memory among the repeats makes
-   it the new "ran out" and the search goes on below.
+   and one below the answer needs no more proof than the answer's. A run out of memory among the repeats makes it the new "ran out" and the search goes on below.
 """
 
 from __future__ import annotations
