@@ -17,10 +17,9 @@ its device capped at the budget (core.panel_runs.runs): what the user runs when 
    the pool far from full) while others at the same batch peak well under it, and peaks at one batch spread by a
    third from run to run. So only runs decide.
 3. Answer: one run that held says little near the boundary, so the largest batch that held is run again until
-   it has held REPEATS times (MORE_REPEATS when its peaks spread by more than SPREAD_FOR_MORE, or once a repeat
-   has run out: the boundary is then a band where a run runs out one time in three or four, and 3 holds in a
-   row happen there one time in three). Only there do repeats decide: a batch that ran out once has run out,
-   and one below the answer needs no more proof than the answer's. A run out of memory among the repeats makes it the new "ran out" and the search goes on below.
+   it has held REPEATS times (MORE_REPEATS when its peaks spread by more than SPREAD_FOR_MORE). Only there do
+   repeats decide: a batch that ran out once has run out, and one below the answer needs no more proof than
+   the answer's. A run out of memory among the repeats makes it the new "ran out" and the search goes on below.
 """
 
 from __future__ import annotations
@@ -91,10 +90,9 @@ def predict(fixed: float, per_sample: float, budget_bytes: float) -> int:
     return max(1, min(MAX_BATCH, math.floor((budget_bytes - fixed) / per_sample)))
 
 
-def repeats_needed(peaks: list[int], in_band: bool = False) -> int:
-    """How many times the answer must hold: REPEATS, or MORE_REPEATS when its peaks spread widely or the boundary
-    is a band (a batch that held ran out on a repeat: runs there run out at random)."""
-    if in_band or (len(peaks) >= 2 and (max(peaks) - min(peaks)) / max(peaks) > SPREAD_FOR_MORE):
+def repeats_needed(peaks: list[int]) -> int:
+    """How many times the answer must hold: REPEATS, or MORE_REPEATS when its peaks spread widely."""
+    if len(peaks) >= 2 and (max(peaks) - min(peaks)) / max(peaks) > SPREAD_FOR_MORE:
         return MORE_REPEATS
     return REPEATS
 
@@ -162,8 +160,7 @@ def close_in(found: SearchState, prediction: int | None, run: Callable[[int, str
     step = FIRST_STEP
     while True:
         held, out = found.held(), found.ran_out()
-        in_band = any(not r["fits"] for r in found.rows if r.get("role") == "repeat")
-        close = CLOSE_IN_BAND if in_band else 0.0
+        close = CLOSE_IN_BAND if any(not r["fits"] for r in found.rows if r.get("role") == "repeat") else 0.0
         if held is None and out == 1:
             raise JobError(f"even a batch of 1 ran out of memory {where} "
                            f"({found.rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
@@ -179,7 +176,7 @@ def close_in(found: SearchState, prediction: int | None, run: Callable[[int, str
             continue
         assert held is not None
         peaks = found.peaks_at(held)
-        needed = repeats_needed(peaks, in_band)
+        needed = repeats_needed(peaks)
         if len(peaks) >= needed:
             return held
         run(held, "repeat", min(together, needed - len(peaks)))
