@@ -10,8 +10,7 @@ its device capped at the budget (core.panel_runs.runs): what the user runs when 
    out. The first try is the prediction. From it the search steps away by FIRST_STEP of the batch, the step
    doubling while the tries keep falling on the same side (up while they hold, down from the batch that ran
    out while they run out), then halves the gap until the two are 1 batch apart, or within CLOSE_IN_BAND of each
-   other once a repeat has run out (see 3); before closing in from within CLOSE_IN_BAND, the largest batch that
-   held runs once more (ANCHOR_RUNS). The line's prediction usually lands within a few percent of the
+   other once a repeat has run out (see 3). The line's prediction usually lands within a few percent of the
    boundary, so a few steps bracket it where halving from the probes would take several more. The allocator's
    peak does not warn of a run's end: near the limit runs die of fragmentation (one large block asked for, with
    the pool far from full) while others at the same batch peak well under it, and peaks at one batch spread by a
@@ -59,10 +58,6 @@ PREDICT_SHARE = 0.80
 CLOSE_IN_BAND = 0.05
 FIRST_STEP = 0.04          # the search's first step away from the prediction, of the batch; it doubles on one side
 UP_MOST = 2.0              # going up, one step at most doubles the batch
-# Closing in from within CLOSE_IN_BAND to 1 batch takes a few runs, all above the largest batch that held: it must
-# have held twice first. A single hold is a fluke one time in three to six in the band (see CLOSE_IN_BAND), and
-# closing in above a fluke spent every run there running out (513-553 above a 512 that then ran out 2 of 4).
-ANCHOR_RUNS = 2
 REPEATS = 3
 MORE_REPEATS = 5
 SPREAD_FOR_MORE = 0.10     # peaks at the answer spread wider than this (of the largest): MORE_REPEATS
@@ -165,10 +160,6 @@ def close_in(found: SearchState, prediction: int | None, run: Callable[[int, str
             raise JobError(f"even a batch of 1 ran out of memory {where} "
                            f"({found.rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
         candidate, stepped = next_try(held, out, step, prediction, close)
-        if candidate is not None and held is not None and out is not None and not close and \
-                out - held <= max(1, held * CLOSE_IN_BAND) and len(found.peaks_at(held)) < ANCHOR_RUNS:
-            run(held, "repeat", 1)  # before closing in on it, the batch that held runs once more
-            continue
         if candidate is not None:
             run(candidate, "search", 1)
             if stepped:
