@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from figures import report
 from tf_device_panel.core.catalogue.fit_work import Work
@@ -126,10 +125,6 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="tfdp-bench-") as home:
                 result, ours_s = fit_batch(work, args.budget_mib, home)
         ours, our_runs = int(result["predicted_max_batch"]), int(result["runs"])  # type: ignore[call-overload]
-        rows: list[dict[str, Any]] = result["probes"]  # type: ignore[assignment]
-        print("fit-batch's runs (+ held, - ran out; [2]: two side by side): " + " ".join(
-            f"{row['batch']}{'+' if row['fits'] else '-'}{'[2]' if row['side_by_side'] > 1 else ''}" for row in rows),
-              flush=True)
         held = verify(work, args.budget_mib, {"fit-batch": ours, "Lightning": theirs})
         print(f"[{number + 1}] {work.name} under {args.budget_mib} MiB: fit-batch {ours} (held "
               f"{result['repeats']} of {result['repeats']}; boundary {result['boundary']}) in {our_runs} runs, "

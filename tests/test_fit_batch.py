@@ -23,7 +23,6 @@ from tf_device_panel.core.panel_runs.runs import PROBE_MODULE
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import present
 from tf_device_panel.core.runproc.jobs.fit_batch import (
-    CLOSE_IN_BAND,
     FIRST_STEP,
     MAX_BATCH,
     MORE_REPEATS,
@@ -90,12 +89,12 @@ def test_the_search_tries_the_prediction_then_steps_away_from_it_then_halves_the
     assert next_try(MAX_BATCH, None, FIRST_STEP) == (None, False)
 
 
-def test_the_search_ends_one_batch_apart_or_within_five_percent_once_a_repeat_ran_out() -> None:
-    assert next_try(430, 432, FIRST_STEP) == (431, False)
-    assert next_try(430, 431, FIRST_STEP) == (None, False)
-    assert next_try(430, 451, FIRST_STEP, close=CLOSE_IN_BAND) == (None, False)   # 21 ≤ 5% of 430
-    assert next_try(430, 452, FIRST_STEP, close=CLOSE_IN_BAND) == (441, False)
-    assert next_try(10, 11, FIRST_STEP, close=CLOSE_IN_BAND) == (None, False)     # 1 batch where 5% is less
+def test_the_search_ends_within_one_batch_or_one_percent_once_a_repeat_ran_out() -> None:
+    assert next_try(430, 432, FIRST_STEP, close=0.0) == (431, False)
+    assert next_try(430, 431, FIRST_STEP, close=0.0) == (None, False)
+    assert next_try(430, 434, FIRST_STEP, close=0.01) == (None, False)   # 4 ≤ 1% of 430
+    assert next_try(430, 435, FIRST_STEP, close=0.01) == (432, False)
+    assert next_try(50, 51, FIRST_STEP, close=0.01) == (None, False)     # 1 batch where 1% is less
 
 
 class Boundary:
@@ -157,7 +156,7 @@ def test_a_repeat_that_runs_out_moves_the_boundary_below_it_and_the_answer_held_
     boundary = Boundary(431, runs_out_on={431: {2}, 429: {3}})
     answer = boundary.search(443)
     assert answer < 429 and boundary.found.ran_out() <= 429
-    assert boundary.found.ran_out() - answer <= max(1, answer * CLOSE_IN_BAND)  # a band: within 5%
+    assert boundary.found.ran_out() - answer <= max(1, answer * 0.01)  # within 1% once a repeat ran out
     at_answer = [r for r in boundary.found.rows if r["batch"] == answer]
     assert len(at_answer) >= REPEATS and all(r["fits"] for r in at_answer)
 
@@ -183,8 +182,7 @@ def _check_answer(result: dict, budget_mib: int) -> int:
     assert len(at_answer) == result["repeats"] >= REPEATS and all(r["fits"] for r in at_answer)
     assert all(r["peak_bytes"] <= budget_mib * MIB and r["rss_peak_bytes"] > r["peak_bytes"] for r in at_answer)
     out = result["boundary"]["ran_out"]
-    repeat_ran_out = any(not r["fits"] for r in result["probes"] if r["role"] == "repeat")
-    assert out is not None and batch < out <= batch + max(1, batch * CLOSE_IN_BAND if repeat_ran_out else 1)
+    assert out is not None and batch < out <= batch + max(1, batch * 0.01)   # within 1% or 1 batch
     assert any(not r["fits"] for r in result["probes"] if r["batch"] == out)  # at least one of its runs
     assert not any("fits too" in flag for flag in result["flags"])
     presentation = present(result)

@@ -9,12 +9,11 @@ its device capped at the budget (core.panel_runs.runs): what the user runs when 
 2. Search, one run a try: the boundary is the largest batch that held (in all its runs) and the smallest that ran
    out. The first try is the prediction. From it the search steps away by FIRST_STEP of the batch, the step
    doubling while the tries keep falling on the same side (up while they hold, down from the batch that ran
-   out while they run out), then halves the gap until the two are 1 batch apart, or within CLOSE_IN_BAND of each
-   other once a repeat has run out (see 3). The line's prediction usually lands within a few percent of the
-   boundary, so a few steps bracket it where halving from the probes would take several more. The allocator's
-   peak does not warn of a run's end: near the limit runs die of fragmentation (one large block asked for, with
-   the pool far from full) while others at the same batch peak well under it, and peaks at one batch spread by a
-   third from run to run. So only runs decide.
+   out while they run out), then halves the gap until the two are within CLOSE (or 1 batch) of each other. The
+   line's prediction usually lands within a few percent of the boundary, so a few steps bracket it where halving
+   from the probes would take several more. The allocator's peak does not warn of a run's end: near the limit
+   runs die of fragmentation (one large block asked for, with the pool far from full) while others at the same
+   batch peak well under it, and peaks at one batch spread by a third from run to run. So only runs decide.
 3. Answer: one run that held says little near the boundary, so the largest batch that held is run again until
    it has held REPEATS times (MORE_REPEATS when its peaks spread by more than SPREAD_FOR_MORE). Only there do
    repeats decide: a batch that ran out once has run out, and one below the answer needs no more proof than
@@ -51,11 +50,7 @@ PROBE_GROWTH = 4           # each probe's batch is this times the last
 # (fragmentation) about there: under 256 MiB the cnn's at peaks of 200-210 MiB, a script's convnet under 128 MiB
 # at 102 MiB, a saved model's under 128 MiB at 105-119 MiB.
 PREDICT_SHARE = 0.80
-# Once a batch that held has run out on a repeat, the boundary is a band, not a batch: with the cnn under 256 MiB,
-# runs from about 434 to 480 ran out one time in three or four whatever the batch (fragmentation), where every
-# run up to 432 held. Closing in to a batch there only buys more runs in the band, each a chance of a fluke hold;
-# the search then ends once the largest batch that held is within this of the smallest that ran out.
-CLOSE_IN_BAND = 0.05
+CLOSE = 0.01               # the search ends when the smallest batch that ran out is within this of the largest held
 FIRST_STEP = 0.04          # the search's first step away from the prediction, of the batch; it doubles on one side
 UP_MOST = 2.0              # going up, one step at most doubles the batch
 REPEATS = 3
@@ -93,10 +88,10 @@ def repeats_needed(peaks: list[int]) -> int:
 
 
 def next_try(held: int | None, out: int | None, step: float, prediction: int | None = None,
-             close: float = 0.0) -> tuple[int | None, bool]:
+             close: float = CLOSE) -> tuple[int | None, bool]:
     """The search's next batch, from the largest batch that held and the smallest that ran out (None: none yet),
     and whether it is a step away from a bound (`step` of the batch) rather than halfway between them. None
-    when the two are 1 batch apart or within `close` of each other: the boundary is found."""
+    when the two are within CLOSE of each other (or 1 batch apart): the boundary is found."""
     if held is None:  # nothing held below the smallest batch that ran out
         assert out is not None
         return max(1, out // 2), False
@@ -155,7 +150,7 @@ def close_in(found: SearchState, prediction: int | None, run: Callable[[int, str
     step = FIRST_STEP
     while True:
         held, out = found.held(), found.ran_out()
-        close = CLOSE_IN_BAND if any(not r["fits"] for r in found.rows if r.get("role") == "repeat") else 0.0
+        close = CLOSE if any(not r["fits"] for r in found.rows if r.get("role") == "repeat") else 0.0
         if held is None and out == 1:
             raise JobError(f"even a batch of 1 ran out of memory {where} "
                            f"({found.rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
@@ -195,12 +190,8 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
         """Runs at this batch (`side_by_side` of them at once); whether every one held."""
         ctx.check_cancelled()
         if len(rows) >= MAX_RUNS:
-            ran_out = sum(not r["fits"] for r in rows)
-            why = (f"{ran_out} of them ran out of memory, at random near the limit (a batch that held ran out on "
-                   "its next run); a quieter machine gives a sharper boundary" if ran_out else
-                   "the work's memory may not depend on its batch")
-            raise JobError(f"no batch held in all its runs below the smallest that ran out in {MAX_RUNS} runs "
-                           f"(largest held: {found.held()}, smallest that ran out: {found.ran_out()}): {why}")
+            raise JobError(f"no boundary found in {MAX_RUNS} runs (largest held: {found.held()}, smallest that ran "
+                           f"out: {found.ran_out()}); the work's memory may not depend on its batch")
         ctx.progress(len(rows), len(rows) + 4, f"{role}: batch {batch} under {budget_mib} MiB")
         started: list[PanelRun] = []
         try:
