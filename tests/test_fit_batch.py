@@ -23,14 +23,11 @@ from tf_device_panel.core.panel_runs.runs import PROBE_MODULE
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.results import present
 from tf_device_panel.core.runproc.jobs.fit_batch import (
-    FIRST_STEP,
     MAX_BATCH,
     MORE_REPEATS,
     REPEATS,
     SearchState,
-    close_in,
     fit_line,
-    next_try,
     predict,
     repeats_needed,
 )
@@ -77,96 +74,6 @@ def test_the_boundary_is_the_largest_batch_that_always_held_below_the_smallest_t
     assert (found.held(), found.ran_out()) == (100, 200)
 
 
-def test_the_search_tries_the_prediction_then_steps_away_from_it_then_halves_the_gap() -> None:
-    assert next_try(128, None, FIRST_STEP, prediction=440) == (440, False)     # the probes' prediction first
-    assert next_try(440, None, FIRST_STEP, prediction=440) == (458, True)      # it held: up 4%
-    assert next_try(458, None, 2 * FIRST_STEP, prediction=440) == (495, True)  # held again: up 8%
-    assert next_try(300, None, 5.0) == (600, True)                            # a step up at most doubles
-    assert next_try(128, 440, FIRST_STEP) == (422, True)      # it ran out: 4% under it, not halfway from 128
-    assert next_try(128, 422, 2 * FIRST_STEP) == (388, True)  # ran out again: 8% under that
-    assert next_try(400, 440, 2 * FIRST_STEP) == (420, False)  # bracketed: halfway
-    assert next_try(None, 8, FIRST_STEP) == (4, False)         # nothing held yet: halve
-    assert next_try(MAX_BATCH, None, FIRST_STEP) == (None, False)
-
-
-def test_the_search_ends_within_one_batch_or_one_percent_once_a_repeat_ran_out() -> None:
-    assert next_try(430, 432, FIRST_STEP, close=0.0) == (431, False)
-    assert next_try(430, 431, FIRST_STEP, close=0.0) == (None, False)
-    assert next_try(430, 434, FIRST_STEP, close=0.01) == (None, False)   # 4 ≤ 1% of 430
-    assert next_try(430, 435, FIRST_STEP, close=0.01) == (432, False)
-    assert next_try(50, 51, FIRST_STEP, close=0.01) == (None, False)     # 1 batch where 1% is less
-
-
-class Boundary:
-    """Runs of a work with a known boundary: every batch up to `largest` holds, except the runs at a batch
-    listed in `runs_out_on` (their numbers at that batch, from 1), with a peak that grows with the batch."""
-
-    def __init__(self, largest: int, runs_out_on: dict[int, set[int]] | None = None, spread: float = 0.0):
-        self.largest, self.runs_out_on, self.spread = largest, runs_out_on or {}, spread
-        self.found = SearchState()
-
-    def run(self, batch: int, role: str, side_by_side: int) -> bool:
-        for _ in range(side_by_side):
-            number = 1 + sum(r["batch"] == batch for r in self.found.rows)
-            fits = batch <= self.largest and number not in self.runs_out_on.get(batch, set())
-            wobble = 1 - self.spread * (number % 2)
-            self.found.rows.append({"batch": batch, "role": role, "fits": fits,
-                                    "peak_bytes": int((4 + 0.48 * batch) * MIB * wobble) if fits else None})
-        return all(r["fits"] for r in self.found.rows[-side_by_side:])
-
-    def search(self, prediction: int) -> int:
-        for batch in (8, 32, 128):  # the cnn's probes
-            self.run(batch, "probe", 1)
-        return close_in(self.found, prediction, self.run, 2, "under 256 MiB on /CPU:0")
-
-
-def _lightning_runs(largest: int) -> tuple[int, int]:
-    """(answer, runs) of Lightning's BatchSizeFinder on a boundary without noise: doubling from 2, then
-    bisection to 1 apart, 3 runs a trial, a trial ending at its first run out of memory."""
-    size, low, high, runs = 2, 1, None, 0
-    while True:
-        held = size <= largest
-        runs += 3 if held else 1
-        if held:
-            low = size
-            if high is None:
-                size *= 2
-                continue
-        else:
-            high = size
-        if high - low <= 1:
-            return low, runs
-        size = (low + high) // 2
-
-
-@pytest.mark.parametrize(("largest", "prediction"), [(431, 443), (431, 400), (431, 520), (203, 190), (1500, 443)])
-def test_on_a_sharp_boundary_the_answer_is_lightnings_in_at_most_half_its_runs(largest, prediction) -> None:
-    boundary = Boundary(largest)
-    answer = boundary.search(prediction)
-    theirs, their_runs = _lightning_runs(largest)
-    assert answer == theirs == largest
-    assert boundary.found.ran_out() == largest + 1
-    assert len(boundary.found.rows) <= their_runs / 2, [(r["batch"], r["fits"]) for r in boundary.found.rows]
-    at_answer = [r for r in boundary.found.rows if r["batch"] == answer]
-    assert len(at_answer) == REPEATS and all(r["fits"] for r in at_answer)
-
-
-def test_a_repeat_that_runs_out_moves_the_boundary_below_it_and_the_answer_held_in_every_repeat() -> None:
-    # 431 holds once, then its second run runs out; so does 429's third: the answer is below both.
-    boundary = Boundary(431, runs_out_on={431: {2}, 429: {3}})
-    answer = boundary.search(443)
-    assert answer < 429 and boundary.found.ran_out() <= 429
-    assert boundary.found.ran_out() - answer <= max(1, answer * 0.01)  # within 1% once a repeat ran out
-    at_answer = [r for r in boundary.found.rows if r["batch"] == answer]
-    assert len(at_answer) >= REPEATS and all(r["fits"] for r in at_answer)
-
-
-def test_peaks_that_spread_widely_at_the_answer_take_more_repeats() -> None:
-    boundary = Boundary(431, spread=0.2)
-    answer = boundary.search(443)
-    assert answer == 431 and len([r for r in boundary.found.rows if r["batch"] == answer]) == MORE_REPEATS
-
-
 def _run(*args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=os.environ.copy())
@@ -182,7 +89,7 @@ def _check_answer(result: dict, budget_mib: int) -> int:
     assert len(at_answer) == result["repeats"] >= REPEATS and all(r["fits"] for r in at_answer)
     assert all(r["peak_bytes"] <= budget_mib * MIB and r["rss_peak_bytes"] > r["peak_bytes"] for r in at_answer)
     out = result["boundary"]["ran_out"]
-    assert out is not None and batch < out <= batch + max(1, batch * 0.01)   # within 1% or 1 batch
+    assert out is not None and batch < out <= max(batch + 1, batch * 1.05)
     assert any(not r["fits"] for r in result["probes"] if r["batch"] == out)  # at least one of its runs
     assert not any("fits too" in flag for flag in result["flags"])
     presentation = present(result)

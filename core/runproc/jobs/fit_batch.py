@@ -6,18 +6,14 @@ its device capped at the budget (core.panel_runs.runs): what the user runs when 
 
 1. Probes: a few runs at small, growing batches; their allocator peaks against the batch give a line, and the
    line predicts the batch whose peak is PREDICT_SHARE of the budget.
-2. Search, one run a try: the boundary is the largest batch that held (in all its runs) and the smallest that ran
-   out. The first try is the prediction. From it the search steps away by FIRST_STEP of the batch, the step
-   doubling while the tries keep falling on the same side (up while they hold, down from the batch that ran
-   out while they run out), then halves the gap until the two are within CLOSE (or 1 batch) of each other. The
-   line's prediction usually lands within a few percent of the boundary, so a few steps bracket it where halving
-   from the probes would take several more. The allocator's peak does not warn of a run's end: near the limit
-   runs die of fragmentation (one large block asked for, with the pool far from full) while others at the same
-   batch peak well under it, and peaks at one batch spread by a third from run to run. So only runs decide.
-3. Answer: one run that held says little near the boundary, so the largest batch that held is run again until
-   it has held REPEATS times (MORE_REPEATS when its peaks spread by more than SPREAD_FOR_MORE). Only there do
-   repeats decide: a batch that ran out once has run out, and one below the answer needs no more proof than
-   the answer's. A run out of memory among the repeats makes it the new "ran out" and the search goes on below.
+2. Search: the boundary is the largest batch that held (in all its runs) and the smallest that ran out. The
+   first try is the prediction; while nothing has run out the search goes up, then it halves the gap until the
+   two are within CLOSE of each other. The allocator's peak does not warn of a run's end: near the limit runs
+   die of fragmentation (one large block asked for, with the pool far from full) while others at the same batch
+   peak well under it, and peaks at one batch spread by a third from run to run. So only runs decide.
+3. Answer: the largest batch that held, run again until it has held REPEATS times (MORE_REPEATS when its peaks
+   spread by more than SPREAD_FOR_MORE); a run out of memory among them makes it the new "ran out" and the search
+   goes on below it.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from __future__ import annotations
 import math
 import tempfile
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 from tf_device_panel.core.catalogue.fit_work import Work
@@ -46,12 +41,8 @@ from tf_device_panel.core.units import MIB, mib_text
 
 PROBES = 3
 PROBE_GROWTH = 4           # each probe's batch is this times the last
-# The first guess: the batch whose predicted peak is this share of the budget. Runs start running out of memory
-# (fragmentation) about there: under 256 MiB the cnn's at peaks of 200-210 MiB, a script's convnet under 128 MiB
-# at 102 MiB, a saved model's under 128 MiB at 105-119 MiB.
-PREDICT_SHARE = 0.80
-CLOSE = 0.01               # the search ends when the smallest batch that ran out is within this of the largest held
-FIRST_STEP = 0.04          # the search's first step away from the prediction, of the batch; it doubles on one side
+PREDICT_SHARE = 0.85       # the first guess: the batch whose predicted peak is this share of the budget
+CLOSE = 0.05               # the search ends when the smallest batch that ran out is within this of the largest held
 UP_MOST = 2.0              # going up, one step at most doubles the batch
 REPEATS = 3
 MORE_REPEATS = 5
@@ -59,7 +50,7 @@ SPREAD_FOR_MORE = 0.10     # peaks at the answer spread wider than this (of the 
 NEAR = 1.25                # failures up to this times the answer count as "near" it
 MAX_BATCH = 1_000_000      # the fit job's own limit
 MAX_RUNS = 48
-SIDE_BY_SIDE = 2           # on the CPU, the answer's repeats run two at a time (see the repeats)
+SIDE_BY_SIDE = 2           # on the CPU, the runs of one try start together (see the search)
 RUN_TIMEOUT_S = 900.0
 
 
@@ -85,29 +76,6 @@ def repeats_needed(peaks: list[int]) -> int:
     if len(peaks) >= 2 and (max(peaks) - min(peaks)) / max(peaks) > SPREAD_FOR_MORE:
         return MORE_REPEATS
     return REPEATS
-
-
-def next_try(held: int | None, out: int | None, step: float, prediction: int | None = None,
-             close: float = CLOSE) -> tuple[int | None, bool]:
-    """The search's next batch, from the largest batch that held and the smallest that ran out (None: none yet),
-    and whether it is a step away from a bound (`step` of the batch) rather than halfway between them. None
-    when the two are within CLOSE of each other (or 1 batch apart): the boundary is found."""
-    if held is None:  # nothing held below the smallest batch that ran out
-        assert out is not None
-        return max(1, out // 2), False
-    if out is None:
-        if held >= MAX_BATCH:
-            return None, False  # the budget holds the largest batch there is
-        if prediction and prediction > held:  # the probes' prediction, however far above them
-            return min(MAX_BATCH, prediction), False
-        return min(MAX_BATCH, max(held + 1, math.ceil(held * (1 + min(step, UP_MOST - 1))))), True
-    if out - held <= max(1, held * close):
-        return None, False
-    halfway = (held + out) // 2
-    below_out = math.floor(out * (1 - step))
-    if below_out > halfway:  # the largest that held is far below: the boundary is likelier just under `out`
-        return below_out, True
-    return halfway, False
 
 
 class SearchState:
@@ -141,31 +109,6 @@ class SearchState:
                 return 0.0, peak / batch
             return None
         return fit_line(sorted(points.items()))
-
-
-def close_in(found: SearchState, prediction: int | None, run: Callable[[int, str, int], bool], together: int,
-             where: str) -> int:
-    """The search after the probes, then the answer's repeats (`together` at a time): the answer. `run(batch,
-    role, side_by_side)` runs the work and adds its rows to `found`."""
-    step = FIRST_STEP
-    while True:
-        held, out = found.held(), found.ran_out()
-        close = CLOSE if any(not r["fits"] for r in found.rows if r.get("role") == "repeat") else 0.0
-        if held is None and out == 1:
-            raise JobError(f"even a batch of 1 ran out of memory {where} "
-                           f"({found.rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
-        candidate, stepped = next_try(held, out, step, prediction, close)
-        if candidate is not None:
-            run(candidate, "search", 1)
-            if stepped:
-                step *= 2
-            continue
-        assert held is not None
-        peaks = found.peaks_at(held)
-        needed = repeats_needed(peaks)
-        if len(peaks) >= needed:
-            return held
-        run(held, "repeat", min(together, needed - len(peaks)))
 
 
 def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str = "", budget_mib: int = 256,
@@ -237,13 +180,45 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
     line = found.line()
     prediction = predict(*line, budget * PREDICT_SHARE) if line else None
 
-    # 2. The search, one run a try, then 3. the answer's repeats: on the CPU two at once, each beside the other,
-    # as on a busy machine. Whether a run near the limit holds depends on how the runtime's threads interleave
-    # the step's ops, and so on how busy the machine is: with the cnn under 256 MiB, batch 512 held 4 of 4 runs
-    # alone on an idle machine and 1 of 6 with the machine busy (ending in fragmentation). The answer must hold
-    # on the busy machine too.
+    # 2. The search, then 3. the answer's repeats: on the CPU two runs at once, each beside the other, as on a
+    # busy machine. Peaks depend on how the runtime's threads interleave the step's ops: with the cnn under
+    # 256 MiB, batch 512 held 4 of 4 runs alone on an idle machine and 1 of 6 with the machine busy (ending in
+    # fragmentation), where 420 held 5 of 5. The answer must hold on the busy machine too.
     together = 1 if short.startswith("/GPU:") else SIDE_BY_SIDE
-    answer = close_in(found, prediction, run, together, f"under {budget_mib} MiB on {short}")
+    first_guess = True
+    while True:
+        held, out = found.held(), found.ran_out()
+        if held is None:
+            if out == 1:
+                raise JobError(f"even a batch of 1 ran out of memory under {budget_mib} MiB on {short} "
+                               f"({rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
+            assert out is not None
+            candidate = max(1, out // 2)
+        elif out is None and held >= MAX_BATCH:
+            candidate = None  # the budget holds the largest batch there is: confirm it
+        elif out is None:
+            line = found.line()
+            if first_guess and prediction:  # the probes' prediction, however far above them
+                candidate = max(held + 1, prediction)
+            else:  # the line through everything that held, at the whole budget, at most doubling
+                guess = predict(*line, budget) if line else held * 2
+                candidate = max(held + 1, math.ceil(held * (1 + CLOSE)), min(guess, int(held * UP_MOST)))
+            candidate = min(MAX_BATCH, candidate)
+        elif out - held <= max(1, held * CLOSE):
+            candidate = None
+        else:
+            candidate = (held + out) // 2
+        first_guess = False
+        if candidate is not None:
+            run(candidate, "search", together)
+            continue
+        assert held is not None
+        peaks = found.peaks_at(held)
+        if len(peaks) >= repeats_needed(peaks):
+            break
+        run(held, "repeat", together)
+
+    answer = held
     out = found.ran_out()
     peaks = found.peaks_at(answer)
     near = [r for r in rows if not r["fits"] and r["batch"] <= answer * NEAR]
