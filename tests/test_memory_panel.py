@@ -47,7 +47,8 @@ def ready_event(pid: int) -> Event:
 def cell(panel: MemoryPanel, row: int, column: str) -> str:
     from tf_device_panel.gui.docks.memory_panel import GPU_COLUMNS
 
-    return panel.table.item(row, GPU_COLUMNS.index(column)).text()
+    item = panel.table.item(row, GPU_COLUMNS.index(column))
+    return "" if item is None else item.text()  # the rows exist before the first sample fills them
 
 
 def test_rows_show_each_gpu_with_na_fields_and_the_runtime_marked(qtbot, panel: MemoryPanel) -> None:

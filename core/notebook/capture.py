@@ -189,15 +189,19 @@ class OutputSieve:
     def _on_line(self, stream: str, raw: bytes, forward: Callable[[bytes], None]) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         kind, _ = parse_line(text, stream)
+        # The allocator's dump is written to fd 2 only. Lines of fd 1 are read on another thread and may arrive
+        # while a dump is being read: they are never part of it, and never held back with it.
+        in_dump_stream = stream == "stderr"
         with self._lock:
             captured = self._captured
             if captured is not None:
                 captured.lines.append((stream, text))
-                captured.dump.feed(text)
-                if _RAN_OUT in text and _NOT_A_FAILURE not in text:
-                    self._in_dump = True
-            held = captured is not None and (self._in_dump or _OOM in text)
-            if _OOM in text:
+                if in_dump_stream:
+                    captured.dump.feed(text)
+                    if _RAN_OUT in text and _NOT_A_FAILURE not in text:
+                        self._in_dump = True
+            held = captured is not None and in_dump_stream and (self._in_dump or _OOM in text)
+            if in_dump_stream and _OOM in text:
                 self._in_dump = False
         if not held and kind != PLACEMENT:  # written outside the lock: where it goes may be slow to read
             forward(raw)
