@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core import units
 from tf_device_panel.core.catalogue.fit_work import BATCH
 from tf_device_panel.core.catalogue.share_params import (
     SHARE_OPTIONS,
@@ -68,8 +69,9 @@ def show_share(parent: QWidget, config: DeviceConfig) -> ShareDialog:
     return dialog
 
 
-def mib_text(value: Any) -> str:
-    return "—" if not isinstance(value, (int, float)) else f"{value / MIB:,.1f} MiB"
+def bytes_as_mib(value: Any) -> str:
+    """A seat's figure in bytes as MiB ("—" where the record has none)."""
+    return "—" if not isinstance(value, (int, float)) else units.mib_text(value / MIB)
 
 
 class ShareDialog(QDialog):
@@ -272,8 +274,8 @@ class ShareDialog(QDialog):
             status = seat.get("status", "written")
             if seat.get("error"):
                 status += f": {seat['error']}"
-            values = (str(seat.get("seat")), str(seat.get("profile")), mib_text(seat.get("limit_bytes")),
-                      mib_text(seat.get("peak_bytes")), mib_text(seat.get("process_peak_bytes")), status)
+            values = (str(seat.get("seat")), str(seat.get("profile")), bytes_as_mib(seat.get("limit_bytes")),
+                      bytes_as_mib(seat.get("peak_bytes")), bytes_as_mib(seat.get("process_peak_bytes")), status)
             for column, value in enumerate(values):
                 item = QTableWidgetItem(value)
                 item.setToolTip(value)
