@@ -252,3 +252,21 @@ def test_a_fork_answered_too_late_shares_nothing_with_the_run_started_by_hand(
         runtime.stop()
     assert runtime.pid is not None and process_gone(runtime.pid)
     assert all(process_gone(pid) for pid in late)
+
+
+def test_a_manager_dropped_without_shutdown_is_not_kept_by_the_zygotes_hub() -> None:
+    """The zygotes' hub lives as long as the process; a RunManager it held strongly (the issue's review: a manager
+    never shut down stayed subscribed, and alive) is now held weakly and leaves no subscription behind."""
+    import gc
+    import weakref
+
+    from tf_device_panel.core.client.run_manager import RunManager
+
+    manager = RunManager(spares=1)
+    subscription = manager._zygote_subscription
+    assert subscription is not None and subscription.active
+    dropped = weakref.ref(manager)
+    del manager
+    gc.collect()
+    assert dropped() is None, "something still holds the manager"
+    assert not subscription.active

@@ -57,7 +57,7 @@ from tf_device_panel.core.client.session import (
     WaitingRefused,
 )
 from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.hub import Message
+from tf_device_panel.core.hub import Message, Subscription
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
@@ -204,8 +204,19 @@ class RunManager:
         self.spares = spares
         if spares:
             zygote.start_zygotes()  # a pool's next spares fork from it, warm in milliseconds
-            # A zygote that died: the window says so (its runs go on). Unsubscribed by `shutdown`.
-            zygote.hub.subscribe(self, zygote.ZygoteDied, self._zygote_news)
+            # A zygote that died: the window says so (its runs go on). The zygotes' hub lives as long as the
+            # process: it holds the manager weakly, and the subscription ends at `shutdown` or with the manager.
+            manager = weakref.ref(self)
+
+            def tell(died: zygote.ZygoteDied) -> None:
+                alive = manager()
+                if alive is not None:
+                    alive._zygote_news(died)
+
+            self._zygote_subscription: Subscription | None = zygote.hub.subscribe(manager, zygote.ZygoteDied, tell)
+            weakref.finalize(self, self._zygote_subscription)
+        else:
+            self._zygote_subscription = None
         self.describe_devices = spares > 0 if describe is None else describe
         self.process_factory = process_factory
         # How long a cancelled job may take to stop before its process is killed, and how long a process may
@@ -448,7 +459,8 @@ class RunManager:
         for thread in self._retired:
             thread.join(timeout)
         self._starter.close(timeout)
-        zygote.hub.unsubscribe_all(self)
+        if self._zygote_subscription is not None:
+            self._zygote_subscription()
         with self._lock:
             self.current = self.spare = self.describer = None
             pending, self.pending = self.pending, None
