@@ -48,6 +48,10 @@ COLUMNS = ("Date", "Job", "Status", "Duration", "Peak (MiB)")
 DIALOG_SIZE = (1400, 900)  # px at most; 90 % of a smaller screen
 PAGE_SIZE = 500            # runs listed at once; Newer and Older page through the rest
 POLL_MS = 25               # how often the GUI thread takes what the loader read
+# The peaks read from events start this long after the page is listed: an hour-long run's events take the loader a
+# second, holding the GIL half the time, and read while the window was still being built they made it open in 1.5 s
+# instead of 0.5 s (benchmarks/history_open.py, 500 such runs).
+PEAKS_AFTER_MS = 250
 NOT_READ_YET = "being read…"
 
 EventsKey = tuple[int, int]  # an events.jsonl's (size, mtime): its peaks are read again only when it changed
@@ -92,10 +96,10 @@ def _end(results: queue.SimpleQueue[object], ended: LoadEnded) -> None:
 
 
 def load_page(history: RunHistory, offset: int, generation: int, known: dict[str, tuple[EventsKey, RunPeaks]],
-              results: queue.SimpleQueue[object], superseded: threading.Event) -> None:
-    """On the loader thread: one page of summaries, then the peaks run.json does not keep (from `known` where the
-    events file has not changed since), until `superseded` (a newer refresh reads them). Touches no widget:
-    everything goes through `results`."""
+              results: queue.SimpleQueue[object], superseded: threading.Event, listed: threading.Event) -> None:
+    """On the loader thread: one page of summaries, then, once the GUI thread has `listed` them, the peaks run.json
+    does not keep (from `known` where the events file has not changed since), until `superseded` (a newer refresh
+    reads them). Touches no widget: everything goes through `results`."""
     try:
         total = len(history.run_ids())
         runs = history.summaries(limit=PAGE_SIZE, offset=offset)
@@ -104,11 +108,14 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
         return
     texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
     results.put(PageRead(generation, total, offset, runs, texts))
-    for run in runs:
+    # kept at the run's end; an unreadable run has no events to read
+    unkept = [run for run in runs if run.peaks is None and run.job]
+    while unkept and not listed.wait(0.05):
         if superseded.is_set():
             return
-        if run.peaks is not None or not run.job:  # kept at the run's end; an unreadable run has no events to read
-            continue
+    for run in unkept:
+        if superseded.is_set():
+            return
         try:
             info = os.stat(history.root / run.run_id / "events.jsonl")
             key = (info.st_size, info.st_mtime_ns)
@@ -167,6 +174,7 @@ class HistoryPanel(QWidget):
         self._generation = 0  # a newer refresh makes an older loader's results stale
         self._results: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._superseded = threading.Event()
+        self._listed = threading.Event()  # the page is in the table: the loader may read the peaks behind it
         self._closed = False
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
@@ -259,11 +267,12 @@ class HistoryPanel(QWidget):
         self._generation += 1
         self._superseded.set()  # the loader before stops: its page is not the one to show now
         self._superseded = threading.Event()
+        self._listed = threading.Event()
         self.loading = True
         self._update_paging()
         thread = threading.Thread(target=load_page, name="history-loader", daemon=True,
                                   args=(self.history, self.page_offset, self._generation, dict(self._read_peaks),
-                                        self._results, self._superseded))
+                                        self._results, self._superseded, self._listed))
         thread.start()
         self._poll.start()
 
@@ -301,6 +310,7 @@ class HistoryPanel(QWidget):
                     self.total_runs, self.page_offset = total, offset
                     self._texts = texts
                     self._fill(runs)
+                    QTimer.singleShot(PEAKS_AFTER_MS, self, self._listed.set)
                 case PeaksRead(run_id=run_id, key=key, peaks=peaks):
                     self._read_peaks[run_id] = (key, peaks)
                     self._show_peaks(run_id)
