@@ -21,6 +21,7 @@ and stderr. Nothing is ever written into them but what TensorFlow and the job pr
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import atexit
 import contextlib
@@ -247,6 +248,31 @@ class Command:
     after_pid: int | None           # the previous run's process, to wait for before initializing
 
 
+MADV_POPULATE_WRITE = 23  # Linux 5.14: fault a range in writable, as writing each page would (no data changed)
+
+
+def own_the_heap() -> int:
+    """Give this process its own copy of the heap it shares with the zygote it was forked from; returns the bytes
+    made its own (0 where the kernel cannot).
+
+    A fork shares the zygote's pages until either writes one; TensorFlow's first op then writes ~1,500 of the
+    heap's pages, each a copy-on-write fault: the first matmul took 51 ms in a spare against 45 ms in a bare
+    process (4,000 minor faults against 2,450). Done while the spare idles, before its job, it touches nothing of
+    TensorFlow's state (the spare still never initializes TensorFlow) and costs ~45 ms of a core and the heap's
+    size (~85 MiB) of memory no longer shared with the zygote."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            heap = [line.split()[0] for line in maps if line.rstrip().endswith("[heap]")]
+    except OSError:  # not Linux
+        return 0
+    owned = 0
+    for span in heap:
+        start, end = (int(bound, 16) for bound in span.split("-"))
+        if _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_POPULATE_WRITE) == 0:
+            owned += end - start
+    return owned
+
+
 def read_command(fd: int) -> Command | None:
     """The one command a spare waits for; None on end of file (the spare was discarded)."""
     data = b""
@@ -466,6 +492,9 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     info = describe_physical(tf)
     info.update({"applied": steps, "import_s": imported - started, "config": config.to_json()})
     emit(facts_event(events.WARM, info))
+    # While the spare waits for its job. A thread of `_thread`'s, not `threading`'s: a user's script started
+    # meanwhile must not find it among its threads (bare, it has one); it ends within ~50 ms.
+    _thread.start_new_thread(own_the_heap, ())
 
     try:
         command = read_command(commands_fd)
