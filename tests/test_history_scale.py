@@ -194,6 +194,27 @@ def test_the_loader_reads_no_events_before_the_page_is_listed() -> None:
     assert not loader.is_alive() and results.empty()
 
 
+def test_refreshing_while_the_peaks_wait_for_their_pause_is_safe(qtbot: Any) -> None:
+    """The pause before the peaks are read was a singleShot given the loader's Event's `set`: PySide keeps no
+    reference to a bound method's object, and a refresh that dropped that Event crashed the process when the
+    timer fired (a stress run lost 5 workers). Refreshes in a row, collected, then waited out."""
+    import gc
+
+    pytest.importorskip("PySide6")
+    from tf_device_panel.gui.docks.history_panel import HistoryPanel
+
+    history = RunHistory()
+    old_record(history, [("/CPU:0", 64.0)], rss_peak=900.0)
+    panel = HistoryPanel(history)
+    qtbot.addWidget(panel)
+    for _ in range(5):
+        panel.refresh()
+        qtbot.waitUntil(lambda: panel.table.rowCount() == 1, timeout=10_000)  # the page listed: the pause begins
+        gc.collect()
+    assert panel.wait_until_loaded()
+    assert panel.peaks(panel.selected_run() or next(iter(panel.summaries))) == {"/CPU:0": 64.0}
+
+
 def test_history_reaches_every_run_past_the_first_page(qtbot: Any) -> None:
     pytest.importorskip("PySide6")
     from tf_device_panel.gui.docks.history_panel import PAGE_SIZE, HistoryPanel

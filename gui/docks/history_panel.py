@@ -95,6 +95,12 @@ def _end(results: queue.SimpleQueue[object], ended: LoadEnded) -> None:
     ended.taken.wait(TAKEN_WAIT_S)
 
 
+def unkept(run: RunSummary) -> bool:
+    """A run whose peaks its run.json does not keep (recorded before it did): they are read from its events. An
+    unreadable run has no events to read."""
+    return run.peaks is None and bool(run.job)
+
+
 def load_page(history: RunHistory, offset: int, generation: int, known: dict[str, tuple[EventsKey, RunPeaks]],
               results: queue.SimpleQueue[object], superseded: threading.Event, listed: threading.Event) -> None:
     """On the loader thread: one page of summaries, then, once the GUI thread has `listed` them, the peaks run.json
@@ -108,12 +114,11 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
         return
     texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
     results.put(PageRead(generation, total, offset, runs, texts))
-    # kept at the run's end; an unreadable run has no events to read
-    unkept = [run for run in runs if run.peaks is None and run.job]
-    while unkept and not listed.wait(0.05):
+    reads = [run for run in runs if unkept(run)]
+    while reads and not listed.wait(0.05):
         if superseded.is_set():
             return
-    for run in unkept:
+    for run in reads:
         if superseded.is_set():
             return
         try:
@@ -179,6 +184,12 @@ class HistoryPanel(QWidget):
         self._poll = QTimer(self)
         self._poll.setInterval(POLL_MS)
         self._poll.timeout.connect(self._take_results)
+        # A timer of the panel's calling a method of the panel's: a singleShot given the Event's own `set` crashed
+        # the process when it fired after a refresh had dropped that Event (PySide held no reference to it).
+        self._peaks_after = QTimer(self)
+        self._peaks_after.setSingleShot(True)
+        self._peaks_after.setInterval(PEAKS_AFTER_MS)
+        self._peaks_after.timeout.connect(self._let_peaks_be_read)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
@@ -258,6 +269,7 @@ class HistoryPanel(QWidget):
         """The window is closing: the loader stops where it is and nothing more is taken from it."""
         self._superseded.set()
         self._poll.stop()
+        self._peaks_after.stop()
         self._closed = True
 
     def refresh(self) -> None:
@@ -268,6 +280,7 @@ class HistoryPanel(QWidget):
         self._superseded.set()  # the loader before stops: its page is not the one to show now
         self._superseded = threading.Event()
         self._listed = threading.Event()
+        self._peaks_after.stop()  # it was the loader's before
         self.loading = True
         self._update_paging()
         thread = threading.Thread(target=load_page, name="history-loader", daemon=True,
@@ -295,6 +308,9 @@ class HistoryPanel(QWidget):
             time.sleep(0.005)
         return not self.loading
 
+    def _let_peaks_be_read(self) -> None:
+        self._listed.set()
+
     def _take_results(self) -> None:
         while True:
             try:
@@ -310,13 +326,15 @@ class HistoryPanel(QWidget):
                     self.total_runs, self.page_offset = total, offset
                     self._texts = texts
                     self._fill(runs)
-                    QTimer.singleShot(PEAKS_AFTER_MS, self, self._listed.set)
+                    if any(unkept(run) for run in runs):  # the loader waits for the pause only then
+                        self._peaks_after.start()
                 case PeaksRead(run_id=run_id, key=key, peaks=peaks):
                     self._read_peaks[run_id] = (key, peaks)
                     self._show_peaks(run_id)
                 case LoadEnded(error=error):
                     self.loading = False
                     self._poll.stop()
+                    self._peaks_after.stop()
                     result.taken.set()
                     self._fit_columns()  # the peaks read since the page filled
                     if error is not None:  # the folder itself is unusable; a damaged run is a row of its own
