@@ -52,3 +52,40 @@ def test_a_users_script_gets_ctrl_c_as_bare_python_gives_it() -> None:
     """A script's own finalizer interrupted: Python's own message and behaviour, as in a terminal."""
     child = run_child("script")
     assert "Exception ignored" in child.stderr and "KeyboardInterrupt" in child.stderr
+
+
+def test_ctrl_c_inside_a_context_managers_exit_is_a_cancel_not_an_error() -> None:
+    """Ctrl+C landed inside TensorFlow's device scope's `__exit__`, whose own check then raised "Exiting device
+    scope without proper scope nesting" from the KeyboardInterrupt: the stopped custom-loop job was reported as an
+    error (1 cancel in 12; a stress run). A failure raised from a cancel, once cancel was asked, is the cancel; one
+    with no cancel behind it is still the job's error."""
+    import signal
+
+    from tf_device_panel.core.config import DeviceConfig
+    from tf_device_panel.core.protocol import events
+    from tf_device_panel.core.runproc import runtime_main
+
+    def stopped_in_an_exit() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("Exiting device scope without proper scope nesting") from None
+
+    def failing() -> None:
+        raise RuntimeError("Exiting device scope without proper scope nesting")
+
+    sigint = signal.getsignal(signal.SIGINT)
+    finished = []
+    try:
+        for cancelled, job in ((True, stopped_in_an_exit), (False, stopped_in_an_exit), (True, failing)):
+            sent: list[events.Event] = []
+            run = runtime_main.Run(sent.append, DeviceConfig(), "job-1", "custom-loop", {})
+            if cancelled:
+                run.context.cancel_requested.set()
+            run.conclude(job)
+            (end,) = [event for event in sent if isinstance(event, events.JobFinished)]
+            finished.append(end.status)
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # a run ignores Ctrl+C once its job is over
+    # `from None` hides the KeyboardInterrupt from the traceback, not from __context__: still the cancel
+    assert finished == ["cancelled", "error", "error"]

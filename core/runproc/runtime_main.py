@@ -303,6 +303,18 @@ def in_finalizer(frame: Any) -> bool:
     return False
 
 
+def came_of_cancel(exc: BaseException) -> bool:
+    """Whether `exc` was raised while a KeyboardInterrupt (or JobCancelled) was being handled, or from one."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (KeyboardInterrupt, JobCancelled)):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 class Run:
     """One job on this process's main thread: its events, its status, the process's exit status."""
 
@@ -369,10 +381,16 @@ class Run:
         except (JobError, ParamError) as exc:
             status, exit_code = "error", EXIT_JOB_FAILED
             error = events.Error(error_type=type(exc).__name__, message=str(exc), job_id=job_id)
-        except Exception as exc:  # a job's failure is reported as its result, with TF's message
-            status, exit_code = "error", EXIT_JOB_FAILED
-            error = events.Error(error_type=type(exc).__name__, message=str(exc).strip() or type(exc).__name__,
-                                 traceback=traceback.format_exc(limit=-8), job_id=job_id)
+        except Exception as exc:
+            if self.context.cancel_requested.is_set() and came_of_cancel(exc):
+                # Ctrl+C landed inside a context manager's exit, whose own check then failed on it (TensorFlow's
+                # device scope: "Exiting device scope without proper scope nesting"): the job was stopped.
+                status, exit_code = "cancelled", EXIT_JOB_FAILED
+                error = events.Error(error_type="Cancelled", message="cancelled by the user", job_id=job_id)
+            else:  # a job's failure is reported as its result, with TF's message
+                status, exit_code = "error", EXIT_JOB_FAILED
+                error = events.Error(error_type=type(exc).__name__, message=str(exc).strip() or type(exc).__name__,
+                                     traceback=traceback.format_exc(limit=-8), job_id=job_id)
         # The job is over: a late Ctrl+C must not cut its closing events short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.context.finish()
