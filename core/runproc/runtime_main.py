@@ -536,12 +536,17 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         return run_script(tf, run, info)
     close_script_channel()
     initializing = time.monotonic()
+    # TensorFlow starts its thread pools as it initializes: with SIGINT blocked meanwhile they inherit the block,
+    # and Ctrl+C is taken by this thread alone, never by one of theirs in the middle of a system call.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         info["logical"] = describe_logical(tf, config)
     except KeyboardInterrupt:
         return -signal.SIGINT
     except Exception as exc:
         return fail("initialize runtime", exc, tf_version=tf.__version__)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     info["init_s"] = time.monotonic() - initializing
     emit(facts_event(events.READY, info, job_id))
     if run is None:
