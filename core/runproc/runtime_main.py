@@ -497,6 +497,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     except (ConfigError, json.JSONDecodeError) as exc:
         return fail("configuration", exc)
 
+    inherited = "tensorflow" in sys.modules  # forked from a zygote that imported it: its heap is shared
     started = time.monotonic()
     try:
         import tensorflow as tf
@@ -510,9 +511,11 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     info = describe_physical(tf)
     info.update({"applied": steps, "import_s": imported - started, "config": config.to_json()})
     emit(facts_event(events.WARM, info))
-    # While the spare waits for its job. A thread of `_thread`'s, not `threading`'s: a user's script started
-    # meanwhile must not find it among its threads (bare, it has one); it ends within ~50 ms.
-    _thread.start_new_thread(own_the_heap, ())
+    # While the spare waits for its job, and only in a fork (a process started by hand wrote its heap itself). A
+    # thread of `_thread`'s, not `threading`'s: a user's script started meanwhile must not find it among its
+    # threads (bare, it has one); it ends within ~50 ms.
+    if inherited:
+        _thread.start_new_thread(own_the_heap, ())
 
     try:
         command = read_command(commands_fd)
