@@ -431,8 +431,9 @@ class FitProbe(TypedDict, total=False):
 
 
 class Boundary(TypedDict):
-    held: int                         # the answer: the largest batch that held in every one of its runs
+    held: int                         # the answer: held in every one of its runs, 10% or more under ran_out
     ran_out: int | None               # the smallest batch that ran out (None: none did, up to the largest batch)
+    largest_held: int                 # the largest batch whose runs all held (the answer, or above it)
 
 
 class AnswerPeaks(TypedDict):
@@ -476,9 +477,14 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
     peaks = result["answer_peaks"]
     out = boundary["ran_out"]
     lines = [f"boundary: {boundary['held']} held, " + (f"{out} ran out of memory" if out is not None else
-                                                       "nothing ran out"),
-             f"peaks at {answer}: {peaks['min_bytes'] / MIB:.1f}–{peaks['max_bytes'] / MIB:.1f} MiB of "
-             f"{result['budget_mib']} (spread {peaks['spread']:.0%})"]
+                                                       "nothing ran out")]
+    largest = boundary.get("largest_held", answer)
+    if out is not None and answer is not None and largest > answer:
+        lines.append(f"margin: {answer} is kept {1 - answer / out:.0%} under {out}, the smallest batch that ran out; "
+                     f"near the limit runs run out by chance (the largest batch whose runs all held: {largest})")
+    lines += [
+        f"peaks at {answer}: {peaks['min_bytes'] / MIB:.1f}–{peaks['max_bytes'] / MIB:.1f} MiB of "
+        f"{result['budget_mib']} (spread {peaks['spread']:.0%})"]
     if result.get("process_peak_bytes"):
         lines.append(f"the process's own peak at {answer}: {mib_text(_figure(result['process_peak_bytes']) / MIB, 0)} "
                      "resident (TensorFlow's runtime beside the allocator's)")

@@ -8,12 +8,15 @@ its device capped at the budget (core.panel_runs.runs): what the user runs when 
    line predicts the batch whose peak is PREDICT_SHARE of the budget.
 2. Search: the boundary is the largest batch that held (in all its runs) and the smallest that ran out. The
    first try is the prediction; while nothing has run out the search goes up, then it halves the gap until the
-   two are within CLOSE of each other. The allocator's peak does not warn of a run's end: near the limit runs
+   two are within WIDE of each other. The allocator's peak does not warn of a run's end: near the limit runs
    die of fragmentation (one large block asked for, with the pool far from full) while others at the same batch
    peak well under it, and peaks at one batch spread by a third from run to run. So only runs decide.
-3. Answer: the largest batch that held, run again until it has held REPEATS times (MORE_REPEATS when its peaks
-   spread by more than SPREAD_FOR_MORE); a run out of memory among them makes it the new "ran out" and the search
-   goes on below it.
+3. Answer: the largest batch that held and lies at least MARGIN below the smallest that ran out. Near the limit
+   runs run out at random (the cnn under 256 MiB: every run up to 432 held, from 434 to 480 one run in three or
+   four ran out), so a batch just under one that ran out may hold in its repeats by chance and run out in the
+   user's run; a step below the first failure is where runs stop running out. The answer is run until it has
+   held REPEATS times (MORE_REPEATS when its peaks spread by more than SPREAD_FOR_MORE or a run held above one
+   that ran out); a run out of memory among them makes it the new "ran out" and the search goes on below it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import math
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.catalogue.jobs import JobError
@@ -42,10 +46,11 @@ from tf_device_panel.core.units import MIB, mib_text
 PROBES = 3
 PROBE_GROWTH = 4           # each probe's batch is this times the last
 PREDICT_SHARE = 0.85       # the first guess: the batch whose predicted peak is this share of the budget
-CLOSE = 0.05               # the search ends when the smallest batch that ran out is within this of the largest held
+WIDE = 0.10                # the search ends when the smallest batch that ran out is within this of the largest held
+MARGIN = 0.10              # the answer stays at least this far below the smallest batch that ran out
 UP_MOST = 2.0              # going up, one step at most doubles the batch
-REPEATS = 3
-MORE_REPEATS = 5
+REPEATS = 4
+MORE_REPEATS = 6           # when runs ran out by chance (see SearchState.by_chance) or the answer's peaks spread
 SPREAD_FOR_MORE = 0.10     # peaks at the answer spread wider than this (of the largest): MORE_REPEATS
 NEAR = 1.25                # failures up to this times the answer count as "near" it
 MAX_BATCH = 1_000_000      # the fit job's own limit
@@ -71,9 +76,15 @@ def predict(fixed: float, per_sample: float, budget_bytes: float) -> int:
     return max(1, min(MAX_BATCH, math.floor((budget_bytes - fixed) / per_sample)))
 
 
-def repeats_needed(peaks: list[int]) -> int:
-    """How many times the answer must hold: REPEATS, or MORE_REPEATS when its peaks spread widely."""
-    if len(peaks) >= 2 and (max(peaks) - min(peaks)) / max(peaks) > SPREAD_FOR_MORE:
+def below_failure(ran_out: int) -> int:
+    """The largest batch at least MARGIN below `ran_out` (the batch just under it where batches are small)."""
+    return max(1, min(ran_out - 1, math.floor(ran_out / (1 + MARGIN))))
+
+
+def repeats_needed(peaks: list[int], by_chance: bool = False) -> int:
+    """How many times the answer must hold: REPEATS, or MORE_REPEATS when its peaks spread widely or runs near
+    the limit ran out by chance."""
+    if by_chance or (len(peaks) >= 2 and (max(peaks) - min(peaks)) / max(peaks) > SPREAD_FOR_MORE):
         return MORE_REPEATS
     return REPEATS
 
@@ -94,6 +105,11 @@ class SearchState:
         held = {r["batch"] for r in self.rows if r["fits"]} - {r["batch"] for r in self.rows if not r["fits"]}
         return max((b for b in held if out is None or b < out), default=None)
 
+    def by_chance(self) -> bool:
+        """Whether a run held at or above a batch that ran out: near the limit, runs run out at random."""
+        out = self.ran_out()
+        return out is not None and any(r["fits"] and r["batch"] >= out for r in self.rows)
+
     def peaks_at(self, batch: int) -> list[int]:
         return [r["peak_bytes"] for r in self.rows if r["batch"] == batch and r["fits"] and r["peak_bytes"]]
 
@@ -109,6 +125,33 @@ class SearchState:
                 return 0.0, peak / batch
             return None
         return fit_line(sorted(points.items()))
+
+
+Step = Literal["search", "repeat", "answer", "nothing fits"]
+
+
+def next_step(found: SearchState, prediction: int | None, budget: int) -> tuple[Step, int]:
+    """What to run next, from every run so far: a search's try, a repeat of the answer, or the answer itself.
+
+    `prediction` is the probes' first guess, given only before the search's first try.
+    """
+    held, out = found.held(), found.ran_out()
+    if held is None:
+        assert out is not None, "the search starts after at least one run"
+        return ("nothing fits", 1) if out == 1 else ("search", max(1, out // 2))
+    if out is None and held < MAX_BATCH:
+        if prediction:  # the probes' prediction, however far above them
+            return "search", min(MAX_BATCH, max(held + 1, prediction))
+        # the line through everything that held, at the whole budget, stepping at least WIDE, at most doubling
+        line = found.line()
+        guess = predict(*line, budget) if line else held * 2
+        return "search", min(MAX_BATCH, max(held + 1, math.ceil(held * (1 + WIDE)), min(guess, int(held * UP_MOST))))
+    if out is not None and out - held > max(1, held * WIDE):
+        return "search", (held + out) // 2
+    # Within WIDE (or the budget holds the largest batch there is): the answer, once it has held its repeats.
+    answer = held if out is None else min(held, below_failure(out))
+    peaks = found.peaks_at(answer)
+    return ("answer", answer) if len(peaks) >= repeats_needed(peaks, found.by_chance()) else ("repeat", answer)
 
 
 def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str = "", budget_mib: int = 256,
@@ -187,38 +230,16 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
     together = 1 if short.startswith("/GPU:") else SIDE_BY_SIDE
     first_guess = True
     while True:
-        held, out = found.held(), found.ran_out()
-        if held is None:
-            if out == 1:
-                raise JobError(f"even a batch of 1 ran out of memory under {budget_mib} MiB on {short} "
-                               f"({rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
-            assert out is not None
-            candidate = max(1, out // 2)
-        elif out is None and held >= MAX_BATCH:
-            candidate = None  # the budget holds the largest batch there is: confirm it
-        elif out is None:
-            line = found.line()
-            if first_guess and prediction:  # the probes' prediction, however far above them
-                candidate = max(held + 1, prediction)
-            else:  # the line through everything that held, at the whole budget, at most doubling
-                guess = predict(*line, budget) if line else held * 2
-                candidate = max(held + 1, math.ceil(held * (1 + CLOSE)), min(guess, int(held * UP_MOST)))
-            candidate = min(MAX_BATCH, candidate)
-        elif out - held <= max(1, held * CLOSE):
-            candidate = None
-        else:
-            candidate = (held + out) // 2
+        step, batch = next_step(found, prediction if first_guess else None, budget)
         first_guess = False
-        if candidate is not None:
-            run(candidate, "search", together)
-            continue
-        assert held is not None
-        peaks = found.peaks_at(held)
-        if len(peaks) >= repeats_needed(peaks):
+        if step == "nothing fits":
+            raise JobError(f"even a batch of 1 ran out of memory under {budget_mib} MiB on {short} "
+                           f"({rows[-1].get('error') or 'out of memory'}); give it a larger budget_mib")
+        if step == "answer":
             break
-        run(held, "repeat", together)
+        run(batch, step, together)
+    answer = batch
 
-    answer = held
     out = found.ran_out()
     peaks = found.peaks_at(answer)
     near = [r for r in rows if not r["fits"] and r["batch"] <= answer * NEAR]
@@ -242,7 +263,7 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
         "predicted_max_batch": answer,
         "prediction": prediction or answer,
         "verified": True,
-        "boundary": {"held": answer, "ran_out": out},
+        "boundary": {"held": answer, "ran_out": out, "largest_held": found.held() or answer},
         "repeats": len(peaks),
         "answer_peaks": {"min_bytes": min(peaks), "max_bytes": max(peaks),
                          "spread": (max(peaks) - min(peaks)) / max(peaks)},
