@@ -87,7 +87,8 @@ def _simulated_search(ran_out: Callable[[int], bool], boundary: int, budget: int
     def run(batch: int, times: int = 1) -> None:
         for _ in range(times):
             fits = not ran_out(batch)
-            found.rows.append({"batch": batch, "fits": fits, "peak_bytes": int(10 * MIB + batch * per_sample) if fits else None})
+            peak = int(10 * MIB + batch * per_sample) if fits else None
+            found.rows.append({"batch": batch, "fits": fits, "peak_bytes": peak})
 
     batch = 8
     for _ in range(3):

@@ -16,16 +16,20 @@ the script's output has a channel of its own), so bare and panel could not be co
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import ROOT
+from tf_device_panel.core import cli
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import Nvml
@@ -106,6 +110,25 @@ def with_prelude(source: str, prelude: str) -> str:
     return "".join(lines[:cut]) + prelude + "\n" + "".join(lines[cut:])
 
 
+@contextlib.contextmanager
+def caught_streams() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
+    """sys.stdout and sys.stderr as byte buffers (what the command line writes through their `.buffer` too)."""
+    out, err = io.BytesIO(), io.BytesIO()
+    streams = (io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", write_through=True),
+               io.TextIOWrapper(err, encoding="utf-8", errors="surrogateescape", write_through=True))
+    with contextlib.redirect_stdout(streams[0]), contextlib.redirect_stderr(streams[1]):
+        yield out, err
+
+
+def run_panel(argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> subprocess.CompletedProcess[str]:
+    """`tf-device-panel ARGV` in this process, in `cwd`: its exit status and what it wrote."""
+    monkeypatch.chdir(cwd)
+    with caught_streams() as (out, err):
+        status = cli.main(argv)
+    return subprocess.CompletedProcess(argv, status, out.getvalue().decode("utf-8", "replace"),
+                                       err.getvalue().decode("utf-8", "replace"))
+
+
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run to the end; the output decoded as it was written (text=True would turn each `\r` into a new line)."""
     done = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
@@ -115,7 +138,8 @@ def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("example, variant", cases())
-def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, example: Path, variant: str) -> None:
+def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           example: Path, variant: str) -> None:
     found = options(example)
     profile = dict(found["profile"])  # type: ignore[call-overload]
     source = example.read_text(encoding="utf-8")
@@ -132,8 +156,11 @@ def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, exampl
     script = tmp_path / example.name
 
     script.write_text(source, encoding="utf-8")
-    panel = run([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script.name}",
-                 "--config", "profile.json"], tmp_path)
+    argv = ["run", "script", "-p", f"path={script.name}", "--config", "profile.json"]
+    if variant == "soft-placement-off":  # the whole command line, a process of its own
+        panel = run([sys.executable, "-m", "tf_device_panel", *argv], tmp_path)
+    else:
+        panel = run_panel(argv, tmp_path, monkeypatch)
     script.write_text(with_prelude(source, to_python_snippet(config)), encoding="utf-8")
     bare = run([sys.executable, script.name], tmp_path)
 
