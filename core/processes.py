@@ -20,9 +20,12 @@ from typing import Any
 
 PARENT_PID_ENV = "TF_DEVICE_PANEL_PARENT_PID"
 
-# `python -c` puts '' (the current folder) first on sys.path; drop it, then run the module as -m would.
-_RUN_MODULE = ("import runpy, sys; del sys.path[0]; "
-               "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+# `python -c` puts '' (the current folder) first on sys.path; drop it, then run the module as -m would. SIGINT is
+# unblocked first: a run process's built-in job blocks it in every thread (core.runproc.runtime_main's
+# take_ctrl_c_on_a_thread), and a signal mask passes through fork and exec to the cluster's tasks and
+# fit-batch's runs, whose Ctrl+C would then never arrive.
+_RUN_MODULE = ("import runpy, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+               "del sys.path[0]; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
 
 
 def module_command(module: str, *args: str, python: str | None = None) -> list[str]:

@@ -10,6 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+from helpers import collect_job, events_until, of_type, progress_at_least
+from tf_device_panel.core.client.runtime import RuntimeProcess
+from tf_device_panel.core.protocol import events
 
 CHILD = textwrap.dedent("""
     import os, signal, sys, time
@@ -62,7 +67,6 @@ def test_ctrl_c_inside_a_context_managers_exit_is_a_cancel_not_an_error() -> Non
     import signal
 
     from tf_device_panel.core.config import DeviceConfig
-    from tf_device_panel.core.protocol import events
     from tf_device_panel.core.runproc import runtime_main
 
     def stopped_in_an_exit() -> None:
@@ -89,3 +93,51 @@ def test_ctrl_c_inside_a_context_managers_exit_is_a_cancel_not_an_error() -> Non
         signal.signal(signal.SIGINT, sigint)  # a run ignores Ctrl+C once its job is over
     # `from None` hides the KeyboardInterrupt from the traceback, not from __context__: still the cancel
     assert finished == ["cancelled", "error", "error"]
+
+
+SIGINT_BIT = 1 << (2 - 1)  # SIGINT in /proc's signal masks
+
+
+def blocks_sigint(status_file: Path) -> bool:
+    for line in status_file.read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return bool(int(line.split()[1], 16) & SIGINT_BIT)
+    raise AssertionError(f"no SigBlk line in {status_file}")
+
+
+def test_during_a_built_in_job_no_thread_takes_sigint_from_the_kernel_and_ctrl_c_still_stops_it(
+        three_cpus: RuntimeProcess) -> None:
+    """Ctrl+C delivered by the kernel interrupted whichever thread took it in the middle of a system call (the main
+    thread waiting inside TensorFlow's C++ on the custom loop's step, or a thread of TensorFlow's): the process
+    died by SIGSEGV in about one cancel in thirty (CI, 2026-11-27). Every thread blocks SIGINT; one of ours waits
+    for it and raises KeyboardInterrupt on the main thread."""
+    job_id = three_cpus.submit("custom-loop", {"steps": 1_000_000})
+    seen = events_until(three_cpus, progress_at_least(1), timeout=90)
+    pid = three_cpus.pid
+    assert pid is not None
+    threads = list(Path(f"/proc/{pid}/task").glob("*/status"))
+    assert len(threads) > 3  # TensorFlow's pools, the waiter
+    unblocked = [(status.parent / "comm").read_text().strip() for status in threads if not blocks_sigint(status)]
+    assert unblocked == ["ctrl-c"]  # the one that waits for it (sigwait unblocks what it waits for)
+
+    three_cpus.cancel(grace=20)
+    seen += collect_job(three_cpus, job_id, timeout=60)
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
+    assert three_cpus.exited is not None and not three_cpus.exited.killed_for_cancel
+
+
+def test_our_child_processes_take_sigint_again_whatever_their_parent_blocked(tmp_path: Path) -> None:
+    """A signal mask passes through fork and exec: a built-in job's cluster tasks and fit-batch's runs, started
+    with SIGINT blocked, would never get their Ctrl+C."""
+    (tmp_path / "report_mask.py").write_text(
+        "print(next(line for line in open('/proc/self/status') if line.startswith('SigBlk:')).split()[1])\n")
+    parent = textwrap.dedent(f"""
+        import signal, subprocess
+        from tf_device_panel.core.processes import start_module
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
+        child = start_module("report_mask", env={{"PYTHONPATH": {str(tmp_path)!r}}}, stdout=subprocess.PIPE)
+        print(child.communicate(timeout=60)[0].decode().strip())
+    """)
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not int(done.stdout.strip(), 16) & SIGINT_BIT

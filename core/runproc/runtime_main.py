@@ -481,12 +481,39 @@ def close_script_channel() -> None:
         script_channel = None
 
 
+PR_SET_NAME = 15
+
+
+def take_ctrl_c_on_a_thread() -> None:
+    """Ctrl+C for a built-in job, with SIGINT blocked in every thread: a thread of ours waits for it and raises
+    KeyboardInterrupt on the main thread as the signal would (`_thread.interrupt_main`: the handler runs there,
+    at its next Python instruction).
+
+    Delivered by the kernel, SIGINT interrupted whichever thread took it in the middle of a system call: the
+    main thread inside TensorFlow's C++ (a step of the custom loop, waiting on its executor) or a thread of
+    TensorFlow's, and the process died by SIGSEGV in about one cancel in thirty. Through this thread no system
+    call of theirs is interrupted. A user's script is not run this way: it gets Ctrl+C as a bare `python` gives
+    it (its own handlers, its children's signal mask). Our own child processes unblock SIGINT as they start
+    (core.processes)."""
+    def wait() -> None:
+        ctypes.CDLL(None).prctl(PR_SET_NAME, b"ctrl-c")  # its name in /proc, where it alone waits for SIGINT
+        while True:
+            signal.sigwait({signal.SIGINT})
+            _thread.interrupt_main(signal.SIGINT)  # nothing once the job is over (SIGINT ignored then)
+
+    threading.Thread(target=wait, name="ctrl-c", daemon=True).start()
+
+
 def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     """Warm up, take one command, carry it out; returns the exit status."""
     emit = EventWriter(events_fd)
     # Until the job runs, Ctrl+C (a job cancelled the moment it was handed over) ends this process as it
     # would end a bare one, by the signal, without a KeyboardInterrupt traceback from inside an import.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # And no thread started from here on takes it from the kernel (TensorFlow's, ours): it waits, blocked, for the
+    # job. A built-in job takes it on a thread of ours (take_ctrl_c_on_a_thread); a script's main thread unblocks
+    # it, as a bare run has it.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
     def fail(stage: str, exc: BaseException, **extra: Any) -> int:
         emit(events.StartupError(**{"stage": stage, "error_type": type(exc).__name__, "message": str(exc), **extra}))
@@ -536,20 +563,16 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     if command.after_pid is not None:
         wait_for_exit(command.after_pid, emit, job_id)
     if run is not None and run.name == "script":
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl+C that came meanwhile is taken now
         return run_script(tf, run, info)
     close_script_channel()
     initializing = time.monotonic()
-    # TensorFlow starts its thread pools as it initializes: with SIGINT blocked meanwhile they inherit the block,
-    # and Ctrl+C is taken by this thread alone, never by one of theirs in the middle of a system call.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # TensorFlow's thread pools start as it initializes, with SIGINT blocked, as this thread has it.
     try:
         info["logical"] = describe_logical(tf, config)
-    except KeyboardInterrupt:
-        return -signal.SIGINT
     except Exception as exc:
         return fail("initialize runtime", exc, tf_version=tf.__version__)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    take_ctrl_c_on_a_thread()  # a Ctrl+C that came during the initialization is taken now
     info["init_s"] = time.monotonic() - initializing
     emit(facts_event(events.READY, info, job_id))
     if run is None:
