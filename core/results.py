@@ -480,8 +480,8 @@ def _fit_batch(result: FitBatchResult) -> Presentation:
                                                        "nothing ran out")]
     largest = boundary.get("largest_held", answer)
     if out is not None and answer is not None and largest > answer:
-        lines.append(f"margin: {answer} is kept {1 - answer / out:.0%} under {out}, the smallest batch that ran out; "
-                     f"near the limit runs run out by chance (the largest batch whose runs all held: {largest})")
+        lines.append(f"margin: {out}, the smallest batch that ran out, is {out / answer - 1:.0%} above {answer}; near "
+                     f"the limit runs run out by chance ({largest} held in every run it had)")
     lines += [
         f"peaks at {answer}: {peaks['min_bytes'] / MIB:.1f}–{peaks['max_bytes'] / MIB:.1f} MiB of "
         f"{result['budget_mib']} (spread {peaks['spread']:.0%})"]

@@ -341,3 +341,9 @@ def test_the_result_names_the_boundary_and_the_kind_of_failures_near_it() -> Non
     (plot,) = presentation.plots
     assert plot.series[0].x == (300.0, 500.0)       # sorted by batch, not in the order they ran
     assert plot.series[1].x == (528.0,)
+    assert "margin" not in text                      # nothing held between the answer and the failure
+
+    result["boundary"] = {"held": 480, "ran_out": 528, "largest_held": 500}  # 500 held, but within the margin
+    result["predicted_max_batch"] = 480
+    text = "\n".join(present(result).lines)  # type: ignore[union-attr]
+    assert "margin: 528, the smallest batch that ran out, is 10% above 480" in text and "500 held in every run" in text
