@@ -24,7 +24,8 @@ PARENT_PID_ENV = "TF_DEVICE_PANEL_PARENT_PID"
 # unblocked first: a run process's built-in job blocks it in every thread (core.runproc.runtime_main's
 # take_ctrl_c_on_a_thread), and a signal mask passes through fork and exec to the cluster's tasks and
 # fit-batch's runs, whose Ctrl+C would then never arrive.
-_RUN_MODULE = ("import runpy, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+_RUN_MODULE = ("import runpy, signal, sys; hasattr(signal, 'pthread_sigmask') and "
+               "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
                "del sys.path[0]; runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
 
 

@@ -431,7 +431,7 @@ class FitProbe(TypedDict, total=False):
 
 
 class Boundary(TypedDict):
-    held: int                         # the answer: held in every one of its runs, 10% or more under ran_out
+    held: int                         # the answer: held in all its runs, 10% under ran_out (1 for small ones)
     ran_out: int | None               # the smallest batch that ran out (None: none did, up to the largest batch)
     largest_held: int                 # the largest batch whose runs all held (the answer, or above it)
 

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from helpers import collect_job, events_until, of_type, progress_at_least
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.protocol import events
@@ -141,3 +142,20 @@ def test_our_child_processes_take_sigint_again_whatever_their_parent_blocked(tmp
     done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert not int(done.stdout.strip(), 16) & SIGINT_BIT
+
+
+@pytest.mark.parametrize("job, params", [("matmul", {}), ("script", {"path": "-c"})])
+def test_a_cancel_before_the_job_begins_ends_it_cancelled(three_cpus: RuntimeProcess, tmp_path: Path, job: str,
+                                                          params: dict) -> None:
+    """Stop pressed the moment a job is handed over: its SIGINT waits, blocked, while the run process reads the
+    command and TensorFlow initializes, and is taken before the job begins. That run ends cancelled, by the
+    signal, as a bare process would (a KeyboardInterrupt raised outside the job's own handling crashed it)."""
+    if job == "script":
+        script = tmp_path / "long.py"
+        script.write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
+        params = {"path": str(script)}
+    job_id = three_cpus.submit(job, params)
+    three_cpus.cancel(grace=20)
+    seen = collect_job(three_cpus, job_id, timeout=60)
+    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
+    assert three_cpus.exited is not None and not three_cpus.exited.killed_for_cancel

@@ -507,12 +507,12 @@ def take_ctrl_c_on_a_thread() -> None:
 def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     """Warm up, take one command, carry it out; returns the exit status."""
     emit = EventWriter(events_fd)
-    # Until the job runs, Ctrl+C (a job cancelled the moment it was handed over) ends this process as it
-    # would end a bare one, by the signal, without a KeyboardInterrupt traceback from inside an import.
+    # Ctrl+C before the job begins (a job cancelled the moment it was handed over) ends this process by the
+    # signal, as it would end a bare one, without a KeyboardInterrupt traceback from inside an import. No thread
+    # started from here on takes it from the kernel (TensorFlow's, ours): it waits, blocked, for the job. A
+    # built-in job takes it on a thread of ours (take_ctrl_c_on_a_thread); a script's main thread unblocks it, as
+    # a bare run has it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    # And no thread started from here on takes it from the kernel (TensorFlow's, ours): it waits, blocked, for the
-    # job. A built-in job takes it on a thread of ours (take_ctrl_c_on_a_thread); a script's main thread unblocks
-    # it, as a bare run has it.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
     def fail(stage: str, exc: BaseException, **extra: Any) -> int:
@@ -563,7 +563,10 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     if command.after_pid is not None:
         wait_for_exit(command.after_pid, emit, job_id)
     if run is not None and run.name == "script":
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl+C that came meanwhile is taken now
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl+C that came meanwhile: taken now
+        except KeyboardInterrupt:
+            return -signal.SIGINT  # cancelled before the script began: ended by the signal
         return run_script(tf, run, info)
     close_script_channel()
     initializing = time.monotonic()
@@ -572,19 +575,23 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         info["logical"] = describe_logical(tf, config)
     except Exception as exc:
         return fail("initialize runtime", exc, tf_version=tf.__version__)
-    take_ctrl_c_on_a_thread()  # a Ctrl+C that came during the initialization is taken now
-    info["init_s"] = time.monotonic() - initializing
-    emit(facts_event(events.READY, info, job_id))
-    if run is None:
-        return EXIT_OK
-    run.devices = runtime_devices(info, config)
-    memory = MemoryReporter(tf, allocator_devices(info["logical"], config), emit, str(job_id))
-    memory.start()
-    run.at_end.append(memory.sample)  # the run's final peak, whatever its length
+    memory: MemoryReporter | None = None
     try:
-        return run.execute()
+        take_ctrl_c_on_a_thread()  # a Ctrl+C that came meanwhile is taken now
+        info["init_s"] = time.monotonic() - initializing
+        emit(facts_event(events.READY, info, job_id))
+        if run is None:
+            return EXIT_OK
+        run.devices = runtime_devices(info, config)
+        memory = MemoryReporter(tf, allocator_devices(info["logical"], config), emit, str(job_id))
+        memory.start()
+        run.at_end.append(memory.sample)  # the run's final peak, whatever its length
+        return run.execute()  # from the job's start, its own handling takes a Ctrl+C
+    except KeyboardInterrupt:
+        return -signal.SIGINT  # cancelled before the job began: ended by the signal
     finally:
-        memory.stopped.set()
+        if memory is not None:
+            memory.stopped.set()
 
 
 def run_script(tf: Any, run: Run, info: RuntimeFacts) -> int:
@@ -707,7 +714,9 @@ def exit_with(status: int, events_fd: int | None) -> None:
                 os.close(fd)
     if status < 0:
         signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
+        # To this thread, unblocked (a built-in job's run blocks SIGINT; its waiting thread would take it)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {-status})
+        signal.pthread_kill(threading.get_ident(), -status)
     os._exit(status & 0xFF)
 
 

@@ -78,7 +78,7 @@ def predict(fixed: float, per_sample: float, budget_bytes: float) -> int:
 
 def below_failure(ran_out: int) -> int:
     """The largest batch at least MARGIN below `ran_out` (the batch just under it where batches are small)."""
-    return max(1, min(ran_out - 1, math.floor(ran_out / (1 + MARGIN))))
+    return max(1, min(ran_out - 1, math.floor(ran_out / (1 + MARGIN) + 1e-9)))  # 1e-9: 110 / 1.1 is 99.99…
 
 
 def repeats_needed(peaks: list[int], by_chance: bool = False) -> int:
