@@ -251,7 +251,17 @@ class Command:
 MADV_POPULATE_WRITE = 23  # Linux 5.14: fault a range in writable, as writing each page would (no data changed)
 
 
-def own_the_heap() -> int:
+def heap_spans() -> list[tuple[int, int]]:
+    """(start, end) of this process's heap mappings, from /proc/self/maps (none where there is no such file)."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            spans = [line.split()[0] for line in maps if line.rstrip().endswith("[heap]")]
+    except OSError:  # not Linux
+        return []
+    return [(int(start, 16), int(end, 16)) for start, end in (span.split("-") for span in spans)]
+
+
+def own_the_heap(spans: list[tuple[int, int]] | None = None) -> int:
     """Give this process its own copy of the heap it shares with the zygote it was forked from; returns the bytes
     made its own (0 where the kernel cannot).
 
@@ -260,14 +270,8 @@ def own_the_heap() -> int:
     process (4,000 minor faults against 2,450). Done while the spare idles, before its job, it touches nothing of
     TensorFlow's state (the spare still never initializes TensorFlow) and costs ~45 ms of a core and the heap's
     size (~85 MiB) of memory no longer shared with the zygote."""
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-            heap = [line.split()[0] for line in maps if line.rstrip().endswith("[heap]")]
-    except OSError:  # not Linux
-        return 0
     owned = 0
-    for span in heap:
-        start, end = (int(bound, 16) for bound in span.split("-"))
+    for start, end in heap_spans() if spans is None else spans:
         if _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_POPULATE_WRITE) == 0:
             owned += end - start
     return owned
@@ -542,7 +546,8 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     # thread of `_thread`'s, not `threading`'s: a user's script started meanwhile must not find it among its
     # threads (bare, it has one); it ends within ~50 ms.
     if inherited:
-        _thread.start_new_thread(own_the_heap, ())
+        # The maps read here: a script started at once listed the thread's open /proc/self/maps among its fds.
+        _thread.start_new_thread(own_the_heap, (heap_spans(),))
 
     try:
         command = read_command(commands_fd)
