@@ -500,7 +500,7 @@ def take_ctrl_c_on_a_thread() -> None:
     it (its own handlers, its children's signal mask). Our own child processes unblock SIGINT as they start
     (core.processes)."""
     def wait() -> None:
-        ctypes.CDLL(None).prctl(PR_SET_NAME, b"ctrl-c")  # its name in /proc, where it alone waits for SIGINT
+        _libc.prctl(PR_SET_NAME, b"ctrl-c")  # its name in /proc, where it alone waits for SIGINT
         while True:
             signal.sigwait({signal.SIGINT})
             _thread.interrupt_main(signal.SIGINT)  # nothing once the job is over (SIGINT ignored then)
