@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -31,6 +32,19 @@ def clip(text: str, limit: int = 200) -> str:
     """One line of at most `limit` characters."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def tf_error_text(message: str | None, limit: int = 400) -> str:
+    """TensorFlow's error without the Python stack it repeats: "Graph execution error: Detected at node N defined
+    at (most recent call last): File … MESSAGE [[{{node N}}]] [Op:…]" becomes "at node N: MESSAGE", one line of at
+    most `limit` characters. Any other text is only clipped."""
+    text = str(message or "")
+    node = re.search(r"Detected at node (\S+) defined at", text)
+    if not node:
+        return clip(text, limit)
+    said = [line.strip() for line in text.splitlines()[1:] if line.strip()
+            and not line.lstrip().startswith(("File ", "[[", "Detected at node"))]
+    return clip(f"at node {node.group(1)}: {' '.join(said) or 'no message'}", limit)
 
 
 class DuplicateKey(ValueError):

@@ -35,3 +35,16 @@ def test_a_held_report_never_follows_the_jobs_end() -> None:
     wait_until(lambda: not set(threading.enumerate()) - threads_before, timeout=10,
                message=f"the held report's timer ({PROGRESS_INTERVAL_S} s) never ended")
     assert [e.message for e in sent] == ["step 0"]
+
+
+def test_tensorflows_error_loses_the_python_stack_it_repeats_and_keeps_its_node_and_message() -> None:
+    from tf_device_panel.core.text import tf_error_text
+
+    # as TensorFlow 2.21 words a failed tf.function (a gather past the end)
+    said = ('Graph execution error:\n\nDetected at node GatherV2 defined at (most recent call last):\n  File '
+            '"<string>", line 7, in <module>\n\n  File "<string>", line 5, in f\n\nindices[0] = 5 is not in [0, 3)\n'
+            '\t [[{{node GatherV2}}]] [Op:__inference_f_8]')
+    assert tf_error_text(said) == "at node GatherV2: indices[0] = 5 is not in [0, 3)"
+    assert tf_error_text("plain\nerror") == "plain error"
+    assert tf_error_text(None) == ""
+    assert len(tf_error_text("x" * 1000, limit=50)) == 50

@@ -55,6 +55,20 @@ def test_every_seat_of_an_h100_holding_its_limit_and_its_measured_context_at_onc
     assert seats * (plan.seat_mib + max(CONTEXTS_MIB)) <= H100["cuda_total_mib"]
 
 
+H200 = json.loads((Path(__file__).parent / "fixtures" / "h200" / "gpu.json").read_text())
+
+
+@pytest.mark.parametrize("seats", [1, 2, 3, 7, 50, 200, 252])
+def test_every_seat_of_an_h200_holding_its_limit_and_the_context_read_there_fits_cudas_total(seats) -> None:
+    # Read on an H200 (scripts/gpu_acceptance.py --record): CUDA's total, and the 522 MiB a process held under
+    # memory growth after one op — the H100's context, which CONTEXT_RESERVE_MIB and HEADROOM_MIB cover.
+    gpu = GpuInfo(index=0, name=H200["nvml"]["name"], total_mib=H200["cuda_total_mib"], total_source="CUDA")
+    context = H200["process_memory_after_first_op_mib"]["growth"]
+    assert context <= CONTEXT_RESERVE_MIB + HEADROOM_MIB
+    plan = plan_seats(DeviceConfig(), seats, [gpu])
+    assert seats * (plan.seat_mib + context) <= H200["cuda_total_mib"]
+
+
 def test_an_h100_split_in_three_reserves_each_seats_context_and_fits_cudas_total() -> None:
     plan = plan_seats(DeviceConfig(), 3, [H100_GPU])
     assert plan.device == "/GPU:0" and plan.reserved_mib == 520 + 16
@@ -470,3 +484,33 @@ def test_the_commands_options_are_its_declaration() -> None:
         action = options[option.flag]
         assert action.help == option.param.help and action.required == option.required
         assert action.metavar == (option.metavar or None) and action.default in (None, False)
+
+
+FAILING_SCRIPT = """
+import sys
+import tensorflow as tf
+
+batch = int(sys.argv[1])
+
+
+@tf.function
+def step(x):
+    return tf.gather(x, [batch + 5])   # past the end: TensorFlow refuses, whatever the memory
+
+
+print(step(tf.ones([batch])))
+"""
+
+
+def test_work_that_fails_alone_for_another_reason_than_memory_is_said_so_not_told_to_shrink(tmp_path) -> None:
+    # On an H200 the cnn at batch 16384 failed in its first Relu on the whole GPU, and share said it "does not fit
+    # even the whole of GPU 0 … give it a smaller batch", with TensorFlow's stack for a reason.
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING_SCRIPT)
+    done = _share("--max", "--config", str(_cpu_base(tmp_path, 160)), "--out", str(tmp_path / "class"),
+                  "--script", str(script), "--args", "{batch}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr.strip().splitlines()[-1]
+    assert said == ("error: the work (script failing.py, batch 32) failed alone on /CPU:0, not for lack of memory: "
+                    "at node GatherV2: indices[0] = 37 is not in [0, 32)"), said
+    assert not (tmp_path / "class").exists() or not any((tmp_path / "class").iterdir())

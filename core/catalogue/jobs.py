@@ -75,6 +75,9 @@ class JobSpec:
     task_entries: tuple[tuple[str, str], ...] = ()  # ("who runs", "module:function") in cluster processes
     # The rules between the parameters, checked once each is right on its own: (parameter, problem) pairs.
     rules: Callable[[Mapping[str, ParamValue]], list[tuple[str, str]]] | None = None
+    # Its work runs in processes it starts (fit-batch): its own process hides the GPUs before TensorFlow
+    # initializes, so it holds none of their memory, whatever the profile's memory settings.
+    works_beside: bool = False
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
@@ -268,7 +271,7 @@ JOBS: dict[str, JobSpec] = {
              Param("device", Kind.DEVICE, "", "The device the budget is on: /CPU:0 (capped through the CPU's BFC "
                    "allocator) or /GPU:N (a logical GPU of the budget's size). Empty: /CPU:0.",
                    label="Device", empty_means="/CPU:0", devices_of=BESIDE)),
-            rules=fit_batch_problems,
+            rules=fit_batch_problems, works_beside=True,
         ),
         JobSpec(
             "benchmark", "Matmul benchmark",

@@ -102,7 +102,7 @@ def path_problem(text: str) -> str | None:
 ANYWHERE = "anywhere"   # TensorFlow judges: a missing device shows soft placement
 RUN = "run"             # among the run's own logical devices
 BESIDE = "beside"       # in processes the job starts beside its own: /CPU:0 (each has one logical CPU) or a GPU of
-#                         this machine, whose memory the run's own process must leave free (memory growth or a split)
+#                         this machine (the job's own process hides the GPUs: JobSpec.works_beside)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,6 @@ class RunDevices:
     cpus: int                    # logical CPUs of the run
     gpus: int                    # logical GPUs of the run
     machine_gpus: int            # GPUs TensorFlow sees on this machine (CUDA_VISIBLE_DEVICES applied)
-    gpu_memory_left: bool        # the run's process leaves its GPUs' memory to others: memory growth or a split
     no_gpu_reason: str = ""      # why there is no GPU, when known
     whose: str = "the profile gives"  # "this run has", inside the run
     settings: str = "the profile"     # what the user changes: "the configuration" in the window
@@ -139,9 +138,7 @@ def profile_devices(config: DeviceConfig, gpus: Sequence[GpuInfo] | None, no_gpu
     known = sorted(gpu.index for gpu in gpus or ())
     visible = known if config.visible_gpus is None else [i for i in config.visible_gpus if i in known]
     run_gpus = len(logical_gpu_owners(config, visible))
-    # A run that sees no GPU holds none of their memory, whatever its memory settings.
     return RunDevices(cpus=config.cpu_devices, gpus=run_gpus, machine_gpus=len(known),
-                      gpu_memory_left=bool(config.memory_growth or config.virtual_gpus or not run_gpus),
                       no_gpu_reason=no_gpu_reason if gpus is None or not known else "")
 
 
@@ -200,10 +197,6 @@ def _beside_problem(item: str, devices: RunDevices) -> str | None:
                 f"this machine's GPUs are /GPU:0 … /GPU:{devices.machine_gpus - 1}" if devices.machine_gpus > 1
                 else "this machine's one GPU is /GPU:0")
         return f"{quote(item)}: {have}; use {'/CPU:0' if devices.machine_gpus == 0 else 'one of those or /CPU:0'}"
-    if not devices.gpu_memory_left:
-        return (f"{quote(item)}: this run's own process would hold nearly all of the GPU's memory ({devices.settings} "
-                f"has no memory growth), so the runs beside it would not get theirs; turn memory growth on in "
-                f"{devices.settings}, or split the GPU")
     return None
 
 

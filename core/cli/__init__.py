@@ -369,7 +369,9 @@ def _share_error(exc: share.ShareError, json_out: bool) -> UsageError:
     the message alone on stdout, for the window to say in its own words."""
     if json_out:
         _emit_json({"error": {"field": exc.field, "message": str(exc)}})
-    return UsageError(f"--{exc.field}: {exc}")
+    options = {option.param.name for option in SHARE_OPTIONS}
+    # "work" (what the seats run: --script or --model) is a field of the window's form, not an option.
+    return UsageError(f"--{exc.field}: {exc}" if exc.field in options else f"{exc}")
 
 
 def cmd_share(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ from tf_device_panel.core.panel_runs.runs import (
     stop_run,
     wait_runs,
 )
+from tf_device_panel.core.text import tf_error_text
 from tf_device_panel.core.units import MIB, mib_text
 
 CONTEXT_RESERVE_MIB = 520    # per process on a GPU: its CUDA context (H100: 521–522 MiB measured)
@@ -376,9 +377,14 @@ def measure_work(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, bat
             outcome = read_run(run)
         except JobError as exc:
             raise ShareError(f"the work ({work.name}, batch {batch}) did not run: {exc}", "work") from None
+    if not outcome["fits"] and "oom" not in outcome:
+        # Not a question of memory (on an H200, the cnn at batch 16384 failed in its first Relu on the whole GPU):
+        # a smaller batch is not the answer to give.
+        raise ShareError(f"the work ({work.name}, batch {batch}) failed alone on {plan.device}, not for lack of "
+                         f"memory: {tf_error_text(outcome['error'])}", "work")
     if not outcome["fits"]:
         raise ShareError(f"the work ({work.name}, batch {batch}) does not fit even the whole of {plan.source} "
-                         f"alone: {outcome['error']}; give it a smaller batch", "work")
+                         f"alone: {tf_error_text(outcome['error'])}; give it a smaller batch", "work")
     peak = outcome["peaks"].get(run_device(plan.device), outcome["peak_bytes"]) or 0
     rss = outcome.get("rss_peak_bytes")
     gpu = outcome.get("gpu_process_peak_bytes")

@@ -418,11 +418,9 @@ def runtime_devices(info: RuntimeFacts, config: DeviceConfig) -> RunDevices:
     logical = [device.get("short_name", "") for device in info.get("logical", [])]
     physical_gpus = [d for d in info.get("physical", []) if d.get("device_type") == "GPU"]
     run_gpus = sum(name.startswith("/GPU:") for name in logical)
-    # A run that sees no GPU (visible_gpus: []) holds none of their memory, whatever its memory settings.
     return RunDevices(cpus=sum(name.startswith("/CPU:") for name in logical), gpus=run_gpus,
-                      machine_gpus=len(physical_gpus),
-                      gpu_memory_left=bool(config.memory_growth or config.virtual_gpus or not run_gpus),
-                      no_gpu_reason="" if physical_gpus else "TensorFlow found none", whose="this run has")
+                      machine_gpus=len(physical_gpus), no_gpu_reason="" if physical_gpus else "TensorFlow found none",
+                      whose="this run has")
 
 
 def resident_mib() -> float | None:
@@ -574,6 +572,11 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
             return -signal.SIGINT  # cancelled before the script began: ended by the signal
         return run_script(tf, run, info)
     close_script_channel()
+    spec = JOBS.get(run.name) if run is not None else None
+    if spec is not None and spec.works_beside:
+        # Initialized with the GPUs, this process would take their memory from the runs it starts: under a profile
+        # without memory growth, all of it (fit-batch on an H200 was refused for that).
+        tf.config.set_visible_devices([], "GPU")
     initializing = time.monotonic()
     # TensorFlow's thread pools start as it initializes, with SIGINT blocked, as this thread has it.
     try:

@@ -41,6 +41,7 @@ from tf_device_panel.core.panel_runs.runs import (
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
 from tf_device_panel.core.runproc.jobs.context import JobContext
+from tf_device_panel.core.text import tf_error_text
 from tf_device_panel.core.units import MIB, mib_text
 
 PROBES = 3
@@ -195,7 +196,8 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
         for one in started:
             row = read_run(one)
             if not row["fits"] and "oom" not in row:
-                raise JobError(f"the run at batch {batch} failed, not for lack of memory: {row['error']}")
+                raise JobError(f"the run at batch {batch} failed, not for lack of memory: "
+                               f"{tf_error_text(row['error'])}")
             row["role"] = role
             row["side_by_side"] = side_by_side
             rows.append(row)
