@@ -18,7 +18,12 @@ or `scripts/gpu-acceptance.sh`, which does the same. It checks, each against wha
   6. the exporter during a run: TensorFlow's allocator metrics and the run's process memory;
   7. the doctor: no check fails;
   8. the zygote: it holds no GPU, and CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH and TF_GPU_ALLOCATOR set
-     in a run forked from it take effect.
+     in a run forked from it take effect;
+  9. the answers on the real allocator: fit-batch's batch for the cnn under a logical GPU, checked by runs from
+     outside at it and 1.2 × it; `share --max` for the cnn, its seats side by side; a GPU job cancelled (Ctrl+C)
+     ends "cancelled".
+--sections picks and orders them (a device lent for minutes runs the newest first); the report is rewritten
+after each check, so a run stopped at its time limit still leaves what it found.
 With --record DIR it also writes the GPU's readings as fixture JSON (DIR/gpu.json, DIR/benchmark-rows.json), in
 the shape tests/fixtures/h100/ holds, to replace figures there that came from a specification.
 Exit status 0 when every check passed. Everything judged here is a pure function of the figures, tested
@@ -551,7 +556,143 @@ def matrix_expect(expected: list[list[float]]) -> Callable[[dict[str, Any]], str
     return expect
 
 
-def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
+ANSWER_BUDGET_MIB = 1024   # fit-batch's budget: a logical GPU of this size, as an instructor's split gives
+OUTSIDE_RUNS = 3           # runs from outside at the answer, and at 1.2 × it
+SHARE_BATCH = 2048         # the cnn at 32 px; at 16384 it failed on an H200 in its first Relu (not for memory)
+CANCELS = 3
+
+
+def judge_fit_batch(answer: int | None, at_answer: Sequence[str], above: Sequence[str], figures: str) -> Result:
+    """fit-batch's answer, run from outside under the same budget: it must hold every time, and 1.2 × it must run
+    out at least once (else the answer is over 20% under what fits)."""
+    problems = []
+    if answer is None:
+        problems.append("no answer")
+    if any(outcome != "held" for outcome in at_answer):
+        problems.append(f"the answer did not hold from outside: {', '.join(at_answer)}")
+    if above and all(outcome == "held" for outcome in above):
+        problems.append("1.2 × the answer held every time: the answer is over 20% under what fits")
+    if any(outcome == "failed" for outcome in above):
+        problems.append("a run at 1.2 × the answer failed other than by running out of memory")
+    return Result("answers", "fit-batch, cnn", not problems, figures, problems)
+
+
+def judge_share(report: dict[str, Any], exit_code: int) -> Result:
+    """`share --max`: verified seats, every one held side by side, and their limits plus reserves within CUDA's
+    total."""
+    seats = report.get("seats") or []
+    problems = []
+    if exit_code != 0 or not report.get("verified"):
+        error = report.get("error")
+        said = error.get("message", "") if isinstance(error, dict) else str(error or "")
+        problems.append(f"exit {exit_code}, verified {report.get('verified')}: {said[:600]}")
+    held = [row for row in seats if row.get("status") == "held"]
+    if seats and len(held) != len(seats):
+        problems.append(f"{len(seats) - len(held)} of {len(seats)} seats did not hold")
+    most = report.get("most") or {}
+    peaks = [row.get("peak_bytes") or 0 for row in seats]
+    figures = (f"{len(seats)} seats of {report.get('seat_mib')} MiB (reserve {report.get('reserved_mib')} MiB each); "
+               f"work alone peaked {most.get('work_peak_mib')} MiB, its process {most.get('process_mib')} MiB; "
+               f"seat peaks {min(peaks, default=0) / 2**20:.0f}–{max(peaks, default=0) / 2**20:.0f} MiB; "
+               f"{most.get('above')}")
+    return Result("answers", f"share --max, cnn batch {report.get('batch')}", not problems, figures, problems)
+
+
+def outside_outcome(outcome: dict[str, Any]) -> str:
+    """One run from outside: held, ran out (of memory) or failed (anything else). A run whose allocator printed
+    its out-of-memory dump ran out, also when TensorFlow then crashed (the cnn's MaxPoolGrad can, on the CPU)."""
+    if outcome.get("status") == "ok":
+        return "held"
+    if outcome.get("oom"):
+        return "ran out"
+    message = str((outcome.get("error") or {}).get("message", "")).lower()
+    return "ran out" if "out of memory" in message or "oom" in message or "resource exhausted" in message \
+        else f"failed ({outcome.get('status')}: {message[:120]})"
+
+
+def answer_checks(folder: Path) -> list[Result]:
+    """fit-batch and share on the real allocator, each answer checked by runs from outside it, and a GPU job
+    cancelled by Ctrl+C."""
+    results = []
+    started = time.monotonic()
+    found = run_json("fit-batch", _profile(folder, "whole", DeviceConfig()), "model=cnn", "device=/GPU:0",
+                     f"budget_mib={ANSWER_BUDGET_MIB}", timeout=1200)
+    result = found.get("result") or {}
+    answer = result.get("predicted_max_batch")
+    seconds = time.monotonic() - started
+    at_answer: list[str] = []
+    above: list[str] = []
+    if answer:
+        capped = _profile(folder, "capped", DeviceConfig(visible_gpus=(0,), virtual_gpus={0: (ANSWER_BUDGET_MIB,)}))
+        for batch, outcomes in ((answer, at_answer), (int(answer * 1.2), above)):
+            for _ in range(OUTSIDE_RUNS):
+                outcomes.append(outside_outcome(run_json(
+                    "fit", capped, "model=cnn", f"batch_per_replica={batch}", f"samples={batch}", "epochs=1")))
+    figures = (f"{answer} under {ANSWER_BUDGET_MIB} MiB on /GPU:0 in {result.get('runs')} runs / {seconds:.0f} s "
+               f"(boundary {result.get('boundary')}, repeats {result.get('repeats')}); from outside: {answer} "
+               f"{at_answer.count('held')} of {len(at_answer)} held, {int((answer or 0) * 1.2)} ran out "
+               f"{above.count('ran out')} of {len(above)}")
+    judged = judge_fit_batch(answer, at_answer, above, figures)
+    if answer is None:
+        judged.detail.append(textwrap.shorten(json.dumps(found.get("error") or found)[:1500], 600))
+    else:
+        judged.detail.append("runs: " + "; ".join(
+            f"{row.get('role')} {row.get('batch')} {'held' if row.get('fits') else 'ran out'}"
+            f" {(row.get('peak_bytes') or 0) / 2**20:.0f} MiB" for row in result.get("rows") or []))
+    results.append(judged)
+
+    out = folder / "share"
+    done = panel("share", "--max", "--model", "cnn", "--batch", str(SHARE_BATCH), "--out", str(out), "--json",
+                 timeout=1200)
+    try:
+        report = dict(json.loads(done.stdout))
+    except json.JSONDecodeError:
+        report = {"error": done.stderr[-600:]}
+    results.append(judge_share(report, done.returncode))
+    results.append(cancel_check())
+    return results
+
+
+def cancel_check() -> Result:
+    """A custom loop on the GPU, cancelled (Ctrl+C) once it steps: it must end "cancelled", never crashed."""
+    from tf_device_panel.core.client.runtime import RuntimeProcess
+    from tf_device_panel.core.protocol import events
+
+    statuses = []
+    for _ in range(CANCELS):
+        runtime = RuntimeProcess(DeviceConfig(memory_growth=True))
+        runtime.start()
+        status = "no finish"
+        try:
+            runtime.wait_ready(120)
+            runtime.submit("custom-loop", {"steps": 1_000_000})
+            deadline = time.monotonic() + 180
+            cancelled = False
+            while time.monotonic() < deadline:
+                event = runtime.next_event(0.2)
+                if not cancelled and isinstance(event, events.Progress) and event.done >= 1:
+                    runtime.cancel(grace=20)
+                    cancelled = True
+                if isinstance(event, events.JobFinished):
+                    status = event.status
+                    break
+                if runtime.exited is not None and event is None:
+                    status = f"process exited {runtime.exited}"
+                    break
+        finally:
+            runtime.stop()
+        statuses.append(status)
+    bad = [s for s in statuses if s != "cancelled"]
+    return Result("answers", "a GPU custom loop cancelled", not bad, ", ".join(statuses),
+                  [f"{len(bad)} of {len(statuses)} did not end cancelled"] if bad else [])
+
+
+SECTIONS = ("basics", "jobs", "answers", "benchmark", "exporter", "zygote", "doctor")
+
+
+def run_all(quick: bool, sections: Sequence[str] = SECTIONS,
+            report: Callable[[list[Result], dict[str, Any]], None] = lambda results, facts: None
+            ) -> tuple[list[Result], dict[str, Any]]:
     facts = gpu_facts()
     results: list[Result] = []
     if "error" in facts:
@@ -570,6 +711,20 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
     for name, config in PROFILES.items():
         profiles[name] = folder / f"{name}.json"
         save_profile(config, profiles[name])
+    steps: dict[str, Callable[[Path, dict[str, Path], bool, list[Result], dict[str, Any]], None]] = {
+        "basics": _basics, "jobs": _jobs, "benchmark": _benchmark, "doctor": _doctor,
+        "answers": lambda folder, profiles, quick, results, facts: results.extend(answer_checks(folder)),
+        "exporter": lambda folder, profiles, quick, results, facts: results.append(
+            exporter_during_run(profiles["growth"])),
+        "zygote": lambda folder, profiles, quick, results, facts: results.extend(zygote_checks())}
+    for section in sections:
+        steps[section](folder, profiles, quick, results, facts)
+        report(results, facts)
+    return results, facts
+
+
+def _basics(folder: Path, profiles: dict[str, Path], quick: bool, results: list[Result],
+            facts: dict[str, Any]) -> None:
     for name, path in profiles.items():
         shown = panel("devices", "--config", str(path), timeout=300)
         results.append(check_devices(name, shown.stdout, facts["gpu_count"], facts["cuda_total_mib"]))
@@ -580,6 +735,8 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
             result.detail.append(textwrap.shorten(tail, 600))
         results.append(result)
 
+
+def _jobs(folder: Path, profiles: dict[str, Path], quick: bool, results: list[Result], facts: dict[str, Any]) -> None:
     split, whole = profiles["split"], profiles["default"]
     product = [[22.0, 28.0], [49.0, 64.0]]
     results.append(judge_job("matmul on /GPU:0", run_json("matmul", whole), matrix_expect(product)))
@@ -620,6 +777,11 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
             "script", whole, f"path={script.name}", "args=/GPU:0 0"), script_expect))
     finally:
         os.unlink(script.name)
+
+
+def _benchmark(folder: Path, profiles: dict[str, Path], quick: bool, results: list[Result],
+               facts: dict[str, Any]) -> None:
+    whole = profiles["default"]
     sizes = "1024,4096" if quick else "1024,4096,8192"
     for tf32 in (True, False):
         dtypes = "dtypes=float32,float16,bfloat16" if tf32 else "dtypes=float32"
@@ -629,15 +791,16 @@ def run_all(quick: bool) -> tuple[list[Result], dict[str, Any]]:
                        if bench.get("status") == "ok" else judge_job("benchmark", bench))
         if tf32 and bench.get("status") == "ok":
             facts["benchmark_rows"] = (bench.get("result") or {}).get("rows")
-    results.append(exporter_during_run(profiles["growth"]))
-    results.extend(zygote_checks())
+
+
+def _doctor(folder: Path, profiles: dict[str, Path], quick: bool, results: list[Result],
+            facts: dict[str, Any]) -> None:
     doctor = panel("doctor", "--json", timeout=600)
     try:
         results.append(judge_doctor(json.loads(doctor.stdout)))
     except json.JSONDecodeError:
         results.append(Result("doctor", "doctor", False, f"no report (exit {doctor.returncode})",
                               [doctor.stderr[-500:]]))
-    return results, facts
 
 
 def fixture_files(facts: dict[str, Any], results: Sequence[Result], when: str) -> dict[str, Any]:
@@ -671,19 +834,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", default="gpu-acceptance.md", help="where to write the Markdown report")
     parser.add_argument("--json", dest="json_path", help="also write the results and figures as JSON")
     parser.add_argument("--quick", action="store_true", help="skip the CNN fits and the 8192 benchmark")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"which checks, in this order (default: all: {','.join(SECTIONS)})")
     parser.add_argument("--record", metavar="DIR", help="also write the readings as fixture JSON into DIR "
                         "(gpu.json, benchmark-rows.json), the shape tests/fixtures/h100/ holds")
     args = parser.parse_args(argv)
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    results, facts = run_all(args.quick)
+    sections = [name.strip() for name in args.sections.split(",") if name.strip()]
+    unknown = [name for name in sections if name not in SECTIONS]
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+
+    def write(results: list[Result], facts: dict[str, Any]) -> None:
+        Path(args.report).write_text(to_markdown(results, facts, when), encoding="utf-8")
+        if args.json_path:
+            Path(args.json_path).write_text(json.dumps({"when": when, "facts": facts,
+                                                        "results": [asdict(r) for r in results]}, indent=1))
+
+    results, facts = run_all(args.quick, sections, write)
     if args.record:
         for name, content in fixture_files(facts, results, when).items():
             Path(args.record).mkdir(parents=True, exist_ok=True)
             (Path(args.record) / name).write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
-    Path(args.report).write_text(to_markdown(results, facts, when), encoding="utf-8")
-    if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"when": when, "facts": facts,
-                                                    "results": [asdict(r) for r in results]}, indent=1))
+    write(results, facts)
     failed = [r for r in results if r.passed is False]
     print(f"{len(results) - len(failed)} of {len(results)} checks passed; report: {args.report}")
     for result in failed:

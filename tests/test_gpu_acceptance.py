@@ -230,9 +230,12 @@ def test_the_run_covers_the_cluster_and_script_jobs_and_why_nccl_was_avoided(mon
     monkeypatch.setattr(acceptance, "held_by_run", lambda *a, **k: (522, ""))
     monkeypatch.setattr(acceptance, "exporter_during_run", lambda profile: acceptance.Result("exporter", "x", True, ""))
     monkeypatch.setattr(cudalibs, "nccl_version", lambda: NCCL)
-    results, seen = acceptance.run_all(quick=True)
+    monkeypatch.setattr(acceptance, "cancel_check", lambda: acceptance.Result("answers", "cancel", True, ""))
+    reported: list[int] = []
+    results, seen = acceptance.run_all(quick=True, report=lambda results, facts: reported.append(len(results)))
     jobs = [job for job, _ in calls]
-    assert {"multi-worker", "parameter-server", "script"} <= set(jobs), jobs
+    assert {"multi-worker", "parameter-server", "script", "fit-batch", "fit"} <= set(jobs), jobs
+    assert len(reported) == len(acceptance.SECTIONS) and reported == sorted(reported), reported
     assert seen["nccl"] == "2.27.7"
     split_checks = [r for r in results if "over a split (auto" in r.name]
     assert len(split_checks) == 2 and all("NCCL 2.27.7 loads" in r.figures for r in split_checks)
@@ -277,3 +280,41 @@ def test_a_forked_run_is_judged_by_what_its_late_variable_implies() -> None:
     assert judge("async", True, 1, 600, [line], want_gpus=1, want_line="CUDA malloc Async").passed
     assert not judge("async", True, 1, 600, ["BFC"], want_gpus=1, want_line="CUDA malloc Async").passed
     assert not judge("silent", True, None, None, []).passed
+
+
+def test_fit_batch_is_judged_by_its_runs_from_outside() -> None:
+    assert acceptance.judge_fit_batch(439, ["held"] * 3, ["ran out", "held", "ran out"], "").passed
+    assert not acceptance.judge_fit_batch(439, ["held", "ran out", "held"], ["ran out"] * 3, "").passed
+    too_low = acceptance.judge_fit_batch(439, ["held"] * 3, ["held"] * 3, "")
+    assert not too_low.passed and "over 20% under" in too_low.detail[0]
+    assert not acceptance.judge_fit_batch(None, [], [], "").passed
+    assert acceptance.outside_outcome({"status": "error", "error": {"message": "OOM when allocating tensor"}}) \
+        == "ran out"
+    assert acceptance.outside_outcome({"status": "crashed", "error": {"message": "SIGSEGV"}}).startswith("failed")
+    assert acceptance.outside_outcome({"status": "crashed", "oom": {"request_bytes": 1}}) == "ran out"
+
+
+def test_share_is_judged_by_its_seats_side_by_side() -> None:
+    seats = [{"seat": i, "status": "held", "peak_bytes": 900 * 2**20} for i in (1, 2)]
+    report = {"verified": True, "seats": seats, "seat_mib": 1000, "reserved_mib": 536, "batch": 32,
+              "most": {"work_peak_mib": 880, "process_mib": 522, "above": "3 seats: seat 3 ran out"}}
+    assert acceptance.judge_share(report, 0).passed
+    broken = {**report, "seats": [*seats, {"seat": 3, "status": "ran out", "peak_bytes": None}]}
+    assert not acceptance.judge_share(broken, 0).passed
+    assert not acceptance.judge_share({"error": {"message": "no GPU"}}, 2).passed
+
+
+H200 = json.loads((ROOT / "tests" / "fixtures" / "h200" / "gpu.json").read_text())
+
+
+@pytest.mark.parametrize("profile", ["default", "growth", "split", "fraction", "hidden"])
+def test_the_h200s_readings_written_by_record_are_judged_as_they_were_there(profile: str) -> None:
+    # Written by this script's --record on an H200 (2026-11-28): the shape fixture_files gives, read back.
+    held = H200["process_memory_after_first_op_mib"][profile]
+    result = acceptance.judge_memory(profile, held, H200["nvml"]["memory_total_mib"], H200["cuda_total_mib"])
+    assert result.passed, result
+    # the same CUDA context as on the H100: memory growth after one op held 522 MiB on both
+    assert H200["process_memory_after_first_op_mib"]["growth"] == 522
+    assert acceptance.judge_totals({"nvml_total_mib": H200["nvml"]["memory_total_mib"],
+                                    "reserved_mib": H200["nvml"]["reserved_mib"],
+                                    "cuda_total_mib": H200["cuda_total_mib"]}).passed
