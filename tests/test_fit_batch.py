@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -349,3 +350,32 @@ def test_the_result_names_the_boundary_and_the_kind_of_failures_near_it() -> Non
     result["predicted_max_batch"] = 480
     text = "\n".join(present(result).lines)  # type: ignore[union-attr]
     assert "margin: 528, the smallest batch that ran out, is 10% above 480" in text and "500 held in every run" in text
+
+
+@pytest.mark.parametrize(("job", "params", "hidden"), [
+    ("fit-batch", {"budget_mib": 64}, True),   # its runs use the device; its own process uses none
+    ("matmul", {}, False),
+])
+def test_only_a_job_whose_work_runs_beside_hides_the_gpus_from_its_own_process(job, params, hidden) -> None:
+    # On an H200 fit-batch was refused under the default profile: its own process would have initialized the GPU
+    # and taken its memory from the runs it starts. Its `ready` says so, so its devices are not taken for what
+    # TensorFlow makes of the configuration (the window's Devices panel would have shown no GPU).
+    runtime = RuntimeProcess(DeviceConfig())
+    runtime.start()
+    try:
+        runtime.wait_ready(120)
+        job_id = runtime.submit(job, params)
+        ready = None
+        deadline = time.monotonic() + 120
+        while ready is None and time.monotonic() < deadline:
+            event = runtime.next_event(0.5)
+            if isinstance(event, events.Ready) and event.job_id == job_id:
+                ready = event
+        assert ready is not None, "no ready report"
+        assert ready.gpus_hidden is hidden
+        assert [d["short_name"] for d in ready.logical] == ["/CPU:0"]
+        runtime.cancel(grace=20)
+        finished = of_type(collect_job(runtime, job_id), events.JOB_FINISHED)
+        assert finished and finished[0].status in ("cancelled", "ok")
+    finally:
+        runtime.stop()

@@ -197,6 +197,19 @@ def test_each_manager_keeps_its_own_device_descriptions() -> None:
     assert len(made) == 3
 
 
+def test_a_ready_report_of_a_job_that_hid_the_gpus_does_not_describe_the_configuration() -> None:
+    """fit-batch hides the GPUs from its own process (its runs use them): its `ready` lists no GPU, which must
+    not become what the window shows for the configuration."""
+    manager, made, _ = window_manager()
+    config = DeviceConfig(cpu_devices=2)
+    manager.apply(config)
+    made[0].warm_up()
+    made[0].on_event(events.Ready(pid=made[0].pid, logical=(), gpus_hidden=True))
+    assert manager.descriptions.get(config) is None and manager.devices is None
+    made[0].ready()
+    assert manager.descriptions.get(config) is not None and manager.devices is not None
+
+
 # -- folding the run's events --------------------------------------------------------------------------
 
 

@@ -613,7 +613,8 @@ class RunManager:
         if isinstance(event, events.Warm):
             self._warm.add(process)
         self._record(process, event)
-        if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
+        # a run's or a describe run's: TensorFlow's devices for this config (not a job's that hid the GPUs)
+        if isinstance(event, events.Ready) and not event.gpus_hidden:
             self.descriptions.remember(process.config, event, process.tf_lines())
             if current:
                 self.devices = event

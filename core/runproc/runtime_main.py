@@ -99,6 +99,7 @@ class RuntimeFacts(TypedDict, total=False):
     config: ProfileJson
     logical: list[events.LogicalDevice]
     init_s: float
+    gpus_hidden: bool
 
 
 class EventWriter:
@@ -577,6 +578,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         # Initialized with the GPUs, this process would take their memory from the runs it starts: under a profile
         # without memory growth, all of it (fit-batch on an H200 was refused for that).
         tf.config.set_visible_devices([], "GPU")
+        info["gpus_hidden"] = True  # its `ready` then lists the job's own devices, not the configuration's
     initializing = time.monotonic()
     # TensorFlow's thread pools start as it initializes, with SIGINT blocked, as this thread has it.
     try:
