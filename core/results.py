@@ -269,6 +269,9 @@ class Series:
     name: str
     x: tuple[float, ...]
     y: tuple[float, ...]
+    # The rows of the presentation's first table this series draws, where the table holds them (the benchmark):
+    # the window then marks each row with its curve's swatch, and the table is the plot's legend.
+    rows: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -539,14 +542,16 @@ def _table(result: TableResult) -> Presentation:
     plots: tuple[Plot, ...] = ()
     spec = result.get("plot")
     if spec:
-        grouped: dict[str, tuple[list[float], list[float]]] = {}
-        for row in rows:
+        grouped: dict[str, tuple[list[float], list[float], list[int]]] = {}
+        for number, row in enumerate(rows):
             if row.get(spec["y"]) is not None:
-                xs, ys = grouped.setdefault(" ".join(str(row.get(k)) for k in spec["series"]), ([], []))
+                xs, ys, drawn = grouped.setdefault(" ".join(str(row.get(k)) for k in spec["series"]), ([], [], []))
                 xs.append(_figure(row[spec["x"]]))
                 ys.append(_figure(row[spec["y"]]))
+                drawn.append(number)
         plots = (Plot(titles.get(spec["x"], spec["x"]), titles.get(spec["y"], spec["y"]),
-                      tuple(_series(name, ys, xs) for name, (xs, ys) in grouped.items())),)
+                      tuple(Series(name, tuple(xs), tuple(ys), tuple(drawn))
+                            for name, (xs, ys, drawn) in grouped.items())),)
     return Presentation(result.get("title", ""), tuple(lines), tuple(result.get("flags", [])),
                         tables=(Table(columns, tuple(tuple(r.get(k) for k in keys) for r in rows)),), plots=plots)
 

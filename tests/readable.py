@@ -4,9 +4,18 @@ line. Each returns the problems it found, in words, empty when all reads."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QScrollArea, QStyle, QTableView, QWidget
+from PySide6.QtCore import QModelIndex, Qt
+from PySide6.QtGui import QFont, QFontMetrics, QIcon
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QScrollArea,
+    QStyle,
+    QStyleOptionViewItem,
+    QTableView,
+    QWidget,
+)
 from tf_device_panel.gui.docks.runs_panel import RunsPanel
 from tf_device_panel.gui.widgets.common import text_line_bottoms
 
@@ -26,6 +35,20 @@ def _text_width(view: QAbstractItemView, text: str, font: object) -> int:
     metrics = QFontMetrics(font) if isinstance(font, QFont) else view.fontMetrics()
     margin = 2 * (view.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, view) + 1)
     return max(metrics.horizontalAdvance(line) for line in text.split("\n")) + margin
+
+
+def _text_room(view: QAbstractItemView, index: QModelIndex, text: str, icon: object) -> int:
+    """The px the style leaves a decorated cell's text, as Qt's item layout places the icon before it."""
+    option = QStyleOptionViewItem()
+    option.initFrom(view)
+    option.rect = view.visualRect(index)
+    features = QStyleOptionViewItem.ViewItemFeature
+    option.features = features.HasDisplay | features.HasDecoration
+    option.decorationSize = view.iconSize()
+    option.text = text
+    if isinstance(icon, QIcon):
+        option.icon = icon
+    return view.style().subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, view).width()
 
 
 def elided_cells(root: QWidget) -> list[str]:
@@ -53,7 +76,11 @@ def elided_cells(root: QWidget) -> list[str]:
                 text = model.data(index, Qt.ItemDataRole.DisplayRole)
                 if text is None or str(text) == "":
                     continue
-                needed = _text_width(view, str(text), model.data(index, Qt.ItemDataRole.FontRole))
+                font = model.data(index, Qt.ItemDataRole.FontRole)
+                needed = _text_width(view, str(text), font)
+                icon = model.data(index, Qt.ItemDataRole.DecorationRole)
+                if icon is not None:  # a swatch before it (a table that is its plot's legend): Qt's own layout
+                    needed, width = _text_width(view, str(text), font), _text_room(view, index, str(text), icon)
                 if needed > width:
                     problems.append(f"{name}: {title or column} row {row + 1}: {str(text)!r} needs {needed} px, "
                                     f"its column is {width}")

@@ -146,5 +146,43 @@ def test_a_benchmarks_curves_keep_their_width_beside_a_wide_table(qtbot, tmp_pat
     qtbot.waitUntil(lambda: curves.width() >= 120 and curves.height() >= 120, timeout=3000)
     assert not elided_cells(win.runs.result)
     assert plot.plot_item.sceneBoundingRect().right() <= plot.viewport().width() + 1  # the curves in sight
+    view = win.runs.result
+    if plot.legend.isVisible():
+        assert not plot.legend.sceneBoundingRect().intersects(plot.plot_item.getViewBox().sceneBoundingRect())
+    else:  # the table beside the plot is its legend: each row its curve's swatch
+        assert view.table_is_legend and not view.stacked()
+        table = view.tables[0]
+        assert all(not table.item(row, 0).icon().isNull() for row in range(table.rowCount()))
+    win.close()
+
+
+def test_the_benchmarks_table_is_its_plots_legend_beside_it_and_the_legend_comes_back_when_stacked(
+        qtbot, tmp_path: Path) -> None:
+    """Issue 41: the real benchmark's seven columns beside a plot with a 177 px legend stacked above it at
+    1280×720, three rows in sight, and left the output under three lines. Its rows now carry their curves'
+    swatches, the plot beside it drops its legend, and the output keeps its 8 lines; stacked (1024×768) the
+    table shows a few rows only, and the plot keeps its legend."""
+    from test_classroom_layout import BENCHMARK
+    from tf_device_panel.gui.docks.runs_panel import CONSOLE_LINES
+
+    win = make_window(tmp_path)
+    qtbot.addWidget(win)
+    win.resize(1280, 720)
+    win.show()
+    qtbot.waitExposed(win)
+    runs = win.runs
+    runs.select_job("benchmark")
+    runs.job_started("benchmark")
+    runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
+    view = runs.result
+    (plot,) = view.plots
+    table = view.tables[0]
+    qtbot.waitUntil(lambda: not view.stacked() and not plot.legend.isVisible(), timeout=3000)
+    swatches = [table.item(row, 0).icon().cacheKey() for row in range(table.rowCount())]
+    assert len(set(swatches)) == 7 and swatches[0] == swatches[2] != swatches[3]  # one per curve, 3 rows each
+    lines = lambda: runs.console.view.viewport().height() / runs.console.view.fontMetrics().lineSpacing()  # noqa: E731
+    qtbot.waitUntil(lambda: lines() >= CONSOLE_LINES, timeout=3000)
+    win.resize(1024, 768)
+    qtbot.waitUntil(lambda: view.stacked() and plot.legend.isVisible(), timeout=3000)
     assert not plot.legend.sceneBoundingRect().intersects(plot.plot_item.getViewBox().sceneBoundingRect())
     win.close()

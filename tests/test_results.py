@@ -84,6 +84,8 @@ def test_a_table_result_keeps_its_columns_marks_missing_figures_and_plots_its_se
     (plot,) = present(BENCHMARK).plots
     assert (plot.x_label, plot.y_label) == ("Size", "GFLOP/s")
     assert [(s.name, s.x) for s in plot.series] == [("/CPU:0 float32", (64.0, 128.0)), ("NumPy (CPU) float32", (64.0,))]
+    # each curve names the table rows it draws (the window marks them with its swatch): not the unsupported one
+    assert [s.rows for s in plot.series] == [(0, 1), (3,)]
     # an old record: no titles, no plot
     old = {k: v for k, v in BENCHMARK.items() if k not in ("column_titles", "plot", "repeats")}
     assert text(old).splitlines()[1].split() == ["device", "dtype", "size", "gflops", "seconds"]

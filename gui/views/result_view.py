@@ -14,8 +14,9 @@ import re
 from typing import Any
 
 import pyqtgraph as pg
+from pyqtgraph.graphicsItems.LegendItem import ItemSample
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QResizeEvent, QShowEvent
+from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPixmap, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -42,6 +43,7 @@ from tf_device_panel.gui.widgets.common import (
     WrappingHeader,
     content_widths,
     move_in_layout,
+    take_from_layout,
     text_line_bottoms,
 )
 from tf_device_panel.gui.widgets.view_settings import series_style
@@ -61,6 +63,7 @@ CAPTION_LEAST_LINES = 2  # the caption's lines always in sight; longer, it scrol
 TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by a rounding
 PLOT_AXIS_ROOM = 60    # px of a plot's width its value axis and margins take
 STACKED_TABLE_ROWS = 3  # rows of a table shown above its plot (the rest scroll)
+SWATCH_SIZE = QSize(20, 12)  # a curve's line and symbol before the table rows it draws
 
 
 def plot_min_height() -> int:
@@ -193,6 +196,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.names: list[str] = []
         self.series_count = len(plot.series)
         self.legend_below = False
+        self.legend_shown = self.legend is not None
         self._legend_width = 0.0
         self._overhead = float(PLOT_AXIS_ROOM)
         self._beside_columns = 1
@@ -201,6 +205,36 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         self.log_y = False
         for number, series in enumerate(plot.series):
             self.draw(series, number)
+
+    def set_legend_shown(self, shown: bool) -> None:
+        """The legend in the plot, or out of it (hidden) while a table beside the plot marks each of its rows with
+        its curve's swatch: the curves get the legend's width."""
+        if self.legend is None or shown == self.legend_shown:
+            return
+        self.legend_shown = shown
+        if shown:
+            move_in_layout(self.ci, self.legend, *((1, 0) if self.legend_below else (0, 1)))
+            self.ci.layout.setAlignment(self.legend, Qt.AlignmentFlag.AlignTop)
+            self.legend.show()
+            QTimer.singleShot(0, self, self._place_legend)
+        else:
+            take_from_layout(self.ci, self.legend)
+            self.legend.hide()
+
+    def swatch(self, number: int) -> QIcon:
+        """Series `number`'s line and symbol, as its legend draws them, for a table row it plots."""
+        items = self.plot_item.listDataItems()
+        scale = self.devicePixelRatioF() or 1.0
+        pixmap = QPixmap(round(SWATCH_SIZE.width() * scale), round(SWATCH_SIZE.height() * scale))
+        pixmap.setDevicePixelRatio(scale)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        if 0 <= number < len(items):
+            painter = QPainter(pixmap)
+            # the legend's sample is 20 × 20 px, its line at y 11: drawn scaled into the swatch
+            painter.scale(SWATCH_SIZE.width() / 20, SWATCH_SIZE.height() / 20)
+            ItemSample(items[number]).paint(painter)
+            painter.end()
+        return QIcon(pixmap)
 
     def legend_width(self) -> float:
         """The legend's width beside the curves (0 without one), measured before it went below them."""
@@ -271,7 +305,7 @@ class ResultPlot(pg.GraphicsLayoutWidget):
         plot is narrower (the benchmark's nine series beside a wide table left the curves 50 px) and tall enough
         that the curves keep MIN_CURVES_HEIGHT px under it (below a short plot, it left them 30 px high)."""
         legend = getattr(self, "legend", None)  # resized while it is being built
-        if legend is None or not hasattr(self, "legend_below"):
+        if legend is None or not hasattr(self, "legend_below") or not self.legend_shown:
             return
         width = self._legend_width if self.legend_below else max(legend.boundingRect().width(), legend.preferredWidth())
         curves = self.plot_item.getViewBox()
@@ -320,6 +354,12 @@ class ResultTable(QTableWidget):
     def measure(self) -> None:
         self.natural = content_widths(self)
         self.fit_columns()
+
+    def sizeHint(self) -> QSize:
+        """As tall as its rows (size_table's maximum height): Qt's 192 px showed 9 of the benchmark's 21 rows
+        beside a plot with room under them; where the height is short it still shrinks, and scrolls."""
+        hint = super().sizeHint()
+        return QSize(hint.width(), min(self.maximumHeight(), max(hint.height(), self.maximumHeight())))
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
@@ -519,6 +559,7 @@ class ResultView(QStackedWidget):
         self.presentation: Presentation | None = None
         self.tables: list[QTableWidget] = []
         self.plots: list[ResultPlot] = []
+        self.table_is_legend = False  # the first table's rows carry the plot's swatches (_mark_rows)
         self.log_boxes: list[QCheckBox] = []
         self.live_losses: list[float] = []
         self._live_curve: pg.PlotDataItem | None = None
@@ -585,6 +626,7 @@ class ResultView(QStackedWidget):
                     widget.deleteLater()
         self.tables = [_table_widget(table) for table in presentation.tables]
         self.plots = [ResultPlot(plot) for plot in presentation.plots]
+        self.table_is_legend = self._mark_rows(presentation)
         for table, table_spec in zip(self.tables, presentation.tables, strict=True):
             self._tables_layout.addWidget(table)
             size_table(table, table_spec.matrix)  # now in the window: in its (zoomed) font
@@ -620,13 +662,38 @@ class ResultView(QStackedWidget):
             for box, checked in zip(self.log_boxes, logs, strict=False):
                 box.setChecked(checked)
 
+    def _mark_rows(self, presentation: Presentation) -> bool:
+        """Each row of the first table that one curve of the one plot draws gets that curve's swatch, when every
+        curve names its rows (the benchmark's 21 rows, seven curves): the table is then the plot's legend, and
+        the plot beside it needs no legend of its own (at 1280×720 the benchmark's 177 px legend stacked the table
+        above the plot, three of its rows in sight, and left the output pane three lines)."""
+        if len(self.plots) != 1 or not self.tables or len(presentation.plots[0].series) < 2:
+            return False
+        table, series = self.tables[0], presentation.plots[0].series
+        rows = [row for curve in series for row in curve.rows]
+        if not all(curve.rows for curve in series) or len(set(rows)) != len(rows) or \
+                not all(0 <= row < table.rowCount() for row in rows):
+            return False
+        table.setIconSize(SWATCH_SIZE)
+        for number, curve in enumerate(series):
+            icon = self.plots[0].swatch(number)
+            for row in curve.rows:
+                item = table.item(row, 0)
+                if item is not None:
+                    item.setIcon(icon)
+        size_table(table, False)  # its first column measured again with the swatches
+        return True
+
     @property
     def _tables_width(self) -> int:
         """The width that shows every column of every table whole, as they are measured now."""
         return max((table_content_width(table) for table in self.tables), default=0)
 
     def _legend_room(self) -> int:
-        """The width the plots' legends take beside their curves (0 without a legend)."""
+        """The width the plots' legends take beside their curves (0 without a legend, or where the table beside
+        the plot is its legend)."""
+        if self.table_is_legend:
+            return 0
         widths = [plot.legend_width() for plot in self.plots]
         return int(max(widths, default=0))
 
@@ -677,6 +744,8 @@ class ResultView(QStackedWidget):
         if not (self.tables and self.plots):
             return
         stacked = self.stacked()
+        for plot in self.plots:  # stacked, the table shows a few rows: the plot keeps its own legend
+            plot.set_legend_shown(stacked or not self.table_is_legend)
         orientation = Qt.Orientation.Vertical if stacked else Qt.Orientation.Horizontal
         if self.body.orientation() != orientation:
             self.body.setOrientation(orientation)

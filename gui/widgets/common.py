@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QEvent, QObject, QPointF, QRect, QSize, Qt
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPointF, QRect, QSize, Qt
 from PySide6.QtGui import (
     QFont,
     QFontDatabase,
@@ -227,17 +227,24 @@ def code_dialog(parent: QWidget, title: str, heading: str, code: str, *, object_
     return dialog
 
 
+def take_from_layout(graphics_layout: Any, item: Any) -> None:
+    """Take `item` out of a pyqtgraph GraphicsLayout's grid (its cells free), leaving it in the scene: see
+    `move_in_layout` for why never pyqtgraph's removeItem."""
+    grid = graphics_layout.layout
+    for index in range(grid.count() - 1, -1, -1):
+        if grid.itemAt(index) is item:
+            grid.removeAt(index)
+    for r, c in graphics_layout.items.pop(item, []):
+        graphics_layout.rows.get(r, {}).pop(c, None)
+
+
 def move_in_layout(graphics_layout: Any, item: Any, row: int, col: int, rowspan: int = 1, colspan: int = 1) -> None:
     """Move `item` to another cell of a pyqtgraph GraphicsLayout without taking it out of the scene.
 
     pyqtgraph's removeItem also removes the item from the QGraphicsScene; re-adding it then painted a view
     over a removed item (a segmentation fault in GraphicsView.paintEvent, seen once in ~50 test runs)."""
+    take_from_layout(graphics_layout, item)
     grid = graphics_layout.layout
-    for index in range(grid.count() - 1, -1, -1):
-        if grid.itemAt(index) is item:
-            grid.removeAt(index)
-    for r, c in graphics_layout.items.get(item, []):
-        graphics_layout.rows.get(r, {}).pop(c, None)
     grid.addItem(item, row, col, rowspan, colspan)
     cells = [(row + r, col + c) for r in range(rowspan) for c in range(colspan)]
     graphics_layout.items[item] = cells
@@ -380,7 +387,19 @@ def cell_text_width(view: QAbstractItemView, row: int, column: int) -> int:
     font = model.data(index, Qt.ItemDataRole.FontRole)
     metrics = QFontMetrics(font) if isinstance(font, QFont) else view.fontMetrics()
     margin = 2 * (view.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, view) + 1)
-    return max(metrics.horizontalAdvance(line) for line in str(text).split("\n")) + margin + CELL_PADDING
+    # a swatch before the text (a table that is its plot's legend): the icon and the gap after it
+    return max(metrics.horizontalAdvance(line) for line in str(text).split("\n")) + margin + CELL_PADDING \
+        + decoration_width(view, index)
+
+
+def decoration_width(view: QAbstractItemView, index: QModelIndex) -> int:
+    """The px a cell's icon takes before its text (a table that is its plot's legend), with the margins Qt's
+    item layout puts around it; 0 without one."""
+    if view.model().data(index, Qt.ItemDataRole.DecorationRole) is None:
+        return 0
+    size = view.iconSize()
+    icon = size.width() if size.isValid() else view.style().pixelMetric(QStyle.PixelMetric.PM_SmallIconSize, None, view)
+    return icon + 2 * (view.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, view) + 1)
 
 
 def content_widths(view: QTableView) -> list[int]:
