@@ -572,7 +572,7 @@ def judge_fit_batch(answer: int | None, at_answer: Sequence[str], above: Sequenc
         problems.append(f"the answer did not hold from outside: {', '.join(at_answer)}")
     if above and all(outcome == "held" for outcome in above):
         problems.append("1.2 × the answer held every time: the answer is over 20% under what fits")
-    if any(outcome == "failed" for outcome in above):
+    if any(outcome.startswith("failed") for outcome in above):
         problems.append("a run at 1.2 × the answer failed other than by running out of memory")
     return Result("answers", "fit-batch, cnn", not problems, figures, problems)
 

@@ -364,3 +364,20 @@ def test_a_result_without_plots_leaves_the_console_the_room(qtbot, window: MainW
     assert view.height() <= shown.sizeHint().height() + 12, (view.height(), shown.sizeHint().height())
     assert runs.console.height() >= 8 * runs.console.view.fontMetrics().lineSpacing()
     assert not result_problems(view, MIN_PLOT_HEIGHT)
+
+
+def test_a_long_table_without_a_plot_asks_for_a_few_rows_and_leaves_the_output_its_lines(
+        qtbot, window: MainWindow) -> None:
+    """A result table asks for its whole rows' height (beside a plot, the benchmark's 21 rows all in sight); a
+    result without plots asks for a few of them only (then scrolls), so the output keeps its lines."""
+    runs = window.runs
+    runs.select_job("benchmark")
+    runs.job_started("benchmark")
+    result = {key: value for key, value in BENCHMARK.items() if key != "plot"}
+    runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=result))
+    settle(qtbot)
+    table = runs.result.tables[0]
+    assert table.rowCount() == 21 and table.height() < table.sizeHint().height()  # it scrolls
+    console = runs.console
+    assert console.view.viewport().height() / console.view.fontMetrics().lineSpacing() >= 6
+    assert not result_problems(runs.result, MIN_PLOT_HEIGHT)

@@ -19,6 +19,7 @@ import psutil
 import pytest
 from helpers import collect_job, of_type, wait_until
 from tf_device_panel.core.catalogue import JOBS, ParamError
+from tf_device_panel.core.client import wording
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.panel_runs.runs import PROBE_MODULE
@@ -374,6 +375,8 @@ def test_only_a_job_whose_work_runs_beside_hides_the_gpus_from_its_own_process(j
         assert ready is not None, "no ready report"
         assert ready.gpus_hidden is hidden
         assert [d["short_name"] for d in ready.logical] == ["/CPU:0"]
+        # the command line's -v line says why a GPU machine's fit-batch lists no GPU
+        assert ("the GPUs hidden from this process: its runs use them" in wording.ready(ready)) is hidden
         runtime.cancel(grace=20)
         finished = of_type(collect_job(runtime, job_id), events.JOB_FINISHED)
         assert finished and finished[0].status in ("cancelled", "ok")

@@ -288,6 +288,8 @@ def test_fit_batch_is_judged_by_its_runs_from_outside() -> None:
     too_low = acceptance.judge_fit_batch(439, ["held"] * 3, ["held"] * 3, "")
     assert not too_low.passed and "over 20% under" in too_low.detail[0]
     assert not acceptance.judge_fit_batch(None, [], [], "").passed
+    crashed = acceptance.outside_outcome({"status": "crashed", "error": {"message": "SIGSEGV"}})
+    assert not acceptance.judge_fit_batch(439, ["held"] * 3, ["ran out", crashed, "ran out"], "").passed
     assert acceptance.outside_outcome({"status": "error", "error": {"message": "OOM when allocating tensor"}}) \
         == "ran out"
     assert acceptance.outside_outcome({"status": "crashed", "error": {"message": "SIGSEGV"}}).startswith("failed")

@@ -577,7 +577,10 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
     if spec is not None and spec.works_beside:
         # Initialized with the GPUs, this process would take their memory from the runs it starts: under a profile
         # without memory growth, all of it (fit-batch on an H200 was refused for that).
-        tf.config.set_visible_devices([], "GPU")
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except Exception as exc:
+            return fail("hide the GPUs from the job's own process", exc, tf_version=tf.__version__)
         info["gpus_hidden"] = True  # its `ready` then lists the job's own devices, not the configuration's
     initializing = time.monotonic()
     # TensorFlow's thread pools start as it initializes, with SIGINT blocked, as this thread has it.

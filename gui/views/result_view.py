@@ -16,7 +16,7 @@ from typing import Any
 import pyqtgraph as pg
 from pyqtgraph.graphicsItems.LegendItem import ItemSample
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPixmap, QResizeEvent, QShowEvent
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QIcon, QPainter, QPixmap, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -64,6 +64,7 @@ TABLE_SLACK = 8        # px beyond the columns, so the last one is never cut by 
 PLOT_AXIS_ROOM = 60    # px of a plot's width its value axis and margins take
 STACKED_TABLE_ROWS = 3  # rows of a table shown above its plot (the rest scroll)
 SWATCH_SIZE = QSize(20, 12)  # a curve's line and symbol before the table rows it draws
+WANTED_TABLE_ROWS = 8   # rows a table of a result without plots asks for; Qt's own hint gave about that
 
 
 def plot_min_height() -> int:
@@ -224,7 +225,9 @@ class ResultPlot(pg.GraphicsLayoutWidget):
     def swatch(self, number: int) -> QIcon:
         """Series `number`'s line and symbol, as its legend draws them, for a table row it plots."""
         items = self.plot_item.listDataItems()
-        scale = self.devicePixelRatioF() or 1.0
+        # drawn before the plot is in a window (its own ratio is 1 then): at the sharpest screen's
+        app = QGuiApplication.instance()
+        scale = app.devicePixelRatio() if isinstance(app, QGuiApplication) else 1.0
         pixmap = QPixmap(round(SWATCH_SIZE.width() * scale), round(SWATCH_SIZE.height() * scale))
         pixmap.setDevicePixelRatio(scale)
         pixmap.fill(Qt.GlobalColor.transparent)
@@ -358,8 +361,14 @@ class ResultTable(QTableWidget):
     def sizeHint(self) -> QSize:
         """As tall as its rows (size_table's maximum height): Qt's 192 px showed 9 of the benchmark's 21 rows
         beside a plot with room under them; where the height is short it still shrinks, and scrolls."""
-        hint = super().sizeHint()
-        return QSize(hint.width(), min(self.maximumHeight(), max(hint.height(), self.maximumHeight())))
+        return QSize(super().sizeHint().width(), self.maximumHeight())
+
+    def wanted_height(self) -> int:
+        """What a result without plots asks for this table: its rows, WANTED_TABLE_ROWS at most (then it
+        scrolls), so a long table never takes the output's lines."""
+        rows = min(self.rowCount(), WANTED_TABLE_ROWS) * (self.rowHeight(0) if self.rowCount() else 0)
+        header = self.horizontalHeader().sizeHint().height() if self.horizontalHeader().isVisible() else 0
+        return min(self.maximumHeight(), header + rows + 2 * self.frameWidth())
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
@@ -807,7 +816,11 @@ class ResultView(QStackedWidget):
         if self.currentIndex() == 0:
             body = self.message.parentWidget()
             return body.sizeHint().height() if body is not None else 0
-        tables = self._tables_box.sizeHint().height() if self.tables else 0
+        tables = 0
+        if self.tables:  # the tables box without its tables' whole heights: each asks for a few rows
+            tables = self._tables_box.sizeHint().height() - sum(
+                table.sizeHint().height() - table.wanted_height() for table in self.tables
+                if isinstance(table, ResultTable))
         caption = self.caption.heightForWidth(max(self.caption_scroll.viewport().width(), 200))
         return caption + 6 + max(tables, self.least_body_height())
 
