@@ -346,9 +346,9 @@ def _figure(value: Scalar) -> float:
     return float(value)
 
 
-def _series(name: str, ys: Sequence[float], xs: Sequence[float] | None = None) -> Series:
+def _series(name: str, ys: Sequence[float], xs: Sequence[float] | None = None, rows: Sequence[int] = ()) -> Series:
     return Series(name, tuple(float(x) for x in (xs if xs is not None else range(1, len(ys) + 1))),
-                  tuple(float(y) for y in ys))
+                  tuple(float(y) for y in ys), tuple(rows))
 
 
 @presenter("matrix")
@@ -550,8 +550,7 @@ def _table(result: TableResult) -> Presentation:
                 ys.append(_figure(row[spec["y"]]))
                 drawn.append(number)
         plots = (Plot(titles.get(spec["x"], spec["x"]), titles.get(spec["y"], spec["y"]),
-                      tuple(Series(name, tuple(xs), tuple(ys), tuple(drawn))
-                            for name, (xs, ys, drawn) in grouped.items())),)
+                      tuple(_series(name, ys, xs, drawn) for name, (xs, ys, drawn) in grouped.items())),)
     return Presentation(result.get("title", ""), tuple(lines), tuple(result.get("flags", [])),
                         tables=(Table(columns, tuple(tuple(r.get(k) for k in keys) for r in rows)),), plots=plots)
 

@@ -377,14 +377,15 @@ def measure_work(base: DeviceConfig, gpus: list[GpuInfo] | None, work: Work, bat
             outcome = read_run(run)
         except JobError as exc:
             raise ShareError(f"the work ({work.name}, batch {batch}) did not run: {exc}", "work") from None
+    error_text = tf_error_text(outcome["error"]) or "no message"
     if not outcome["fits"] and "oom" not in outcome:
         # Not a question of memory (on an H200, the cnn at batch 16384 failed in its first Relu on the whole GPU):
         # a smaller batch is not the answer to give.
         raise ShareError(f"the work ({work.name}, batch {batch}) failed alone on {plan.device}, not for lack of "
-                         f"memory: {tf_error_text(outcome['error']) or 'no message'}", "work")
+                         f"memory: {error_text}", "work")
     if not outcome["fits"]:
         raise ShareError(f"the work ({work.name}, batch {batch}) does not fit even the whole of {plan.source} "
-                         f"alone: {tf_error_text(outcome['error']) or 'no message'}; give it a smaller batch", "work")
+                         f"alone: {error_text}; give it a smaller batch", "work")
     peak = outcome["peaks"].get(run_device(plan.device), outcome["peak_bytes"]) or 0
     rss = outcome.get("rss_peak_bytes")
     gpu = outcome.get("gpu_process_peak_bytes")

@@ -690,8 +690,7 @@ class ResultView(QStackedWidget):
                 item = table.item(row, 0)
                 if item is not None:
                     item.setIcon(icon)
-        size_table(table, False)  # its first column measured again with the swatches
-        return True
+        return True  # show_presentation measures the columns next, swatches included
 
     @property
     def _tables_width(self) -> int:
