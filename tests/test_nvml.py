@@ -117,3 +117,20 @@ def test_bytes_from_nvml_become_text(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = nvml.gpus()[0]
     assert (gpu.name, gpu.uuid, gpu.pci_bus_id) == ("Fake GPU 0", "GPU-fake-0", "00000000:01:00.0")
     assert gpu.memory_total_mib == 16384 and gpu.compute_capability == "8.9" and gpu.error is None
+
+
+def test_a_process_that_ends_while_it_is_read_has_no_name_and_the_list_is_still_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil can let the bare FileNotFoundError of a vanished /proc/PID/stat through (seen in CI: the fake's pid
+    4242 was a real process that ended between psutil's two reads)."""
+    import psutil
+
+    def vanishing(pid: int) -> psutil.Process:
+        raise FileNotFoundError(2, "No such file or directory", f"/proc/{pid}/stat")
+
+    fake = FakeGpus(1)
+    fake.processes[0] = [process(4242, 512)]
+    nvml = started(fake, monkeypatch)
+    monkeypatch.setattr(psutil, "Process", vanishing)
+    found = nvml.processes(0)
+    assert found is not None and [(p.pid, p.used_mib, p.name) for p in found] == [(4242, 512, "")]

@@ -188,3 +188,29 @@ def test_real_gpu_allocation_moves_the_used_value() -> None:
     assert used - before >= 1900
     del block
     assert np.isfinite(used)
+
+
+def test_a_sample_that_cannot_be_read_is_skipped_logged_once_and_sampling_goes_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    FakeGpus(1).install(monkeypatch)
+    sampler = Sampler(interval=0.1, nvml=Nvml())
+    failures_left = [3]
+    real_host = sampler._host
+
+    def flaky_host():
+        if failures_left[0] > 0:
+            failures_left[0] -= 1
+            raise FileNotFoundError(2, "No such file or directory", "/proc/4242/stat")
+        return real_host()
+
+    monkeypatch.setattr(sampler, "_host", flaky_host)
+    seen: list[Sample] = []
+    sampler.hub.subscribe(seen, Sample, seen.append)
+    sampler.start()
+    try:
+        wait_until(lambda: len(seen) >= 2, timeout=10, message=lambda: f"only {len(seen)} samples")
+    finally:
+        sampler.stop()
+    assert failures_left == [0] and all(s.host.ram_total_mib for s in seen)
+    logged = [r for r in caplog.records if "could not be read" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None

@@ -368,8 +368,10 @@ class Nvml:
         used = getattr(item, "usedGpuMemory", None)
         try:
             name = psutil.Process(int(item.pid)).name()
-        except (psutil.Error, ValueError):
-            name = ""  # in a container NVML reports host PIDs
+        except (psutil.Error, ValueError, OSError):
+            # in a container NVML reports host PIDs; a process that ends while psutil reads it can surface as
+            # the bare OSError of its vanished /proc files instead of NoSuchProcess
+            name = ""
         return GpuProcess(int(item.pid), None if used in (None, UNAVAILABLE) else int(used) // MIB, name)
 
     def sample(self, index: int) -> GpuSample:

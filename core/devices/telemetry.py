@@ -190,6 +190,7 @@ class Sampler:
         self.interval = self._clamp(interval)
         self.nvml = nvml or Nvml()
         self.history = history or History(self.interval)
+        self._reads_failed: set[str] = set()
         # A handler that fails never stops the graphs nor the other subscribers: the hub reports it.
         self.hub = Hub()
         self.runtime_pid: int | None = None
@@ -235,7 +236,15 @@ class Sampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.hub.publish(self.sample())
+            try:
+                sample = self.sample()
+            except Exception as error:  # noqa: BLE001 - one bad read must not end every graph for good: skip the tick
+                said = f"{type(error).__name__}: {error}"
+                if said not in self._reads_failed:  # the same failure every tick is logged once
+                    self._reads_failed.add(said)
+                    log.exception("telemetry: a sample could not be read; sampling goes on")
+            else:
+                self.hub.publish(sample)
             self._stop.wait(max(self.interval - (time.monotonic() - started), 0.0))
 
     def sample(self) -> Sample:
