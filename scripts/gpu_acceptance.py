@@ -242,8 +242,8 @@ def judge_benchmark(result: dict[str, Any], capability: str, tf32: bool) -> Resu
     want = TF32_LABEL if uses_tf32(capability, tf32) else "float32"
     if any(r["dtype"] != want for r in float32):
         problems.append(f"float32 rows read {sorted({r['dtype'] for r in float32})}, expected {want!r}")
-    impossible = [f"{r['device']} {r['dtype']} {r['size']}: {r['check']}" for r in gpu_rows
-                  if str(r.get("check", "")).startswith("impossible")]
+    impossible = [f"{r['device']} {r['dtype']} {r['size']}: impossible: {r.get('check_why', '')}" for r in gpu_rows
+                  if r.get("check") == "impossible"]
     problems += impossible
     if not result.get("peak", {}).get("gpu_gflops"):
         problems.append("no GPU peak estimated: " + "; ".join(n for n in result.get("notes", []) if "GPU peak" in n))

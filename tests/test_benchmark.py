@@ -57,13 +57,14 @@ def test_plausible_figures_pass_and_impossible_ones_are_flagged() -> None:
 
     too_fast = rows(5000.0, 200.0)
     flags = check_rows(too_fast, peak)
-    assert "above the CPU's peak 192" in too_fast[0]["check"] and "25.0× NumPy" in too_fast[0]["check"]
+    assert too_fast[0]["check"] == "impossible"  # one word in the table, the reasons beside it and in the flags
+    assert "above the CPU's peak 192" in too_fast[0]["check_why"] and "25.0× NumPy" in too_fast[0]["check_why"]
     assert any(flag.startswith("/CPU:1 float32 512: 5000.0 GFLOP/s") for flag in flags)
     assert any(flag.startswith("NumPy 512") for flag in flags)  # NumPy above the peak: the peak is wrong
 
     merged_repeats = rows(100.0, 20.0)  # 5× NumPy, yet below the peak: what merged matmuls looked like
     check_rows(merged_repeats, peak)
-    assert "5.0× NumPy" in merged_repeats[0]["check"]
+    assert merged_repeats[0]["check"] == "unlikely" and "5.0× NumPy" in merged_repeats[0]["check_why"]
 
 
 def test_best_per_size_names_the_fastest_device_and_its_ratio() -> None:
@@ -152,7 +153,7 @@ def test_the_same_figure_as_plain_float32_is_flagged_impossible() -> None:
     rows = h100_rows(tf32=False)  # had TF32 been off, 376,621 GFLOP/s could not have been float32
     flags = check_rows(rows, cpu_peak(ZEN4, cores=16, max_khz=None), {"/GPU:0": h100()})
     (row,) = [r for r in rows if r["device"] == "/GPU:0" and r["dtype"] == "float32" and r["size"] == 8192]
-    assert row["check"] == "impossible: above the GPU's float32 peak 66908 GFLOP/s"
+    assert row["check"] == "impossible" and row["check_why"] == "above the GPU's float32 peak 66908 GFLOP/s"
     assert any(f.startswith("/GPU:0 float32 8192: 376621.0 GFLOP/s is above the GPU's float32 peak") and
                "no device computes faster than its peak" in f for f in flags)
 
@@ -161,7 +162,7 @@ def test_a_high_ratio_to_numpy_is_worded_as_unlikely_not_impossible() -> None:
     peak = cpu_peak(HASWELL, cores=2, max_khz=3_000_000)  # 192 GFLOP/s float32
     table = rows(100.0, 20.0)  # NumPy read low (a busy machine)
     (flag,) = check_rows(table, peak)
-    assert table[0]["check"] == "unlikely: 5.0× NumPy timed beside it (over 4×)"
+    assert table[0]["check"] == "unlikely" and table[0]["check_why"] == "5.0× NumPy timed beside it (over 4×)"
     assert "unlikely rather than impossible" in flag and "cannot be right" not in flag
 
 
