@@ -21,7 +21,7 @@ from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.devices.nvml import GpuProcess, GpuProcessJson, GpuSnapshot, GpuSnapshotJson
 from tf_device_panel.core.lab.machines import GpuStatus, MachineJson, MachineStatus
 from tf_device_panel.core.protocol import events
-from tf_device_panel.core.runproc.runtime_main import Command, read_command
+from tf_device_panel.core.runproc.runtime_main import Command, Commands, read_command, read_configuration
 
 ROOT = Path(__file__).resolve().parent.parent
 # Issue 30: at most 40 `dict[str, Any]` left in core/ and gui/, each at a JSON edge. Lower it as more are typed.
@@ -141,7 +141,7 @@ def command_through_a_pipe(line: bytes) -> Command | None:
     try:
         os.write(write_end, line)
         os.close(write_end)
-        return read_command(read_end)
+        return read_command(Commands(read_end))
     finally:
         os.close(read_end)
 
@@ -161,3 +161,27 @@ def test_a_command_that_is_not_an_object_is_refused_and_end_of_file_is_none() ->
     with pytest.raises(ValueError, match="a command is a JSON object"):
         command_through_a_pipe(b"[1, 2]\n")
     assert command_through_a_pipe(b"") is None
+
+
+def test_the_configuration_comes_first_and_the_command_after_it_is_kept() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b'{"cmd": "configure", "config": {"memory_growth": true}}\n{"cmd": "run", "job": "matmul"}\n')
+        os.close(write_end)
+        commands = Commands(read_end)  # both lines in one read: the second is kept for the command
+        assert read_configuration(commands) == {"memory_growth": True}
+        assert read_command(commands) == Command(cmd="run", job_id=None, job="matmul", params={}, after_pid=None)
+        assert read_command(commands) is None
+    finally:
+        os.close(read_end)
+
+
+def test_a_first_line_that_is_not_the_configuration_is_refused() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b'{"cmd": "run", "job": "matmul"}\n')
+        os.close(write_end)
+        with pytest.raises(ValueError, match="the first command is the configuration"):
+            read_configuration(Commands(read_end))
+    finally:
+        os.close(read_end)

@@ -308,6 +308,11 @@ class RuntimeProcess:
         events_r, commands_w, script_out_r, script_err_r = (pipes.events_r, pipes.commands_w, pipes.script_out_r,
                                                             pipes.script_err_r)
         self._commands_fd = commands_w
+        # The configuration goes to the run process straight, the first line on its commands pipe (the zygote and
+        # the supervisor that fork it never carry it). A process already dead leaves the pipe unread: its exit is
+        # what the reader reports.
+        with contextlib.suppress(RuntimeUnavailable):
+            self._send({"cmd": "configure", "config": self.config.to_json()})
         _live.add(self)
         log.debug("supervisor pid %d started with %s", self._process.pid, self.config.summary())
         assert self._process.stdout is not None and self._process.stderr is not None
@@ -325,8 +330,7 @@ class RuntimeProcess:
                USER_ENVIRONMENT_ENV: json.dumps({name: os.environ.get(name) for name in PANEL_ENVIRONMENT}),
                **self.extra_env}
         run_args = ["--events-fd", str(pipes.events_w), "--commands-fd", str(pipes.commands_r),
-                    "--script-stdout-fd", str(pipes.script_out_w), "--script-stderr-fd", str(pipes.script_err_w),
-                    "--config", json.dumps(self.config.to_json())]
+                    "--script-stdout-fd", str(pipes.script_out_w), "--script-stderr-fd", str(pipes.script_err_w)]
         return env, ["--module", "tf_device_panel.core.runproc.runtime_main", *run_args]
 
     def wait_ready(self, timeout: float = 120.0) -> events.Warm:

@@ -2,8 +2,9 @@
 given one command.
 
 Started (in a fork of `core.runproc.supervisor`) by `core.client.runtime.RuntimeProcess` as
-`python -m core.runproc.runtime_main --events-fd N --commands-fd M --config JSON`. It imports TensorFlow, applies
-the configuration, says `warm`, and waits for ONE command on the commands pipe:
+`python -m core.runproc.runtime_main --events-fd N --commands-fd M`. It imports TensorFlow, reads the device
+configuration (the first line on the commands pipe, sent by the panel itself), applies it, says `warm`, and waits
+for ONE command on the commands pipe:
 - `run`: initialize TensorFlow (its devices go out as `ready`), run the job on this main thread, exit with
   the job's status through a normal interpreter exit (atexit handlers run); a user's `script` gets TensorFlow
   configured but not initialized, and `ready` goes out when the script first initializes it (`run_script`),
@@ -38,7 +39,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from tf_device_panel.core.catalogue import JOBS, ParamError, RunDevices
 from tf_device_panel.core.catalogue.jobs import JobError
@@ -278,20 +279,57 @@ def own_the_heap(spans: list[tuple[int, int]] | None = None) -> int:
     return owned
 
 
-def read_command(fd: int) -> Command | None:
+class CommandJson(TypedDict, total=False):
+    """A line on the commands pipe as core.client.runtime writes it (every field as it came: checked by its reader)."""
+
+    cmd: object
+    config: object       # "configure": the profile's JSON object
+    job_id: object
+    job: object
+    params: object
+    after_pid: object
+
+
+class Commands:
+    """The commands pipe, line by line: the configuration first, then the one command (a line read past is kept)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._pending = b""
+
+    def next(self) -> CommandJson | None:
+        """The next JSON object; None on end of file (the spare was discarded)."""
+        while b"\n" not in self._pending:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return None
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        command = json.loads(line)
+        if not isinstance(command, dict):
+            raise ValueError(f"a command is a JSON object, got {line[:200]!r}")
+        return cast(CommandJson, command)
+
+
+def read_configuration(commands: Commands) -> ProfileJson | None:
+    """The run's device configuration, the first line the panel sends (core.client.runtime): it reaches this
+    process straight from the panel, not through the zygote and the supervisor that fork it."""
+    message = commands.next()
+    if message is None:
+        return None
+    if message.get("cmd") != "configure" or not isinstance(message.get("config"), dict):
+        raise ValueError(f"the first command is the configuration, got {json.dumps(message)[:200]}")
+    return cast(ProfileJson, message["config"])
+
+
+def read_command(commands: Commands) -> Command | None:
     """The one command a spare waits for; None on end of file (the spare was discarded)."""
-    data = b""
-    while b"\n" not in data:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return None
-        data += chunk
-    command = json.loads(data.split(b"\n", 1)[0])
-    if not isinstance(command, dict):
-        raise ValueError(f"a command is a JSON object, got {data[:200]!r}")
-    after = command.get("after_pid")
+    command = commands.next()
+    if command is None:
+        return None
+    after, params = command.get("after_pid"), command.get("params")
     return Command(cmd=command.get("cmd"), job_id=str(command["job_id"]) if command.get("job_id") else None,
-                   job=str(command.get("job")), params=command.get("params") or {},
+                   job=str(command.get("job")), params=params if isinstance(params, dict) else {},
                    after_pid=after if isinstance(after, int) and after > 0 else None)
 
 
@@ -459,13 +497,12 @@ def main(argv: list[str] | None = None) -> tuple[int, int | None]:
     parser.add_argument("--commands-fd", type=int, required=True)
     parser.add_argument("--script-stdout-fd", type=int, help="a user's script's fd 1, copied byte for byte")
     parser.add_argument("--script-stderr-fd", type=int, help="a user's script's fd 2, copied byte for byte")
-    parser.add_argument("--config", required=True, help="the device configuration as JSON")
     args = parser.parse_args(argv)
     global script_channel, events_fd_at_exit
     events_fd_at_exit = args.events_fd
     if args.script_stdout_fd is not None and args.script_stderr_fd is not None:
         script_channel = (args.script_stdout_fd, args.script_stderr_fd)
-    return serve(args.events_fd, args.commands_fd, args.config), args.events_fd
+    return serve(args.events_fd, args.commands_fd), args.events_fd
 
 
 # The events pipe, for a script's run, which ends at the interpreter's top level (`run_script`'s `finish`).
@@ -507,7 +544,7 @@ def take_ctrl_c_on_a_thread() -> None:
     threading.Thread(target=wait, name="ctrl-c", daemon=True).start()
 
 
-def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
+def serve(events_fd: int, commands_fd: int) -> int:
     """Warm up, take one command, carry it out; returns the exit status."""
     emit = EventWriter(events_fd)
     # Ctrl+C before the job begins (a job cancelled the moment it was handed over) ends this process by the
@@ -522,9 +559,17 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         emit(events.StartupError(**{"stage": stage, "error_type": type(exc).__name__, "message": str(exc), **extra}))
         return EXIT_CONFIG_REJECTED
 
+    commands = Commands(commands_fd)
     try:
-        config = DeviceConfig.from_json(json.loads(config_json))
-    except (ConfigError, json.JSONDecodeError) as exc:
+        config_json = read_configuration(commands)
+    except (ValueError, OSError) as exc:
+        emit(events.Error(error_type="ProtocolError", message=str(exc)))
+        return EXIT_JOB_FAILED
+    if config_json is None:
+        return EXIT_OK  # discarded before it was configured
+    try:
+        config = DeviceConfig.from_json(config_json)
+    except ConfigError as exc:
         return fail("configuration", exc)
 
     inherited = "tensorflow" in sys.modules  # forked from a zygote that imported it: its heap is shared
@@ -549,7 +594,7 @@ def serve(events_fd: int, commands_fd: int, config_json: str) -> int:
         _thread.start_new_thread(own_the_heap, (heap_spans(),))
 
     try:
-        command = read_command(commands_fd)
+        command = read_command(commands)
     except (ValueError, OSError) as exc:
         emit(events.Error(error_type="ProtocolError", message=str(exc)))
         return EXIT_JOB_FAILED
