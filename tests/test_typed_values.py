@@ -166,7 +166,8 @@ def test_a_command_that_is_not_an_object_is_refused_and_end_of_file_is_none() ->
 def test_the_configuration_comes_first_and_the_command_after_it_is_kept() -> None:
     read_end, write_end = os.pipe()
     try:
-        os.write(write_end, b'{"cmd": "configure", "config": {"memory_growth": true}}\n{"cmd": "run", "job": "matmul"}\n')
+        os.write(write_end, b'{"cmd": "configure", "config": {"memory_growth": true}}\n'
+                            b'{"cmd": "run", "job": "matmul"}\n')
         os.close(write_end)
         commands = Commands(read_end)  # both lines in one read: the second is kept for the command
         assert read_configuration(commands) == {"memory_growth": True}

@@ -238,7 +238,7 @@ class Sampler:
             started = time.monotonic()
             try:
                 sample = self.sample()
-            except Exception as error:  # noqa: BLE001 - one bad read must not end every graph for good: skip the tick
+            except Exception as error:  # one bad read must not end every graph for good: skip the tick
                 said = f"{type(error).__name__}: {error}"
                 if said not in self._reads_failed:  # the same failure every tick is logged once
                     self._reads_failed.add(said)

@@ -179,7 +179,7 @@ class BenchmarkRow(TypedDict, total=False):
     unsupported: str                  # why the figures are missing
     vs_numpy: float | None
     check: str                        # "ok", "impossible" or "unlikely": one word, whole in a projected table
-    check_why: str                    # present only when flagged: what made it impossible or unlikely (the caption's flags say it too)
+    check_why: str                    # only when flagged: why (the caption's flags say it too)
 
 
 class BestRow(TypedDict):
