@@ -53,7 +53,7 @@ def printed_json(seen: list[events.Event]) -> dict[str, object]:
 
 
 REPORT = """
-    import ctypes, json, os
+    import ctypes, json, os, re
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
     names = ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_GPU_ALLOCATOR", "TF_FORCE_GPU_ALLOW_GROWTH",
@@ -62,7 +62,11 @@ REPORT = """
     print(json.dumps({
         "c_getenv": {name: (libc.getenv(name.encode()) or b"").decode() or None for name in names},
         "cwd": os.getcwd(),
-        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+        # What each fd is ("pipe", "socket", a file's path), not its number: the numbers of the pipes the panel
+        # passes are whatever were free in the panel's process at that moment (under load a transient fd of its
+        # own shifted them by two).
+        "fds": sorted(re.sub(r":\\[\\d+\\]$", "", os.readlink(f"/proc/self/fd/{fd}"))
+                      for fd in os.listdir("/proc/self/fd") if os.path.islink(f"/proc/self/fd/{fd}")),
         "random": numpy.random.rand(),
         "parent_is_supervisor": "supervisor" in open(f"/proc/{os.getppid()}/cmdline").read()
                                 or "zygote" in open(f"/proc/{os.getppid()}/cmdline").read(),
@@ -88,7 +92,8 @@ def test_a_forked_run_reads_its_configuration_environment_folder_and_fds_after_t
     by_hand, seen_by_hand = run_script(tmp_path, REPORT, config, env=late)
     assert not by_hand.forked
     bare = printed_json(seen_by_hand)
-    assert report["fds"] == bare["fds"], "a fork holds fds a fresh run process would not"
+    assert report["fds"] == bare["fds"], f"a fork holds fds a fresh run process would not: {report['fds']} " \
+                                         f"against {bare['fds']}"
     assert report["c_getenv"] == bare["c_getenv"]
 
 
