@@ -10,22 +10,18 @@ import random
 import subprocess
 import sys
 import textwrap
-import time
+import threading
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
-from helpers import collect_job, of_type, wait_until
+from helpers import wait_until
 from tf_device_panel.core.catalogue import JOBS, ParamError
-from tf_device_panel.core.client import wording
-from tf_device_panel.core.client.runtime import RuntimeProcess
-from tf_device_panel.core.config import DeviceConfig
-from tf_device_panel.core.panel_runs.runs import PROBE_MODULE
-from tf_device_panel.core.protocol import events
-from tf_device_panel.core.results import present
-from tf_device_panel.core.runproc.jobs.fit_batch import (
+from tf_device_panel.core.client.client_job import ClientJob
+from tf_device_panel.core.client.fit_batch import (
     MARGIN,
     MAX_BATCH,
     MORE_REPEATS,
@@ -40,6 +36,12 @@ from tf_device_panel.core.runproc.jobs.fit_batch import (
     predict,
     repeats_needed,
 )
+from tf_device_panel.core.client.run_manager import run_job_once
+from tf_device_panel.core.client.runtime import RuntimeState
+from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.panel_runs.runs import PROBE_MODULE
+from tf_device_panel.core.protocol import events
+from tf_device_panel.core.results import present
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
@@ -288,14 +290,17 @@ def probe_processes() -> list[psutil.Process]:
     return found
 
 
-def test_cancelling_fit_batch_ends_its_run(start_runtime: Callable[..., RuntimeProcess]) -> None:
-    runtime = start_runtime(DeviceConfig())
-    runtime.wait_ready()
-    job_id = runtime.submit("fit-batch", {"model": "cnn", "budget_mib": 256})
+def test_cancelling_fit_batch_ends_its_runs() -> None:
+    seen: list[events.Event] = []
+    job = ClientJob(DeviceConfig(), on_event=seen.append)
+    job.start()
+    job_id = job.submit("fit-batch", {"model": "cnn", "budget_mib": 256})
     wait_until(probe_processes, timeout=60, message="no run process started")
-    runtime.cancel(grace=20)
-    seen = collect_job(runtime, job_id)
-    assert of_type(seen, events.JOB_FINISHED)[0].status == "cancelled"
+    job.cancel(grace=20)
+    wait_until(lambda: job.state == RuntimeState.EXITED, timeout=30, message=lambda: f"the job is {job.state}")
+    finished = [e for e in seen if isinstance(e, events.JobFinished) and e.job_id == job_id]
+    assert [e.status for e in finished] == ["cancelled"]
+    assert isinstance(seen[-1], events.RuntimeExited) and seen[-1].expected
     wait_until(lambda: not probe_processes(), timeout=20, message=lambda: f"runs left: {probe_processes()}")
 
 
@@ -353,32 +358,23 @@ def test_the_result_names_the_boundary_and_the_kind_of_failures_near_it() -> Non
     assert "margin: 528, the smallest batch that ran out, is 10% above 480" in text and "500 held in every run" in text
 
 
-@pytest.mark.parametrize(("job", "params", "hidden"), [
-    ("fit-batch", {"budget_mib": 64}, True),   # its runs use the device; its own process uses none
-    ("matmul", {}, False),
-])
-def test_only_a_job_whose_work_runs_beside_hides_the_gpus_from_its_own_process(job, params, hidden) -> None:
-    # On an H200 fit-batch was refused under the default profile: its own process would have initialized the GPU
-    # and taken its memory from the runs it starts. Its `ready` says so, so its devices are not taken for what
-    # TensorFlow makes of the configuration (the window's Devices panel would have shown no GPU).
-    runtime = RuntimeProcess(DeviceConfig())
-    runtime.start()
-    try:
-        runtime.wait_ready(120)
-        job_id = runtime.submit(job, params)
-        ready = None
-        deadline = time.monotonic() + 120
-        while ready is None and time.monotonic() < deadline:
-            event = runtime.next_event(0.5)
-            if isinstance(event, events.Ready) and event.job_id == job_id:
-                ready = event
-        assert ready is not None, "no ready report"
-        assert ready.gpus_hidden is hidden
-        assert [d["short_name"] for d in ready.logical] == ["/CPU:0"]
-        # the command line's -v line says why a GPU machine's fit-batch lists no GPU
-        assert ("the GPUs hidden from this process: its runs use them" in wording.ready(ready)) is hidden
-        runtime.cancel(grace=20)
-        finished = of_type(collect_job(runtime, job_id), events.JOB_FINISHED)
-        assert finished and finished[0].status in ("cancelled", "ok")
-    finally:
-        runtime.stop()
+def test_fit_batch_runs_in_the_panels_process_and_starts_no_run_process_of_its_own() -> None:
+    """Its work is runs of the command line: inside a run process it held an initialized TensorFlow for nothing,
+    and on an H200 under the default profile the whole GPU its runs needed (it was refused for that)."""
+    def no_run_process(config: DeviceConfig, on_event: Callable[[events.Event], None]) -> NoReturn:
+        raise AssertionError("fit-batch started a run process of its own")
+
+    cancel = threading.Event()
+    lines: list[str] = []
+
+    def told(event: events.Event) -> None:
+        if isinstance(event, events.Log):
+            lines.append(event.text)
+            cancel.set()  # its first run has ended: enough to see where it ran
+
+    outcome = run_job_once(DeviceConfig(), "fit-batch", {"budget_mib": 64}, on_event=told, cancel=cancel,
+                           grace_s=20, process_factory=no_run_process)
+    assert outcome.status == "cancelled", outcome
+    assert lines and lines[0].startswith("probe batch "), lines
+    assert outcome.devices is None  # no TensorFlow of its own: no devices of its own to report
+    wait_until(lambda: not probe_processes(), timeout=20, message=lambda: f"runs left: {probe_processes()}")

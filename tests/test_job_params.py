@@ -94,9 +94,10 @@ def test_a_benchmark_of_10000_sizes_is_refused_before_it_starts(panel_home: Path
 def test_the_profiles_logical_gpus_are_counted_as_tensorflow_will_make_them(
         monkeypatch: pytest.MonkeyPatch, profile: dict[str, object], accepted: str, refused: str) -> None:
     from tf_device_panel.core import cli
+    from tf_device_panel.core.client import machine
     from tf_device_panel.core.config import DeviceConfig, GpuInfo
 
-    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: [GpuInfo(0, "A", 81_079), GpuInfo(1, "B", 81_079)])
+    monkeypatch.setattr(machine, "nvml_gpu_inventory", lambda: [GpuInfo(0, "A", 81_079), GpuInfo(1, "B", 81_079)])
     config = DeviceConfig.from_json({"version": 1, **profile})
     fit = get_job("fit")
     cli.check_devices(fit, fit.resolve(texts={"devices": accepted}), config)

@@ -129,7 +129,7 @@ def test_the_panels_side_never_imports_the_run_process(tmp_path: Path) -> None:
     broken = "the panel's side never imports the run process's code BROKEN"
     for plant, (package, module, imported) in (("gui-runproc", ("gui/widgets", "job_form.py", "runproc.jobs")),
                                               ("cli-runproc", ("core/cli", "output.py", "runproc.cluster")),
-                                              ("client-runproc", ("core/client", "share.py", "runproc.jobs.fit_batch")),
+                                              ("client-runproc", ("core/client", "share.py", "runproc.jobs.training")),
                                               ("lab-runproc", ("core/lab", "fetch.py", "runproc.doctor_probe"))):
         tree = lint.stage(tmp_path / plant)
         with (tree / "tf_device_panel" / package / module).open("a") as f:

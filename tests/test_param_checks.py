@@ -17,7 +17,10 @@ from job_helpers import run_job
 from tf_device_panel.core import cli
 from tf_device_panel.core.catalogue import JOBS, Param, ParamError, RunDevices, get_job, profile_devices
 from tf_device_panel.core.catalogue.params import BESIDE, RUN
+from tf_device_panel.core.client import machine
+from tf_device_panel.core.client.client_job import ClientJob
 from tf_device_panel.core.config import DeviceConfig, GpuInfo, Kind
+from tf_device_panel.core.protocol import events
 
 TRACEBACK_MARKS = ('File "', "Traceback", "^^^^", "~~~~")
 
@@ -61,7 +64,7 @@ def test_a_bad_value_of_every_parameter_is_refused_by_the_command_line_before_an
         raise AssertionError(f"a run process was started for {job} {name}={value!r}")
 
     monkeypatch.setattr(cli, "run_job_once", started)  # refused before any process: nothing may start
-    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: None)  # this machine: no GPU, as CI has
+    monkeypatch.setattr(machine, "nvml_gpu_inventory", lambda: None)  # this machine: no GPU, as CI has
     assert cli.main(["run", job, "-p", f"{name}={value}"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") <= 2, err
@@ -88,11 +91,11 @@ def test_the_shared_check_says_where_the_devices_are(job: str, params: dict[str,
 
 
 def test_a_gpu_for_runs_beside_is_taken_whatever_the_profiles_memory_settings() -> None:
-    # fit-batch's own process hides the GPUs before TensorFlow initializes (works_beside), so a profile without
-    # memory growth leaves the runs it starts the whole GPU: on an H200 it was refused for that ("turn memory
-    # growth on"), which a user sizing a batch on a default profile could not see a reason for.
+    # fit-batch runs in the panel's process (in_client) and holds no GPU memory, so a profile without memory
+    # growth leaves the runs it starts the whole GPU: on an H200 it was refused for that ("turn memory growth
+    # on"), which a user sizing a batch on a default profile could not see a reason for.
     fit_batch = get_job("fit-batch")
-    assert fit_batch.works_beside and not any(spec.works_beside for spec in JOBS.values() if spec is not fit_batch)
+    assert fit_batch.in_client and not any(spec.in_client for spec in JOBS.values() if spec is not fit_batch)
     one_gpu = [GpuInfo(0, "H100")]
     for config in (DeviceConfig(), DeviceConfig(memory_growth=True), DeviceConfig(memory_fraction=0.5)):
         devices = profile_devices(config, one_gpu)
@@ -102,8 +105,22 @@ def test_a_gpu_for_runs_beside_is_taken_whatever_the_profiles_memory_settings() 
     fit_batch.check_devices(fit_batch.resolve(texts={"device": ""}), profile_devices(DeviceConfig(), one_gpu))
 
 
+def test_a_client_job_makes_the_same_check_before_its_work_starts() -> None:
+    # fit-batch runs in the panel's process (a client job): what reaches it unchecked is refused there, in the
+    # command line's words, before any run starts.
+    seen: list[events.Event] = []
+    job = ClientJob(DeviceConfig(), on_event=seen.append)
+    job.start()
+    job.submit("fit-batch", {"device": "/CPU:1"})
+    job.stop(timeout=30)
+    (error,) = [e for e in seen if isinstance(e, events.Error)]
+    assert error.error_type == "ParamError", error
+    assert error.message.startswith("device: '/CPU:1': the runs this job starts are processes of their own"), error
+    assert not [e for e in seen if isinstance(e, events.Progress)]  # the search itself never began
+    assert [e.status for e in seen if isinstance(e, events.JobFinished)] == ["error"]
+
+
 @pytest.mark.parametrize(("job", "params", "said"), [
-    ("fit-batch", {"device": "/CPU:1"}, "device: '/CPU:1': the runs this job starts are processes of their own"),
     ("memory", {"device": "/GPU:0"}, "device: '/GPU:0' is not among this run's devices: this run has /CPU:0 and no "
                                      "GPU"),
 ])
@@ -168,7 +185,7 @@ def test_the_command_line_asks_nvml_only_when_a_parameter_names_a_device(monkeyp
     def no_inventory() -> None:
         raise AssertionError("NVML asked for a run whose parameters name no device to check")
 
-    monkeypatch.setattr(cli, "nvml_gpu_inventory", no_inventory)
+    monkeypatch.setattr(machine, "nvml_gpu_inventory", no_inventory)
     matmul = get_job("matmul")
     cli.check_devices(matmul, matmul.resolve(texts={}), DeviceConfig())
     cli.check_devices(matmul, matmul.resolve(texts={"device": "/GPU:3"}), DeviceConfig())  # anywhere: unchecked
@@ -176,17 +193,3 @@ def test_the_command_line_asks_nvml_only_when_a_parameter_names_a_device(monkeyp
     cli.check_devices(fit_batch, fit_batch.resolve(texts={}), DeviceConfig())
     with pytest.raises(AssertionError, match="NVML asked"):
         cli.check_devices(fit_batch, fit_batch.resolve(texts={"device": "/CPU:0"}), DeviceConfig())
-
-
-def test_the_run_process_with_its_gpus_hidden_still_knows_the_machines_gpus_for_its_runs() -> None:
-    from tf_device_panel.core.runproc.runtime_main import runtime_devices
-
-    gpu = {"device_type": "GPU", "name": "/physical_device:GPU:0"}
-    # fit-batch's own process as it initializes: no logical GPU (hidden), the physical one still listed
-    hidden = runtime_devices({"logical": [{"short_name": "/CPU:0"}], "physical": [gpu]},  # type: ignore[typeddict-item]
-                             DeviceConfig())
-    assert (hidden.gpus, hidden.machine_gpus) == (0, 1)
-    fit_batch = get_job("fit-batch")
-    fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:0"}), hidden)
-    with pytest.raises(ParamError, match="this machine's one GPU is /GPU:0"):
-        fit_batch.check_devices(fit_batch.resolve(texts={"device": "/GPU:1"}), hidden)

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from fake_runtime import FakeProcess, fake_factory
+from helpers import wait_until
+from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import (
     TRANSITIONS,
@@ -528,3 +530,78 @@ def test_a_readers_news_is_told_on_its_own_thread_in_its_order() -> None:
     reader.join(10)
     assert ("Warm", "reader") in told_on and ("problem", "MainThread") in told_on
     assert all(thread == "reader" for kind, thread in told_on if kind == "Warm"), told_on
+
+
+# -- a client job (JobSpec.in_client: fit-batch) ----------------------------------------------------------------
+
+
+def counted_lines(ctx: Any, count: int = 3) -> dict[str, object]:
+    """A client job's work for these tests: a few lines, then a result; stops when cancelled."""
+    for step in range(count):
+        ctx.check_cancelled()
+        ctx.progress(step, count, f"line {step}")
+        ctx.say(f"line {step}")
+    if count < 0:
+        raise JobError("count: a negative count")
+    return {"kind": "text", "text": f"{count} lines"}
+
+
+def waits_for_its_cancel(ctx: Any) -> None:
+    assert ctx.cancel_requested.wait(30), "never cancelled"
+    ctx.check_cancelled()
+
+
+@pytest.fixture
+def client_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tf_device_panel.core.catalogue import JOBS, JobSpec, Param
+    from tf_device_panel.core.config import Kind
+
+    for name, entry, params in (("count", "test_run_manager:counted_lines",
+                                 (Param("count", Kind.COUNT, 3, "lines", minimum=-5, maximum=100),)),
+                                ("wait", "test_run_manager:waits_for_its_cancel", ())):
+        monkeypatch.setitem(JOBS, name, JobSpec(name, name, name, entry, params, in_client=True))
+
+
+def wait_for_end(manager: RunManager) -> JobOutcome:
+    run = manager.job_run
+    assert run is not None
+    wait_until(lambda: run.finished and manager.state != RuntimeState.BUSY, timeout=30,
+               message=lambda: f"the manager is {manager.state}")
+    return run.outcome
+
+
+def test_a_client_job_runs_beside_the_warm_spare_which_stays_for_the_next_job(client_jobs: None) -> None:
+    manager, made, told = ready_window_manager()
+    spare = manager.spare
+    assert manager.run("count", {"count": 2}) == Submission.STARTED
+    outcome = wait_for_end(manager)
+    assert outcome.status == "ok" and outcome.result == {"kind": "text", "text": "2 lines"}
+    assert [e.text for e in told.events if isinstance(e, events.Log)] == ["line 0", "line 1"]
+    assert len(made) == 2 and manager.spare is spare and spare.job is None  # no run process started or used
+    assert manager.state == RuntimeState.READY and told.started == ["count"]
+    assert manager.run("matmul", {}) == Submission.STARTED and spare.job is not None  # the spare takes the next
+
+
+def test_a_client_job_is_cancelled_and_its_failure_is_its_outcome(client_jobs: None) -> None:
+    manager, _, told = ready_window_manager()
+    assert manager.run("wait", {}) == Submission.STARTED
+    wait_until(lambda: manager.running, timeout=10)
+    assert manager.cancel()
+    assert wait_for_end(manager).status == "cancelled"
+    assert manager.run("count", {"count": -1}) == Submission.STARTED
+    failed = wait_for_end(manager)
+    assert failed.status == "error" and failed.error is not None and failed.error.message == "count: a negative count"
+    assert manager.run("count", {"count": "many"}) == Submission.STARTED  # its parameters checked as any job's
+    refused = wait_for_end(manager)
+    assert refused.status == "error" and refused.error is not None and "count" in refused.error.message
+    assert not any(isinstance(e, events.RuntimeExited) and not e.expected for e in told.events)
+
+
+def test_the_command_lines_client_job_starts_no_process(client_jobs: None) -> None:
+    def no_process(config: DeviceConfig, on_event: Callable[[Event], None]) -> FakeProcess:
+        raise AssertionError("a client job started a run process")
+
+    seen: list[Event] = []
+    outcome = run_job_once(DeviceConfig(), "count", {"count": 1}, on_event=seen.append, process_factory=no_process)
+    assert outcome.status == "ok" and outcome.result == {"kind": "text", "text": "1 lines"}
+    assert isinstance(seen[-1], events.RuntimeExited) and seen[-1].expected

@@ -197,36 +197,6 @@ def test_each_manager_keeps_its_own_device_descriptions() -> None:
     assert len(made) == 3
 
 
-def test_a_ready_report_of_a_job_that_hid_the_gpus_does_not_describe_the_configuration() -> None:
-    """fit-batch hides the GPUs from its own process (its runs use them): its `ready` lists no GPU, which must
-    not become what the window shows for the configuration."""
-    manager, made, _ = window_manager()
-    config = DeviceConfig(cpu_devices=2)
-    manager.apply(config)
-    made[0].warm_up()
-    made[0].on_event(events.Ready(pid=made[0].pid, logical=(), gpus_hidden=True))
-    assert manager.descriptions.get(config) is None and manager.devices is None
-    made[0].ready()
-    assert manager.descriptions.get(config) is not None and manager.devices is not None
-
-
-def test_a_job_that_hid_the_gpus_leaves_the_windows_inventory_as_it_was() -> None:
-    """Its `ready` lists only /CPU:0: told as the inventory, the Devices panel, the device map, the memory
-    panel's limits and every job form's device list would have lost the GPU until another run's report."""
-    session = Session()
-    told: list[InventoryChanged] = []
-    session.subscribe(told, InventoryChanged, told.append)
-    gpu = {"name": "/physical_device:GPU:0", "device_type": "GPU", "index": 0}
-    configured = events.Ready(pid=7, physical=(gpu,), logical=(
-        {"name": "/job:localhost/replica:0/task:0/device:GPU:0", "short_name": "/GPU:0", "device_type": "GPU"},))
-    session.fold([configured])
-    hidden = events.Ready(pid=8, job_id="fit-batch-1", physical=(gpu,), gpus_hidden=True, logical=(
-        {"name": "/job:localhost/replica:0/task:0/device:CPU:0", "short_name": "/CPU:0", "device_type": "CPU"},))
-    session.fold([hidden])
-    assert [change.ready for change in told] == [configured]
-    assert session.run_state.pid == 8  # the run's own process is still the one followed
-
-
 # -- folding the run's events --------------------------------------------------------------------------
 
 

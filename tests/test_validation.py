@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tf_device_panel.core import cli
 from tf_device_panel.core.catalogue import JOBS, ParamError
+from tf_device_panel.core.client import machine
 from tf_device_panel.core.config import MAX_PROFILE_BYTES, DeviceConfig, ProfileError, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def test_validate_exits_2_at_once_on_dev_zero_and_fifos(tmp_path: Path) -> None:
 
 def test_gpus_that_cannot_be_checked_get_a_warning_not_a_plain_valid(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: None)  # a machine where NVML sees no GPU
+    monkeypatch.setattr(machine, "nvml_gpu_inventory", lambda: None)  # a machine where NVML sees no GPU
     path = tmp_path / "gpus.json"
     path.write_text('{"version": 1, "visible_gpus": [0, 99], "virtual_gpus": {"0": [1024]}}')
     assert cli.main(["validate", str(path)]) == 0
@@ -100,7 +101,7 @@ def test_gpus_that_cannot_be_checked_get_a_warning_not_a_plain_valid(
 def test_validate_with_six_problems_lists_the_gpu_warning_too(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 33: the GPU-5 warning was shown only when it was alone."""
-    monkeypatch.setattr(cli, "nvml_gpu_inventory", lambda: None)  # a machine where NVML sees no GPU
+    monkeypatch.setattr(machine, "nvml_gpu_inventory", lambda: None)  # a machine where NVML sees no GPU
     path = tmp_path / "six.json"
     path.write_text('{"visible_gpus": [5], "cpu_devices": -1, "memory_growth": "yes", "soft_placement": 3, '
                     '"log_placement": "x", "threads": 4}')

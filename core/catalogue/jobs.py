@@ -75,17 +75,18 @@ class JobSpec:
     task_entries: tuple[tuple[str, str], ...] = ()  # ("who runs", "module:function") in cluster processes
     # The rules between the parameters, checked once each is right on its own: (parameter, problem) pairs.
     rules: Callable[[Mapping[str, ParamValue]], list[tuple[str, str]]] | None = None
-    # Its work runs in processes it starts (fit-batch): its own process hides the GPUs before TensorFlow
-    # initializes, so it holds none of their memory, whatever the profile's memory settings.
-    works_beside: bool = False
+    # Its work is runs of the panel's own command line (fit-batch): it runs in the panel's process
+    # (core.client.client_job), never in a run process, and holds no TensorFlow and no GPU memory of its own.
+    in_client: bool = False
 
     def defaults(self) -> dict[str, ParamValue]:
         return {p.name: p.default for p in self.params}
 
     def code(self) -> str:
         """The source a person reads to learn what the job does: the runtime's part, then each process's."""
-        parts = [f"# {self.title}: runs in the TensorFlow runtime process as {self.entry}\n"
-                 + entry_source(self.entry)]
+        where = "the panel's own process (its runs are processes of their own)" if self.in_client else \
+            "the TensorFlow runtime process"
+        parts = [f"# {self.title}: runs in {where} as {self.entry}\n" + entry_source(self.entry)]
         parts += [f"# {who} {entry}\n" + entry_source(entry) for who, entry in self.task_entries]
         return "\n\n".join(parts)
 
@@ -254,7 +255,7 @@ JOBS: dict[str, JobSpec] = {
             "(the CPU's BFC allocator, or a logical GPU of that size) run as you would run it; a few small runs "
             "predict, then the search closes in on the boundary (the largest batch that held, the smallest that "
             "ran out) and the answer held in every one of its repeats.",
-            "tf_device_panel.core.runproc.jobs.fit_batch:fit_batch",
+            "tf_device_panel.core.client.fit_batch:fit_batch",
             (Param("model", Kind.PATH, "cnn", "What to size: dense or cnn (the fit job's own models), or a saved "
                    "Keras model (.keras) trained a few steps on synthetic inputs of its input shapes with its own "
                    "loss and optimizer. With a script, leave it a built-in model (it is then unused): a saved model "
@@ -271,7 +272,7 @@ JOBS: dict[str, JobSpec] = {
              Param("device", Kind.DEVICE, "", "The device the budget is on: /CPU:0 (capped through the CPU's BFC "
                    "allocator) or /GPU:N (a logical GPU of the budget's size). Empty: /CPU:0.",
                    label="Device", empty_means="/CPU:0", devices_of=BESIDE)),
-            rules=fit_batch_problems, works_beside=True,
+            rules=fit_batch_problems, in_client=True,
         ),
         JobSpec(
             "benchmark", "Matmul benchmark",

@@ -102,7 +102,7 @@ def path_problem(text: str) -> str | None:
 ANYWHERE = "anywhere"   # TensorFlow judges: a missing device shows soft placement
 RUN = "run"             # among the run's own logical devices
 BESIDE = "beside"       # in processes the job starts beside its own: /CPU:0 (each has one logical CPU) or a GPU of
-#                         this machine (the job's own process hides the GPUs: JobSpec.works_beside)
+#                         this machine (the job runs in the panel's process: JobSpec.in_client)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import threading
@@ -21,10 +20,8 @@ from tf_device_panel.core.catalogue import (
     JobSpec,
     ParamError,
     ParamValues,
-    RunDevices,
     get_job,
     path_problem,
-    profile_devices,
 )
 from tf_device_panel.core.catalogue.cluster_layout import cluster_commands
 from tf_device_panel.core.catalogue.fit_work import BATCH, BUILT_IN_MODELS, KERAS_SUFFIX, Work, keras_model_problem
@@ -41,7 +38,7 @@ from tf_device_panel.core.cli.output import (
     run_text,
     script_process_factory,
 )
-from tf_device_panel.core.client import share
+from tf_device_panel.core.client import machine, share
 from tf_device_panel.core.client.history import INCOMPLETE, UNREADABLE, HistoryError, RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
 from tf_device_panel.core.client.run_memory import summary_peaks
@@ -50,14 +47,13 @@ from tf_device_panel.core.client.runtime import shell_status
 from tf_device_panel.core.config import (
     ConfigError,
     DeviceConfig,
-    GpuInfo,
     Kind,
     ProfileError,
     load_profile,
     to_python_snippet,
     unchecked_gpus_warning,
 )
-from tf_device_panel.core.devices.gpus import tf_gpu_inventory, tf_gpu_lines, tf_gpu_messages
+from tf_device_panel.core.devices.gpus import tf_gpu_lines, tf_gpu_messages
 from tf_device_panel.core.devices.nvml import GpuSnapshotJson
 from tf_device_panel.core.devices.nvml import shared as shared_nvml
 from tf_device_panel.core.logsetup import configure_logging
@@ -92,24 +88,10 @@ def _print_lines(lines: Iterable[str], stream: TextIO | None = None) -> None:
         print(line, file=stream or sys.stdout)
 
 
-def nvml_gpu_inventory() -> list[GpuInfo] | None:
-    """TensorFlow's GPUs as NVML sees them, for validation (TF's indices under CUDA_VISIBLE_DEVICES, CUDA's
-    totals); None when unknown (no driver)."""
-    nvml = shared_nvml()
-    if not nvml.init():
-        return None
-    return tf_gpu_inventory(nvml.gpus(), os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-
-def no_gpu_reason() -> str:
-    """Why this machine's GPUs cannot be checked, in NVML's words."""
-    return f"NVML sees no GPU on this machine ({shared_nvml().message or 'no NVIDIA driver'})"
-
-
 def load_config(path: str | None) -> DeviceConfig:
-    gpus = nvml_gpu_inventory()
+    gpus = machine.nvml_gpu_inventory()
     config = (DeviceConfig() if path is None else load_profile(path)).checked(gpus)  # ConfigError naming each
-    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    warning = unchecked_gpus_warning(config, machine.no_gpu_reason()) if gpus is None else None
     if warning is not None:
         print(f"warning: {warning}", file=sys.stderr)
     return config
@@ -126,13 +108,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         # Every problem and every warning: a profile with problems still says which GPUs it could not check.
         unread = exc.config
-        warning = (unchecked_gpus_warning(unread, no_gpu_reason())
-                   if unread is not None and nvml_gpu_inventory() is None else None)
+        warning = (unchecked_gpus_warning(unread, machine.no_gpu_reason())
+                   if unread is not None and machine.nvml_gpu_inventory() is None else None)
         _print_lines(problems_text(args.file, exc.problems, [warning] if warning else []))
         return EXIT_USAGE
-    gpus = nvml_gpu_inventory()
+    gpus = machine.nvml_gpu_inventory()
     problems = config.problems(gpus)
-    warning = unchecked_gpus_warning(config, no_gpu_reason()) if gpus is None else None
+    warning = unchecked_gpus_warning(config, machine.no_gpu_reason()) if gpus is None else None
     if problems:
         _print_lines(problems_text(f"{args.file} on this machine", problems, [warning] if warning else []))
         return EXIT_USAGE
@@ -256,17 +238,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.status == "ok" else EXIT_JOB_FAILED
 
 
-def run_devices(config: DeviceConfig) -> RunDevices:
-    """The devices a run with `config` has on this machine, known before it starts."""
-    gpus = nvml_gpu_inventory()
-    return profile_devices(config, gpus, no_gpu_reason() if gpus is None else "")
-
-
 def check_devices(spec: JobSpec, params: ParamValues, config: DeviceConfig) -> None:
     """The devices the job's parameters name must be where it uses them (ParamError, exit 2): the check the window
     and the run process make too (`JobSpec.check_devices`). NVML is asked only when a parameter names one."""
     if spec.names_devices(params):
-        spec.check_devices(params, run_devices(config))
+        spec.check_devices(params, machine.run_devices(config))
 
 
 def script_rejected(texts: dict[str, str]) -> int | None:
@@ -398,10 +374,10 @@ def _share(args: argparse.Namespace) -> int:
     batch = VERIFY_BATCH if args.batch is None else args.batch
     work = _share_work(args)
     base = DeviceConfig() if args.config is None else load_profile(args.config)
-    gpus = nvml_gpu_inventory()
+    gpus = machine.nvml_gpu_inventory()
     base.checked(gpus)
     out = share.check_out_dir(args.out, args.force)
-    reason = no_gpu_reason() if not gpus else ""
+    reason = machine.no_gpu_reason() if not gpus else ""
     most: share.MostSeats | None = None
     say = (lambda text: None) if args.json else (lambda text: print(text, flush=True))
     if args.max:

@@ -36,8 +36,9 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any
 
-from tf_device_panel.core.catalogue import ParamValues
+from tf_device_panel.core.catalogue import JOBS, ParamValues
 from tf_device_panel.core.client import zygote
+from tf_device_panel.core.client.client_job import ClientJob
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.process_handle import ProcessHandle
 from tf_device_panel.core.client.run_record import JobOutcome, JobRun
@@ -66,6 +67,12 @@ STOP_TIMEOUT_S = 5.0
 
 
 ProcessFactory = Callable[[DeviceConfig, Callable[[Event], None]], ProcessHandle]
+
+
+def runs_in_client(job: str) -> bool:
+    """The job's work is runs of the command line, done from the panel's process (JobSpec.in_client)."""
+    spec = JOBS.get(job)
+    return spec is not None and spec.in_client
 
 
 def runtime_process(config: DeviceConfig, on_event: Callable[[Event], None]) -> ProcessHandle:
@@ -391,7 +398,7 @@ class RunManager:
             self.pending = PendingRun(job, params, run)
             self.job_run = run
             self._fire(Trigger.APPLY)
-            self.spare = self._start(SPARE)
+            self.spare = self._start(SPARE, in_client=runs_in_client(job))  # no TensorFlow for a client job
             self._settle()
             if self.pending is not None:
                 return Submission.WAITING
@@ -550,12 +557,18 @@ class RunManager:
         self._later(WaitingRefused(pending.job, reason))
 
     # -- processes -------------------------------------------------------------------------------
-    def _start(self, role: str) -> ProcessHandle | None:
+    def _start(self, role: str, *, in_client: bool = False) -> ProcessHandle | None:
+        """A run process for `role`; with `in_client`, a client job instead (a job whose work is runs of the
+        command line: core.client.client_job)."""
         assert self.applied is not None
         generation = self._generation
         started: list[ProcessHandle] = []  # its events come only after start(), when this holds it
-        process = self.process_factory(
-            self.applied, lambda event: self._on_event(generation, role, started[0], event))
+
+        def on_event(event: Event) -> None:
+            self._on_event(generation, role, started[0], event)
+
+        process = ClientJob(self.applied, on_event=on_event) if in_client else self.process_factory(
+            self.applied, on_event)
         started.append(process)
         try:
             if threading.current_thread() is self._home:
@@ -575,9 +588,15 @@ class RunManager:
         self._retired.append(thread)
 
     def _hand_over(self, job: str, params: ParamValues, run: JobRun | None) -> bool:
-        """The spare takes the job (`JobHandedOver`); the next spare starts warming at once."""
+        """The spare takes the job (`JobHandedOver`); the next spare starts warming at once. A client job
+        (`runs_in_client`) is taken by a `ClientJob` of its own instead, and the spare stays for the next job."""
         spare = self.spare
         assert self.applied is not None and spare is not None
+        beside_the_spare = self.spares > 0 and runs_in_client(job)
+        if beside_the_spare:
+            client = self._start(SPARE, in_client=True)
+            assert client is not None  # a thread, not a process: nothing to fail to start
+            spare = client
         devices = self.devices.payload() if self.devices is not None else None  # as the run's record keeps them
         run = run or JobRun(job, params, self.applied, devices, self.history)
         self.job_run = run
@@ -596,7 +615,8 @@ class RunManager:
             self._later(ProblemNotice(str(exc)))
             return False
         self._fire(Trigger.RUN)
-        self.spare = self._start(SPARE) if self.spares else None
+        if not beside_the_spare:
+            self.spare = self._start(SPARE) if self.spares else None
         self._later(JobHandedOver(job))
         return True
 
@@ -613,8 +633,7 @@ class RunManager:
         if isinstance(event, events.Warm):
             self._warm.add(process)
         self._record(process, event)
-        # a run's or a describe run's: TensorFlow's devices for this config (not a job's that hid the GPUs)
-        if isinstance(event, events.Ready) and not event.gpus_hidden:
+        if isinstance(event, events.Ready):  # a run's or a describe run's: TensorFlow's devices for this config
             self.descriptions.remember(process.config, event, process.tf_lines())
             if current:
                 self.devices = event

@@ -257,8 +257,7 @@ class Session(Hub):
         batch = tuple(batch)
         changes = self.run_state.apply_all(batch)
         for ready in changes.readies:
-            if not ready.gpus_hidden:  # fit-batch's own process: not what TensorFlow makes of the configuration
-                self.take_ready(ready, tf_lines())
+            self.take_ready(ready, tf_lines())
         self.publish(RunStateChanged(self.run_state, changes, batch))
         self.set("run_pid", self.run_state.pid)
         if run is not None and any(finished.job_id == run.job_id for finished in changes.finished):

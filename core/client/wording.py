@@ -54,8 +54,7 @@ def job_finished(event: events.JobFinished) -> str:
 
 def ready(event: events.Ready) -> str:
     names = ", ".join(device.get("short_name", "?") for device in event.logical)
-    hidden = " (the GPUs hidden from this process: its runs use them)" if event.gpus_hidden else ""
-    return f"runtime ready: TensorFlow {event.tf_version}, logical devices {names}{hidden} [pid {event.pid}]"
+    return f"runtime ready: TensorFlow {event.tf_version}, logical devices {names} [pid {event.pid}]"
 
 
 def placement(event: events.Placement) -> str:

@@ -1,7 +1,7 @@
 """One run of a work (core.catalogue.fit_work) at one batch, by the panel's own command line under a profile, and
 what it did: whether it held, the allocator's peak its record gives, and its process's own peak memory.
 
-fit-batch runs every batch it tries this way (core.runproc.jobs.fit_batch), and so does `share` for each seat
+fit-batch runs every batch it tries this way (core.client.fit_batch), and so does `share` for each seat
 (core.client.share): `tf-device-panel run JOB --config PROFILE --json`, as a user would start it, its record in
 a history of its own.
 

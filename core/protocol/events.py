@@ -192,9 +192,6 @@ class Ready(_RuntimeFacts):
     logical: tuple[LogicalDevice, ...] = ()
     init_s: float | None = None
     gpu_devices: tuple[CreatedGpu, ...] = ()   # added by the panel from the runtime's output
-    # The job hid the GPUs from its own process (JobSpec.works_beside: fit-batch, whose runs use them): these are
-    # its process's devices, not what TensorFlow makes of the configuration.
-    gpus_hidden: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, repr=False, eq=False)  # Event's own (see there)

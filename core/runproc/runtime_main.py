@@ -100,7 +100,6 @@ class RuntimeFacts(TypedDict, total=False):
     config: ProfileJson
     logical: list[events.LogicalDevice]
     init_s: float
-    gpus_hidden: bool
 
 
 class EventWriter:
@@ -401,6 +400,8 @@ class Run:
         spec = JOBS.get(self.name)
         if spec is None:
             raise JobError(f"unknown job {self.name!r}")
+        if spec.in_client:
+            raise JobError(f"{self.name} runs in the panel's own process, not in a run process")
         resolved = spec.resolve(self.params)
         if self.devices is not None:  # the check the window and the command line made, on what TF lists
             spec.check_devices(resolved, self.devices)
@@ -618,15 +619,6 @@ def serve(events_fd: int, commands_fd: int) -> int:
             return -signal.SIGINT  # cancelled before the script began: ended by the signal
         return run_script(tf, run, info)
     close_script_channel()
-    spec = JOBS.get(run.name) if run is not None else None
-    if spec is not None and spec.works_beside:
-        # Initialized with the GPUs, this process would take their memory from the runs it starts: under a profile
-        # without memory growth, all of it (fit-batch on an H200 was refused for that).
-        try:
-            tf.config.set_visible_devices([], "GPU")
-        except Exception as exc:
-            return fail("hide the GPUs from the job's own process", exc, tf_version=tf.__version__)
-        info["gpus_hidden"] = True  # its `ready` then lists the job's own devices, not the configuration's
     initializing = time.monotonic()
     # TensorFlow's thread pools start as it initializes, with SIGINT blocked, as this thread has it.
     try:

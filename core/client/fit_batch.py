@@ -2,7 +2,8 @@
 
 Every run is the work itself (the fit job's model, the user's script with `{batch}` filled in, or a saved Keras
 model trained a few steps) run by the panel's own command line in a fresh process, under the user's profile with
-its device capped at the budget (core.panel_runs.runs): what the user runs when they take the answer.
+its device capped at the budget (core.panel_runs.runs): what the user runs when they take the answer. The search
+itself runs in the panel's process (a client job, core.client.client_job): it needs no TensorFlow of its own.
 
 1. Probes: a few runs at small, growing batches; their allocator peaks against the batch give a line, and the
    line predicts the batch whose peak is PREDICT_SHARE of the budget.
@@ -29,6 +30,7 @@ from typing import Literal
 
 from tf_device_panel.core.catalogue.fit_work import Work
 from tf_device_panel.core.catalogue.jobs import JobError
+from tf_device_panel.core.client.client_job import ClientJobContext
 from tf_device_panel.core.config import save_profile
 from tf_device_panel.core.panel_runs.runs import (
     PanelRun,
@@ -40,7 +42,6 @@ from tf_device_panel.core.panel_runs.runs import (
 )
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import FitBatchResult, FitProbe
-from tf_device_panel.core.runproc.jobs.context import JobContext
 from tf_device_panel.core.text import tf_error_text
 from tf_device_panel.core.units import MIB, mib_text
 
@@ -155,7 +156,7 @@ def next_step(found: SearchState, prediction: int | None, budget: int) -> tuple[
     return ("answer", answer) if len(peaks) >= repeats_needed(peaks, found.by_chance()) else ("repeat", answer)
 
 
-def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str = "", budget_mib: int = 256,
+def fit_batch(ctx: ClientJobContext, model: str = "cnn", script: str = "", args: str = "", budget_mib: int = 256,
               image_size: int = 32, device: str = "") -> FitBatchResult:
     work = Work(model, script.strip(), args, image_size)
     short = short_device_name(device) if device.strip() else "/CPU:0"
@@ -168,7 +169,7 @@ def fit_batch(ctx: JobContext, model: str = "cnn", script: str = "", args: str =
         return _search(ctx, work, short, budget_mib, budget, profile, Path(folder))
 
 
-def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: int, profile: Path,
+def _search(ctx: ClientJobContext, work: Work, short: str, budget_mib: int, budget: int, profile: Path,
             folder: Path) -> FitBatchResult:
     found = SearchState()
     rows = found.rows
@@ -203,7 +204,7 @@ def _search(ctx: JobContext, work: Work, short: str, budget_mib: int, budget: in
             rows.append(row)
             verdict = f"held, peak {mib_text(row['peak_bytes'] / MIB)}" if row["fits"] and row["peak_bytes"] else \
                 f"out of memory ({(row.get('oom') or {}).get('verdict') or 'unknown'})"
-            print(f"{role} batch {batch}: {verdict} ({row['seconds']:.1f} s)", flush=True)
+            ctx.say(f"{role} batch {batch}: {verdict} ({row['seconds']:.1f} s)")
         return all(row["fits"] for row in rows[-side_by_side:])
 
     # 1. Probes, stopped early by one that runs out or once the line says the next would not fit.
