@@ -155,6 +155,18 @@ def _run(*args: str, timeout: float = 900, cwd: Path = ROOT) -> subprocess.Compl
     return done
 
 
+def _holds_from_outside(*run_args: str) -> None:
+    """The answer run by the command line as a user runs it: up to three times, holding in two; a run that did not
+    hold ran out of memory (near a cap runs run out at random: see the test below), never failed otherwise."""
+    outcomes: list[str] = []
+    while outcomes.count("ok") < 2 and len(outcomes) < 3:
+        done = _run(*run_args, "--json")
+        outcome = json.loads(done.stdout)
+        assert outcome["status"] == "ok" or outcome.get("oom"), done.stdout[-2000:]
+        outcomes.append(outcome["status"])
+    assert outcomes.count("ok") >= 2, outcomes
+
+
 def _check_answer(result: dict, budget_mib: int) -> int:
     """What every answer must say: a batch that held in each of its repeats, just below one that ran out."""
     batch = result["predicted_max_batch"]
@@ -163,8 +175,9 @@ def _check_answer(result: dict, budget_mib: int) -> int:
     assert len(at_answer) == result["repeats"] >= REPEATS and all(r["fits"] for r in at_answer)
     assert all(r["peak_bytes"] <= budget_mib * MIB and r["rss_peak_bytes"] > r["peak_bytes"] for r in at_answer)
     out = result["boundary"]["ran_out"]
-    # A step under the smallest batch that ran out, and no further than the search's closing gap plus that step.
-    assert out is not None and (out >= batch * (1 + MARGIN) or out == batch + 1)
+    # A step under the smallest batch that ran out (the search's own arithmetic: 190 × 1.1 is 209.00000000000003 in
+    # floats, and CI once failed an answer of 190 below 209 on it), and no further than the closing gap plus that step.
+    assert out is not None and (batch <= below_failure(out) or out == batch + 1)
     assert out <= max(batch + 2, batch * (1 + WIDE) * (1 + MARGIN) + 1)
     assert any(not r["fits"] for r in result["probes"] if r["batch"] == out)  # at least one of its runs
     assert not any("fits too" in flag for flag in result["flags"])
@@ -189,13 +202,14 @@ def test_the_cnns_batch_held_in_each_repeat_and_the_batch_just_above_ran_out(tmp
     probes = [r for r in result["probes"] if r["role"] == "probe"]
     assert [r["batch"] for r in probes] == [8, 32, 128][:len(probes)] and len(probes) >= 2
     assert [r["peak_bytes"] for r in probes] == sorted(r["peak_bytes"] for r in probes)  # grows with the batch
-    # From outside: the fit job at that batch holds under the same cap.
+    # From outside: the fit job at that batch holds under the same cap. Near a cap runs run out at random (the
+    # band, docs/memory.md: the margin brings it to a few runs in a hundred, more beside other work: CI once saw one
+    # of these run out beside two other workers), so it runs up to three times and must hold in two; a run that
+    # did not hold must have run out of memory, not failed otherwise.
     profile = tmp_path / "cap128.json"
     profile.write_text('{"version": 1, "cpu_memory_limit_mib": 128, "log_placement": false}')
-    fits = _run("fit", "--config", str(profile), "-p", "model=cnn", "-p", f"batch_per_replica={batch}",
-                "-p", f"samples={batch}", "-p", "epochs=1", "--json")
-    assert fits.returncode == 0, fits.stderr
-    assert json.loads(fits.stdout)["status"] == "ok"
+    _holds_from_outside("fit", "--config", str(profile), "-p", "model=cnn", "-p", f"batch_per_replica={batch}",
+                        "-p", f"samples={batch}", "-p", "epochs=1")
 
 
 @pytest.mark.slow
@@ -210,9 +224,7 @@ def test_a_users_script_is_sized_through_its_batch_argument(tmp_path: Path) -> N
     assert result["model"] == "script train.py" and result["work"]["args"] == "--batch-size {batch}"
     profile = tmp_path / "cap64.json"
     profile.write_text('{"version": 1, "cpu_memory_limit_mib": 64, "log_placement": false}')
-    fits = _run("script", "--config", str(profile), "-p", f"path={script}", "-p", f"args=--batch-size {batch}",
-                "--json")
-    assert fits.returncode == 0 and json.loads(fits.stdout)["status"] == "ok", fits.stdout[-2000:]
+    _holds_from_outside("script", "--config", str(profile), "-p", f"path={script}", "-p", f"args=--batch-size {batch}")
 
 
 @pytest.mark.slow

@@ -560,12 +560,15 @@ def serve(events_fd: int, commands_fd: int) -> int:
         emit(events.StartupError(**{"stage": stage, "error_type": type(exc).__name__, "message": str(exc), **extra}))
         return EXIT_CONFIG_REJECTED
 
+    def garbled(exc: Exception) -> int:
+        emit(events.Error(error_type="ProtocolError", message=str(exc)))
+        return EXIT_JOB_FAILED
+
     commands = Commands(commands_fd)
     try:
         config_json = read_configuration(commands)
     except (ValueError, OSError) as exc:
-        emit(events.Error(error_type="ProtocolError", message=str(exc)))
-        return EXIT_JOB_FAILED
+        return garbled(exc)
     if config_json is None:
         return EXIT_OK  # discarded before it was configured
     try:
@@ -597,8 +600,7 @@ def serve(events_fd: int, commands_fd: int) -> int:
     try:
         command = read_command(commands)
     except (ValueError, OSError) as exc:
-        emit(events.Error(error_type="ProtocolError", message=str(exc)))
-        return EXIT_JOB_FAILED
+        return garbled(exc)
     if command is None:
         return EXIT_OK
     os.close(commands_fd)
