@@ -605,3 +605,21 @@ def test_the_command_lines_client_job_starts_no_process(client_jobs: None) -> No
     outcome = run_job_once(DeviceConfig(), "count", {"count": 1}, on_event=seen.append, process_factory=no_process)
     assert outcome.status == "ok" and outcome.result == {"kind": "text", "text": "1 lines"}
     assert isinstance(seen[-1], events.RuntimeExited) and seen[-1].expected
+
+
+def test_a_client_jobs_events_go_on_after_a_listener_fails(client_jobs: None) -> None:
+    from tf_device_panel.core.client.client_job import ClientJob
+
+    seen: list[Event] = []
+
+    def failing_on_logs(event: Event) -> None:
+        seen.append(event)
+        if isinstance(event, events.Log):
+            raise RuntimeError("a listener's bug")
+
+    job = ClientJob(DeviceConfig(), on_event=failing_on_logs)
+    job.start()
+    job.submit("count", {"count": 2})
+    wait_until(lambda: job.state == RuntimeState.EXITED, timeout=10, message=lambda: f"the job is {job.state}")
+    assert [type(e).__name__ for e in seen][-3:] == ["Result", "JobFinished", "RuntimeExited"]
+    assert [e.text for e in seen if isinstance(e, events.Log)] == ["line 0", "line 1"]

@@ -212,7 +212,10 @@ class ClientJob:
         if isinstance(event, events.Log):
             self._lines.append(event.text)
             del self._lines[:-LAST_LINES]
-        self._on_event(event)
+        try:
+            self._on_event(event)
+        except Exception:  # a listener's bug must not end the job's thread before its last events
+            log.exception("client job: the event listener failed on a %s event", event.type)
 
     def _fire(self, trigger: str) -> None:
         with self._state_changed:
