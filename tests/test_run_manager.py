@@ -623,3 +623,50 @@ def test_a_client_jobs_events_go_on_after_a_listener_fails(client_jobs: None) ->
     wait_until(lambda: job.state == RuntimeState.EXITED, timeout=10, message=lambda: f"the job is {job.state}")
     assert [type(e).__name__ for e in seen][-3:] == ["Result", "JobFinished", "RuntimeExited"]
     assert [e.text for e in seen if isinstance(e, events.Log)] == ["line 0", "line 1"]
+
+
+def test_a_client_job_killed_before_its_job_never_takes_one_and_says_why(client_jobs: None) -> None:
+    from tf_device_panel.core.client.client_job import ClientJob
+    from tf_device_panel.core.client.runtime import RuntimeUnavailable
+
+    seen: list[Event] = []
+    job = ClientJob(DeviceConfig(), on_event=seen.append)
+    job.start()
+    job.kill(reason="Ctrl+C before the job was handed over")
+    with pytest.raises(RuntimeUnavailable):
+        job.submit("count", {})
+    job.stop(timeout=10)
+    assert job.state == RuntimeState.EXITED
+    assert isinstance(seen[-1], events.RuntimeExited) and not seen[-1].expected
+    assert not any(isinstance(e, events.JobStarted) for e in seen)
+
+
+def test_a_client_job_waits_for_the_last_runs_process_to_exit(client_jobs: None) -> None:
+    import subprocess
+    import sys
+
+    from tf_device_panel.core.client.client_job import ClientJob
+
+    last_run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    seen: list[Event] = []
+    job = ClientJob(DeviceConfig(), on_event=seen.append)
+    job.start()
+    job.submit("count", {"count": 1}, after_pid=last_run.pid)
+    try:
+        wait_until(lambda: job.state == RuntimeState.EXITED, timeout=30, message=lambda: f"the job is {job.state}")
+        first_line = next(e for e in seen if isinstance(e, events.Log))
+        assert first_line.text == f"waiting for the previous run's process (pid {last_run.pid}) to exit"
+        assert last_run.poll() is not None or last_run.wait(5) == 0  # it had exited before the work began
+        assert [e.text for e in seen if isinstance(e, events.Log)][1:] == ["line 0"]
+    finally:
+        last_run.kill()
+        last_run.wait()
+
+
+def test_the_status_of_a_running_client_job_names_no_pid(client_jobs: None) -> None:
+    manager, _, _ = ready_window_manager()
+    assert manager.run("wait", {}) == Submission.STARTED
+    wait_until(lambda: manager.running, timeout=10)
+    assert manager._status_text() == "running wait (in the panel's process; its runs are processes of their own)"
+    manager.cancel()
+    wait_for_end(manager)

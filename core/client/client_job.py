@@ -13,7 +13,9 @@ nothing it starts outlives it (each run dies with the thread that started it, an
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import select
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -27,7 +29,6 @@ from tf_device_panel.core.client.runtime import PROCESS_TRANSITIONS, Lifecycle, 
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
-from tf_device_panel.core.text import tf_error_text
 
 LAST_LINES = 40
 
@@ -63,6 +64,27 @@ class ClientJobContext:
             raise Cancelled("cancelled by the user")
 
 
+WAIT_NOTICE_S = 0.5   # a wait for the last run's exit this long is said in the job's output
+WAIT_LIMIT_S = 30.0
+
+
+def wait_for_exit(pid: int, context: ClientJobContext) -> None:
+    """Until process `pid` (the last run's, its outcome in, the kernel perhaps still tearing it down) has exited,
+    so the runs this job starts never share a GPU with it; a pidfd is readable from the moment it has."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already, or an old kernel with nothing to wait with
+        return
+    try:
+        if not select.select([pidfd], [], [], WAIT_NOTICE_S)[0]:
+            context.say(f"waiting for the previous run's process (pid {pid}) to exit")
+            deadline = time.monotonic() + WAIT_LIMIT_S - WAIT_NOTICE_S
+            while not select.select([pidfd], [], [], 0.2)[0] and time.monotonic() < deadline:
+                context.check_cancelled()
+    finally:
+        os.close(pidfd)
+
+
 class ClientJob:
     """One client job, handled as the run manager handles a run process (core.client.process_handle)."""
 
@@ -73,7 +95,8 @@ class ClientJob:
         self._on_event = on_event
         self.lifecycle = Lifecycle("client job", PROCESS_TRANSITIONS)
         self._state_changed = threading.Condition()
-        self._commands: queue.SimpleQueue[tuple[str, str, dict[str, object]] | None] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[tuple[str, str, dict[str, object], int | None] | None] = \
+            queue.SimpleQueue()
         self._context: ClientJobContext | None = None
         self._killed_reason: str | None = None
         self._lines: list[str] = []
@@ -119,7 +142,8 @@ class ClientJob:
 
     def submit(self, job: str, params: Mapping[str, Any] | None = None, *, after_pid: int | None = None,
                job_id: str | None = None) -> str:
-        """`after_pid` is not waited for: the job holds no device, its runs wait for nothing of the last run's."""
+        """`after_pid`: the last run's process, whose outcome is in but which may still be exiting; the work begins
+        once it has exited, as a run process's does (its runs may need the GPU that process still holds)."""
         with self._state_changed:
             if self.state != RuntimeState.READY:
                 raise RuntimeUnavailable(f"the job is {self.state}; it takes a job only when ready")
@@ -128,85 +152,104 @@ class ClientJob:
             self._context = ClientJobContext(job_id, self.config, self._tell)
             self.lifecycle.fire("submit")
             self._state_changed.notify_all()
-        self._commands.put((job, job_id, dict(params or {})))
+        self._commands.put((job, job_id, dict(params or {}), after_pid))
         return job_id
 
     def describe(self) -> None:
         raise RuntimeUnavailable("a client job describes no devices")
 
     def cancel(self, grace: float = 5.0) -> None:
-        """Its work stops at its next check (between runs, or while it waits on one, stopping that run)."""
+        """Its work stops at its next check: between runs, or while it waits on one (that run is killed, within
+        a fifth of a second). There is no process to signal, so `grace` has nothing to enforce."""
         if self._context is not None:
             self._context.cancel_requested.set()
 
     def kill(self, reason: str | None = None) -> None:
-        if reason and self._killed_reason is None:
-            self._killed_reason = reason
-        if self._context is not None:
-            self._context.cancel_requested.set()
-        elif self.state == RuntimeState.READY:
-            self._commands.put(None)
+        """As `cancel`, and said as a kill; one not yet given its job never takes one."""
+        with self._state_changed:
+            if reason and self._killed_reason is None:
+                self._killed_reason = reason
+            if self._context is not None:
+                self._context.cancel_requested.set()
+            elif self.state == RuntimeState.READY:
+                self._leave()
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.state == RuntimeState.BUSY:
-            self.kill(reason="stopped while the job was running")
-        elif self.state == RuntimeState.READY:
-            self._fire("stop")
-            self._commands.put(None)
+        with self._state_changed:
+            if self.state == RuntimeState.BUSY:
+                if self._killed_reason is None:
+                    self._killed_reason = "stopped while the job was running"
+                if self._context is not None:
+                    self._context.cancel_requested.set()
+            elif self.state == RuntimeState.READY:
+                self._leave()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
+    def _leave(self) -> None:
+        """(Holding `_state_changed`.) No job will come: the thread ends; a later submit is refused."""
+        self.lifecycle.fire("stop")
+        self._state_changed.notify_all()
+        self._commands.put(None)
+
     # -- the job's thread --------------------------------------------------------------------------
     def _serve(self) -> None:
-        self.warm = events.Warm()
-        self._tell(self.warm)
-        command = self._commands.get()
-        returncode, finished = 0, False
-        if command is not None:
-            job, job_id, params = command
-            returncode = self._run(job, job_id, params)
-            finished = True
-        description = ("ended" if returncode == 0 else "ended with an error") if self._killed_reason is None \
-            else f"was stopped: {self._killed_reason}"
-        self.running_job = None
-        self.exited = events.RuntimeExited(returncode=returncode, description=description,
-                                           expected=finished or self._killed_reason is None,
-                                           last_lines=tuple(self.recent_lines()[-12:]))
-        self._fire("exit")
-        self._tell(self.exited)
+        status = ""  # no job
+        try:
+            self.warm = events.Warm()
+            self._tell(self.warm)
+            command = self._commands.get()
+            if command is not None:
+                status = self._run(*command)
+        finally:  # whatever happened, the job's end and the "process's" exit are told
+            self.running_job = None
+            killed = self._killed_reason
+            if status == "cancelled" and killed is not None:
+                description = f"was stopped: {killed}"
+            else:
+                description = {"ok": "ended", "cancelled": "was cancelled", "": "ended without a job"}.get(
+                    status, "ended with an error")
+            returncode = 0 if status in ("ok", "") else 1
+            self.exited = events.RuntimeExited(returncode=returncode, description=description,
+                                               expected=killed is None or status == "ok",
+                                               last_lines=tuple(self.recent_lines()[-12:]))
+            self._fire("exit")
+            self._tell(self.exited)
 
-    def _run(self, job: str, job_id: str, params: dict[str, object]) -> int:
+    def _run(self, job: str, job_id: str, params: dict[str, object], after_pid: int | None) -> str:
+        """The job, its outcome told (Error or Result, then JobFinished) whatever ends it; its status."""
         context = self._context
         assert context is not None
         started = time.monotonic()
         context.emit(events.JobStarted(job=job, params=params))
-        status, returncode, result, error = "ok", 0, None, None
+        status, result, error = "error", None, None
         try:
+            if after_pid is not None:
+                wait_for_exit(after_pid, context)
             spec = get_job(job)
             resolved = spec.resolve(params)
             if spec.names_devices(resolved):  # the check the command line and the window made, made again here
                 spec.check_devices(resolved, run_devices(self.config))
             result = load_entry(spec.entry)(context, **resolved)
+            status = "ok"
         except Cancelled:
-            status, returncode = "cancelled", 1
-            message = "cancelled by the user" if self._killed_reason is None else \
-                f"stopped: {self._killed_reason}"
+            status = "cancelled"
+            message = "cancelled by the user" if self._killed_reason is None else f"stopped: {self._killed_reason}"
             error = events.Error(error_type="Cancelled", message=message)
         except (JobError, ParamError) as exc:
-            status, returncode = "error", 1
             error = events.Error(error_type=type(exc).__name__, message=str(exc))
-        except Exception as exc:  # a bug of the panel's: said as the job's error, never a thread's traceback
+        except BaseException as exc:  # a bug of the panel's: said as the job's error, never a thread's traceback
             log.exception("client job %s failed", job)
-            status, returncode = "error", 1
-            error = events.Error(error_type=type(exc).__name__, message=tf_error_text(str(exc)) or type(exc).__name__)
-        if error is not None:
-            context.emit(error)
-        if result is not None:
-            context.emit(events.Result(result=result))
-        context.emit(events.JobFinished(job=job, status=status, duration_s=time.monotonic() - started,
-                                        returncode=returncode))
-        return returncode
+            error = events.Error(error_type=type(exc).__name__, message=str(exc).strip() or type(exc).__name__)
+        finally:
+            if error is not None:
+                context.emit(error)
+            if result is not None:
+                context.emit(events.Result(result=result))
+            context.emit(events.JobFinished(job=job, status=status, duration_s=time.monotonic() - started,
+                                            returncode=0 if status == "ok" else 1))
+        return status
 
     def _tell(self, event: Event) -> None:
         if isinstance(event, events.Log):

@@ -331,7 +331,10 @@ class RunManager:
 
     def _status_text(self) -> str:
         if self.running and self.job_run is not None:
-            return f"running {self.job_run.outcome.job} (pid {self.current.pid if self.current else '?'})"
+            current = self.current
+            where = (" (in the panel's process; its runs are processes of their own)" if isinstance(current, ClientJob)
+                     else f" (pid {current.pid if current is not None else '?'})")
+            return f"running {self.job_run.outcome.job}{where}"
         spare = self.spare
         if spare is None:
             return "no runtime"
@@ -436,7 +439,9 @@ class RunManager:
             run = self.job_run
         if process is None:
             return False
-        if run is not None:
+        if run is not None and isinstance(process, ClientJob):
+            run.note_cancel(by, "cancelled: the job stopped at its next check, its run in progress killed", signum)
+        elif run is not None:
             run.note_cancel(by, f"cancelled: SIGINT to the job, SIGTERM after {self.cancel_grace_s / 2:g} s and a "
                                 f"kill after {self.cancel_grace_s:g} s if it had not stopped", signum)
         process.cancel(self.cancel_grace_s)
