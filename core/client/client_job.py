@@ -35,7 +35,7 @@ LAST_LINES = 40
 log = logging.getLogger(__name__)
 
 
-class Cancelled(BaseException):
+class ClientJobCancelled(BaseException):
     """Raised inside a client job when it was asked to stop (a BaseException, as KeyboardInterrupt is)."""
 
 
@@ -61,7 +61,7 @@ class ClientJobContext:
 
     def check_cancelled(self) -> None:
         if self.cancel_requested.is_set():
-            raise Cancelled("cancelled by the user")
+            raise ClientJobCancelled("cancelled by the user")
 
 
 WAIT_NOTICE_S = 0.5   # a wait for the last run's exit this long is said in the job's output
@@ -233,7 +233,7 @@ class ClientJob:
                 spec.check_devices(resolved, run_devices(self.config))
             result = load_entry(spec.entry)(context, **resolved)
             status = "ok"
-        except Cancelled:
+        except ClientJobCancelled:
             status = "cancelled"
             message = "cancelled by the user" if self._killed_reason is None else f"stopped: {self._killed_reason}"
             error = events.Error(error_type="Cancelled", message=message)
