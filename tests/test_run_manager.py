@@ -647,16 +647,20 @@ def test_a_client_job_waits_for_the_last_runs_process_to_exit(client_jobs: None)
 
     from tf_device_panel.core.client.client_job import ClientJob
 
-    last_run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    # The last run's process lives until its stdin closes: the test ends it once the job has said it waits.
+    last_run = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    assert last_run.stdin is not None
     seen: list[Event] = []
     job = ClientJob(DeviceConfig(), on_event=seen.append)
     job.start()
     job.submit("count", {"count": 1}, after_pid=last_run.pid)
     try:
-        wait_until(lambda: job.state == RuntimeState.EXITED, timeout=30, message=lambda: f"the job is {job.state}")
+        wait_until(lambda: any(isinstance(e, events.Log) for e in seen), timeout=30, message="the job said nothing")
         first_line = next(e for e in seen if isinstance(e, events.Log))
         assert first_line.text == f"waiting for the previous run's process (pid {last_run.pid}) to exit"
-        assert last_run.poll() is not None or last_run.wait(5) == 0  # it had exited before the work began
+        assert job.state == RuntimeState.BUSY and not any(isinstance(e, events.Progress) for e in seen)
+        last_run.stdin.close()
+        wait_until(lambda: job.state == RuntimeState.EXITED, timeout=30, message=lambda: f"the job is {job.state}")
         assert [e.text for e in seen if isinstance(e, events.Log)][1:] == ["line 0"]
     finally:
         last_run.kill()
