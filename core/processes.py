@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -91,3 +93,27 @@ def run_module(module: str, *args: str, env: Mapping[str, str] | None = None,
         raise
     return subprocess.CompletedProcess(process.args, process.returncode,
                                        out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+EXIT_NOTICE_S = 0.5   # a wait for the last run's exit this long is said in the run's output
+EXIT_LIMIT_S = 30.0
+
+
+def wait_for_exit(pid: int, on_slow: Callable[[], None], between: Callable[[], None] = lambda: None) -> None:
+    """Until process `pid` (the last run's: its outcome in, the kernel perhaps still tearing it down) has exited,
+    at most EXIT_LIMIT_S, so two runs never hold a GPU's memory at once; a pidfd is readable from the moment it has
+    (even before it is reaped). `on_slow` once the wait passes EXIT_NOTICE_S; `between`, every fifth of a second
+    after that (a cancel check may raise from it)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone already, or an old kernel with nothing to wait with
+        return
+    try:
+        if select.select([pidfd], [], [], EXIT_NOTICE_S)[0]:
+            return
+        on_slow()
+        deadline = time.monotonic() + EXIT_LIMIT_S - EXIT_NOTICE_S
+        while not select.select([pidfd], [], [], 0.2)[0] and time.monotonic() < deadline:
+            between()
+    finally:
+        os.close(pidfd)

@@ -13,9 +13,7 @@ nothing it starts outlives it (each run dies with the thread that started it, an
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import select
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +25,7 @@ from tf_device_panel.core.catalogue.params import ParamError
 from tf_device_panel.core.client.machine import run_devices
 from tf_device_panel.core.client.runtime import PROCESS_TRANSITIONS, Lifecycle, RuntimeState, RuntimeUnavailable
 from tf_device_panel.core.config import DeviceConfig
+from tf_device_panel.core.processes import wait_for_exit
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
 
@@ -62,27 +61,6 @@ class ClientJobContext:
     def check_cancelled(self) -> None:
         if self.cancel_requested.is_set():
             raise ClientJobCancelled("cancelled by the user")
-
-
-WAIT_NOTICE_S = 0.5   # a wait for the last run's exit this long is said in the job's output
-WAIT_LIMIT_S = 30.0
-
-
-def wait_for_exit(pid: int, context: ClientJobContext) -> None:
-    """Until process `pid` (the last run's, its outcome in, the kernel perhaps still tearing it down) has exited,
-    so the runs this job starts never share a GPU with it; a pidfd is readable from the moment it has."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:  # gone already, or an old kernel with nothing to wait with
-        return
-    try:
-        if not select.select([pidfd], [], [], WAIT_NOTICE_S)[0]:
-            context.say(f"waiting for the previous run's process (pid {pid}) to exit")
-            deadline = time.monotonic() + WAIT_LIMIT_S - WAIT_NOTICE_S
-            while not select.select([pidfd], [], [], 0.2)[0] and time.monotonic() < deadline:
-                context.check_cancelled()
-    finally:
-        os.close(pidfd)
 
 
 class ClientJob:
@@ -226,7 +204,8 @@ class ClientJob:
         status, result, error = "error", None, None
         try:
             if after_pid is not None:
-                wait_for_exit(after_pid, context)
+                waiting = f"waiting for the previous run's process (pid {after_pid}) to exit"
+                wait_for_exit(after_pid, lambda: context.say(waiting), context.check_cancelled)
             spec = get_job(job)
             resolved = spec.resolve(params)
             if spec.names_devices(resolved):  # the check the command line and the window made, made again here

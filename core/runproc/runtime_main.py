@@ -30,7 +30,6 @@ import ctypes
 import json
 import os
 import platform
-import select
 import signal
 import sys
 import threading
@@ -45,7 +44,7 @@ from tf_device_panel.core.catalogue import JOBS, ParamError, RunDevices
 from tf_device_panel.core.catalogue.jobs import JobError
 from tf_device_panel.core.config import ConfigError, DeviceConfig, ProfileJson
 from tf_device_panel.core.config.plan import AppliedPlan, StepError, apply_plan, plan
-from tf_device_panel.core.processes import die_with_parent
+from tf_device_panel.core.processes import die_with_parent, wait_for_exit
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.environment import USER_ENVIRONMENT_ENV
 from tf_device_panel.core.protocol.output_lines import short_device_name
@@ -210,32 +209,9 @@ class MemoryReporter:
                 self.emit(figures)
 
 
-WAIT_NOTICE_S = 0.5        # a wait for the previous run's exit this long is said in the log
-WAIT_LIMIT_S = 30.0
-
-
 def facts_event(kind: str, info: RuntimeFacts, job_id: str | None = None) -> events.Event:
     """The runtime's facts gathered so far (a dict that grows from `warm` to `ready`) as that event."""
     return events.from_json({"type": kind, "data": info, "job_id": job_id})
-
-
-def wait_for_exit(pid: int, emit: EventWriter, job_id: str | None) -> None:
-    """Wait until process `pid` (the previous run, whose outcome is in but which the kernel may still be
-    tearing down) has exited, so two runs never hold a GPU's memory at once. An exited process has released
-    its memory and devices even before it is reaped, and a pidfd is readable from that moment."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    except OSError:  # an old kernel: no pidfd, nothing to wait with
-        return
-    try:
-        if not select.select([pidfd], [], [], WAIT_NOTICE_S)[0]:
-            emit(events.Log(stream="panel", kind="warning", job_id=job_id,
-                            text=f"waiting for the previous run's process (pid {pid}) to exit"))
-            select.select([pidfd], [], [], WAIT_LIMIT_S - WAIT_NOTICE_S)
-    finally:
-        os.close(pidfd)
 
 
 @dataclass(frozen=True)
@@ -613,7 +589,10 @@ def serve(events_fd: int, commands_fd: int) -> int:
         run = Run(emit, config, str(job_id), command.job, command.params)
         signal.signal(signal.SIGINT, run.interrupted)
     if command.after_pid is not None:
-        wait_for_exit(command.after_pid, emit, job_id)
+        after_pid = command.after_pid
+        wait_for_exit(after_pid, lambda: emit(events.Log(
+            stream="panel", kind="warning", job_id=job_id,
+            text=f"waiting for the previous run's process (pid {after_pid}) to exit")))
     if run is not None and run.name == "script":
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl+C that came meanwhile: taken now
