@@ -128,3 +128,15 @@ def read_csv(path: str | os.PathLike[str]) -> dict[str, list[tuple[float, float 
             found.setdefault(row["series"], []).append((float(row["time"]), float(row["value"]) if row["value"]
                                                         else None))
     return found
+
+
+def job_ended(runs: Any, outcome: Any) -> None:
+    """A job's end as the session tells the runs panel: published on its session when the panel is wired (the
+    panel's bookkeeping, then the job's own result view), else both called as the subscriptions would."""
+    from tf_device_panel.core.client.session import JobEnded
+
+    if runs._link is not None:
+        runs.session.publish(JobEnded(outcome))
+        return
+    runs.job_finished(outcome)
+    runs.results.get(outcome.job, runs.result).show_outcome(outcome)

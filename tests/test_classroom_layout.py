@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("PySide6")
-from helpers import wait_for_message
+from helpers import job_ended, wait_for_message
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractScrollArea, QApplication, QTabBar, QWidget
@@ -162,7 +162,7 @@ def test_the_form_folds_to_one_line_under_a_result_and_opens_to_edit(qtbot, wind
     runs.form().set_value("epochs", 8)
     assert runs.form_scroll.isVisible() and not runs.fold_button.isVisible()  # no result yet: the form is open
     runs.job_started("fit")
-    runs.job_finished(JobOutcome("fit", {}, {}, status="ok", result={
+    job_ended(runs, JobOutcome("fit", {}, {}, status="ok", result={
         "kind": "training", "devices": ["/CPU:0"], "replicas_in_sync": 1, "global_batch_size": 5,
         "batch_per_replica": 5, "loss": [0.9, 0.5, 0.3], "model": "dense", "parameters": 2}))
     settle(qtbot)
@@ -192,7 +192,7 @@ def test_every_result_kind_reads_at_classroom_sizes(qtbot, window: MainWindow, s
     for job, result in {**RESULTS, "benchmark": BENCHMARK}.items():
         window.runs.select_job(job)
         window.runs.job_started(job)
-        window.runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=result))
+        job_ended(window.runs, JobOutcome(job, {}, {}, status="ok", result=result))
         settle(qtbot)
         least = plot_least(window.runs.result, presentation)
         problems += [f"{job}: {problem}" for problem in result_problems(window.runs.result, least) + sideways(window)]
@@ -233,7 +233,7 @@ def test_zoom_steps_answer_at_once_and_keep_the_result_in_sight(qtbot, window: M
     for job, result in {**RESULTS, "benchmark": BENCHMARK}.items():
         window.runs.select_job(job)
         window.runs.job_started(job)
-        window.runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=result))
+        job_ended(window.runs, JobOutcome(job, {}, {}, status="ok", result=result))
     window.runs.select_job("benchmark")
     settle(qtbot)
     base = window.runs.status.fontInfo().pointSizeF()
@@ -327,7 +327,7 @@ def test_presentation_mode_at_1280x720_shows_the_result_and_the_whole_device_map
     window.menu_actions[PRESENTATION].trigger()
     window.runs.select_job("benchmark")
     window.runs.job_started("benchmark")
-    window.runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
+    job_ended(window.runs, JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
     canvas = window.panels["map"].canvas
     qtbot.waitUntil(lambda: canvas.visibleRegion().boundingRect().height() >= canvas.height() > 50, timeout=3000)
     settle(qtbot)
@@ -357,7 +357,7 @@ def test_a_result_without_plots_leaves_the_console_the_room(qtbot, window: MainW
     runs.select_job("script")
     runs.job_started("script")
     runs.add_output("script", [(f"epoch {n}: loss {1 / n:.3f}", False) for n in range(1, 40)])
-    runs.job_finished(JobOutcome("script", {}, {}, status="ok", result=RESULTS["script"]))
+    job_ended(runs, JobOutcome("script", {}, {}, status="ok", result=RESULTS["script"]))
     settle(qtbot)
     view = runs.result
     shown = view.presentation_page.widget()  # the result's caption and table, no empty room under them
@@ -374,7 +374,7 @@ def test_a_long_table_without_a_plot_asks_for_a_few_rows_and_leaves_the_output_i
     runs.select_job("benchmark")
     runs.job_started("benchmark")
     result = {key: value for key, value in BENCHMARK.items() if key != "plot"}
-    runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=result))
+    job_ended(runs, JobOutcome("benchmark", {}, {}, status="ok", result=result))
     settle(qtbot)
     table = runs.result.tables[0]
     assert table.rowCount() == 21 and table.height() < table.sizeHint().height()  # it scrolls

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import job_ended
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt
@@ -20,7 +21,7 @@ def _script_ended(window: MainWindow, path: Path, args: str, oom: dict | None) -
     runs = window.runs
     runs.select_job("script")
     runs.job_started("script")
-    runs.job_finished(JobOutcome("script", {"path": str(path), "args": args}, {}, status="error" if oom else "ok",
+    job_ended(runs, JobOutcome("script", {"path": str(path), "args": args}, {}, status="error" if oom else "ok",
                                  oom=oom))  # type: ignore[arg-type]
 
 

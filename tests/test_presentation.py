@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import job_ended
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import Qt
@@ -34,7 +35,7 @@ def test_presentation_mode_enlarges_thickens_contrasts_and_gives_back_the_layout
     runs = window.runs
     runs.select_job("fit")
     runs.job_started("fit")
-    runs.job_finished(JobOutcome("fit", {}, {}, status="ok", duration_s=3.0, result=FIT))
+    job_ended(runs, JobOutcome("fit", {}, {}, status="ok", duration_s=3.0, result=FIT))
     base_text = runs.status.fontInfo().pixelSize()
     base_console = runs.console.view.fontInfo().pixelSize()
     (plot,) = runs.result.plots
@@ -171,7 +172,7 @@ def test_the_benchmarks_table_is_its_plots_legend_beside_it_and_the_legend_comes
     runs = win.runs
     runs.select_job("benchmark")
     runs.job_started("benchmark")
-    runs.job_finished(JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
+    job_ended(runs, JobOutcome("benchmark", {}, {}, status="ok", result=BENCHMARK))
     view = runs.result
     (plot,) = view.plots
     table = view.tables[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("PySide6")
-from helpers import wait_for_message
+from helpers import job_ended, wait_for_message
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QApplication
 from readable import CLASSROOM_SIZES, cut_captions, elided_cells, output_end_hidden, size_name
@@ -46,7 +46,7 @@ def test_every_result_kind_reads_whole(qtbot, window: MainWindow, size: tuple[in
         runs.select_job(job)
         runs.job_started(job)
         runs.add_output(job, OUTPUT_LINES)
-        runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=result))
+        job_ended(runs, JobOutcome(job, {}, {}, status="ok", result=result))
         settle(qtbot)
         least_lines = 8 if (width, height, presentation) == (1280, 720, False) else 2
         problems += [f"{job}: {problem}" for problem in
@@ -70,7 +70,7 @@ def test_an_out_of_memory_error_leads_with_one_plain_sentence(qtbot, window: Mai
     runs.select_job("script")
     runs.job_started("script")
     runs.add_output("script", OUTPUT_LINES)
-    runs.job_finished(JobOutcome("script", {}, {}, status="error", oom=recorded(SHORTAGE), duration_s=2.0,
+    job_ended(runs, JobOutcome("script", {}, {}, status="error", oom=recorded(SHORTAGE), duration_s=2.0,
                                  error=RunError(type="ResourceExhaustedError", message=MESSAGES[SHORTAGE])))
     settle(qtbot)
     view = runs.result.oom
@@ -139,7 +139,7 @@ def test_two_workers_with_the_same_losses_are_both_in_sight(qtbot, window: MainW
     runs = window.runs
     runs.select_job("multi-worker")
     runs.job_started("multi-worker")
-    runs.job_finished(JobOutcome("multi-worker", {}, {}, status="ok", result=RESULTS["multi-worker"]))
+    job_ended(runs, JobOutcome("multi-worker", {}, {}, status="ok", result=RESULTS["multi-worker"]))
     settle(qtbot)
     (plot,) = runs.result.plots
     labels = [label.text for _, label in plot.legend.items]
@@ -157,7 +157,7 @@ def test_with_the_memory_graphs_raised_the_result_still_reads_without_scrolling(
         runs.select_job(job)
         runs.job_started(job)
         runs.add_output(job, OUTPUT_LINES)
-        runs.job_finished(JobOutcome(job, {}, {}, status="ok", result=RESULTS[job]))
+        job_ended(runs, JobOutcome(job, {}, {}, status="ok", result=RESULTS[job]))
         settle(qtbot)
         window.docks["memory"].raise_()
         settle(qtbot)

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import job_ended
 
 pytest.importorskip("PySide6")
 from fake_runtime import FakeProcess, fake_factory
@@ -51,7 +52,7 @@ def test_each_job_keeps_its_own_status_progress_clock_and_result(qtbot, window: 
     runs = window.runs
     runs.select_job("script")
     runs.job_started("script")
-    runs.job_finished(outcome("script", "error", 0.004, "FileNotFoundError", "No such file: '/tmp/none.py'"))
+    job_ended(runs, outcome("script", "error", 0.004, "FileNotFoundError", "No such file: '/tmp/none.py'"))
     assert shown(window) == ("Failed in 0.00 s", 0, "0.0 s")
     # another job never run shows nothing of the script's failure (it showed "Failed in 0.00 s — FileNotFoundError")
     runs.select_job("multi-worker")
@@ -66,10 +67,10 @@ def test_each_job_keeps_its_own_status_progress_clock_and_result(qtbot, window: 
     assert shown(window) == ("Not run yet", 0, "")
     runs.select_job("fit")
     assert shown(window)[:2] == ("epoch 4/8", 500)
-    runs.job_finished(outcome("fit", duration_s=13.77, result=FIT))
+    job_ended(runs, outcome("fit", duration_s=13.77, result=FIT))
     runs.select_job("parameter-server")
     runs.job_started("parameter-server")
-    runs.job_finished(outcome("parameter-server", duration_s=8.30))
+    job_ended(runs, outcome("parameter-server", duration_s=8.30))
     assert shown(window) == ("Finished in 8.30 s", 1000, "8.3 s")
     runs.select_job("fit")
     assert shown(window) == ("Finished in 13.77 s", 1000, "13.8 s") and runs.result.plots
@@ -82,7 +83,7 @@ def test_a_failure_is_said_once_whole_and_without_the_panels_class_names(qtbot, 
     runs.select_job("matmul")
     runs.job_started("matmul")
     message = f"Could not satisfy device specification '/job:localhost/replica:0/task:0/device:GPU:2' {LONG_TAIL}"
-    runs.job_finished(outcome("matmul", "error", 1.5, "InvalidArgumentError", message))
+    job_ended(runs, outcome("matmul", "error", 1.5, "InvalidArgumentError", message))
     QApplication.processEvents()
     status = runs.status.full_text()
     summary = runs.result.error.summary
@@ -94,7 +95,7 @@ def test_a_failure_is_said_once_whole_and_without_the_panels_class_names(qtbot, 
     for internal in ("JobError", "ScriptExit"):
         runs.select_job("script")
         runs.job_started("script")
-        runs.job_finished(outcome("script", "error", 0.2, internal, "train.py exited with status 3"))
+        job_ended(runs, outcome("script", "error", 0.2, internal, "train.py exited with status 3"))
         text = runs.result.error.summary.full_text()
         assert text == "train.py exited with status 3" and internal not in runs.status.full_text()
         assert internal in runs.result.error.detail.toPlainText()
@@ -188,7 +189,7 @@ def test_the_jobs_output_is_under_its_result_with_the_live_line(qtbot, window: M
     assert console.view.toPlainText().splitlines() == ["epoch 1 starting", "step 20/20", "done: loss 0.01"]
     assert not console.live_line.isVisible()
     assert "MatMul" in window.panels["log"].view.toPlainText()  # placements stay in the Placement log
-    runs.job_finished(outcome("script"))
+    job_ended(runs, outcome("script"))
     runs.select_job("matmul")
     assert console.view.toPlainText() == ""  # another job's console is its own
     runs.select_job("script")
@@ -212,7 +213,7 @@ def test_a_waiting_jobs_first_lines_that_arrive_before_its_start_stay_in_its_con
     window.controller.deliver([log("9-1-1", "done")])
     assert runs.console.view.toPlainText().splitlines() == ["hello from train.py", "done"]
     assert runs.state.status == "Running script…"
-    runs.job_finished(outcome("script"))
+    job_ended(runs, outcome("script"))
 
     # The next run of the same job starts with an empty console: its start comes before its lines.
     second = JobRun("script", {}, DeviceConfig(), None)
@@ -253,7 +254,7 @@ def test_the_small_things_of_item_13(qtbot, window: MainWindow) -> None:
     runs.select_job("fit")
     runs.job_started("fit")
     assert runs.status.full_text() == "Running fit…" and "Running" not in runs.result.message.text()
-    runs.job_finished(outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
+    job_ended(runs, outcome("fit", "cancelled", 1.0, "Cancelled", "cancelled by the user"))
     # after a cancel, the run's process ending is no failure
     window.panels["log"].add_events([events.JobFinished(job="fit", status="cancelled", job_id="1"),
                            events.RuntimeExited(description="exited with code 1", expected=False)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import job_ended
 
 pytest.importorskip("PySide6")
 from PySide6.QtCore import QSettings, Qt
@@ -71,7 +72,7 @@ def test_a_long_error_widens_nothing_and_nothing_scrolls_sideways(qtbot, window:
     before = widths(window)
     window.runs.select_job("matmul")
     window.runs.job_started("matmul")
-    window.runs.job_finished(failed("matmul", f"Could not satisfy device specification '/GPU:2': {LONG}"))
+    job_ended(window.runs, failed("matmul", f"Could not satisfy device specification '/GPU:2': {LONG}"))
     window.panels["devices"].show_message("<b>The runtime died.</b> " + LONG)
     window.config_panel.set_gpus([], "TensorFlow said: " + LONG)
     window.status.runtime_label.setText("Runtime exited: " + LONG)  # after set_gpus, which refreshes the status
@@ -415,7 +416,7 @@ def test_loss_axes_are_plain_with_whole_epoch_ticks(qtbot) -> None:
 def test_each_job_shows_its_own_result(qtbot, window: MainWindow) -> None:
     window.runs.select_job("matmul")
     window.runs.job_started("matmul")
-    window.runs.job_finished(JobOutcome("matmul", {}, {}, status="ok", result=RESULTS["matmul"]))
+    job_ended(window.runs, JobOutcome("matmul", {}, {}, status="ok", result=RESULTS["matmul"]))
     assert window.runs.result.tables
     window.runs.select_job("fit")
     assert not window.runs.result.tables and "Run a job" in window.runs.result.message.text()
@@ -429,7 +430,7 @@ def test_a_cancelled_fit_keeps_its_partial_loss_and_says_why_once(qtbot, window:
     window.runs.select_job("matmul")  # the live curve still goes to the running job's view
     for epoch, loss in enumerate((0.9, 0.7, 0.6), 1):
         window.runs.result.add_live_loss(epoch, loss)
-    window.runs.job_finished(failed("fit", "cancelled by the user", status="cancelled", error_type="Cancelled"))
+    job_ended(window.runs, failed("fit", "cancelled by the user", status="cancelled", error_type="Cancelled"))
     assert not window.runs.result.plots  # matmul's view stayed empty
     window.runs.select_job("fit")
     view = window.runs.result

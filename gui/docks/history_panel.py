@@ -87,12 +87,16 @@ class LoadEnded:
     taken: threading.Event = field(default_factory=threading.Event)
 
 
-TAKEN_WAIT_S = 5.0  # how long a loader waits for the GUI thread to take its last result (none after a close)
+TAKEN_WAIT_S = 5.0  # how long a loader waits for the GUI thread to take its last result
 
 
-def _end(results: queue.SimpleQueue[object], ended: LoadEnded) -> None:
+def _end(results: queue.SimpleQueue[object], ended: LoadEnded, superseded: threading.Event) -> None:
+    """Put the loader's last result and wait until the GUI thread took it (its poll timer then stops first), or
+    until the page is superseded: a closed window takes nothing more, and its loader must not outlive it."""
     results.put(ended)
-    ended.taken.wait(TAKEN_WAIT_S)
+    deadline = time.monotonic() + TAKEN_WAIT_S
+    while not ended.taken.wait(0.05) and not superseded.is_set() and time.monotonic() < deadline:
+        pass
 
 
 def unkept(run: RunSummary) -> bool:
@@ -110,7 +114,7 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
         total = len(history.run_ids())
         runs = history.summaries(limit=PAGE_SIZE, offset=offset)
     except HistoryError as exc:
-        _end(results, LoadEnded(generation, str(exc)))
+        _end(results, LoadEnded(generation, str(exc)), superseded)
         return
     texts = {run.run_id: (params_text(run), config_text(run)) for run in runs}
     results.put(PageRead(generation, total, offset, runs, texts))
@@ -129,7 +133,7 @@ def load_page(history: RunHistory, offset: int, generation: int, known: dict[str
         cached = known.get(run.run_id)
         peaks = cached[1] if cached is not None and cached[0] == key else events_peaks(history, run.run_id)
         results.put(PeaksRead(generation, run.run_id, key, peaks))
-    _end(results, LoadEnded(generation))
+    _end(results, LoadEnded(generation), superseded)
 
 
 def date_text(summary: RunSummary) -> str:

@@ -534,6 +534,8 @@ class RunsPanel(QWidget):
         link.subscribe(self, JobHandedOver, lambda handed_over: self.job_started(handed_over.job))
         link.subscribe(self, WaitingRefused, lambda refused: self.cancel_queued(refused.why))
         link.subscribe(self, JobEnded, lambda ended: self.job_finished(ended.outcome))
+        for job, view in self.results.items():  # after the panel's own, which settles the form's fold first
+            view.follow(link, job)
         link.subscribe(self, AppliedChanged, lambda _change: self.show_configuration())
         link.subscribe(self, InventoryChanged, lambda change: self.set_devices(
             [d["short_name"] for d in change.ready.logical] if change.ready is not None else []))
@@ -673,9 +675,9 @@ class RunsPanel(QWidget):
         state = self.states.get(outcome.job)
         if state is not None:
             state.finish(outcome)
-        view = self.results.get(outcome.job, self.result)
         self._opened_forms.discard(outcome.job)
-        view.show_outcome(outcome)
+        if outcome.job not in self.results:  # each job's own view shows its outcome itself (`ResultView.follow`)
+            self.result.show_outcome(outcome)
         if outcome.job == "script":
             ran_out = outcome.oom is not None and outcome.status != "ok"
             self._script_out_of_memory = (str(outcome.params.get("path", "")), str(outcome.params.get("args", ""))) \

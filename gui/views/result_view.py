@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyqtgraph as pg
 from pyqtgraph.graphicsItems.LegendItem import ItemSample
@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 from tf_device_panel.core.client.records import RunError
 from tf_device_panel.core.client.run_record import JobOutcome
+from tf_device_panel.core.client.session import JobEnded
 from tf_device_panel.core.protocol.output_lines import short_device_name
 from tf_device_panel.core.results import Column, Plot, Presentation, Series, Table, present
 from tf_device_panel.gui.views.job_state import INTERNAL_ERROR_TYPES, STATUS_WORDS, error_summary
@@ -47,6 +48,9 @@ from tf_device_panel.gui.widgets.common import (
     text_line_bottoms,
 )
 from tf_device_panel.gui.widgets.view_settings import series_style
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 _DEVICE = re.compile(r"(?:/job:[\w-]+(?:/replica:\d+)?(?:/task:\d+)?)?/(?:device:)?(?:CPU|GPU):\d+")
 _DASHES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
@@ -598,6 +602,11 @@ class ResultView(QStackedWidget):
         self._live_curve = None
         self.setCurrentIndex(0)
         self.shown.emit()
+
+    def follow(self, link: RuntimeController, job: str) -> None:
+        """Show each outcome of `job` the session tells of, as it ends (the runs panel passes nothing on)."""
+        link.subscribe(self, JobEnded, lambda ended: self.show_outcome(ended.outcome),
+                       filter=lambda ended: ended.outcome.job == job)
 
     def show_outcome(self, outcome: JobOutcome) -> None:
         presentation = present(outcome.result)
