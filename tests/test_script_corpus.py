@@ -10,6 +10,7 @@ node numbering and timings. TensorFlow's C++ log during the script is on the scr
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -143,9 +144,21 @@ def test_a_script_that_turns_placement_logging_on_sees_tensorflows_lines_as_bare
     compare(["own_placement_log.py"], CORPUS, None)
 
 
-@pytest.mark.parametrize("buffering", ["blocks", "unbuffered"])
-@pytest.mark.parametrize("profile", ["default", "no-placement-log"])
-@pytest.mark.parametrize("end", ["", "os_exit"])
+def pairwise(**factors: list[str]) -> list[object]:
+    """Every combination of three two-valued factors; the four of even parity (in which each pair of values of
+    any two factors still meets) run in the quick suite, the other four are marked slow: each costs two
+    TensorFlow processes, and the slow suite runs them all."""
+    assert len(factors) == 3 and all(len(values) == 2 for values in factors.values())
+    params = []
+    for indices in itertools.product((0, 1), repeat=3):
+        values = [options[index] for options, index in zip(factors.values(), indices, strict=True)]
+        params.append(pytest.param(*values, id="-".join(values), marks=[pytest.mark.slow] if sum(indices) % 2 else []))
+    return params
+
+
+@pytest.mark.parametrize("end, profile, buffering",
+                         pairwise(end=["", "os_exit"], profile=["default", "no-placement-log"],
+                                  buffering=["blocks", "unbuffered"]))
 def test_placement_lines_the_script_turned_on_come_as_bare_and_os_exit_loses_what_bare_loses(
         end: str, profile: str, buffering: str, no_placement_log: Path) -> None:
     # Bare into a pipe, the echo on C's stdout waits in C's buffer for the exit (os._exit loses it); with
@@ -155,9 +168,9 @@ def test_placement_lines_the_script_turned_on_come_as_bare_and_os_exit_loses_wha
             no_placement_log if profile == "no-placement-log" else None, unbuffered=buffering == "unbuffered")
 
 
-@pytest.mark.parametrize("buffering", ["blocks", "unbuffered"])
-@pytest.mark.parametrize("profile", ["default", "no-placement-log"])
-@pytest.mark.parametrize("end", ["", "exit"])
+@pytest.mark.parametrize("end, profile, buffering",
+                         pairwise(end=["", "exit"], profile=["default", "no-placement-log"],
+                                  buffering=["blocks", "unbuffered"]))
 def test_c_stdio_is_the_scripts_own_in_order_and_buffered_as_bare(end: str, profile: str, buffering: str,
                                                                   no_placement_log: Path) -> None:
     # The default profile logs placements (C's stdout then leaves TensorFlow's echo out at each flush); the

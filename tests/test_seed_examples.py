@@ -17,9 +17,12 @@ the script's output has a channel of its own), so bare and panel could not be co
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib.metadata
 import io
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -137,9 +140,8 @@ def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                                        done.stderr.decode("utf-8", "replace"))
 
 
-@pytest.mark.parametrize("example, variant", cases())
-def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           example: Path, variant: str) -> None:
+def prepared(example: Path, variant: str) -> tuple[str, dict[str, object]]:
+    """(the example's source as it runs in this variant, its profile)."""
     found = options(example)
     profile = dict(found["profile"])  # type: ignore[call-overload]
     source = example.read_text(encoding="utf-8")
@@ -147,11 +149,72 @@ def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, monkey
         source = on_logical_cpus(source)
     elif variant == "soft-placement-off":
         profile["soft_placement"] = False
-    elif found["gpu"]:
+    return source, profile
+
+
+def bare_source(example: Path, variant: str) -> str:
+    """What `python file.py` runs: the example with its profile's snippet pasted at its top."""
+    source, profile = prepared(example, variant)
+    return with_prelude(source, to_python_snippet(DeviceConfig.from_json({"version": 1, **profile})))
+
+
+def bare_facts(example: Path, variant: str, folder: Path) -> dict[str, object]:
+    """Run the example bare in `folder`: what the panel's run must match (its exit status, its standard output as
+    a terminal shows it, Python's last line for an error, the placements TensorFlow logged)."""
+    script = folder / example.name
+    script.write_text(bare_source(example, variant), encoding="utf-8")
+    bare = run([sys.executable, script.name], folder)
+    volatile = bool(options(example)["volatile"])
+    lines, placed = split_output(bare.stdout, "stdout", volatile)
+    _, stderr_placed = split_output(bare.stderr, "stderr", volatile)
+    placed += stderr_placed
+    return {"status": 128 - bare.returncode if bare.returncode < 0 else bare.returncode, "stdout": lines,
+            "last_stderr_line": bare.stderr.strip().splitlines()[-1] if bare.returncode != 0 else None,
+            "placed": sorted([op, device, count] for (op, device), count in placed.items()),
+            "stderr_tail": bare.stderr[-3000:] if bare.returncode != 0 else ""}
+
+
+# The bare runs, recorded: each costs a TensorFlow import (~4.5 s of CPU on a 2-core machine, half the suite's
+# seed time), and what they print does not change until the example, TensorFlow or Python does. The recording
+# names all three; the test runs the example bare itself when one differs, and the slow suite runs every example
+# bare again and checks its recording (`python tests/test_seed_examples.py` records them afresh).
+RECORDINGS = ROOT / "tests" / "seed_examples" / "recorded_bare_runs.json"
+
+
+def recording_key(example: Path, variant: str) -> dict[str, str]:
+    return {"source_sha256": hashlib.sha256(bare_source(example, variant).encode()).hexdigest(),
+            "tensorflow": importlib.metadata.version("tensorflow"), "python": platform.python_version()}
+
+
+def case_id(example: Path, variant: str) -> str:
+    return f"{example.stem}[{variant}]"
+
+
+def recorded(example: Path, variant: str) -> dict[str, object] | None:
+    """The recorded bare run of this case, when it was recorded from the same source, TensorFlow and Python."""
+    if not RECORDINGS.exists():
+        return None
+    entry = json.loads(RECORDINGS.read_text(encoding="utf-8")).get(case_id(example, variant))
+    if entry is None or entry["key"] != recording_key(example, variant):
+        return None
+    return dict(entry["facts"])
+
+
+def recordable() -> list[tuple[Path, str]]:
+    """Every case that runs everywhere (a GPU example as written runs on a GPU host only, and bare there)."""
+    return [(param.values[0], param.values[1]) for param in cases()  # type: ignore[attr-defined]
+            if param.values[1] != "as-written" or not options(param.values[0])["gpu"]]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("example, variant", cases())
+def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           example: Path, variant: str) -> None:
+    found = options(example)
+    source, profile = prepared(example, variant)
+    if variant == "as-written" and found["gpu"]:
         nvml = Nvml()
         if not nvml.init() or not nvml.gpus():
             pytest.skip(f"needs a real NVIDIA GPU and driver ({nvml.message or 'no GPU'})")
-    config = DeviceConfig.from_json({"version": 1, **profile})
     (tmp_path / "profile.json").write_text(json.dumps({"version": 1, **profile}))
     script = tmp_path / example.name
 
@@ -161,20 +224,52 @@ def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, monkey
         panel = run([sys.executable, "-m", "tf_device_panel", *argv], tmp_path)
     else:
         panel = run_panel(argv, tmp_path, monkeypatch)
-    script.write_text(with_prelude(source, to_python_snippet(config)), encoding="utf-8")
-    bare = run([sys.executable, script.name], tmp_path)
+    bare = recorded(example, variant) or bare_facts(example, variant, tmp_path)
 
-    bare_status = 128 - bare.returncode if bare.returncode < 0 else bare.returncode
-    assert panel.returncode == bare_status, f"bare:\n{bare.stderr[-3000:]}\npanel:\n{panel.stderr[-3000:]}"
-    volatile = bool(found["volatile"])
-    panel_lines, _ = split_output(panel.stdout, "stdout", volatile)
-    bare_lines, bare_placed = split_output(bare.stdout, "stdout", volatile)
-    assert panel_lines == bare_lines
-    if bare.returncode != 0:  # the same error, as Python words it
-        last = bare.stderr.strip().splitlines()[-1]
-        assert last in panel.stderr.splitlines(), panel.stderr[-3000:]
-    _, stderr_placed = split_output(bare.stderr, "stderr", volatile)
-    bare_placed += stderr_placed
+    bare_tail = bare.get("stderr_tail", "(a recorded run)")
+    assert panel.returncode == bare["status"], f"bare:\n{bare_tail}\npanel:\n{panel.stderr[-3000:]}"
+    panel_lines, _ = split_output(panel.stdout, "stdout", bool(found["volatile"]))
+    assert panel_lines == bare["stdout"]
+    if bare["last_stderr_line"] is not None:  # the same error, as Python words it
+        assert bare["last_stderr_line"] in panel.stderr.splitlines(), panel.stderr[-3000:]
     (summary,) = RunHistory().summaries()
-    panel_placed = Counter({(op, device): count for op, device, count in summary.placement_counts})
-    assert panel_placed == bare_placed
+    panel_placed = sorted([op, device, count] for op, device, count in summary.placement_counts)
+    assert panel_placed == bare["placed"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example, variant", [pytest.param(*case, id=case_id(*case)) for case in recordable()])
+def test_each_recorded_bare_run_is_what_python_prints_now(tmp_path: Path, example: Path, variant: str) -> None:
+    entry = json.loads(RECORDINGS.read_text(encoding="utf-8")).get(case_id(example, variant))
+    assert entry is not None, "not recorded: run `python tests/test_seed_examples.py`"
+    key = recording_key(example, variant)
+    if (entry["key"]["tensorflow"], entry["key"]["python"]) != (key["tensorflow"], key["python"]):
+        pytest.skip(f"recorded under TensorFlow {entry['key']['tensorflow']} and Python {entry['key']['python']}: "
+                    "here the seed test runs every example bare itself")
+    assert entry["key"] == key, "the example changed since it was recorded: run `python tests/test_seed_examples.py`"
+    now = bare_facts(example, variant, tmp_path)
+    now.pop("stderr_tail")
+    assert now == entry["facts"]
+
+
+def record_all() -> None:
+    """Run every recordable case bare (twice: a recording must not differ from one run to the next) and write
+    RECORDINGS."""
+    import tempfile
+
+    recordings: dict[str, object] = {}
+    for example, variant in recordable():
+        runs = []
+        for _ in range(2):
+            with tempfile.TemporaryDirectory() as folder:
+                facts = bare_facts(example, variant, Path(folder))
+            runs.append({name: value for name, value in facts.items() if name != "stderr_tail"})
+        if runs[0] != runs[1]:
+            raise SystemExit(f"{case_id(example, variant)}: two bare runs differ, so it cannot be recorded")
+        recordings[case_id(example, variant)] = {"key": recording_key(example, variant), "facts": runs[0]}
+        print(case_id(example, variant), "recorded", flush=True)
+    RECORDINGS.write_text(json.dumps(recordings, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    record_all()
