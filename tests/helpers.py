@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,3 +142,33 @@ def job_ended(runs: Any, outcome: Any) -> None:
         return
     runs.job_finished(outcome)
     runs.results.get(outcome.job, runs.result).show_outcome(outcome)
+
+
+class _KeptBytes(io.BytesIO):
+    """A byte buffer that keeps what was written when a text wrapper around it is closed or collected."""
+
+    def close(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def caught_streams() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
+    """sys.stdout and sys.stderr as byte buffers (what the command line writes through their `.buffer` too)."""
+    out, err = _KeptBytes(), _KeptBytes()
+    streams = (io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", write_through=True),
+               io.TextIOWrapper(err, encoding="utf-8", errors="surrogateescape", write_through=True))
+    with contextlib.redirect_stdout(streams[0]), contextlib.redirect_stderr(streams[1]):
+        yield out, err
+
+
+def run_cli(argv: list[str], cwd: Path, monkeypatch: Any) -> subprocess.CompletedProcess[str]:
+    """`tf-device-panel ARGV` in this process, in `cwd`: its exit status and what it wrote. Its run process forks
+    from the test worker's zygote instead of importing TensorFlow cold (a command line started as a process of its
+    own costs a TensorFlow import, ~4.5 s of a core)."""
+    from tf_device_panel.core import cli
+
+    monkeypatch.chdir(cwd)
+    with caught_streams() as (out, err):
+        status = cli.main(argv)
+    return subprocess.CompletedProcess(argv, status, out.getvalue().decode("utf-8", "replace"),
+                                       err.getvalue().decode("utf-8", "replace"))

@@ -6,13 +6,14 @@ command line and --json; the window draws the allocator's memory as a bar."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import run_cli
 from tf_device_panel.core.oom import MAX_BAR_SEGMENTS, MIB, DumpCollector, explain, oom_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,11 +132,14 @@ def test_the_text_says_request_limit_in_use_and_largest_free_block() -> None:
     assert "limit 64.00 MiB, in use 60.00 MiB, free in all 4.00 MiB, largest free block 2.00 MiB" in text
 
 
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=240, env=os.environ.copy())
-    assert "Traceback" not in done.stderr, done.stderr
-    return done
+@pytest.fixture
+def run_panel(monkeypatch: pytest.MonkeyPatch) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`tf-device-panel run ARGS` (the command line's own main(), its run forked from the worker's zygote)."""
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = run_cli(["run", *args], ROOT, monkeypatch)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+    return run
 
 
 @pytest.fixture
@@ -145,12 +149,12 @@ def capped(tmp_path: Path) -> Path:
     return profile
 
 
-def test_a_script_that_runs_out_under_a_64_mib_cap_is_explained(tmp_path: Path, capped: Path,
-                                                                 panel_home: Path) -> None:
+def test_a_script_that_runs_out_under_a_64_mib_cap_is_explained(tmp_path: Path, capped: Path, panel_home: Path,
+                                                                 run_panel: Callable[..., Any]) -> None:
     script = tmp_path / "grow.py"
     script.write_text("import tensorflow as tf\nkept = []\n"
                       "while True:\n    kept.append(tf.random.normal([1024, 1024]))\n")
-    done = _run("script", "--config", str(capped), "-p", f"path={script}", "--json")
+    done = run_panel("script", "--config", str(capped), "-p", f"path={script}", "--json")
     assert done.returncode == 1
     outcome = json.loads(done.stdout)
     oom = outcome["oom"]
@@ -165,8 +169,9 @@ def test_a_script_that_runs_out_under_a_64_mib_cap_is_explained(tmp_path: Path, 
     assert json.loads(record.read_text())["oom"]["request_bytes"] == 4 * MIB
 
 
-def test_a_job_that_runs_out_under_a_64_mib_cap_is_explained_on_the_command_line(capped: Path) -> None:
-    done = _run("memory", "--config", str(capped), "-p", "step_mib=4", "-p", "steps=40")
+def test_a_job_that_runs_out_under_a_64_mib_cap_is_explained_on_the_command_line(
+        capped: Path, run_panel: Callable[..., Any]) -> None:
+    done = run_panel("memory", "--config", str(capped), "-p", "step_mib=4", "-p", "steps=40")
     assert done.returncode == 1
     assert "out of memory on /CPU:0 (bfc_cpu_allocator_for_gpu): tensor of shape [1048576] (float), 4.00 MiB" \
         in done.stdout
@@ -178,7 +183,7 @@ def test_a_job_that_runs_out_under_a_64_mib_cap_is_explained_on_the_command_line
                         r"least (\d+)\n", done.stdout)
     assert advised is not None, done.stdout
     capped.write_text(json.dumps({"version": 1, "cpu_memory_limit_mib": int(advised.group(1))}))
-    followed = _run("memory", "--config", str(capped), "-p", "step_mib=4", "-p", "steps=40")
+    followed = run_panel("memory", "--config", str(capped), "-p", "step_mib=4", "-p", "steps=40")
     assert followed.returncode == 0, followed.stdout
 
 

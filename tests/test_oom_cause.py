@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 from tf_device_panel.core.client.run_record import JobRun
 from tf_device_panel.core.config import DeviceConfig
 from tf_device_panel.core.oom import MAX_DUMP_LINES, MIB, DumpCollector, explain, oom_text
@@ -175,34 +176,36 @@ raise ValueError("bad label in row 17")
 """
 
 
-def run_script(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def run_script(tmp_path: Path, code: str, monkeypatch: pytest.MonkeyPatch) -> tuple[
+        subprocess.CompletedProcess[str], dict]:
+    """`tf-device-panel run script --json` on `code` under a 64 MiB CPU cap (the command line's own main(), its
+    run forked from the worker's zygote)."""
     script = tmp_path / "train.py"
     script.write_text(code)
     profile = tmp_path / "cap64.json"
     profile.write_text('{"version": 1, "cpu_memory_limit_mib": 64}')
-    done = subprocess.run([sys.executable, "-m", "tf_device_panel", "run", "script", "--config", str(profile), "-p",
-                           f"path={script}", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "TF_DEVICE_PANEL_HOME": str(tmp_path / "home")})
+    done = run_cli(["run", "script", "--config", str(profile), "-p", f"path={script}", "--json"], ROOT, monkeypatch)
     return done, json.loads(done.stdout)
 
 
-def test_a_script_that_recovered_from_an_oom_fails_of_its_own_error(tmp_path: Path) -> None:
-    done, outcome = run_script(tmp_path, RECOVERS)
+def test_a_script_that_recovered_from_an_oom_fails_of_its_own_error(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    done, outcome = run_script(tmp_path, RECOVERS, monkeypatch)
     assert done.returncode == 1, done.stderr
     assert outcome["error"]["type"] == "ValueError" and outcome["oom"] is None
     assert outcome["oom_earlier"].startswith("an out-of-memory error on /CPU:0"), outcome  # TF's dump was seen
-    (record,) = (tmp_path / "home").rglob(f"{outcome['run_id']}/run.json")
+    (record,) = Path(os.environ["TF_DEVICE_PANEL_HOME"]).rglob(f"{outcome['run_id']}/run.json")
     assert json.loads(record.read_text())["oom"] is None
     kept = (record.parent / "events.jsonl").read_text()
     assert "came earlier in this run, and the run went on after it" in kept  # the record keeps the note
 
 
-def test_a_script_that_prints_a_dump_and_exits_1_is_no_oom(tmp_path: Path) -> None:
+def test_a_script_that_prints_a_dump_and_exits_1_is_no_oom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = ("import os, sys\n"
             f"sys.stderr.write({DUMP!r})\n"
             f"os.write(2, {DUMP.encode()!r})\n"
             "sys.exit(1)\n")
-    done, outcome = run_script(tmp_path, code)
+    done, outcome = run_script(tmp_path, code, monkeypatch)
     assert done.returncode == 1, done.stderr
     assert outcome["oom"] is None and outcome["oom_earlier"] is None, outcome
 

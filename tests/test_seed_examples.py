@@ -16,10 +16,8 @@ the script's output has a channel of its own), so bare and panel could not be co
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
-import io
 import json
 import os
 import platform
@@ -27,12 +25,10 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
-from tf_device_panel.core import cli
+from helpers import ROOT, run_cli
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.config import DeviceConfig, to_python_snippet
 from tf_device_panel.core.devices.nvml import Nvml
@@ -111,25 +107,6 @@ def with_prelude(source: str, prelude: str) -> str:
     lines = source.splitlines(keepends=True)
     cut = max((i + 1 for i, line in enumerate(lines) if line.startswith("from __future__")), default=0)
     return "".join(lines[:cut]) + prelude + "\n" + "".join(lines[cut:])
-
-
-@contextlib.contextmanager
-def caught_streams() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
-    """sys.stdout and sys.stderr as byte buffers (what the command line writes through their `.buffer` too)."""
-    out, err = io.BytesIO(), io.BytesIO()
-    streams = (io.TextIOWrapper(out, encoding="utf-8", errors="surrogateescape", write_through=True),
-               io.TextIOWrapper(err, encoding="utf-8", errors="surrogateescape", write_through=True))
-    with contextlib.redirect_stdout(streams[0]), contextlib.redirect_stderr(streams[1]):
-        yield out, err
-
-
-def run_panel(argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> subprocess.CompletedProcess[str]:
-    """`tf-device-panel ARGV` in this process, in `cwd`: its exit status and what it wrote."""
-    monkeypatch.chdir(cwd)
-    with caught_streams() as (out, err):
-        status = cli.main(argv)
-    return subprocess.CompletedProcess(argv, status, out.getvalue().decode("utf-8", "replace"),
-                                       err.getvalue().decode("utf-8", "replace"))
 
 
 def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -223,7 +200,7 @@ def test_a_seed_example_runs_in_the_panel_as_it_runs_bare(tmp_path: Path, monkey
     if variant == "soft-placement-off":  # the whole command line, a process of its own
         panel = run([sys.executable, "-m", "tf_device_panel", *argv], tmp_path)
     else:
-        panel = run_panel(argv, tmp_path, monkeypatch)
+        panel = run_cli(argv, tmp_path, monkeypatch)
     bare = recorded(example, variant) or bare_facts(example, variant, tmp_path)
 
     bare_tail = bare.get("stderr_tail", "(a recorded run)")

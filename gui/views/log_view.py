@@ -8,7 +8,7 @@ import html
 from collections import Counter, deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import (
     QAbstractTableModel,
@@ -35,12 +35,18 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tf_device_panel.core.catalogue import JOBS
 from tf_device_panel.core.client import wording
+from tf_device_panel.core.client.run_record import JobOutcome
 from tf_device_panel.core.client.run_state import PlacementKey, RunChanges, RunState
+from tf_device_panel.core.client.session import AppliedChanged, JobEnded, JobHandedOver, RunStateChanged
 from tf_device_panel.core.protocol import ansi, events, output_lines
 from tf_device_panel.core.protocol.events import Event
 from tf_device_panel.gui.shell.notice import show_notice
 from tf_device_panel.gui.widgets.colors import device_color
+
+if TYPE_CHECKING:
+    from tf_device_panel.gui.shell.controller import RuntimeController
 
 MAX_LOG_LINES = 20_000
 MAX_STARTUP_LINES = 2_000  # the next runtime's start-up lines held apart (a TensorFlow start-up prints tens)
@@ -332,6 +338,14 @@ class LogView(QWidget):
             self._fit_minimums()
 
     # -- feeding -------------------------------------------------------------------------------
+    def follow(self, link: RuntimeController) -> None:
+        """Show the session's runs as they happen: each batch as the run state made of it, a fresh table for each
+        run (or configuration), and why a finished run logged no placement."""
+        link.subscribe(self, RunStateChanged, lambda change: self.add_events(list(change.batch), change.changes))
+        link.subscribe(self, AppliedChanged, lambda _change: self.clear_placements())
+        link.subscribe(self, JobHandedOver, lambda _handed_over: self.clear_placements())
+        link.subscribe(self, JobEnded, lambda ended: self.no_placements_because(placement_silence(ended.outcome)))
+
     def add_events(self, batch: list[Event], changes: RunChanges | None = None) -> None:
         """One batch from the controller: a single text append and a single table update. `changes`: what the
         window's run state made of the batch (the table shows the run state's counts, never its own)."""
@@ -510,3 +524,17 @@ class LogView(QWidget):
                 self.save(path)
             except OSError as exc:
                 show_notice(self, "Save log", f"Could not save the log to {path}:\n{exc.strerror}")
+
+
+def placement_silence(outcome: JobOutcome) -> str:
+    """Why a finished run logged no placement, as the person can change it."""
+    spec = JOBS.get(outcome.job)
+    own = next((param for param in spec.params if param.name == "log_placement"), None) if spec else None
+    if own is not None and outcome.params.get("log_placement") is False:
+        return (f"{spec.title if spec else outcome.job}'s own “{own.label}” switch was off for this run; tick it in "
+                "the job's form to see where its ops run.")
+    if outcome.config.get("log_placement") is False:
+        return "“Log device placement” is off in the Configuration; tick it and Apply to see where ops run."
+    if outcome.status != "ok":
+        return f"the run ended ({outcome.status}) before any op was placed."
+    return "this run placed no TensorFlow op."
