@@ -1,4 +1,4 @@
-"""The window's batching and backpressure, without Qt: core.client.event_pump (it was the controller's)."""
+"""The window's batching and backpressure, in the controller (gui.shell.controller), without a widget."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import threading
 
 import pytest
 from helpers import wait_until
-from tf_device_panel.core.client import event_pump
-from tf_device_panel.core.client.event_pump import EventPump
 from tf_device_panel.core.protocol import events
 from tf_device_panel.core.protocol.events import Event
+from tf_device_panel.gui.shell import controller as event_pump
+from tf_device_panel.gui.shell.controller import EventPump
 
 
 def log(text: str) -> events.Log:

@@ -56,7 +56,7 @@ def test_checker_really_sees_imports(tmp_path: Path) -> None:
 
 def test_importing_core_pulls_in_neither_qt_nor_tensorflow(tmp_path: Path) -> None:
     code = ("import sys; from tf_device_panel.core import cli, config; "
-            "from tf_device_panel.core.client import runtime, run_record, run_manager, event_pump, history; "
+            "from tf_device_panel.core.client import runtime, run_record, run_manager, history; "
             "from tf_device_panel.core.runproc import jobs; from tf_device_panel.core import catalogue;"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
             f"{sorted(QT_MODULES | TF_MODULES)!r}); print(bad); sys.exit(1 if bad else 0)")

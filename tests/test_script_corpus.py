@@ -111,8 +111,12 @@ def test_a_pool_returns_the_scripts_own_classes_under_every_start_method(method:
     compare(["mp_pool.py", method], CORPUS, None)
 
 
-@pytest.mark.parametrize("profile", ["default", "two-cpus"])
-@pytest.mark.parametrize("script", ["bytes_exact.py", "interleave.py", "os_exit.py"])
+@pytest.mark.parametrize("script, profile", [
+    # Each script once in the quick suite, both profiles among them; the slow suite runs the other three.
+    pytest.param(script, profile, id=f"{script}-{profile}",
+                 marks=[] if (index + column) % 2 else [pytest.mark.slow])
+    for index, script in enumerate(["bytes_exact.py", "interleave.py", "os_exit.py"])
+    for column, profile in enumerate(["default", "two-cpus"])])
 def test_bytes_order_and_end_are_as_bare(script: str, profile: str, two_cpus: Path) -> None:
     compare([script], CORPUS, two_cpus if profile == "two-cpus" else None)
 
