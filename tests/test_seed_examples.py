@@ -158,9 +158,19 @@ def bare_facts(example: Path, variant: str, folder: Path) -> dict[str, object]:
 RECORDINGS = ROOT / "tests" / "seed_examples" / "recorded_bare_runs.json"
 
 
+def tensorflow_version() -> str:
+    """The installed TensorFlow's version, read without importing it (whichever distribution installed it)."""
+    for distribution in ("tensorflow", "tensorflow-cpu", "tf-nightly"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def recording_key(example: Path, variant: str) -> dict[str, str]:
     return {"source_sha256": hashlib.sha256(bare_source(example, variant).encode()).hexdigest(),
-            "tensorflow": importlib.metadata.version("tensorflow"), "python": platform.python_version()}
+            "tensorflow": tensorflow_version(), "python": platform.python_version()}
 
 
 def case_id(example: Path, variant: str) -> str:
