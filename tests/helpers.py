@@ -148,7 +148,7 @@ class _KeptBytes(io.BytesIO):
     """A byte buffer that keeps what was written when a text wrapper around it is closed or collected."""
 
     def close(self) -> None:
-        pass
+        """Left open: the command line's text wrapper closes its buffer when collected, before it is read."""
 
 
 @contextlib.contextmanager

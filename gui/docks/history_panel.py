@@ -95,8 +95,9 @@ def _end(results: queue.SimpleQueue[object], ended: LoadEnded, superseded: threa
     until the page is superseded: a closed window takes nothing more, and its loader must not outlive it."""
     results.put(ended)
     deadline = time.monotonic() + TAKEN_WAIT_S
-    while not ended.taken.wait(0.05) and not superseded.is_set() and time.monotonic() < deadline:
-        pass
+    while time.monotonic() < deadline and not superseded.is_set():
+        if ended.taken.wait(0.05):
+            return
 
 
 def unkept(run: RunSummary) -> bool:
