@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+import pytest
 from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.runtime import RuntimeProcess
 from tf_device_panel.core.hub import Message
@@ -161,14 +162,17 @@ def caught_streams() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
         yield out, err
 
 
-def run_cli(argv: list[str], cwd: Path, monkeypatch: Any) -> subprocess.CompletedProcess[str]:
+def run_cli(argv: list[str], cwd: Path, monkeypatch: Any = None) -> subprocess.CompletedProcess[str]:
     """`tf-device-panel ARGV` in this process, in `cwd`: its exit status and what it wrote. Its run process forks
     from the test worker's zygote instead of importing TensorFlow cold (a command line started as a process of its
-    own costs a TensorFlow import, ~4.5 s of a core)."""
+    own costs a TensorFlow import, ~4.5 s of a core). The folder is the test's `monkeypatch`'s to restore, or put
+    back on return."""
     from tf_device_panel.core import cli
 
-    monkeypatch.chdir(cwd)
-    with caught_streams() as (out, err):
-        status = cli.main(argv)
+    with contextlib.ExitStack() as stack:
+        patch = monkeypatch or stack.enter_context(pytest.MonkeyPatch.context())
+        patch.chdir(cwd)
+        with caught_streams() as (out, err):
+            status = cli.main(argv)
     return subprocess.CompletedProcess(argv, status, out.getvalue().decode("utf-8", "replace"),
                                        err.getvalue().decode("utf-8", "replace"))

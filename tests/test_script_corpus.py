@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, caught_streams
+from tf_device_panel.core import cli
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.protocol.events import Log
 
@@ -60,23 +61,51 @@ def without_times(data: bytes) -> bytes:
     return re.sub(rb"^([IWEF]\d{4}) [\d:. ]+ \d+ ", rb"\1 ", data, flags=re.M)
 
 
+def cli_arguments(args: list[str], config: Path | None) -> list[str]:
+    """`tf-device-panel run script` for `python ARGS`."""
+    argv = ["run", "script", "-p", f"path={args[0]}"]
+    if args[1:]:
+        argv += ["-p", "args=" + shlex.join(args[1:])]
+    return argv + (["--config", str(config)] if config is not None else [])
+
+
 def through_panel(args: list[str], cwd: Path, config: Path | None,
                   unbuffered: bool = False) -> tuple[int, bytes, bytes, bytes, bytes]:
-    """(status, CLI stdout, CLI stderr without the panel's lines, the record's stdout, the record's stderr)."""
-    command = [sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={args[0]}"]
-    if args[1:]:
-        command += ["-p", "args=" + shlex.join(args[1:])]
-    if config is not None:
-        command += ["--config", str(config)]
+    """(status, CLI stdout, CLI stderr without the panel's lines, the record's stdout, the record's stderr).
+
+    The command line's `main()` runs in this process, in the user's environment: its run process forks from
+    the test worker's zygote (one for each value of PYTHONUNBUFFERED, which Python reads as it starts) instead
+    of importing TensorFlow cold, as a command line started by hand does (`test_a_command_line_of_its_own`
+    below runs one of these cases that way)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONUNBUFFERED", raising=False)
+        if unbuffered:
+            patch.setenv("PYTHONUNBUFFERED", "1")
+        patch.chdir(cwd)
+        with caught_streams() as (out, err):
+            status = cli.main(cli_arguments(args, config))
+    return status, out.getvalue(), PANEL_LINE.sub(b"", err.getvalue()), *recorded_output()
+
+
+def by_hand(args: list[str], cwd: Path, config: Path | None,
+            unbuffered: bool = False) -> tuple[int, bytes, bytes, bytes, bytes]:
+    """As `through_panel`, the command line started as a process of its own (`python -m tf_device_panel`):
+    its run process imports TensorFlow itself."""
+    command = [sys.executable, "-m", "tf_device_panel", *cli_arguments(args, config)]
     env = {**user_environment(unbuffered), "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=cwd, capture_output=True, timeout=180, env=env)
+    return done.returncode, done.stdout, PANEL_LINE.sub(b"", done.stderr), *recorded_output()
+
+
+def recorded_output() -> tuple[bytes, bytes]:
+    """The script's stdout and stderr as the newest run's record keeps them."""
     history = RunHistory()
     run_id = history.summaries(limit=1)[0].run_id
     recorded = {"stdout": b"", "stderr": b""}
     for event in history.events(run_id):
         if isinstance(event, Log) and event.source == "script" and event.raw is not None:
             recorded[event.stream] += event.raw
-    return done.returncode, done.stdout, PANEL_LINE.sub(b"", done.stderr), recorded["stdout"], recorded["stderr"]
+    return recorded["stdout"], recorded["stderr"]
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +123,9 @@ def no_placement_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def compare(args: list[str], cwd: Path, config: Path | None, normalise=lambda data: data,
-            cpp_log: bool = True, unbuffered: bool = False) -> None:
+            cpp_log: bool = True, unbuffered: bool = False, panel=through_panel) -> None:
     status, out, err = bare(args, cwd, cpp_log, unbuffered)
-    panel_status, panel_out, panel_err, record_out, record_err = through_panel(args, cwd, config, unbuffered)
+    panel_status, panel_out, panel_err, record_out, record_err = panel(args, cwd, config, unbuffered)
     normalise = (lambda given: lambda data: without_times(given(data)))(normalise)
     assert panel_status == status, panel_err.decode(errors="replace")
     assert normalise(panel_out) == normalise(out)
@@ -202,3 +231,9 @@ def test_no_frame_of_the_panels_is_under_the_script() -> None:
 
 def test_the_recursion_limit_is_the_interpreters_until_the_script_imports_tensorflow() -> None:
     compare(["recursion_limit.py"], CORPUS, None)
+
+
+def test_a_command_line_of_its_own() -> None:
+    """The command line as a user starts it, its run process importing TensorFlow itself (no zygote): the
+    cases above run its `main()` in the test's process."""
+    compare(["os_exit.py"], CORPUS, None, panel=by_hand)

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, collect_job, output_lines, process_gone, wait_until
+from helpers import ROOT, collect_job, output_lines, process_gone, run_cli, wait_until
 from tf_device_panel.core.client import zygote
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.client.run_manager import run_job_once
@@ -32,15 +32,15 @@ def write(tmp_path: Path, body: str, name: str = "user_script.py") -> Path:
     return path
 
 
-def run_cli(script: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
+def start_cli(script: Path, *extra: str, **popen: object) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tf_device_panel", "run", "script", "-p", f"path={script}", *extra],
                             cwd=ROOT, text=True, env=os.environ.copy(), **popen)  # type: ignore[call-overload]
 
 
 def cli(script: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    process = run_cli(script, *extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = process.communicate(timeout=180)
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    """`tf-device-panel run script` on `script`, the command line's `main()` in this process (its run forks from
+    the worker's zygote); the tests that signal or kill the command line start it as a process (`start_cli`)."""
+    return run_cli(["run", "script", "-p", f"path={script}", *extra], ROOT)
 
 
 def bare(script: Path) -> int:
@@ -148,7 +148,7 @@ def test_children_are_ended_when_the_script_finishes(tmp_path: Path) -> None:
 def test_children_are_ended_when_the_run_is_cancelled_or_the_cli_killed(tmp_path: Path, how: str) -> None:
     output = tmp_path / "out.txt"
     with output.open("w") as sink:
-        process = run_cli(write(tmp_path, CHILDREN), "-p", "args=--wait", stdout=sink, stderr=subprocess.STDOUT)
+        process = start_cli(write(tmp_path, CHILDREN), "-p", "args=--wait", stdout=sink, stderr=subprocess.STDOUT)
         try:
             pids = wait_until(lambda: "children" in output.read_text() and children_of(output.read_text()),
                               timeout=120, message="the script never started its children")
@@ -369,7 +369,7 @@ def test_main_is_the_script_as_a_bare_run_makes_it(tmp_path: Path) -> None:
 
 def test_ctrl_c_before_the_script_starts_exits_130_and_finalizes_the_record(tmp_path: Path) -> None:
     script = write(tmp_path, "import signal\nsignal.pause()\n")  # never reached: Ctrl+C comes during the import
-    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_until(lambda: RunHistory().summaries(), timeout=60, message="the run was never recorded")
         process.send_signal(signal.SIGINT)  # TensorFlow is still being imported: the script has not started
@@ -423,7 +423,7 @@ def test_stdout_and_stderr_keep_their_order(tmp_path: Path) -> None:
     """)
     bare = subprocess.run([sys.executable, str(script)], capture_output=False, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=60)
-    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    process = start_cli(script, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out, _ = process.communicate(timeout=180)
     assert process.returncode == 0
     assert [line for line in out.splitlines() if line.startswith(("out ", "err "))] == bare.stdout.splitlines()
@@ -604,7 +604,7 @@ def test_stop_as_ctrl_c_becomes_the_scripts_exits_130_and_ends_the_job(tmp_path:
         script = tmp_path / name
         py_compile.compile(str(source), cfile=str(script), doraise=True)
     monkeypatch.setenv("TF_DEVICE_PANEL_TEST_INTERRUPT_AT_SCRIPT_START", "1")
-    process = run_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_cli(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = process.communicate(timeout=180)
     assert process.returncode == 130, err
     assert "the script started" not in out and "Exception ignored" not in err, err
