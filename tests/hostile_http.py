@@ -22,6 +22,7 @@ class Connection:
         self.request = b""
         self.sent = 0
         self.started = time.monotonic()
+        self.ended: float | None = None  # when the server let the connection go (the client hung up, or all was sent)
 
     @property
     def path(self) -> str:
@@ -92,6 +93,7 @@ class HostileServer:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+            connection.ended = time.monotonic()
 
     def stop(self) -> None:
         self.stopping.set()
