@@ -72,8 +72,9 @@ def warm_run(config: DeviceConfig) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     # Single runs of either side spread from 45 to 100 ms on this shared 2-core machine: a median of 5 moved the
-    # ratio between 1.03 and 1.31 from one run of this benchmark to the next with nothing changed.
-    parser.add_argument("--repeat", type=int, default=11)
+    # ratio between 1.03 and 1.31 from one run of this benchmark to the next with nothing changed, a median of 11
+    # between 1.06 and 1.31 (n=21: about 6 minutes).
+    parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
     zygote.start_zygotes()  # as the window does
     warm_run(DeviceConfig())  # the first spare starts the zygote; the others are forked from it
