@@ -182,7 +182,7 @@ def pairwise(**factors: list[str]) -> list[object]:
     any two factors still meets) run in the quick suite, the other four are marked slow: each costs two
     TensorFlow processes, and the slow suite runs them all."""
     assert len(factors) == 3 and all(len(values) == 2 for values in factors.values())
-    params = []
+    params: list[object] = []
     for indices in itertools.product((0, 1), repeat=3):
         values = [options[index] for options, index in zip(factors.values(), indices, strict=True)]
         params.append(pytest.param(*values, id="-".join(values), marks=[pytest.mark.slow] if sum(indices) % 2 else []))

@@ -56,7 +56,7 @@ def on_logical_cpus(source: str) -> str:
 
 
 def cases() -> list[object]:
-    params = []
+    params: list[object] = []
     for example in EXAMPLES:
         found = options(example)
         marks = [pytest.mark.slow] if found["slow"] else []
