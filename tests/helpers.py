@@ -162,11 +162,11 @@ def caught_streams() -> Iterator[tuple[io.BytesIO, io.BytesIO]]:
         yield out, err
 
 
-def run_cli(argv: list[str], cwd: Path, monkeypatch: Any = None) -> subprocess.CompletedProcess[str]:
-    """`tf-device-panel ARGV` in this process, in `cwd`: its exit status and what it wrote. Its run process forks
-    from the test worker's zygote instead of importing TensorFlow cold (a command line started as a process of its
-    own costs a TensorFlow import, ~4.5 s of a core). The folder is the test's `monkeypatch`'s to restore, or put
-    back on return."""
+def run_cli_bytes(argv: list[str], cwd: Path, monkeypatch: Any = None) -> tuple[int, bytes, bytes]:
+    """`tf-device-panel ARGV` in this process, in `cwd`: its exit status and the bytes it wrote to stdout and
+    stderr. Its run process forks from the test worker's zygote instead of importing TensorFlow cold (a command
+    line started as a process of its own costs a TensorFlow import, ~4.5 s of a core). The folder is the test's
+    `monkeypatch`'s to restore, or put back on return."""
     from tf_device_panel.core import cli
 
     with contextlib.ExitStack() as stack:
@@ -174,5 +174,10 @@ def run_cli(argv: list[str], cwd: Path, monkeypatch: Any = None) -> subprocess.C
         patch.chdir(cwd)
         with caught_streams() as (out, err):
             status = cli.main(argv)
-    return subprocess.CompletedProcess(argv, status, out.getvalue().decode("utf-8", "replace"),
-                                       err.getvalue().decode("utf-8", "replace"))
+    return status, out.getvalue(), err.getvalue()
+
+
+def run_cli(argv: list[str], cwd: Path, monkeypatch: Any = None) -> subprocess.CompletedProcess[str]:
+    """`run_cli_bytes`, its output as text."""
+    status, out, err = run_cli_bytes(argv, cwd, monkeypatch)
+    return subprocess.CompletedProcess(argv, status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))

@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, caught_streams
-from tf_device_panel.core import cli
+from helpers import ROOT, run_cli_bytes
 from tf_device_panel.core.client.history import RunHistory
 from tf_device_panel.core.protocol.events import Log
 
@@ -81,10 +80,8 @@ def through_panel(args: list[str], cwd: Path, config: Path | None,
         patch.delenv("PYTHONUNBUFFERED", raising=False)
         if unbuffered:
             patch.setenv("PYTHONUNBUFFERED", "1")
-        patch.chdir(cwd)
-        with caught_streams() as (out, err):
-            status = cli.main(cli_arguments(args, config))
-    return status, out.getvalue(), PANEL_LINE.sub(b"", err.getvalue()), *recorded_output()
+        status, out, err = run_cli_bytes(cli_arguments(args, config), cwd, patch)
+    return status, out, PANEL_LINE.sub(b"", err), *recorded_output()
 
 
 def by_hand(args: list[str], cwd: Path, config: Path | None,
